@@ -1,0 +1,128 @@
+# tfm: the Transformer of Vaswani et al. (2017) as composable Unix tools.
+#
+#   make                 library and bin/tfm-* (CPU backend; CUDA too when nvcc is found)
+#   make CUDA=0          CPU only
+#   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed"
+#   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
+#   make check-gpu       CUDA ops against the CPU (needs a GPU; skipped otherwise)
+#   make bench           throughput and memory against references measured in the same run
+#   make fuzz            libFuzzer on the stream reader (clang, ASan, UBSan)
+#   make install PREFIX=/usr/local
+#
+# Layout: src/*.c and src/*.cc form libtfm.a; bin/tfm-X.c is the main of tool tfm-X;
+# kernels/*.cu is the CUDA backend; tests/unit/test_X.c is a unit test program.
+# New files are picked up by the wildcards below: no list to keep in step.
+
+PREFIX   ?= /usr/local
+# BUILD holds objects and test programs, BINDIR the tools; both can be moved so that
+# several builds of one tree run side by side (make BUILD=/tmp/b BINDIR=/tmp/b/bin).
+BUILD    ?= build
+BINDIR   ?= bin
+CC       ?= cc
+CXX      ?= c++
+OPT      ?= -O2 -g
+CPPFLAGS += -Isrc -D_GNU_SOURCE
+CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -fopenmp -MMD -MP
+CXXFLAGS += -std=c++17 $(OPT) -Wall -Wextra -MMD -MP
+SPM_LIBS := $(shell pkg-config --libs sentencepiece 2>/dev/null || echo -lsentencepiece -lsentencepiece_train)
+LDLIBS   += $(SPM_LIBS) -lopenblas -lz -lpthread -lm -lstdc++ -fopenmp
+
+VERSION  := $(shell cat VERSION)
+CPPFLAGS += -DTFM_VERSION='"$(VERSION)"'
+
+# CUDA is built when nvcc is on PATH, unless CUDA=0.  The runtime API only (never -lcuda):
+# a binary linked this way starts on a machine without a GPU and uses the CPU backend.
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+CUDA     ?= $(if $(NVCC),1,0)
+ifeq ($(CUDA),1)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-fPIC
+CPPFLAGS   += -DTFM_CUDA
+KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(wildcard kernels/*.cu))
+LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
+endif
+
+LIB_C    := $(wildcard src/*.c)
+LIB_CC   := $(wildcard src/*.cc)
+LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_C)) $(patsubst src/%.cc,$(BUILD)/src/%.o,$(LIB_CC))
+TOOLS    := $(patsubst bin/%.c,$(BINDIR)/%,$(wildcard bin/tfm-*.c))
+TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
+MANPAGES := $(wildcard man/*.1 man/*.5)
+LIB      := $(BUILD)/libtfm.a
+
+all: $(TOOLS) $(TESTS)
+
+$(LIB): $(LIB_OBJ) $(KERNEL_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/src/%.o: src/%.c VERSION
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/src/%.o: src/%.cc VERSION
+	@mkdir -p $(@D)
+	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
+
+$(BUILD)/kernels/%.o: kernels/%.cu src/backend.h
+	@mkdir -p $(@D)
+	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/bin/%.o: bin/%.c VERSION
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BINDIR)/tfm-%: $(BUILD)/bin/tfm-%.o $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%.o: tests/unit/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -Itests/unit $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/bench/%: tests/bench/%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+check: all
+	@TFM_BIN=$(abspath $(BINDIR)) tests/run $(TESTS)
+
+check-ref: all
+	@TFM_BIN=$(abspath $(BINDIR)) tests/ref/run
+
+check-gpu: all
+	@TFM_BIN=$(abspath $(BINDIR)) tests/run --gpu $(TESTS)
+
+bench: all $(BENCHES)
+	@TFM_BIN=$(abspath $(BINDIR)) TFM_BENCH_BIN=$(abspath $(BUILD)/bench) tests/bench/run
+
+# libFuzzer needs clang; the reader is built again with the sanitizers.
+FUZZ_TIME ?= 600
+fuzz:
+	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus
+	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	    $(CPPFLAGS) -o $(BUILD)/fuzz/fuzz_stream tests/fuzz/fuzz_stream.c src/stream.c src/error.c -lz
+	$(BUILD)/fuzz/fuzz_stream -max_total_time=$(FUZZ_TIME) -max_len=4096 \
+	    tests/fuzz/corpus tests/fuzz/seeds
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/man/man5
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(filter %.1,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 644 $(filter %.5,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man5
+
+clean:
+	rm -rf build $(TOOLS)
+
+.PHONY: all check check-ref check-gpu bench fuzz install clean
+.DELETE_ON_ERROR:
+.SECONDARY:
+
+-include $(wildcard $(BUILD)/*/*.d $(BUILD)/*/*/*.d)

@@ -1,0 +1,94 @@
+/* dump.c: a tfm stream as text (see dump.h and man/tfm-cat.1).
+ *
+ *   stream NAME version 1
+ *   meta kind=tokens                 one line per header key, "kind" first
+ *   meta spm.size=238123
+ *   record 2 tokens.offsets i64 [3] 24 bytes at 1216
+ *   	0 5 12                          with --values: a row of the last dimension a line
+ *   end 4 records
+ */
+#include "dump.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+float tfm_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float tfm_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) {
+        u = sign | 0x7f800000u | (man << 13);               /* inf, nan */
+    } else if (exp == 0) {
+        if (man == 0) {
+            u = sign;                                        /* zero */
+        } else {                                             /* subnormal: normalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            u = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+        }
+    } else {
+        u = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void print_value(FILE *out, int dtype, const void *data, int64_t i)
+{
+    switch (dtype) {
+    case TFM_U8: fprintf(out, "%u", ((const uint8_t *)data)[i]); break;
+    case TFM_U16: fprintf(out, "%u", ((const uint16_t *)data)[i]); break;
+    case TFM_I32: fprintf(out, "%" PRId32, ((const int32_t *)data)[i]); break;
+    case TFM_I64: fprintf(out, "%" PRId64, ((const int64_t *)data)[i]); break;
+    case TFM_F16: fprintf(out, "%.9g", tfm_f16_to_f32(((const uint16_t *)data)[i])); break;
+    case TFM_BF16: fprintf(out, "%.9g", tfm_bf16_to_f32(((const uint16_t *)data)[i])); break;
+    case TFM_F32: fprintf(out, "%.9g", ((const float *)data)[i]); break;
+    }
+}
+
+int tfm_dump(struct tfm_reader *r, FILE *out, int flags, struct tfm_error *err)
+{
+    const struct tfm_header *h = tfm_reader_header(r);
+    fprintf(out, "stream %s version %d\n", tfm_reader_name(r), TFM_STREAM_VERSION);
+    fprintf(out, "meta kind=%s\n", h->kind);
+    for (int i = 0; i < h->nmeta; i++)
+        fprintf(out, "meta %s=%s\n", h->keys[i], h->values[i]);
+    if (flags & TFM_DUMP_HEADER)
+        return ferror(out) ? tfm_fail(err, "write error") : 0;
+    struct tfm_record rec;
+    int k;
+    uint64_t n = h->spm ? 2 : 1;
+    while ((k = tfm_reader_next(r, &rec, err)) == 1) {
+        fprintf(out, "record %" PRIu64 " %s %s [", rec.index, rec.name, tfm_dtype_name(rec.dtype));
+        for (int d = 0; d < rec.rank; d++)
+            fprintf(out, d ? ",%" PRId64 : "%" PRId64, rec.dims[d]);
+        fprintf(out, "] %zu bytes at %" PRIu64 "\n", rec.nbytes, rec.offset);
+        n = rec.index + 1;
+        if ((flags & TFM_DUMP_VALUES) && rec.count > 0) {
+            int64_t row = rec.rank ? rec.dims[rec.rank - 1] : 1;
+            for (int64_t i = 0; i < rec.count; i++) {
+                fputc(i % row ? ' ' : '\t', out);
+                print_value(out, rec.dtype, rec.data, i);
+                if ((i + 1) % row == 0)
+                    fputc('\n', out);
+            }
+        }
+        if (ferror(out))
+            return tfm_fail(err, "write error");
+    }
+    if (k < 0)
+        return -1;
+    fprintf(out, "end %" PRIu64 " records\n", n + 1);
+    return ferror(out) ? tfm_fail(err, "write error") : 0;
+}

@@ -1,0 +1,149 @@
+/* stream.h: the tfm tensor stream, the one format of every tfm file and pipe.
+ *
+ * A stream is a preamble and a sequence of self-delimiting records, each a named, typed,
+ * shaped tensor with a CRC32 of its payload.  Record 0 is the header ("tfm.header": the
+ * stream's kind and key=value metadata); record 1 may carry the SentencePiece model
+ * ("tfm.spm"); the last record is "tfm.end" (the number of records before it), so a
+ * stream cut at a record boundary is detected.  The byte layout is in man/tfm.5; this
+ * module is the only code that knows it.
+ *
+ * Readers work on pipes (no seeking) and memory-map regular files, so the payloads of a
+ * checkpoint are used in place.  Every field is validated before anything is allocated.
+ * Writers to a path write "PATH.tmp.PID" and rename it on tfm_writer_close, so an output
+ * appears whole or not at all; "-" is stdout.
+ */
+#ifndef TFM_STREAM_H
+#define TFM_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+#define TFM_STREAM_VERSION 1
+#define TFM_MAX_RANK 8
+#define TFM_MAX_NAME 255
+#define TFM_ALIGN 64
+/* Largest decoded payload a reader accepts (bytes).  Bounds what a crafted header can
+ * make a reader allocate; a real tensor larger than this is a bug. */
+#define TFM_MAX_PAYLOAD ((uint64_t)1 << 36)
+/* Most key=value pairs in a header, and the longest key and value. */
+#define TFM_MAX_META 64
+#define TFM_MAX_KEY 63
+#define TFM_MAX_VALUE 4095
+
+enum tfm_dtype {
+    TFM_U8 = 1,
+    TFM_U16 = 2,
+    TFM_I32 = 3,
+    TFM_I64 = 4,
+    TFM_F16 = 5,
+    TFM_BF16 = 6,
+    TFM_F32 = 7,
+};
+
+/* Bytes per element, or 0 for a value that is not a dtype. */
+size_t tfm_dtype_size(int dtype);
+/* "u8", "i32", "f32", ... or "?" */
+const char *tfm_dtype_name(int dtype);
+/* The dtype named s, or 0. */
+int tfm_dtype_parse(const char *s);
+
+/* What a stream holds (the header's "kind" key). */
+#define TFM_KIND_TOKENS "tokens"           /* ragged sentences: tokens.offsets + tokens.ids */
+#define TFM_KIND_BATCHES "batches"         /* padded batches: batch.index, batch.src, batch.tgt */
+#define TFM_KIND_CHECKPOINT "checkpoint"   /* config, parameters, optimizer and run state */
+#define TFM_KIND_HYPOTHESES "hypotheses"   /* decoder output: token chunks + hyp.index/score */
+
+/* The header: kind, key=value metadata, and the embedded SentencePiece model (may be
+ * absent: spm == NULL).  Keys are [A-Za-z0-9_.-]+, values any bytes but '\n' and NUL. */
+struct tfm_header {
+    char kind[32];
+    int nmeta;
+    char *keys[TFM_MAX_META];
+    char *values[TFM_MAX_META];
+    void *spm;          /* serialized SentencePiece ModelProto, or NULL */
+    size_t spm_size;
+};
+
+void tfm_header_init(struct tfm_header *h, const char *kind);
+void tfm_header_free(struct tfm_header *h);
+/* Deep copy of src into dst (dst uninitialized). Returns 0 or -1 (out of memory). */
+int tfm_header_copy(struct tfm_header *dst, const struct tfm_header *src, struct tfm_error *err);
+/* Set (add or replace) a key. Returns 0, or -1 with a message on a bad key or value. */
+int tfm_header_set(struct tfm_header *h, const char *key, const char *value,
+                   struct tfm_error *err);
+int tfm_header_setf(struct tfm_header *h, struct tfm_error *err, const char *key,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The value of key, or NULL. */
+const char *tfm_header_get(const struct tfm_header *h, const char *key);
+/* Copy spm bytes into the header (replacing any).  Sets "spm.crc32" and "spm.size". */
+int tfm_header_set_spm(struct tfm_header *h, const void *spm, size_t n, struct tfm_error *err);
+/* The CRC32 of the embedded SentencePiece model, identifying a vocabulary (0 if none). */
+uint32_t tfm_header_vocab_id(const struct tfm_header *h);
+
+/* One record as read.  name and data stay valid until the next tfm_reader_next or
+ * tfm_reader_close; data is aligned to TFM_ALIGN bytes. */
+struct tfm_record {
+    const char *name;
+    int dtype;
+    int rank;
+    int64_t dims[TFM_MAX_RANK];
+    int64_t count;      /* number of elements: product of dims (1 for rank 0) */
+    size_t nbytes;      /* count * dtype size */
+    const void *data;
+    uint64_t index;     /* record number in the stream; 0 is the header */
+    uint64_t offset;    /* byte offset of the record's start in the stream */
+};
+
+struct tfm_reader;
+
+/* Open path ("-" or NULL: stdin), check the preamble, read the header (and the embedded
+ * vocabulary).  NULL on failure with a message that starts with the file's name. */
+struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err);
+/* Same on an open descriptor; name is used in messages.  The reader does not close fd. */
+struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err);
+/* Does this descriptor's next input begin with the stream magic?  For tools that accept
+ * either a stream or text: peeks at most 8 bytes, which tfm_reader_open_fd then uses. */
+struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *peek,
+                                          size_t npeek, struct tfm_error *err);
+int tfm_is_stream_magic(const void *buf, size_t n);
+
+const struct tfm_header *tfm_reader_header(const struct tfm_reader *r);
+const char *tfm_reader_name(const struct tfm_reader *r);
+/* The next record: 1 and fills rec; 0 at "tfm.end" (stream complete and verified);
+ * -1 on any error, with "FILE: record N 'NAME': at byte OFF: reason". */
+int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err);
+/* Read the next record and require its name, dtype and rank (dtype or rank < 0: any). */
+int tfm_reader_expect(struct tfm_reader *r, struct tfm_record *rec, const char *name,
+                      int dtype, int rank, struct tfm_error *err);
+/* Fill err with "FILE: record N 'NAME': at byte OFF: <fmt>" for a problem the caller
+ * found in the record just read (a wrong shape, say).  Returns -1. */
+int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
+                    struct tfm_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void tfm_reader_close(struct tfm_reader *r);
+
+/* Writer flags. */
+#define TFM_DEFLATE 1       /* deflate each record's payload (level 6) where it pays */
+
+struct tfm_writer;
+
+/* Open path ("-" or NULL: stdout) and write the preamble, header and vocabulary.  A path
+ * is written as a temporary file beside it and appears on tfm_writer_close. */
+struct tfm_writer *tfm_writer_open(const char *path, const struct tfm_header *h, int flags,
+                                   struct tfm_error *err);
+/* Write one record.  dims has rank entries; data has product(dims) * size(dtype) bytes. */
+int tfm_writer_put(struct tfm_writer *w, const char *name, int dtype, int rank,
+                   const int64_t *dims, const void *data, struct tfm_error *err);
+/* Write "tfm.end", flush, fsync and rename into place.  Frees w whatever happens. */
+int tfm_writer_close(struct tfm_writer *w, struct tfm_error *err);
+/* Give up: remove the temporary file, free w.  Safe on NULL. */
+void tfm_writer_abort(struct tfm_writer *w);
+/* Bytes written so far. */
+uint64_t tfm_writer_offset(const struct tfm_writer *w);
+
+/* zlib's CRC32 (the checksum of every record). */
+uint32_t tfm_crc32(uint32_t crc, const void *buf, size_t n);
+
+#endif
