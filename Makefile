@@ -107,7 +107,7 @@ FUZZ_TIME ?= 600
 fuzz:
 	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus
 	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(CPPFLAGS) -o $(BUILD)/fuzz/fuzz_stream tests/fuzz/fuzz_stream.c src/stream.c src/error.c -lz
+	    $(CPPFLAGS) -o $(BUILD)/fuzz/fuzz_stream tests/fuzz/fuzz_stream.c src/stream.c src/corpus.c src/error.c -lz
 	$(BUILD)/fuzz/fuzz_stream -max_total_time=$(FUZZ_TIME) -max_len=4096 \
 	    tests/fuzz/corpus tests/fuzz/seeds
 

@@ -1,0 +1,89 @@
+#!/usr/bin/env bats
+# tfm-cat and the stream reader's handling of good and crafted bad streams.
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    FIX="$TFM_ROOT/tests/fixtures"
+}
+
+@test "tfm-cat prints header and records of a stream written by the independent Python writer" {
+    run tfm-cat "$FIX/good.tfm"
+    assert_success
+    assert_line --index 1 "meta kind=tokens"
+    assert_line --index 2 "meta producer=make_bad.py"
+    assert_line --index 3 "record 1 tokens.offsets i64 [3] 24 bytes at 161"
+    assert_line --index 4 "record 2 tokens.ids i32 [5] 20 bytes at 280"
+    assert_line --index 5 "end 4 records"
+}
+
+@test "tfm-cat --values prints every element" {
+    run tfm-cat --values "$FIX/good.tfm"
+    assert_success
+    assert_line --index 4 $'\t0 2 5'
+    assert_line --index 6 $'\t5 6 7 8 9'
+}
+
+@test "tfm-cat --header prints the header only" {
+    run tfm-cat --header "$FIX/good.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 3
+}
+
+@test "tfm-cat reads stdin, from a pipe and from a redirect" {
+    run bash -c "cat '$FIX/good.tfm' | tfm-cat --values"
+    assert_success
+    assert_line $'\t5 6 7 8 9'
+    assert_line --index 0 "stream <stdin> version 1"
+    run bash -c "tfm-cat - < '$FIX/good.tfm'"
+    assert_success
+    assert_line "end 4 records"
+}
+
+@test "tfm-cat goes on after a bad file and exits 1" {
+    run tfm-cat "$FIX/bad/crc.tfm" "$FIX/good.tfm"
+    assert_failure 1
+    assert_line "end 4 records"
+    assert_line --partial "tfm-cat: $FIX/bad/crc.tfm: record 2 'tokens.ids'"
+}
+
+@test "every crafted bad stream is rejected with exit 1 naming file, record and byte" {
+    n=0
+    while IFS=$'\t' read -r file expect; do
+        [[ $file == \#* ]] && continue
+        n=$((n + 1))
+        run tfm-cat "$FIX/bad/$file"
+        [ "$status" -eq 1 ] || { echo "$file: exit $status, expected 1"; return 1; }
+        [[ $output == *"tfm-cat: $FIX/bad/$file: $expect"* ]] ||
+            { echo "$file: got: $output"; echo "expected: $expect"; return 1; }
+        # and the same through a pipe (no mmap, no seeking)
+        run bash -c "cat '$FIX/bad/$file' | tfm-cat"
+        [ "$status" -eq 1 ] || { echo "$file via pipe: exit $status"; return 1; }
+        [[ $output == *"tfm-cat: <stdin>: ${expect}"* ]] ||
+            { echo "$file via pipe: got: $output"; echo "expected: $expect"; return 1; }
+    done < "$FIX/bad/EXPECTED"
+    [ "$n" -ge 20 ]
+}
+
+@test "tfm-cat: missing file" {
+    run tfm-cat "$BATS_TEST_TMPDIR/nope.tfm"
+    assert_failure 1
+    assert_output "tfm-cat: $BATS_TEST_TMPDIR/nope.tfm: No such file or directory"
+}
+
+@test "tfm-cat: --help, --version, bad option" {
+    run tfm-cat --help
+    assert_success
+    assert_line --index 0 --partial "usage: tfm-cat"
+    run tfm-cat --version
+    assert_success
+    assert_output "tfm-cat $(cat "$TFM_ROOT/VERSION")"
+    run tfm-cat --bogus
+    assert_failure 2
+}
+
+@test "tfm-cat: a write error on stdout is an error" {
+    run bash -c "tfm-cat --values '$FIX/good.tfm' > /dev/full"
+    assert_failure 1
+    assert_output --partial "write error"
+}
