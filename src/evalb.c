@@ -1,0 +1,598 @@
+/* evalb.c: EVALB bracket scoring (see evalb.h).  Written from EVALB's README and the
+ * behaviour of its reference outputs; no EVALB code.  Owner: the scoring engineer.
+ */
+#include "evalb.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- parameters ---------------------------------------------------------------------- */
+
+void tfm_evalb_params_init(struct tfm_evalb_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->labeled = 1;
+    p->cutoff_len = 40;
+    p->max_error = 10;
+    snprintf(p->name, sizeof p->name, "default");
+}
+
+void tfm_evalb_params_free(struct tfm_evalb_params *p)
+{
+    char **lists[] = {p->delete_label, p->delete_len, p->quote_label, p->eq_label, p->eq_word};
+    int counts[] = {p->ndelete, p->ndelete_len, p->nquote, 2 * p->neq_label, 2 * p->neq_word};
+    for (int k = 0; k < 5; k++) {
+        for (int i = 0; i < counts[k]; i++)
+            free(lists[k][i]);
+        free(lists[k]);
+    }
+    tfm_evalb_params_init(p);
+}
+
+static int list_add(char ***list, int *n, const char *s, size_t len, struct tfm_error *err)
+{
+    char **nl = realloc(*list, (size_t)(*n + 1) * sizeof *nl);
+    if (!nl)
+        return tfm_fail(err, "out of memory");
+    *list = nl;
+    char *c = malloc(len + 1);
+    if (!c)
+        return tfm_fail(err, "out of memory");
+    memcpy(c, s, len);
+    c[len] = '\0';
+    nl[(*n)++] = c;
+    return 0;
+}
+
+/* Apply one "KEY value" setting.  Returns 0, or -1 with a reason. */
+static int set_param(struct tfm_evalb_params *p, const char *key, size_t klen, const char *val,
+                     struct tfm_error *err)
+{
+#define IS(k) (klen == strlen(k) && memcmp(key, k, klen) == 0)
+    const char *v = val;
+    size_t vlen = strlen(val);
+    if (IS("DEBUG") || IS("MAX_ERROR") || IS("CUTOFF_LEN") || IS("LABELED")) {
+        char *end;
+        long x = strtol(v, &end, 10);
+        while (*end && isspace((unsigned char)*end))
+            end++;
+        if (end == v || *end || x < 0 || x > 1000000)
+            return tfm_fail(err, "%.*s: '%s' is not a number in 0..1000000", (int)klen, key, v);
+        if (IS("MAX_ERROR"))
+            p->max_error = (int)x;
+        else if (IS("CUTOFF_LEN"))
+            p->cutoff_len = (int)x;
+        else if (IS("LABELED"))
+            p->labeled = x != 0;
+        return 0;
+    }
+    if (IS("DELETE_LABEL"))
+        return list_add(&p->delete_label, &p->ndelete, v, vlen, err);
+    if (IS("DELETE_LABEL_FOR_LENGTH"))
+        return list_add(&p->delete_len, &p->ndelete_len, v, vlen, err);
+    if (IS("QUOTE_LABEL"))
+        return list_add(&p->quote_label, &p->nquote, v, vlen, err);
+    if (IS("EQ_LABEL") || IS("EQ_WORD")) {
+        const char *a = v, *ae = a;
+        while (*ae && !isspace((unsigned char)*ae))
+            ae++;
+        const char *b = ae;
+        while (*b && isspace((unsigned char)*b))
+            b++;
+        const char *be = b;
+        while (*be && !isspace((unsigned char)*be))
+            be++;
+        const char *rest = be;
+        while (*rest && isspace((unsigned char)*rest))
+            rest++;
+        if (b == be || *rest)
+            return tfm_fail(err, "%.*s requires two values", (int)klen, key);
+        char ***list = IS("EQ_LABEL") ? &p->eq_label : &p->eq_word;
+        int *n = IS("EQ_LABEL") ? &p->neq_label : &p->neq_word;
+        int n2 = 2 * *n;
+        if (list_add(list, &n2, a, (size_t)(ae - a), err) < 0 ||
+            list_add(list, &n2, b, (size_t)(be - b), err) < 0)
+            return -1;
+        (*n)++;
+        return 0;
+    }
+    return tfm_fail(err, "unknown keyword '%.*s'", (int)klen, key);
+#undef IS
+}
+
+int tfm_evalb_params_collins(struct tfm_evalb_params *p, struct tfm_error *err)
+{
+    static const char *const settings[][2] = {
+        {"MAX_ERROR", "10"},      {"CUTOFF_LEN", "40"},    {"LABELED", "1"},
+        {"DELETE_LABEL", "TOP"},  {"DELETE_LABEL", "-NONE-"}, {"DELETE_LABEL", ","},
+        {"DELETE_LABEL", ":"},    {"DELETE_LABEL", "``"},  {"DELETE_LABEL", "''"},
+        {"DELETE_LABEL", "."},    {"DELETE_LABEL_FOR_LENGTH", "-NONE-"},
+        {"EQ_LABEL", "ADVP PRT"},
+    };
+    tfm_evalb_params_init(p);
+    for (size_t i = 0; i < sizeof settings / sizeof settings[0]; i++)
+        if (set_param(p, settings[i][0], strlen(settings[i][0]), settings[i][1], err) < 0)
+            return -1;
+    snprintf(p->name, sizeof p->name, "COLLINS");
+    return 0;
+}
+
+int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct tfm_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return tfm_fail(err, "%s: %s", path, strerror(errno));
+    char line[4096];
+    int ln = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        ln++;
+        size_t n = strlen(line);
+        if (n == sizeof line - 1 && line[n - 1] != '\n') {
+            rc = tfm_fail(err, "%s: line %d: longer than %zu bytes", path, ln, sizeof line - 2);
+            break;
+        }
+        while (n > 0 && isspace((unsigned char)line[n - 1]))
+            line[--n] = '\0';
+        if (line[0] == '#' || n < 3)
+            continue;
+        size_t k = 0;
+        while (line[k] && !isspace((unsigned char)line[k]))
+            k++;
+        size_t v = k;
+        while (line[v] && isspace((unsigned char)line[v]))
+            v++;
+        if (!line[v]) {
+            rc = tfm_fail(err, "%s: line %d: '%s' has no value", path, ln, line);
+            break;
+        }
+        if (set_param(p, line, k, line + v, err) < 0) {
+            rc = tfm_error_prefix(err, "%s: line %d", path, ln);
+            break;
+        }
+    }
+    if (!rc && ferror(f))
+        rc = tfm_fail(err, "%s: read error", path);
+    fclose(f);
+    if (rc == 0) {
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        size_t bl = strlen(base);
+        if (bl > 4 && strcmp(base + bl - 4, ".prm") == 0)
+            bl -= 4;
+        snprintf(p->name, sizeof p->name, "%.*s", (int)(bl < 63 ? bl : 63), base);
+    }
+    return rc;
+}
+
+/* ---- one sentence as EVALB sees it --------------------------------------------------- */
+
+struct term {
+    const char *word, *label;
+};
+
+struct bracket {
+    int start, end;
+    char label[256];
+    int result;         /* 0 unmatched, 1 matched, 5 not counted */
+};
+
+struct quote {
+    struct term term;
+    int index, bracket;
+    int *ends;          /* brackets open at the quote */
+    int nends;
+};
+
+struct side {
+    struct term *terms;
+    int nterm, capterm;
+    struct bracket *br;
+    int nbr, capbr;
+    struct quote *q;
+    int nq, capq;
+    int *stack;
+    int depth, capstack;
+    int len;            /* length for the cutoff (DELETE_LABEL_FOR_LENGTH) */
+};
+
+static void side_free(struct side *s)
+{
+    for (int i = 0; i < s->nq; i++)
+        free(s->q[i].ends);
+    free(s->terms);
+    free(s->br);
+    free(s->q);
+    free(s->stack);
+}
+
+static int in_list(char *const *l, int n, const char *s)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(l[i], s) == 0)
+            return 1;
+    return 0;
+}
+
+static int pair_eq(char *const *pairs, int n, const char *a, const char *b)
+{
+    if (strcmp(a, b) == 0)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if ((strcmp(a, pairs[2 * i]) == 0 && strcmp(b, pairs[2 * i + 1]) == 0) ||
+            (strcmp(a, pairs[2 * i + 1]) == 0 && strcmp(b, pairs[2 * i]) == 0))
+            return 1;
+    return 0;
+}
+
+static int is_quote_term(const struct tfm_evalb_params *p, const char *label, const char *w)
+{
+    return in_list(p->quote_label, p->nquote, label) &&
+           (strcmp(w, "'") == 0 || strcmp(w, "\"") == 0 || strcmp(w, "/") == 0);
+}
+
+#define GROW(arr, n, cap)                                                              \
+    do {                                                                               \
+        if ((n) == (cap)) {                                                            \
+            int c_ = (cap) ? (cap) * 2 : 64;                                           \
+            void *p_ = realloc((arr), (size_t)c_ * sizeof *(arr));                     \
+            if (!p_)                                                                   \
+                return tfm_fail(err, "out of memory");                                 \
+            (arr) = p_;                                                                \
+            (cap) = c_;                                                                \
+        }                                                                              \
+    } while (0)
+
+static int read_node(const struct tfm_evalb_params *p, const struct tfm_tree *t, int32_t i,
+                     struct side *s, struct tfm_error *err)
+{
+    const char *label = tfm_tree_label(t, i), *word = tfm_tree_word(t, i);
+    if (word) {
+        if (!in_list(p->delete_len, p->ndelete_len, label))
+            s->len++;
+        if (is_quote_term(p, label, word)) {
+            GROW(s->q, s->nq, s->capq);
+            struct quote *q = &s->q[s->nq++];
+            q->term.word = word;
+            q->term.label = label;
+            q->index = s->nterm;
+            q->bracket = s->nbr;
+            q->nends = s->depth;
+            q->ends = malloc(((size_t)s->depth + 1) * sizeof *q->ends);
+            if (!q->ends)
+                return tfm_fail(err, "out of memory");
+            memcpy(q->ends, s->stack, (size_t)s->depth * sizeof *q->ends);
+        }
+        if (in_list(p->delete_label, p->ndelete, label))
+            return 0;
+        GROW(s->terms, s->nterm, s->capterm);
+        s->terms[s->nterm].word = word;
+        s->terms[s->nterm].label = label;
+        s->nterm++;
+        return 0;
+    }
+    GROW(s->br, s->nbr, s->capbr);
+    int b = s->nbr++;
+    s->br[b].start = s->nterm;
+    s->br[b].end = -1;
+    snprintf(s->br[b].label, sizeof s->br[b].label, "%s", label);
+    s->br[b].result = 0;
+    GROW(s->stack, s->depth, s->capstack);
+    s->stack[s->depth++] = b;
+    for (int32_t c = t->nodes[i].first; c >= 0; c = t->nodes[c].next)
+        if (read_node(p, t, c, s, err) < 0)
+            return -1;
+    s->depth--;
+    s->br[b].end = s->nterm;
+    return 0;
+}
+
+static int read_tree(const struct tfm_evalb_params *p, const struct tfm_tree *t, struct side *s,
+                     struct tfm_error *err)
+{
+    for (int32_t i = t->first; i >= 0; i = t->nodes[i].next)
+        if (read_node(p, t, i, s, err) < 0)
+            return -1;
+    return 0;
+}
+
+/* Put quote q back into side s's terminals (the 2006 fix). */
+static int reinsert(struct side *s, const struct quote *q, struct tfm_error *err)
+{
+    GROW(s->terms, s->nterm, s->capterm);
+    int ind = q->index;
+    if (ind > s->nterm)
+        ind = s->nterm;
+    memmove(&s->terms[ind + 1], &s->terms[ind], (size_t)(s->nterm - ind) * sizeof *s->terms);
+    s->terms[ind] = q->term;
+    s->nterm++;
+    for (int k = q->bracket; k < s->nbr; k++) {
+        s->br[k].start++;
+        s->br[k].end++;
+    }
+    for (int k = 0; k < q->nends; k++)
+        s->br[q->ends[k]].end++;
+    return 0;
+}
+
+static int fix_quotes(const struct tfm_evalb_params *p, struct side *g, struct side *t,
+                      struct tfm_error *err)
+{
+    for (int i = 0; i < t->nq; i++) {
+        int ind = t->q[i].index;
+        for (int j = 0; j < g->nq; j++) {
+            if (g->q[j].index != ind || strcmp(g->q[j].term.label, t->q[i].term.label) == 0)
+                continue;
+            int gdel = in_list(p->delete_label, p->ndelete, g->q[j].term.label);
+            int tdel = in_list(p->delete_label, p->ndelete, t->q[i].term.label);
+            if (gdel && !tdel) {
+                if (reinsert(g, &g->q[j], err) < 0)
+                    return -1;
+                for (int k = j; k < g->nq; k++)
+                    g->q[k].index++;
+            } else if (tdel && !gdel) {
+                if (reinsert(t, &t->q[i], err) < 0)
+                    return -1;
+                for (int k = i; k < t->nq; k++)
+                    t->q[k].index++;
+            }
+        }
+    }
+    return 0;
+}
+
+static void massage(const struct tfm_evalb_params *p, struct side *s)
+{
+    for (int i = 0; i < s->nbr; i++) {
+        struct bracket *b = &s->br[i];
+        b->result = 0;
+        if (b->start == b->end) {
+            b->result = 5;
+            continue;
+        }
+        char *c = b->label + strcspn(b->label, "-=");
+        *c = '\0';
+        for (int j = 0; j < p->ndelete; j++)
+            if (pair_eq(p->eq_label, p->neq_label, b->label, p->delete_label[j]))
+                b->result = 5;
+    }
+}
+
+/* ---- scoring ------------------------------------------------------------------------- */
+
+int tfm_evalb_init(struct tfm_evalb *e, const struct tfm_evalb_params *p, struct tfm_error *err)
+{
+    memset(e, 0, sizeof *e);
+    tfm_evalb_params_init(&e->p);
+    struct tfm_evalb_params *q = &e->p;
+    q->labeled = p->labeled;
+    q->cutoff_len = p->cutoff_len;
+    q->max_error = p->max_error;
+    memcpy(q->name, p->name, sizeof q->name);
+    for (int i = 0; i < p->ndelete; i++)
+        if (list_add(&q->delete_label, &q->ndelete, p->delete_label[i],
+                     strlen(p->delete_label[i]), err) < 0)
+            return -1;
+    for (int i = 0; i < p->ndelete_len; i++)
+        if (list_add(&q->delete_len, &q->ndelete_len, p->delete_len[i],
+                     strlen(p->delete_len[i]), err) < 0)
+            return -1;
+    for (int i = 0; i < p->nquote; i++)
+        if (list_add(&q->quote_label, &q->nquote, p->quote_label[i],
+                     strlen(p->quote_label[i]), err) < 0)
+            return -1;
+    int n2 = 0;
+    for (int i = 0; i < 2 * p->neq_label; i++)
+        if (list_add(&q->eq_label, &n2, p->eq_label[i], strlen(p->eq_label[i]), err) < 0)
+            return -1;
+    q->neq_label = p->neq_label;
+    n2 = 0;
+    for (int i = 0; i < 2 * p->neq_word; i++)
+        if (list_add(&q->eq_word, &n2, p->eq_word[i], strlen(p->eq_word[i]), err) < 0)
+            return -1;
+    q->neq_word = p->neq_word;
+    return 0;
+}
+
+void tfm_evalb_free(struct tfm_evalb *e) { tfm_evalb_params_free(&e->p); }
+
+static void add_totals(struct tfm_evalb_totals *t, const struct tfm_evalb_sent *s)
+{
+    t->sentences++;
+    if (s->status == TFM_EVALB_ERROR) {
+        t->errors++;
+        return;
+    }
+    if (s->status == TFM_EVALB_SKIP) {
+        t->skipped++;
+        return;
+    }
+    t->gold += s->gold;
+    t->test += s->test;
+    t->matched += s->matched;
+    if (s->gold == s->test && s->test == s->matched)
+        t->complete++;
+    t->words += s->words;
+    t->crossing += s->crossing;
+    if (s->crossing == 0)
+        t->no_crossing++;
+    if (s->crossing <= 2)
+        t->two_or_less++;
+    t->correct_tags += s->correct_tags;
+}
+
+int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
+                  const struct tfm_tree *test, const char *reason, struct tfm_evalb_sent *s,
+                  struct tfm_error *err)
+{
+    const struct tfm_evalb_params *p = &e->p;
+    struct side g, t;
+    memset(&g, 0, sizeof g);
+    memset(&t, 0, sizeof t);
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    int rc = -1;
+    if (read_tree(p, gold, &g, err) < 0)
+        goto done;
+    s->len = g.len;
+    s->words = g.nterm;     /* what an error or skip row shows (see evalb.h) */
+    if (!test) {
+        s->status = TFM_EVALB_ERROR;
+        snprintf(s->reason, sizeof s->reason, "%s", reason ? reason : "unreadable test tree");
+        goto count;
+    }
+    if (read_tree(p, test, &t, err) < 0)
+        goto done;
+    if (t.nterm == 0) {
+        s->status = TFM_EVALB_SKIP;
+        goto count;
+    }
+    if (g.nterm != t.nterm) {
+        if (fix_quotes(p, &g, &t, err) < 0)
+            goto done;
+        if (g.nterm != t.nterm) {
+            s->status = TFM_EVALB_ERROR;
+            snprintf(s->reason, sizeof s->reason, "length mismatch (%d|%d)", g.nterm, t.nterm);
+            goto count;
+        }
+    }
+    for (int i = 0; i < g.nterm; i++)
+        if (!pair_eq(p->eq_word, p->neq_word, g.terms[i].word, t.terms[i].word)) {
+            s->status = TFM_EVALB_ERROR;
+            snprintf(s->reason, sizeof s->reason, "word mismatch (%.100s|%.100s)",
+                     g.terms[i].word, t.terms[i].word);
+            goto count;
+        }
+    massage(p, &g);
+    massage(p, &t);
+    for (int i = 0; i < g.nbr; i++)
+        if (g.br[i].result != 5)
+            s->gold++;
+    for (int j = 0; j < t.nbr; j++)
+        if (t.br[j].result != 5)
+            s->test++;
+    for (int i = 0; i < g.nbr; i++) {
+        if (g.br[i].result == 5)
+            continue;
+        for (int j = 0; j < t.nbr; j++) {
+            if (t.br[j].result != 0 || g.br[i].start != t.br[j].start ||
+                g.br[i].end != t.br[j].end)
+                continue;
+            if (!p->labeled || pair_eq(p->eq_label, p->neq_label, g.br[i].label, t.br[j].label)) {
+                g.br[i].result = t.br[j].result = 1;
+                s->matched++;
+                break;
+            }
+        }
+    }
+    for (int j = 0; j < t.nbr; j++) {
+        if (t.br[j].result == 5)
+            continue;
+        for (int i = 0; i < g.nbr; i++) {
+            const struct bracket *a = &g.br[i], *b = &t.br[j];
+            if (a->result != 5 &&
+                ((a->start < b->start && a->end > b->start && a->end < b->end) ||
+                 (a->start > b->start && a->start < b->end && a->end > b->end))) {
+                s->crossing++;
+                break;
+            }
+        }
+    }
+    s->words = g.nterm;
+    for (int i = 0; i < g.nterm; i++)
+        if (pair_eq(p->eq_label, p->neq_label, g.terms[i].label, t.terms[i].label))
+            s->correct_tags++;
+count:
+    if (s->status != TFM_EVALB_OK)
+        s->matched = s->gold = s->test = s->crossing = s->correct_tags = 0;
+    add_totals(&e->all, s);
+    if (s->len <= p->cutoff_len)
+        add_totals(&e->cut, s);
+    rc = 0;
+done:
+    side_free(&g);
+    side_free(&t);
+    return rc;
+}
+
+int tfm_evalb_too_many_errors(const struct tfm_evalb *e)
+{
+    /* evalb gives up at the error that finds more than MAX_ERROR errors before it */
+    return e->all.errors > (int64_t)e->p.max_error + 1;
+}
+
+void tfm_evalb_prf(const struct tfm_evalb_totals *t, double *r, double *p, double *f)
+{
+    *r = t->gold > 0 ? 100.0 * (double)t->matched / (double)t->gold : 0.0;
+    *p = t->test > 0 ? 100.0 * (double)t->matched / (double)t->test : 0.0;
+    *f = (*p + *r) != 0 ? 2 * *p * *r / (*p + *r) : NAN;
+}
+
+/* ---- the report ---------------------------------------------------------------------- */
+
+void tfm_evalb_print_header(FILE *f)
+{
+    fputs("  Sent.                        Matched  Bracket   Cross        Correct Tag\n"
+          " ID  Len.  Stat. Recal  Prec.  Bracket gold test Bracket Words  Tags Accracy\n"
+          "============================================================================\n",
+          f);
+}
+
+void tfm_evalb_print_row(FILE *f, const struct tfm_evalb_sent *s)
+{
+    fprintf(f, "%4lld  %3d    %d  ", (long long)s->id, s->len, s->status);
+    fprintf(f, "%6.2f %6.2f   %3d    %3d  %3d    %3d",
+            s->gold == 0 ? 0.0 : 100.0 * s->matched / s->gold,
+            s->test == 0 ? 0.0 : 100.0 * s->matched / s->test, s->matched, s->gold, s->test,
+            s->crossing);
+    int words = s->words;
+    fprintf(f, "   %4d  %4d   %6.2f\n", words, s->correct_tags,
+            (s->status != TFM_EVALB_OK || words == 0) ? 0.0
+                                                      : 100.0 * s->correct_tags / words);
+}
+
+static void print_block(FILE *f, const struct tfm_evalb_totals *t)
+{
+    int64_t valid = t->sentences - t->errors - t->skipped;
+    double r, p, fm;
+    tfm_evalb_prf(t, &r, &p, &fm);
+    fprintf(f, "Number of sentence        = %6lld\n", (long long)t->sentences);
+    fprintf(f, "Number of Error sentence  = %6lld\n", (long long)t->errors);
+    fprintf(f, "Number of Skip  sentence  = %6lld\n", (long long)t->skipped);
+    fprintf(f, "Number of Valid sentence  = %6lld\n", (long long)valid);
+    fprintf(f, "Bracketing Recall         = %6.2f\n", r);
+    fprintf(f, "Bracketing Precision      = %6.2f\n", p);
+    if (isnan(fm))
+        fprintf(f, "Bracketing FMeasure       = %6s\n", "nan");
+    else
+        fprintf(f, "Bracketing FMeasure       = %6.2f\n", fm);
+    fprintf(f, "Complete match            = %6.2f\n",
+            valid > 0 ? 100.0 * (double)t->complete / (double)valid : 0.0);
+    fprintf(f, "Average crossing          = %6.2f\n",
+            valid > 0 ? (double)t->crossing / (double)valid : 0.0);
+    fprintf(f, "No crossing               = %6.2f\n",
+            valid > 0 ? 100.0 * (double)t->no_crossing / (double)valid : 0.0);
+    fprintf(f, "2 or less crossing        = %6.2f\n",
+            valid > 0 ? 100.0 * (double)t->two_or_less / (double)valid : 0.0);
+    fprintf(f, "Tagging accuracy          = %6.2f\n",
+            t->words > 0 ? 100.0 * (double)t->correct_tags / (double)t->words : 0.0);
+}
+
+void tfm_evalb_print_summary(FILE *f, const struct tfm_evalb *e)
+{
+    const struct tfm_evalb_totals *t = &e->all;
+    fputs("============================================================================\n", f);
+    if (t->gold > 0 && t->test > 0)
+        fprintf(f, "                %6.2f %6.2f %6lld %5lld %5lld  %5lld",
+                100.0 * (double)t->matched / (double)t->gold,
+                100.0 * (double)t->matched / (double)t->test, (long long)t->matched,
+                (long long)t->gold, (long long)t->test, (long long)t->no_crossing);
+    fprintf(f, "  %5lld %5lld   %6.2f\n", (long long)t->words, (long long)t->correct_tags,
+            t->words > 0 ? 100.0 * (double)t->correct_tags / (double)t->words : 0.0);
+    fputs("=== Summary ===\n\n-- All --\n", f);
+    print_block(f, &e->all);
+    fprintf(f, "\n-- len<=%d --\n", e->p.cutoff_len);
+    print_block(f, &e->cut);
+}

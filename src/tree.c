@@ -1,0 +1,534 @@
+/* tree.c: PTB trees -- parsing, printing, linearization and restoration (see tree.h).
+ * Owner: the scoring engineer.
+ */
+#include "tree.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void tfm_tree_init(struct tfm_tree *t)
+{
+    memset(t, 0, sizeof *t);
+    t->first = -1;
+}
+
+void tfm_tree_clear(struct tfm_tree *t)
+{
+    t->n = 0;
+    t->slen = 0;
+    t->first = -1;
+}
+
+void tfm_tree_free(struct tfm_tree *t)
+{
+    free(t->nodes);
+    free(t->str);
+    tfm_tree_init(t);
+}
+
+static int32_t add_str(struct tfm_tree *t, const char *s, size_t len, struct tfm_error *err)
+{
+    if (t->slen + len + 1 > t->scap) {
+        size_t c = t->scap ? t->scap : 256;
+        while (c < t->slen + len + 1)
+            c *= 2;
+        if (c > INT32_MAX)
+            return tfm_fail(err, "tree too large");
+        char *n = realloc(t->str, c);
+        if (!n)
+            return tfm_fail(err, "out of memory");
+        t->str = n;
+        t->scap = c;
+    }
+    int32_t off = (int32_t)t->slen;
+    memcpy(t->str + t->slen, s, len);
+    t->str[t->slen + len] = '\0';
+    t->slen += len + 1;
+    return off;
+}
+
+/* A new node (label, word or -1), unlinked.  Returns its index or -1. */
+static int32_t add_node(struct tfm_tree *t, int32_t label, int32_t word, struct tfm_error *err)
+{
+    if (t->n == t->cap) {
+        int32_t c = t->cap ? t->cap * 2 : 64;
+        if (c <= t->cap)
+            return tfm_fail(err, "tree too large");
+        struct tfm_tree_node *n = realloc(t->nodes, (size_t)c * sizeof *n);
+        if (!n)
+            return tfm_fail(err, "out of memory");
+        t->nodes = n;
+        t->cap = c;
+    }
+    struct tfm_tree_node *nd = &t->nodes[t->n];
+    nd->label = label;
+    nd->word = word;
+    nd->first = nd->next = -1;
+    return t->n++;
+}
+
+static int is_sep(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* ---- parsing ------------------------------------------------------------------------- */
+
+#define MAX_DEPTH 4096
+
+int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int one,
+                   struct tfm_error *err)
+{
+    tfm_tree_clear(t);
+    size_t start = *pos, i = *pos;
+    /* the stack of open brackets: node index, last child, and whether a word was seen */
+    static const int32_t none = -1;
+    int32_t stack[MAX_DEPTH], last[MAX_DEPTH], word_pos[MAX_DEPTH];
+    int depth = 0;
+    int32_t top_last = -1;
+    int ntop = 0;
+    for (;;) {
+        while (i < len && is_sep(text[i]))
+            i++;
+        if (i == len) {
+            if (depth > 0)
+                return tfm_fail(err, "column %zu: unbalanced brackets: %d left open at the end",
+                                i - start + 1, depth);
+            *pos = i;
+            return one ? (ntop > 0) : 0;
+        }
+        if (one && depth == 0 && ntop == 1) {
+            *pos = i;
+            return 1;
+        }
+        char c = text[i];
+        if (c == '(') {
+            if (depth == MAX_DEPTH)
+                return tfm_fail(err, "column %zu: brackets nested deeper than %d",
+                                i - start + 1, MAX_DEPTH);
+            if (depth > 0 && word_pos[depth - 1] >= 0)
+                return tfm_fail(err, "column %zu: a bracket after the word of a preterminal",
+                                i - start + 1);
+            size_t b = ++i;
+            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')')
+                i++;
+            int32_t lab = add_str(t, text + b, i - b, err);
+            if (lab < 0)
+                return -1;
+            int32_t nd = add_node(t, lab, -1, err);
+            if (nd < 0)
+                return -1;
+            if (depth > 0) {
+                if (last[depth - 1] < 0)
+                    t->nodes[stack[depth - 1]].first = nd;
+                else
+                    t->nodes[last[depth - 1]].next = nd;
+                last[depth - 1] = nd;
+            } else {
+                if (top_last < 0)
+                    t->first = nd;
+                else
+                    t->nodes[top_last].next = nd;
+                top_last = nd;
+                ntop++;
+            }
+            stack[depth] = nd;
+            last[depth] = none;
+            word_pos[depth] = -1;
+            depth++;
+        } else if (c == ')') {
+            if (depth == 0)
+                return tfm_fail(err, "column %zu: unbalanced brackets: ')' with no '(' open",
+                                i - start + 1);
+            depth--;
+            i++;
+        } else {
+            size_t b = i;
+            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')')
+                i++;
+            if (depth == 0)
+                return tfm_fail(err, "column %zu: a word outside brackets", b - start + 1);
+            struct tfm_tree_node *nd = &t->nodes[stack[depth - 1]];
+            if (word_pos[depth - 1] >= 0)
+                return tfm_fail(err, "column %zu: more than one word in a bracket",
+                                b - start + 1);
+            if (nd->first >= 0)
+                return tfm_fail(err, "column %zu: a word beside brackets", b - start + 1);
+            int32_t w = add_str(t, text + b, i - b, err);
+            if (w < 0)
+                return -1;
+            t->nodes[stack[depth - 1]].word = w;
+            word_pos[depth - 1] = (int32_t)b;
+        }
+    }
+}
+
+/* ---- printing ------------------------------------------------------------------------ */
+
+struct sbuf {
+    char **p;
+    size_t *cap;
+    size_t len;
+};
+
+static int sb_put(struct sbuf *b, const char *s, size_t n, struct tfm_error *err)
+{
+    if (b->len + n + 1 > *b->cap) {
+        size_t c = *b->cap ? *b->cap : 256;
+        while (c < b->len + n + 1)
+            c *= 2;
+        char *np = realloc(*b->p, c);
+        if (!np)
+            return tfm_fail(err, "out of memory");
+        *b->p = np;
+        *b->cap = c;
+    }
+    memcpy(*b->p + b->len, s, n);
+    b->len += n;
+    (*b->p)[b->len] = '\0';
+    return 0;
+}
+
+static int sb_str(struct sbuf *b, const char *s, struct tfm_error *err)
+{
+    return sb_put(b, s, strlen(s), err);
+}
+
+static int format_node(const struct tfm_tree *t, int32_t i, struct sbuf *b, int depth,
+                       struct tfm_error *err)
+{
+    if (depth > MAX_DEPTH)
+        return tfm_fail(err, "tree nested deeper than %d", MAX_DEPTH);
+    if (sb_str(b, "(", err) < 0 || sb_str(b, tfm_tree_label(t, i), err) < 0)
+        return -1;
+    if (t->nodes[i].word >= 0) {
+        if (sb_str(b, " ", err) < 0 || sb_str(b, tfm_tree_word(t, i), err) < 0)
+            return -1;
+    }
+    for (int32_t c = t->nodes[i].first; c >= 0; c = t->nodes[c].next)
+        if (sb_str(b, " ", err) < 0 || format_node(t, c, b, depth + 1, err) < 0)
+            return -1;
+    return sb_str(b, ")", err);
+}
+
+int64_t tfm_tree_format(const struct tfm_tree *t, char **out, size_t *cap,
+                        struct tfm_error *err)
+{
+    struct sbuf b = {out, cap, 0};
+    if (sb_put(&b, "", 0, err) < 0)
+        return -1;
+    for (int32_t i = t->first; i >= 0; i = t->nodes[i].next) {
+        if (i != t->first && sb_str(&b, " ", err) < 0)
+            return -1;
+        if (format_node(t, i, &b, 0, err) < 0)
+            return -1;
+    }
+    return (int64_t)b.len;
+}
+
+static int is_wrapper_label(const char *l)
+{
+    return l[0] == '\0' || strcmp(l, "TOP") == 0 || strcmp(l, "ROOT") == 0;
+}
+
+int32_t tfm_tree_wrapper(const struct tfm_tree *t, const char **label)
+{
+    int32_t r = t->first;
+    if (r < 0 || t->nodes[r].next >= 0 || t->nodes[r].word >= 0 ||
+        !is_wrapper_label(tfm_tree_label(t, r)))
+        return -1;
+    if (label)
+        *label = tfm_tree_label(t, r);
+    return r;
+}
+
+int tfm_tree_wrap(struct tfm_tree *t, const char *label, struct tfm_error *err)
+{
+    int32_t lab = add_str(t, label, strlen(label), err);
+    if (lab < 0)
+        return -1;
+    int32_t w = add_node(t, lab, -1, err);
+    if (w < 0)
+        return -1;
+    t->nodes[w].first = t->first;
+    t->first = w;
+    return 0;
+}
+
+/* ---- linearization ------------------------------------------------------------------- */
+
+static int is_trace(const struct tfm_tree *t, int32_t i)
+{
+    return t->nodes[i].word >= 0 && strcmp(tfm_tree_label(t, i), "-NONE-") == 0;
+}
+
+/* Does node i dominate a word that is not a trace? */
+static int has_words(const struct tfm_tree *t, int32_t i, int depth)
+{
+    if (t->nodes[i].word >= 0)
+        return !is_trace(t, i);
+    if (depth > MAX_DEPTH)
+        return 0;
+    for (int32_t c = t->nodes[i].first; c >= 0; c = t->nodes[c].next)
+        if (has_words(t, c, depth + 1))
+            return 1;
+    return 0;
+}
+
+static size_t phrase_label_len(const char *l, int keep_function_tags)
+{
+    size_t n = strlen(l);
+    if (keep_function_tags)
+        return n;
+    for (size_t k = 1; k < n; k++)
+        if (l[k] == '-' || l[k] == '=')
+            return k;
+    return n;
+}
+
+static int linearize_node(const struct tfm_tree *t, int32_t i,
+                          const struct tfm_linearize_opts *o, struct sbuf *w, struct sbuf *l,
+                          int depth, struct tfm_error *err)
+{
+    if (!has_words(t, i, depth))
+        return 0;
+    const char *lab = tfm_tree_label(t, i);
+    if (t->nodes[i].word >= 0) {
+        if (w->len && sb_str(w, " ", err) < 0)
+            return -1;
+        if (sb_str(w, tfm_tree_word(t, i), err) < 0)
+            return -1;
+        if (l->len && sb_str(l, " ", err) < 0)
+            return -1;
+        return sb_str(l, o->keep_tags ? lab : "XX", err);
+    }
+    size_t ll = phrase_label_len(lab, o->keep_function_tags);
+    if ((l->len && sb_str(l, " ", err) < 0) || sb_str(l, "(", err) < 0 ||
+        sb_put(l, lab, ll, err) < 0)
+        return -1;
+    for (int32_t c = t->nodes[i].first; c >= 0; c = t->nodes[c].next)
+        if (linearize_node(t, c, o, w, l, depth + 1, err) < 0)
+            return -1;
+    if (sb_str(l, " )", err) < 0 || sb_put(l, lab, ll, err) < 0)
+        return -1;
+    return 0;
+}
+
+int tfm_tree_linearize(const struct tfm_tree *t, const struct tfm_linearize_opts *o,
+                       char **words, size_t *wcap, char **lin, size_t *lcap,
+                       struct tfm_error *err)
+{
+    struct sbuf w = {words, wcap, 0}, l = {lin, lcap, 0};
+    if (sb_put(&w, "", 0, err) < 0 || sb_put(&l, "", 0, err) < 0)
+        return -1;
+    int32_t first = t->first;
+    /* skip outer wrappers: ( (S ...) ), (TOP (S ...)), (ROOT ...) */
+    while (first >= 0 && t->nodes[first].next < 0 && t->nodes[first].word < 0 &&
+           is_wrapper_label(tfm_tree_label(t, first)) && t->nodes[first].first >= 0)
+        first = t->nodes[first].first;
+    for (int32_t i = first; i >= 0; i = t->nodes[i].next)
+        if (linearize_node(t, i, o, &w, &l, 0, err) < 0)
+            return -1;
+    return 0;
+}
+
+/* ---- restoration --------------------------------------------------------------------- */
+
+static void link_child(struct tfm_tree *t, int32_t parent, int32_t *last, int32_t child)
+{
+    if (*last >= 0)
+        t->nodes[*last].next = child;
+    else if (parent >= 0)
+        t->nodes[parent].first = child;
+    else
+        t->first = child;
+    *last = child;
+}
+
+/* Remove phrases without words below first-sibling chain starting at *head. */
+static int64_t prune(struct tfm_tree *t, int32_t *head, int depth)
+{
+    int64_t removed = 0;
+    int32_t *link = head;
+    while (*link >= 0) {
+        int32_t i = *link;
+        if (t->nodes[i].word < 0 && depth < MAX_DEPTH)
+            removed += prune(t, &t->nodes[i].first, depth + 1);
+        if (t->nodes[i].word < 0 && t->nodes[i].first < 0) {
+            *link = t->nodes[i].next;
+            removed++;
+        } else {
+            link = &t->nodes[i].next;
+        }
+    }
+    return removed;
+}
+
+static const char *next_tok(const char *s, size_t len, size_t *i, size_t *tl)
+{
+    while (*i < len && is_sep(s[*i]))
+        (*i)++;
+    if (*i == len)
+        return NULL;
+    size_t b = *i;
+    while (*i < len && !is_sep(s[*i]))
+        (*i)++;
+    *tl = *i - b;
+    return s + b;
+}
+
+int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const char *words,
+                     size_t words_len, struct tfm_restore_stats *st, struct tfm_error *err)
+{
+    struct tfm_restore_stats dummy;
+    if (!st) {
+        memset(&dummy, 0, sizeof dummy);
+        st = &dummy;
+    }
+    tfm_tree_clear(t);
+    int32_t *stack = NULL, *last = NULL;
+    size_t cap = 0;
+    int32_t top_last = -1;
+    size_t depth = 0, li = 0, wi = 0, tl, wl;
+    int rc = -1;
+    int32_t xx = add_str(t, "XX", 2, err);
+    if (xx < 0)
+        return -1;
+    const char *tok;
+    while ((tok = next_tok(lin, lin_len, &li, &tl)) != NULL) {
+        if (tok[0] == '(') {
+            if (tl == 1) {
+                st->dropped_open++;
+                continue;
+            }
+            if (depth == cap) {
+                size_t c = cap ? cap * 2 : 64;
+                int32_t *ns = realloc(stack, c * sizeof *ns), *nl;
+                if (!ns)
+                    goto oom;
+                stack = ns;
+                nl = realloc(last, c * sizeof *nl);
+                if (!nl)
+                    goto oom;
+                last = nl;
+                cap = c;
+            }
+            int32_t lab = add_str(t, tok + 1, tl - 1, err);
+            if (lab < 0)
+                goto done;
+            int32_t nd = add_node(t, lab, -1, err);
+            if (nd < 0)
+                goto done;
+            link_child(t, depth ? stack[depth - 1] : -1, depth ? &last[depth - 1] : &top_last,
+                       nd);
+            stack[depth] = nd;
+            last[depth] = -1;
+            depth++;
+        } else if (tok[0] == ')') {
+            if (depth == 0)
+                st->dropped_close++;
+            else
+                depth--;
+        } else {
+            const char *w = next_tok(words, words_len, &wi, &wl);
+            if (!w) {
+                st->dropped_tags++;
+                continue;
+            }
+            int32_t lab = add_str(t, tok, tl, err);
+            int32_t wo = lab < 0 ? -1 : add_str(t, w, wl, err);
+            int32_t nd = wo < 0 ? -1 : add_node(t, lab, wo, err);
+            if (nd < 0)
+                goto done;
+            link_child(t, depth ? stack[depth - 1] : -1, depth ? &last[depth - 1] : &top_last,
+                       nd);
+        }
+    }
+    /* unused source words: into the innermost open constituent, else the last top-level
+     * constituent, else top level */
+    int32_t parent = -1, *plast = &top_last, tail = -1;
+    if (depth > 0) {
+        parent = stack[depth - 1];
+        plast = &last[depth - 1];
+    } else if (top_last >= 0 && t->nodes[top_last].word < 0) {
+        parent = top_last;
+        for (int32_t c = t->nodes[parent].first; c >= 0; c = t->nodes[c].next)
+            tail = c;
+        plast = &tail;
+    }
+    const char *w;
+    while ((w = next_tok(words, words_len, &wi, &wl)) != NULL) {
+        int32_t wo = add_str(t, w, wl, err);
+        int32_t nd = wo < 0 ? -1 : add_node(t, xx, wo, err);
+        if (nd < 0)
+            goto done;
+        link_child(t, parent, plast, nd);
+        st->added_words++;
+    }
+    st->closed_at_end += (int64_t)depth;
+    st->removed_empty += prune(t, &t->first, 0);
+    rc = 0;
+    goto done;
+oom:
+    tfm_fail(err, "out of memory");
+done:
+    free(stack);
+    free(last);
+    return rc;
+}
+
+/* Preterminals in order (non-trace ones when skip_traces) into (*out, *n). */
+static int collect_pre(const struct tfm_tree *t, int32_t head, int skip_traces, int32_t **out,
+                       int64_t *n, int64_t *cap, int depth, struct tfm_error *err)
+{
+    for (int32_t i = head; i >= 0; i = t->nodes[i].next) {
+        if (t->nodes[i].word >= 0) {
+            if (skip_traces && is_trace(t, i))
+                continue;
+            if (*n == *cap) {
+                int64_t c = *cap ? *cap * 2 : 64;
+                int32_t *p = realloc(*out, (size_t)c * sizeof *p);
+                if (!p)
+                    return tfm_fail(err, "out of memory");
+                *out = p;
+                *cap = c;
+            }
+            (*out)[(*n)++] = i;
+        } else if (depth < MAX_DEPTH &&
+                   collect_pre(t, t->nodes[i].first, skip_traces, out, n, cap, depth + 1,
+                               err) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int tfm_tree_retag(struct tfm_tree *t, const struct tfm_tree *from, const char *only_tag,
+                   struct tfm_error *err)
+{
+    int32_t *a = NULL, *b = NULL;
+    int64_t na = 0, nb = 0, ca = 0, cb = 0;
+    int rc = -1;
+    if (collect_pre(t, t->first, 0, &a, &na, &ca, 0, err) < 0 ||
+        collect_pre(from, from->first, 1, &b, &nb, &cb, 0, err) < 0)
+        goto done;
+    rc = 0;
+    if (na != nb)
+        goto done;
+    for (int64_t k = 0; k < na; k++) {
+        if (only_tag && strcmp(tfm_tree_label(t, a[k]), only_tag) != 0)
+            continue;
+        const char *tag = tfm_tree_label(from, b[k]);
+        int32_t off = add_str(t, tag, strlen(tag), err);
+        if (off < 0) {
+            rc = -1;
+            goto done;
+        }
+        t->nodes[a[k]].label = off;
+    }
+    rc = 1;
+done:
+    free(a);
+    free(b);
+    return rc;
+}

@@ -1,0 +1,274 @@
+#!/usr/bin/env bats
+# tfm-score: every option, pipes, streams, bad input, exit codes.
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    W="$TFM_ROOT/data/wmt17-ende-bleu"
+    REF="$W/newstest2017-ende.ref.de"
+    FBK="$W/systems/newstest2017.FBK.4870.en-de"
+    KIT="$W/systems/newstest2017.KIT.4950.en-de"
+    E="$TFM_ROOT/data/evalb-fixtures"
+    P="$TFM_ROOT/data/ptb-nltk-sample"
+}
+
+@test "BLEU of a WMT17 system: sacreBLEU's line and signature" {
+    run tfm-score -r "$REF" "$FBK"
+    assert_success
+    assert_line -n 0 "BLEU = 26.33 59.3/32.3/19.9/12.6 (BP = 1.000 ratio = 1.003 hyp_len = 61450 ref_len = 61287)"
+    assert_line -n 1 "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+}
+
+@test "every system file equals its published mteval-v13a BLEU" {
+    tail -n +2 "$W/expected_scores.tsv" | while IFS=$'\t' read -r sys file bleu rest; do
+        got=$(tfm-score -r "$REF" "$W/$file" | sed -n '1s/^BLEU = \([0-9.]*\) .*/\1/p')
+        [ "$got" = "$bleu" ] || { echo "$sys: $got != $bleu"; return 1; }
+    done
+}
+
+@test "pipe: cat hyp | tfm-score -r ref, and - for stdin" {
+    run bash -c "cat '$KIT' | tfm-score -r '$REF'"
+    assert_success
+    assert_line -n 0 --partial "BLEU = 26.08 "
+    run bash -c "tfm-score -r '$REF' - < '$KIT'"
+    assert_line -n 0 --partial "BLEU = 26.08 "
+}
+
+@test "--tok intl, --tok none, --lowercase change the signature and the score" {
+    run tfm-score -r "$REF" --tok intl "$FBK"
+    assert_line -n 0 --partial "BLEU = 26.56 "
+    assert_line -n 1 "nrefs:1|case:mixed|eff:no|tok:intl|smooth:exp|version:tfm-0.1.0"
+    run tfm-score -r "$REF" -t none "$KIT"
+    assert_line -n 0 --partial "BLEU = 21.15 "
+    run tfm-score -r "$REF" --lowercase "$FBK"
+    assert_line -n 1 "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+    run tfm-score -r "$REF" -l --smooth none "$FBK"
+    assert_line -n 1 "nrefs:1|case:lc|eff:no|tok:13a|smooth:none|version:tfm-0.1.0"
+    run tfm-score -r "$REF" --smooth floor --smooth-value 0.2 "$FBK"
+    assert_line -n 1 --partial "smooth:floor[0.20]"
+}
+
+@test "several references: nrefs and closest length" {
+    run tfm-score -r "$REF" -r "$FBK" "$KIT"
+    assert_success
+    assert_line -n 1 "nrefs:2|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+}
+
+@test "exp smoothing and zero matches by hand" {
+    printf 'the cat sat the mat on\n' > "$BATS_TEST_TMPDIR/h"
+    printf 'the cat sat on the mat\n' > "$BATS_TEST_TMPDIR/r"
+    run tfm-score -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h"
+    # p = 100, 60, 25, 100/(2*3): exp(mean(log p)) = 39.76
+    assert_line -n 0 "BLEU = 39.76 100.0/60.0/25.0/16.7 (BP = 1.000 ratio = 1.000 hyp_len = 6 ref_len = 6)"
+    printf 'x y\n' > "$BATS_TEST_TMPDIR/h2"
+    run tfm-score -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h2"
+    assert_line -n 0 "BLEU = 0.00 0.0/0.0/0.0/0.0 (BP = 0.135 ratio = 0.333 hyp_len = 2 ref_len = 6)"
+}
+
+@test "--tokenized --compound-split: ##AT## splitting, whitespace tokens, no smoothing" {
+    printf 'Das Über-Ich ist gut .\n' > "$BATS_TEST_TMPDIR/r"
+    printf 'Das Über-Ich ist schlecht .\n' > "$BATS_TEST_TMPDIR/h"
+    run tfm-score --tokenized --compound-split -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    # 7 tokens each (Über ##AT##-##AT## Ich); matches 6/7 4/6 3/5 2/4
+    assert_line -n 0 "BLEU = 64.35 85.7/66.7/60.0/50.0 (BP = 1.000 ratio = 1.000 hyp_len = 7 ref_len = 7)"
+    assert_line -n 1 "nrefs:1|case:mixed|eff:no|tok:tokenized+atat|smooth:none|version:tfm-0.1.0"
+    run tfm-score --tokenized -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h"
+    assert_line -n 0 "BLEU = 0.00 80.0/50.0/33.3/0.0 (BP = 1.000 ratio = 1.000 hyp_len = 5 ref_len = 5)"  # no 4-gram match: 0, as multi-bleu.perl
+    assert_line -n 1 --partial "tok:tokenized|smooth:none"
+}
+
+@test "chrF, chrF++ and their options" {
+    run tfm-score -m chrf -r "$REF" "$FBK"
+    assert_success
+    assert_line -n 0 "chrF2 = 54.72"
+    assert_line -n 1 "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:tfm-0.1.0"
+    run tfm-score --metric chrf --chrf-word-order 2 --chrf-eps-smoothing -r "$REF" "$FBK"
+    assert_line -n 0 "chrF2++ = 52.23"
+    assert_line -n 1 "nrefs:1|case:mixed|eff:no|nc:6|nw:2|space:no|version:tfm-0.1.0"
+    run tfm-score -m chrf --chrf-char-order 4 --chrf-beta 1 --chrf-whitespace -l -r "$REF" "$FBK"
+    assert_success
+    assert_line -n 0 --regexp '^chrF1 = [0-9]+\.[0-9]{2}$'
+    assert_line -n 1 "nrefs:1|case:lc|eff:yes|nc:4|nw:0|space:yes|version:tfm-0.1.0"
+}
+
+@test "--json is valid JSON with the figures" {
+    run bash -c "tfm-score --json -r '$REF' '$FBK' | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d[\"name\"], round(d[\"score\"], 2), d[\"counts\"], d[\"tok\"])'"
+    assert_success
+    assert_output "BLEU 26.33 [36411, 18895, 11007, 6629] 13a"
+    tfm-score -j -m chrf -r "$REF" "$FBK" | python3 -m json.tool > /dev/null
+    tfm-score -j -m f1 -v -r "$E/sample/sample.gld" -p "$E/sample/sample.prm" "$E/sample/sample.tst" 2> /dev/null | python3 -m json.tool > /dev/null
+}
+
+@test "line counts must agree: REF: N lines, hypotheses have M" {
+    head -n 3003 "$REF" > "$BATS_TEST_TMPDIR/short"
+    run tfm-score -r "$BATS_TEST_TMPDIR/short" "$FBK"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/short: 3003 lines, hypotheses have 3004"
+}
+
+@test "missing reference or input file: exit 1 naming it" {
+    run tfm-score -r /nonexistent/ref "$FBK"
+    assert_failure 1
+    assert_output --partial "tfm-score: /nonexistent/ref: No such file or directory"
+    run tfm-score -r "$REF" /nonexistent/hyp
+    assert_failure 1
+    assert_output --partial "/nonexistent/hyp: No such file or directory"
+}
+
+@test "invalid UTF-8 is an error naming the line" {
+    printf 'ok\n\xff bad\n' > "$BATS_TEST_TMPDIR/h"
+    printf 'ok\nfine\n' > "$BATS_TEST_TMPDIR/r"
+    run tfm-score -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h"
+    assert_failure 1
+    assert_output --partial "line 2: invalid UTF-8"
+}
+
+@test "usage errors exit 2" {
+    run tfm-score "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: no reference: give -r REF"
+    run tfm-score -r "$REF" --metric bogus "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --metric: 'bogus': expected bleu, chrf or f1"
+    run tfm-score -r "$REF" --tok 14 "$FBK"
+    assert_failure 2
+    run tfm-score -r "$REF" --compound-split "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --compound-split needs --tokenized"
+    run tfm-score -r "$REF" --chrf-word-order 9 -m chrf "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --chrf-word-order: '9': expected an integer from 0 to 6"
+    run tfm-score -r "$REF" --per-sentence "$FBK"
+    assert_failure 2
+    run tfm-score -r "$REF" "$FBK" "$KIT"
+    assert_failure 2
+    run tfm-score --bogus
+    assert_failure 2
+}
+
+@test "--help and --version" {
+    run tfm-score --help
+    assert_success
+    assert_line -n 0 --partial "usage: tfm-score -r REF"
+    run tfm-score -h
+    assert_success
+    run tfm-score --version
+    assert_success
+    assert_output "tfm-score $(cat "$TFM_ROOT/VERSION")"
+}
+
+@test "f1: sample.rsl reproduced with --param sample.prm --per-sentence" {
+    run bash -c "tfm-score -m f1 -p '$E/sample/sample.prm' --per-sentence -r '$E/sample/sample.gld' '$E/sample/sample.tst' 2> /dev/null"
+    assert_success
+    # every line but the totals row (column widths) and FMeasure (older evalb) is identical
+    diff <(echo "$output" | grep -v FMeasure | grep -v '^      *87.76') \
+         <(grep -v '^      *87.76' "$E/sample/sample.rsl")
+    assert_line "                 87.76  90.53     86    98    95     16    108   106    98.15"
+}
+
+@test "f1: bug.rsl-new reproduced with new.prm (the quote fix)" {
+    run tfm-score -m f1 -p "$E/new.prm" -v -r "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_success
+    diff <(echo "$output" | sed 's/^ *//' | grep -v '^62.83') <(grep -v '62.83  57.72' "$E/bug/bug.rsl-new")
+}
+
+@test "f1 default output: F1 P R, counts, cutoff, signature; errors on stderr" {
+    run tfm-score -q -m f1 -p "$E/sample/sample.prm" -r "$E/sample/sample.gld" "$E/sample/sample.tst"
+    assert_success
+    assert_line -n 0 "F1 = 89.12 P = 90.53 R = 87.76 (sentences = 24 valid = 17 errors = 5 skipped = 2 matched = 86 gold = 98 test = 95)"
+    assert_line -n 1 "len<=40: F1 = 83.20 P = 85.25 R = 81.25 (sentences = 23 valid = 16 errors = 5 skipped = 2 matched = 52 gold = 64 test = 61)"
+    assert_line -n 2 "evalb:sample|labeled:yes|cutoff:40|version:tfm-0.1.0"
+    run bash -c "tfm-score -m f1 -p '$E/sample/sample.prm' -r '$E/sample/sample.gld' '$E/sample/sample.tst' 2>&1 >/dev/null"
+    assert_line -n 0 "tfm-score: $E/sample/sample.tst: line 12: word mismatch (is|was)"
+    run bash -c "tfm-score -q -m f1 -p '$E/sample/sample.prm' -r '$E/sample/sample.gld' '$E/sample/sample.tst' 2>&1 >/dev/null"
+    assert_output ""
+}
+
+@test "f1 with COLLINS built in, and LABELED 0 from a .prm" {
+    run tfm-score -q -m f1 -r "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_success
+    assert_line -n 2 "evalb:COLLINS|labeled:yes|cutoff:40|version:tfm-0.1.0"
+    { grep -v LABELED "$E/COLLINS.prm"; echo "LABELED 0"; echo "CUTOFF_LEN 30"; } > "$BATS_TEST_TMPDIR/u.prm"
+    run tfm-score -m f1 --param "$BATS_TEST_TMPDIR/u.prm" -r "$P/wsj_0150-0169.dev.oneline.txt" "$P/wsj_0150-0169.dev.oneline.txt"
+    assert_line -n 0 --partial "F1 = 100.00 P = 100.00 R = 100.00 (sentences = 248 valid = 248"
+    assert_line -n 1 --partial "len<=30: "
+    assert_line -n 2 "evalb:u|labeled:no|cutoff:30|version:tfm-0.1.0"
+    echo "BOGUS 3" > "$BATS_TEST_TMPDIR/bad.prm"
+    run tfm-score -m f1 -p "$BATS_TEST_TMPDIR/bad.prm" -r "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/bad.prm: line 1: unknown keyword 'BOGUS'"
+}
+
+@test "f1: malformed trees name the line; a bad gold tree is fatal" {
+    printf '(S (NN a) (NN b))\n(S (NN c) (NN d))\n' > "$BATS_TEST_TMPDIR/g"
+    printf '(S (NN a) (NN b))\n(S (NN c) (NN d)\n' > "$BATS_TEST_TMPDIR/t"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 2: malformed tree: column 17: unbalanced brackets: 1 left open at the end"
+    assert_line --partial "(sentences = 2 valid = 1 errors = 1 skipped = 0"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/t" "$BATS_TEST_TMPDIR/g"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/t: line 2: column 17: unbalanced brackets: 1 left open at the end"
+}
+
+@test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
+    for i in $(seq 12); do echo "(S (NN a) (NN b))"; done > "$BATS_TEST_TMPDIR/g"
+    for i in $(seq 12); do echo "(S (NN a) (NN c))"; done > "$BATS_TEST_TMPDIR/t"
+    run tfm-score -m f1 -q -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/t: line 12: more than MAX_ERROR 10 errors, giving up"
+    run tfm-score -m f1 -q --max-error 20 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_line -n 0 --partial "errors = 12"
+}
+
+@test "--linearize (.mrg and one-line agree), --restore, and f1 from linearized output" {
+    tfm-score --linearize "$P/wsj_0150-0169.dev.mrg" > "$BATS_TEST_TMPDIR/lin"
+    run bash -c "tfm-score --linearize < '$P/wsj_0150-0169.dev.oneline.txt' | cmp - '$BATS_TEST_TMPDIR/lin'"
+    assert_success
+    [ "$(wc -l < "$BATS_TEST_TMPDIR/lin")" -eq 248 ]
+    cut -f1 "$BATS_TEST_TMPDIR/lin" > "$BATS_TEST_TMPDIR/src"
+    cut -f2 "$BATS_TEST_TMPDIR/lin" > "$BATS_TEST_TMPDIR/tgt"
+    run bash -c "head -1 '$BATS_TEST_TMPDIR/tgt'"
+    assert_output --partial "(S (S (NP XX XX XX )NP (VP XX (VP XX (PP XX"
+    run tfm-score -m f1 -r "$P/wsj_0150-0169.dev.oneline.txt" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/tgt"
+    assert_line -n 0 "F1 = 100.00 P = 100.00 R = 100.00 (sentences = 248 valid = 248 errors = 0 skipped = 0 matched = 5013 gold = 5013 test = 5013)"
+    # drop every ")NP": restoration repairs; precision and recall fall
+    run bash -c "sed 's/ )NP//g' '$BATS_TEST_TMPDIR/tgt' | tfm-score -m f1 -r '$P/wsj_0150-0169.dev.oneline.txt' --linearized"
+    assert_success
+    assert_line -n 0 --partial "errors = 0 skipped = 0"
+    refute_line -n 0 --partial "F1 = 100.00"
+    echo "(S (NP XX XX )NP (VP XX" > "$BATS_TEST_TMPDIR/l1"
+    echo "The cat sat down" > "$BATS_TEST_TMPDIR/s1"
+    run tfm-score --restore --source "$BATS_TEST_TMPDIR/s1" "$BATS_TEST_TMPDIR/l1"
+    assert_output "(S (NP (XX The) (XX cat)) (VP (XX sat) (XX down)))"
+    run tfm-score --restore "$BATS_TEST_TMPDIR/l1"
+    assert_failure 2
+    run tfm-score --linearize -r x
+    assert_failure 2
+    printf '(S (NN a)\n' > "$BATS_TEST_TMPDIR/bad"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/bad"
+    assert_failure 1
+    assert_output --partial "tree starting on line 1: column"
+}
+
+@test "a token stream is detokenized with its embedded model" {
+    command -v tfm-tokenize > /dev/null || skip "tfm-tokenize not built"
+    head -n 300 "$REF" > "$BATS_TEST_TMPDIR/r"
+    head -n 300 "$FBK" > "$BATS_TEST_TMPDIR/h"
+    tfm-tokenize train -m "$BATS_TEST_TMPDIR/m.model" --vocab 500 -O hard_vocab_limit=false \
+        "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h" 2> /dev/null
+    tfm-tokenize encode -m "$BATS_TEST_TMPDIR/m.model" -o "$BATS_TEST_TMPDIR/h.tfm" "$BATS_TEST_TMPDIR/h"
+    tfm-tokenize decode "$BATS_TEST_TMPDIR/h.tfm" > "$BATS_TEST_TMPDIR/h.txt"
+    want=$(tfm-score -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h.txt")
+    run tfm-score -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/h.tfm"
+    assert_success
+    assert_output "$want"
+    run bash -c "tfm-score -r '$BATS_TEST_TMPDIR/r' < '$BATS_TEST_TMPDIR/h.tfm'"
+    assert_output "$want"
+    head -c 100 "$BATS_TEST_TMPDIR/h.tfm" > "$BATS_TEST_TMPDIR/cut.tfm"
+    run tfm-score -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/cut.tfm"
+    assert_failure 1
+    assert_output --partial "tfm-score: $BATS_TEST_TMPDIR/cut.tfm"
+}
