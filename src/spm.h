@@ -16,11 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-
 #ifdef __cplusplus
-extern "C" {
+extern "C" {   /* error.h has no guard of its own */
 #endif
+
+#include "error.h"
 
 /* The token ids of every SentencePiece model tfm uses. */
 #define TFM_PAD_ID 0
@@ -41,8 +41,8 @@ const void *tfm_spm_proto(const struct tfm_spm *s, size_t *n);
 /* The piece of an id ("<pad>", "▁the"...), or NULL when id is outside the vocabulary. */
 const char *tfm_spm_piece(const struct tfm_spm *s, int id);
 
-/* encode: ids appended to (*ids, *cap) realloc'd; returns number of ids, -1 on error.
- * The ids start at (*ids)[0]: "appended" to an empty buffer, the buffer is reused. */
+/* encode: the ids of text (UTF-8, len bytes) into (*ids)[0..n), the buffer (*ids, *cap
+ * elements) grown with realloc as needed; returns n, -1 on error.  No bos/eos added. */
 int64_t tfm_spm_encode(const struct tfm_spm *s, const char *text, size_t len,
                        int32_t **ids, int64_t *cap, struct tfm_error *err);
 /* decode: UTF-8 text (NUL-terminated) into (*out, *cap) realloc'd; pad/bos/eos ignored;

@@ -1,0 +1,298 @@
+/* tfm-tokenize: SentencePiece models and token streams (man/tfm-tokenize.1).
+ * A thin main: options per subcommand, then src/tokenize.h does the work. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stream.h"
+#include "tokenize.h"
+
+static const char USAGE[] =
+    "usage: tfm-tokenize train  -m MODEL [--vocab N] [--type bpe|unigram] [--coverage F]\n"
+    "                           [--max-sentences N] [--seed N] [--threads N]\n"
+    "                           [--trainer-option KEY=VALUE]... [-v] FILE...\n"
+    "       tfm-tokenize encode -m MODEL [--bos] [--eos] [--threads N] [--compress]\n"
+    "                           [-o OUT] [FILE]\n"
+    "       tfm-tokenize decode [-m MODEL] [--ids] [FILE]\n";
+
+static const char HELP[] =
+    "Train SentencePiece models; turn text into tfm token streams and back.\n"
+    "Every model has pad=0 unk=1 bos=2 eos=3.  FILE omitted or - is stdin.\n"
+    "\n"
+    "train:  text files -> one shared model MODEL (bpe, 8000 pieces by default)\n"
+    "  -m, --model MODEL          model file to write\n"
+    "  -n, --vocab N              vocabulary size, special pieces included (8000)\n"
+    "  -t, --type bpe|unigram     model type (bpe)\n"
+    "  -c, --coverage F           character coverage in (0, 1] (0.9995)\n"
+    "  -s, --max-sentences N      train on a random sample of N lines; 0: all (0)\n"
+    "      --seed N               seed of that sample (1)\n"
+    "  -j, --threads N            trainer threads (1)\n"
+    "  -O, --trainer-option K=V   any other spm_train option, e.g. hard_vocab_limit=false\n"
+    "  -v, --verbose              show the trainer's log\n"
+    "encode: text, a sentence a line -> token stream with the model embedded\n"
+    "  -m, --model MODEL          .model file, or any tfm stream that embeds one\n"
+    "  -b, --bos / -e, --eos      add bos (2) / eos (3) to every sentence\n"
+    "  -j, --threads N            encoding threads (1); output is identical\n"
+    "  -z, --compress             deflate the records\n"
+    "  -o, --output OUT           write OUT (whole or not at all) instead of stdout\n"
+    "decode: tokens or hypotheses stream, or lines of ids -> text, a line per sentence\n"
+    "  -m, --model MODEL          use this model instead of the embedded one\n"
+    "  -i, --ids                  print ids, not text\n"
+    "common:\n"
+    "  -p, --progress / -q, --quiet   summary on stderr (default: when it is a tty)\n"
+    "  -h, --help / --version\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tfm-tokenize: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fputs(USAGE, stderr);
+    return 2;
+}
+
+/* An integer flag in [lo, hi]; 0, or 2 (usage error printed). */
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "tfm-tokenize: %s: '%s': expected an integer from %lld to %lld\n", flag,
+                s, lo, hi);
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    *v = x;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *s, double lo, double hi, double *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || *end || errno || !(x > lo && x <= hi)) {
+        fprintf(stderr, "tfm-tokenize: %s: '%s': expected a number in (%g, %g]\n", flag, s, lo,
+                hi);
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    *v = x;
+    return 0;
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int close_stdout(void)
+{
+    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
+        perror("tfm-tokenize: write error");
+        return 1;
+    }
+    return 0;
+}
+
+enum { OPT_SEED = 256, OPT_VERSION };
+
+static const struct option OPTS[] = {
+    {"model", required_argument, NULL, 'm'},
+    {"vocab", required_argument, NULL, 'n'},
+    {"type", required_argument, NULL, 't'},
+    {"coverage", required_argument, NULL, 'c'},
+    {"max-sentences", required_argument, NULL, 's'},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"threads", required_argument, NULL, 'j'},
+    {"trainer-option", required_argument, NULL, 'O'},
+    {"verbose", no_argument, NULL, 'v'},
+    {"bos", no_argument, NULL, 'b'},
+    {"eos", no_argument, NULL, 'e'},
+    {"compress", no_argument, NULL, 'z'},
+    {"output", required_argument, NULL, 'o'},
+    {"ids", no_argument, NULL, 'i'},
+    {"progress", no_argument, NULL, 'p'},
+    {"quiet", no_argument, NULL, 'q'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {NULL, 0, NULL, 0},
+};
+
+/* Which options each subcommand takes (short letters; OPT_SEED is train only). */
+static const char *const SHORT[] = {"m:n:t:c:s:j:O:vpqh", "m:bej:zo:pqh", "m:ipqh"};
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage_error("a subcommand is needed (train, encode or decode)");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
+        fputs(USAGE, stdout);
+        fputs(HELP, stdout);
+        return close_stdout();
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        puts("tfm-tokenize " TFM_VERSION);
+        return close_stdout();
+    }
+    int sub = strcmp(cmd, "train") == 0 ? 0 : strcmp(cmd, "encode") == 0 ? 1
+            : strcmp(cmd, "decode") == 0 ? 2 : -1;
+    if (sub < 0)
+        return usage_error("'%s': unknown subcommand (train, encode or decode)", cmd);
+
+    struct tfm_spm_train_opts topt;
+    tfm_spm_train_defaults(&topt);
+    const char **options = calloc((size_t)argc, sizeof *options);
+    struct tfm_encode_opts eopt = {.threads = 1, .producer = "tfm-tokenize " TFM_VERSION};
+    struct tfm_decode_opts dopt = {0};
+    const char *model = NULL, *output = NULL;
+    int progress = isatty(2);
+    long long v;
+    double d;
+    int c;
+    if (!options)
+        return perror("tfm-tokenize"), 1;
+    optind = 2;
+    while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, NULL)) != -1) {
+        /* a long option of another subcommand */
+        if (c < 256 && c != '?' && !strchr(SHORT[sub], c))
+            return usage_error("%s: option '%s' is not one of %s's", cmd, argv[optind - 1], cmd);
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'n':
+            if (parse_int("--vocab", optarg, 5, 1000000, &v))
+                return 2;
+            topt.vocab_size = (int)v;
+            break;
+        case 't':
+            if (strcmp(optarg, "bpe") != 0 && strcmp(optarg, "unigram") != 0)
+                return usage_error("--type: '%s': bpe or unigram expected", optarg);
+            topt.type = optarg;
+            break;
+        case 'c':
+            if (parse_double("--coverage", optarg, 0, 1, &d))
+                return 2;
+            topt.coverage = d;
+            break;
+        case 's':
+            if (parse_int("--max-sentences", optarg, 0, INT64_MAX / 2, &v))
+                return 2;
+            if (v > 0 && v <= 100)      /* SentencePiece's own limit */
+                return usage_error("--max-sentences: '%s': 0 (all) or more than 100 expected",
+                                   optarg);
+            topt.max_sentences = v;
+            break;
+        case OPT_SEED:
+            if (sub != 0)
+                return usage_error("--seed: only for train");
+            if (parse_int("--seed", optarg, 0, UINT_MAX - 1, &v))
+                return 2;
+            topt.seed = (unsigned)v;
+            break;
+        case 'j':
+            if (parse_int("--threads", optarg, 1, 256, &v))
+                return 2;
+            topt.threads = eopt.threads = (int)v;
+            break;
+        case 'O': {
+            struct tfm_error err;
+            if (tfm_spm_train_option_check(optarg, &err))
+                return usage_error("--trainer-option: %s", err.msg);
+            options[topt.noptions++] = optarg;
+            break;
+        }
+        case 'v': topt.verbose = 1; break;
+        case 'b': eopt.bos = 1; break;
+        case 'e': eopt.eos = 1; break;
+        case 'z': eopt.flags |= TFM_DEFLATE; break;
+        case 'o': output = optarg; break;
+        case 'i': dopt.ids = 1; break;
+        case 'p': progress = 1; break;
+        case 'q': progress = 0; break;
+        case 'h':
+            fputs(USAGE, stdout);
+            fputs(HELP, stdout);
+            return close_stdout();
+        case OPT_VERSION: puts("tfm-tokenize " TFM_VERSION); return close_stdout();
+        default: fputs(USAGE, stderr); return 2;
+        }
+    }
+    topt.options = options;
+    struct tfm_error err;
+    int nfiles = argc - optind;
+
+    if (sub == 0) {     /* train */
+        if (!model)
+            return usage_error("train: -m MODEL is needed");
+        if (nfiles < 1)
+            return usage_error("train: at least one FILE is needed");
+        double t0 = now();
+        int vocab = 0;
+        if (tfm_tokenize_train((const char *const *)argv + optind, nfiles, &topt, model,
+                               &vocab, &err)) {
+            fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
+            return 1;
+        }
+        if (progress)
+            fprintf(stderr, "tfm-tokenize: %s: %s model, %d pieces, %.1f s\n", model,
+                    topt.type, vocab, now() - t0);
+        free(options);
+        return close_stdout();
+    }
+
+    if (nfiles > 1)
+        return usage_error("%s: at most one FILE", cmd);
+    const char *in = nfiles ? argv[optind] : "-";
+    struct tfm_spm *s = NULL;
+    if (sub == 1 && !model)
+        return usage_error("encode: -m MODEL is needed");
+    if (model && !(s = tfm_spm_load_file(model, &err))) {
+        fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
+        return 1;
+    }
+    int status = 0;
+    if (sub == 1) {     /* encode */
+        if ((!output || strcmp(output, "-") == 0) && isatty(1)) {
+            tfm_spm_free(s);
+            return usage_error("encode: refusing to write a binary stream to a terminal "
+                               "(redirect it or use -o OUT)");
+        }
+        double t0 = now();
+        if (tfm_tokenize_encode(s, in, output, &eopt, &err)) {
+            fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
+            status = 1;
+        } else if (progress) {
+            double dt = now() - t0;
+            fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), "
+                    "%.2f s, %.0f sentences/s\n", (long long)eopt.sentences,
+                    (long long)eopt.tokens, (long long)eopt.unknown, dt,
+                    dt > 0 ? (double)eopt.sentences / dt : 0.0);
+        }
+    } else {            /* decode */
+        dopt.model = s;
+        if (tfm_tokenize_decode(in, stdout, &dopt, &err)) {
+            fflush(stdout);
+            fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
+            status = 1;
+        }
+    }
+    tfm_spm_free(s);
+    free(options);
+    if (close_stdout())
+        return 1;
+    return status;
+}

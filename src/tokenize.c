@@ -1,0 +1,527 @@
+/* tokenize.c: train, encode and decode as library calls (see tokenize.h).
+ *
+ * Encode reads a batch of lines (about BATCH_BYTES of text), encodes it on T threads,
+ * each a contiguous range of lines, then appends the results in input order to the
+ * current chunk and writes a chunk whenever it is full.  Chunk boundaries depend only on
+ * the sentences, never on batches or threads, so every thread count writes the same bytes.
+ */
+#include "tokenize.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "lines.h"
+#include "stream.h"
+
+enum {
+    BATCH_BYTES = 1 << 20,      /* text per batch */
+    BATCH_LINES = 16384,
+    MAX_THREADS = 256,
+};
+
+/* ---- train -------------------------------------------------------------------------- */
+
+struct train_input {
+    const char *const *files;
+    int nfiles, next;
+    struct tfm_lines *cur;
+};
+
+static int train_next(void *ctx, const char **line, size_t *len, struct tfm_error *err)
+{
+    struct train_input *in = ctx;
+    for (;;) {
+        if (!in->cur) {
+            if (in->next == in->nfiles)
+                return 0;
+            if (!(in->cur = tfm_lines_open(in->files[in->next++], err)))
+                return -1;
+        }
+        int k = tfm_lines_next(in->cur, line, len, err);
+        if (k != 0)
+            return k;
+        tfm_lines_close(in->cur);
+        in->cur = NULL;
+    }
+}
+
+/* Write n bytes to path through "path.tmp.PID" and rename(2). */
+static int write_atomic(const char *path, const void *data, size_t n, struct tfm_error *err)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return tfm_fail(err, "%s: path too long", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return tfm_fail(err, "%s: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t left = n;
+    while (left > 0) {
+        ssize_t k = write(fd, p, left);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            close(fd);
+            unlink(tmp);
+            return tfm_fail(err, "%s: %s", tmp, strerror(e));
+        }
+        p += k;
+        left -= (size_t)k;
+    }
+    if (fsync(fd) != 0 || close(fd) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return tfm_fail(err, "%s: %s", tmp, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return tfm_fail(err, "%s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+int tfm_tokenize_train(const char *const *files, int nfiles, const struct tfm_spm_train_opts *o,
+                       const char *model_path, int *vocab, struct tfm_error *err)
+{
+    int stdin_used = 0;
+    for (int i = 0; i < nfiles; i++) {     /* a missing file is found before training */
+        if (strcmp(files[i], "-") == 0) {
+            if (stdin_used++)
+                return tfm_fail(err, "-: standard input named twice");
+            continue;
+        }
+        int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return tfm_fail(err, "%s: %s", files[i], strerror(errno));
+        close(fd);
+    }
+    struct train_input in = {files, nfiles, 0, NULL};
+    void *proto = NULL;
+    size_t n = 0;
+    int rc = tfm_spm_train(o, train_next, &in, &proto, &n, err);
+    tfm_lines_close(in.cur);
+    if (rc)
+        return -1;
+    struct tfm_spm *s = tfm_spm_load(proto, n, err);  /* what we write must load */
+    if (!s) {
+        free(proto);
+        return tfm_error_prefix(err, "trained model");
+    }
+    *vocab = tfm_spm_vocab_size(s);
+    tfm_spm_free(s);
+    rc = write_atomic(model_path, proto, n, err);
+    free(proto);
+    return rc;
+}
+
+/* ---- encode ------------------------------------------------------------------------- */
+
+/* Lines of one batch, copied out of the reader. */
+struct batch {
+    char *text;
+    size_t used, cap;
+    size_t *start, *len;        /* [n] */
+    int64_t n;
+    int64_t first_line;         /* line number of line 0 */
+};
+
+/* One thread's share of a batch: lines [from, to) and their ids. */
+struct worker {
+    const struct tfm_spm *spm;
+    const struct batch *b;
+    int64_t from, to;
+    int bos, eos;
+    int32_t *ids;               /* all ids of the range, bos/eos included */
+    int64_t nids, cap_ids;
+    int64_t *lens;              /* [to - from] ids per line */
+    int64_t cap_lens;
+    int32_t *tmp;               /* one line's ids from SentencePiece */
+    int64_t cap_tmp;
+    int64_t unknown;
+    int64_t bad;                /* line (index in batch) that failed, or -1 */
+    struct tfm_error err;
+    pthread_t thread;
+};
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t c = *cap ? *cap : 1024;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    const struct batch *b = w->b;
+    w->nids = 0;
+    w->unknown = 0;
+    w->bad = -1;
+    if (grow((void **)&w->lens, &w->cap_lens, w->to - w->from, sizeof *w->lens)) {
+        w->bad = w->from;
+        tfm_fail(&w->err, "out of memory");
+        return NULL;
+    }
+    for (int64_t i = w->from; i < w->to; i++) {
+        int64_t n = tfm_spm_encode(w->spm, b->text + b->start[i], b->len[i], &w->tmp,
+                                   &w->cap_tmp, &w->err);
+        if (n < 0 || grow((void **)&w->ids, &w->cap_ids, w->nids + n + 2, sizeof *w->ids)) {
+            if (n >= 0)
+                tfm_fail(&w->err, "out of memory");
+            w->bad = i;
+            return NULL;
+        }
+        int32_t *dst = w->ids + w->nids;
+        int64_t k = 0;
+        if (w->bos)
+            dst[k++] = TFM_BOS_ID;
+        for (int64_t j = 0; j < n; j++) {
+            w->unknown += w->tmp[j] == TFM_UNK_ID;
+            dst[k++] = w->tmp[j];
+        }
+        if (w->eos)
+            dst[k++] = TFM_EOS_ID;
+        w->nids += k;
+        w->lens[i - w->from] = k;
+    }
+    return NULL;
+}
+
+/* Read up to BATCH_BYTES / BATCH_LINES of lines into b; 0 lines at the end of input. */
+static int read_batch(struct tfm_lines *in, struct batch *b, struct tfm_error *err)
+{
+    b->n = 0;
+    b->used = 0;
+    b->first_line = tfm_lines_number(in) + 1;
+    int64_t cap_lines = b->start ? BATCH_LINES : 0;
+    if (!b->start) {
+        b->start = malloc(BATCH_LINES * sizeof *b->start);
+        b->len = malloc(BATCH_LINES * sizeof *b->len);
+        if (!b->start || !b->len)
+            return tfm_fail(err, "out of memory");
+        cap_lines = BATCH_LINES;
+    }
+    while (b->n < cap_lines && b->used < BATCH_BYTES) {
+        const char *line;
+        size_t len;
+        int k = tfm_lines_next(in, &line, &len, err);
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        if (b->used + len > b->cap) {
+            size_t c = b->cap ? b->cap : BATCH_BYTES + 4096;
+            while (c < b->used + len)
+                c *= 2;
+            char *t = realloc(b->text, c);
+            if (!t)
+                return tfm_fail(err, "out of memory");
+            b->text = t;
+            b->cap = c;
+        }
+        memcpy(b->text + b->used, line, len);
+        b->start[b->n] = b->used;
+        b->len[b->n] = len;
+        b->used += len;
+        b->n++;
+    }
+    return 0;
+}
+
+/* Split b over nw workers by bytes, run them (worker 0 on this thread), wait. */
+static int encode_batch(struct worker *ws, int nw, const struct batch *b, struct tfm_error *err)
+{
+    if (nw > b->n)
+        nw = b->n > 0 ? (int)b->n : 1;
+    int64_t line = 0;
+    size_t done = 0;
+    for (int t = 0; t < nw; t++) {
+        ws[t].b = b;
+        ws[t].from = line;
+        if (t == nw - 1) {
+            ws[t].to = b->n;
+            break;
+        }
+        size_t target = (size_t)((double)b->used * (t + 1) / nw);
+        /* at least one line each, and one left for every worker after this one */
+        while (line < b->n - (nw - 1 - t) && (line == ws[t].from || done < target))
+            done += b->len[line++];
+        ws[t].to = line;
+    }
+    int started = 1;
+    for (int t = 1; t < nw; t++, started++)
+        if (pthread_create(&ws[t].thread, NULL, work, &ws[t]) != 0)
+            break;
+    for (int t = started; t < nw; t++)     /* could not start a thread: do it here */
+        work(&ws[t]);
+    work(&ws[0]);
+    for (int t = 1; t < started; t++)
+        pthread_join(ws[t].thread, NULL);
+    for (int t = 0; t < nw; t++)
+        if (ws[t].bad >= 0)
+            return tfm_fail(err, "line %lld: %s", (long long)(b->first_line + ws[t].bad),
+                            ws[t].err.msg);
+    return nw;
+}
+
+static int flush_chunk(struct tfm_writer *w, struct tfm_corpus *c, struct tfm_error *err)
+{
+    if (c->n == 0)
+        return 0;
+    if (tfm_corpus_write_chunk(w, c, 0, c->n, err))
+        return -1;
+    c->n = 0;
+    return 0;
+}
+
+int tfm_tokenize_encode(const struct tfm_spm *s, const char *in_path, const char *out_path,
+                        struct tfm_encode_opts *o, struct tfm_error *err)
+{
+    int nt = o->threads < 1 ? 1 : o->threads > MAX_THREADS ? MAX_THREADS : o->threads;
+    o->sentences = o->tokens = o->unknown = 0;
+    struct tfm_lines *in = tfm_lines_open(in_path, err);
+    if (!in)
+        return -1;
+
+    struct tfm_header h;
+    tfm_header_init(&h, TFM_KIND_TOKENS);
+    size_t nproto;
+    const void *proto = tfm_spm_proto(s, &nproto);
+    struct tfm_writer *w = NULL;
+    if (tfm_header_set_spm(&h, proto, nproto, err) ||
+        tfm_header_setf(&h, err, "vocab.size", "%d", tfm_spm_vocab_size(s)) ||
+        (o->bos && tfm_header_set(&h, "bos", "1", err)) ||
+        (o->eos && tfm_header_set(&h, "eos", "1", err)) ||
+        (o->producer && tfm_header_set(&h, "producer", o->producer, err)) ||
+        !(w = tfm_writer_open(out_path, &h, o->flags, err))) {
+        tfm_header_free(&h);
+        tfm_lines_close(in);
+        return -1;
+    }
+    tfm_header_free(&h);
+
+    struct worker *ws = calloc((size_t)nt, sizeof *ws);
+    struct batch b = {0};
+    struct tfm_corpus c;
+    tfm_corpus_init(&c);
+    int rc = ws ? 0 : tfm_fail(err, "out of memory");
+    for (int t = 0; t < nt && ws; t++) {
+        ws[t].spm = s;
+        ws[t].bos = o->bos;
+        ws[t].eos = o->eos;
+    }
+    while (rc == 0) {
+        if (read_batch(in, &b, err)) {
+            rc = -1;
+            break;
+        }
+        if (b.n == 0)
+            break;
+        int nw = encode_batch(ws, nt, &b, err);
+        if (nw < 0) {
+            rc = tfm_error_prefix(err, "%s", tfm_lines_name(in));
+            break;
+        }
+        for (int t = 0; t < nw && rc == 0; t++) {
+            const int32_t *ids = ws[t].ids;
+            for (int64_t i = 0; i < ws[t].to - ws[t].from; i++) {
+                int64_t len = ws[t].lens[i];
+                int64_t held = c.n ? c.offsets[c.n] : 0;
+                if ((c.n == TFM_CHUNK_SENTS || (c.n > 0 && held + len > TFM_CHUNK_IDS)) &&
+                    flush_chunk(w, &c, err)) {
+                    rc = -1;
+                    break;
+                }
+                if (tfm_corpus_push(&c, ids, len, err)) {
+                    rc = -1;
+                    break;
+                }
+                ids += len;
+                o->sentences++;
+                o->tokens += len;
+            }
+            o->unknown += ws[t].unknown;
+        }
+    }
+    if (rc == 0)
+        rc = flush_chunk(w, &c, err);
+    if (rc == 0)
+        rc = tfm_writer_close(w, err);
+    else
+        tfm_writer_abort(w);
+
+    for (int t = 0; ws && t < nt; t++) {
+        free(ws[t].ids);
+        free(ws[t].lens);
+        free(ws[t].tmp);
+    }
+    free(ws);
+    free(b.text);
+    free(b.start);
+    free(b.len);
+    tfm_corpus_free(&c);
+    tfm_lines_close(in);
+    return rc;
+}
+
+/* ---- decode ------------------------------------------------------------------------- */
+
+static int put_ids(FILE *out, const int32_t *ids, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (fprintf(out, i ? " %d" : "%d", ids[i]) < 0)
+            return -1;
+    return putc('\n', out) == EOF ? -1 : 0;
+}
+
+/* One sentence to out, as text (model) or as ids. */
+static int put_sentence(FILE *out, const struct tfm_spm *s, int as_ids, const int32_t *ids,
+                        int64_t n, char **text, size_t *cap, struct tfm_error *err)
+{
+    if (as_ids) {
+        if (put_ids(out, ids, n))
+            return tfm_fail(err, "write error: %s", strerror(errno));
+        return 0;
+    }
+    int64_t len = tfm_spm_decode(s, ids, n, text, cap, err);
+    if (len < 0)
+        return -1;
+    (*text)[len] = '\n';
+    if (fwrite(*text, 1, (size_t)len + 1, out) != (size_t)len + 1)
+        return tfm_fail(err, "write error: %s", strerror(errno));
+    return 0;
+}
+
+static int decode_stream(struct tfm_reader *r, FILE *out, const struct tfm_decode_opts *o,
+                         struct tfm_error *err)
+{
+    const struct tfm_header *h = tfm_reader_header(r);
+    const char *name = tfm_reader_name(r);
+    struct tfm_spm *own = NULL;
+    const struct tfm_spm *s = o->model;
+    if (!s && h->spm) {
+        if (!(own = tfm_spm_load(h->spm, h->spm_size, err)))
+            return tfm_error_prefix(err, "%s: embedded model", name);
+        s = own;
+    }
+    if (!s && !o->ids)
+        return tfm_fail(err, "%s: no embedded SentencePiece model; give one with -m MODEL", name);
+    struct tfm_corpus c;
+    tfm_corpus_init(&c);
+    int rc = tfm_corpus_read(r, &c, s ? tfm_spm_vocab_size(s) : 0, err);
+    char *text = NULL;
+    size_t cap = 0;
+    for (int64_t i = 0; rc == 0 && i < c.n; i++)
+        if (put_sentence(out, s, o->ids, tfm_corpus_sent(&c, i), tfm_corpus_len(&c, i), &text,
+                         &cap, err))
+            rc = -1;
+    free(text);
+    tfm_corpus_free(&c);
+    tfm_spm_free(own);
+    return rc;
+}
+
+/* Text lines of space-separated ids ("12 7 3"), as spm_encode --output_format=id. */
+static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_decode_opts *o,
+                       struct tfm_error *err)
+{
+    const char *name = tfm_lines_name(in);
+    if (!o->model)
+        return tfm_fail(err, "%s: plain text input (token ids) needs -m MODEL", name);
+    int vocab = tfm_spm_vocab_size(o->model);
+    int32_t *ids = NULL;
+    int64_t cap_ids = 0;
+    char *text = NULL;
+    size_t cap = 0;
+    const char *line;
+    size_t len;
+    int k, rc = 0;
+    while (rc == 0 && (k = tfm_lines_next(in, &line, &len, err)) == 1) {
+        int64_t n = 0;
+        const char *p = line;
+        for (;;) {
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (!*p)
+                break;
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || (*end && *end != ' ' && *end != '\t') || errno || v < 0 ||
+                v >= vocab) {
+                int w = (int)strcspn(p, " \t");
+                rc = tfm_fail(err, "%s: line %lld: '%.*s' is not a token id of this model "
+                              "(0 to %d)", name, (long long)tfm_lines_number(in),
+                              w > 40 ? 40 : w, p, vocab - 1);
+                break;
+            }
+            if (grow((void **)&ids, &cap_ids, n + 1, sizeof *ids)) {
+                rc = tfm_fail(err, "out of memory");
+                break;
+            }
+            ids[n++] = (int32_t)v;
+            p = end;
+        }
+        if (rc == 0 && put_sentence(out, o->model, o->ids, ids, n, &text, &cap, err))
+            rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)tfm_lines_number(in));
+    }
+    if (rc == 0 && k < 0)
+        rc = -1;
+    free(ids);
+    free(text);
+    return rc;
+}
+
+int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_decode_opts *o,
+                        struct tfm_error *err)
+{
+    const char *name = "<stdin>";
+    int fd = 0;
+    if (in_path && strcmp(in_path, "-") != 0) {
+        name = in_path;
+        if ((fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0)
+            return tfm_fail(err, "%s: %s", in_path, strerror(errno));
+    }
+    unsigned char peek[8];
+    size_t npeek = 0;
+    int rc = 0;
+    while (npeek < sizeof peek) {   /* a pipe may deliver fewer bytes per read */
+        ssize_t k = read(fd, peek + npeek, sizeof peek - npeek);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = tfm_fail(err, "%s: %s", name, strerror(errno));
+            break;
+        }
+        if (k == 0)
+            break;
+        npeek += (size_t)k;
+    }
+    if (rc == 0 && tfm_is_stream_magic(peek, npeek)) {
+        struct tfm_reader *r = tfm_reader_open_peeked(fd, name, peek, npeek, err);
+        rc = r ? decode_stream(r, out, o, err) : -1;
+        tfm_reader_close(r);
+    } else if (rc == 0) {
+        struct tfm_lines *in = tfm_lines_open_fd(fd, name, peek, npeek, err);
+        rc = in ? decode_text(in, out, o, err) : -1;
+        tfm_lines_close(in);
+    }
+    if (fd != 0)
+        close(fd);
+    return rc;
+}

@@ -1,0 +1,352 @@
+#!/usr/bin/env bats
+# tfm-tokenize: train, encode, decode on real data (data/onmt-toy-ende, data/multi30k-ende),
+# checked against the SentencePiece command-line tools (spm_train, spm_encode, spm_decode).
+
+setup_file() {
+    D="$TFM_ROOT/data/onmt-toy-ende"
+    M="$BATS_FILE_TMPDIR"
+    # one shared BPE model from source and target, small and quick (about a second)
+    tfm-tokenize train -q -m "$M/bpe.model" --vocab 1000 --max-sentences 3000 \
+        "$D/src-train.txt" "$D/tgt-train.txt"
+    head -n 300 "$D/src-val.txt" > "$M/val.en"
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    D="$TFM_ROOT/data/onmt-toy-ende"
+    M="$BATS_FILE_TMPDIR"
+    T="$BATS_TEST_TMPDIR"
+}
+
+# Token ids of a stream, one sentence a line, from tfm-cat (the independent dumper): the
+# offsets and ids records of each chunk, cut into sentences with awk.
+ids_by_cat() {
+    tfm-cat --values "$1" | awk '
+        /^record .* tokens.offsets/ { what = "off"; next }
+        /^record .* tokens.ids/ { what = "ids"; next }
+        /^\t/ && what == "off" { n = split(substr($0, 2), off, " "); next }
+        /^\t/ && what == "ids" {
+            split(substr($0, 2), id, " ")
+            for (s = 1; s < n; s++) {
+                line = ""
+                for (k = off[s] + 1; k <= off[s + 1]; k++) line = line (line == "" ? "" : " ") id[k]
+                print line
+            }
+            what = ""
+        }'
+}
+
+@test "train bpe: a standard model, spm_encode gives the ids of tfm-tokenize encode" {
+    [ -s "$M/bpe.model" ]
+    run ls "$M"
+    refute_output --partial ".tmp"
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/val.tfm" "$M/val.en"
+    spm_encode --model="$M/bpe.model" --output_format=id < "$M/val.en" > "$T/spm.ids"
+    ids_by_cat "$T/val.tfm" > "$T/cat.ids"
+    assert_equal "$(wc -l < "$T/cat.ids")" 300
+    cmp "$T/spm.ids" "$T/cat.ids"
+    tfm-tokenize decode --ids "$T/val.tfm" | cmp - "$T/spm.ids"
+    # the vocabulary has the size asked for and the fixed ids
+    run spm_export_vocab --model="$M/bpe.model"
+    assert_equal "${#lines[@]}" 1000
+    assert_line --index 0 --regexp $'^<pad>\t'
+    assert_line --index 1 --regexp $'^<unk>\t'
+    assert_line --index 2 --regexp $'^<s>\t'
+    assert_line --index 3 --regexp $'^</s>\t'
+}
+
+@test "train unigram on German: spm_encode agrees" {
+    tfm-tokenize train -q -m "$T/uni.model" --type unigram --vocab 800 --coverage 1 \
+        --max-sentences 2000 "$D/tgt-train.txt"
+    head -n 200 "$D/tgt-val.txt" > "$T/val.de"
+    spm_encode --model="$T/uni.model" --output_format=id < "$T/val.de" > "$T/spm.ids"
+    tfm-tokenize encode -m "$T/uni.model" "$T/val.de" | tfm-tokenize decode --ids > "$T/tfm.ids"
+    cmp "$T/spm.ids" "$T/tfm.ids"
+    run spm_export_vocab --model="$T/uni.model"
+    assert_equal "${#lines[@]}" 800
+}
+
+@test "train: quiet, and the same seed and data give the same model" {
+    run tfm-tokenize train -m "$T/a.model" --vocab 500 --max-sentences 1000 --seed 7 "$D/src-train.txt"
+    assert_success
+    assert_output ""            # the trainer's log is silenced (stderr is not a tty here)
+    tfm-tokenize train -q -m "$T/b.model" --vocab 500 --max-sentences 1000 --seed 7 "$D/src-train.txt"
+    cmp "$T/a.model" "$T/b.model"
+}
+
+@test "train reads gzip files and stdin (multi30k, as shipped)" {
+    tfm-tokenize train -q -m "$T/gz.model" --vocab 600 "$TFM_ROOT/data/multi30k-ende/val.en.gz"
+    gzip -dc "$TFM_ROOT/data/multi30k-ende/val.en.gz" | tfm-tokenize train -q -m "$T/in.model" --vocab 600 -
+    cmp "$T/gz.model" "$T/in.model"
+    gzip -dc "$TFM_ROOT/data/multi30k-ende/val.en.gz" > "$T/val.en"
+    tfm-tokenize encode -m "$T/gz.model" "$TFM_ROOT/data/multi30k-ende/val.en.gz" > "$T/a.tfm"
+    tfm-tokenize encode -m "$T/gz.model" "$T/val.en" > "$T/b.tfm"
+    cmp "$T/a.tfm" "$T/b.tfm"
+}
+
+@test "train: a vocabulary too large for the corpus says so and what to do" {
+    head -n 200 "$D/src-train.txt" > "$T/small.txt"
+    echo old > "$T/keep.model"
+    run tfm-tokenize train -m "$T/keep.model" --vocab 100000 "$T/small.txt"
+    assert_failure 1
+    assert_output --regexp '^tfm-tokenize: vocabulary size 100000 too high for this corpus \(at most [0-9]+ pieces\); use a smaller --vocab, or --trainer-option hard_vocab_limit=false'
+    assert_equal "$(cat "$T/keep.model")" old          # the old model is untouched
+    run ls "$T"
+    refute_output --partial ".tmp"
+    run tfm-tokenize train -q -m "$T/soft.model" --vocab 100000 \
+        --trainer-option hard_vocab_limit=false "$T/small.txt"
+    assert_success
+    [ -s "$T/soft.model" ]
+}
+
+@test "a model made by spm_train with tfm's ids works; with the default ids it is refused" {
+    spm_train --input="$D/src-train.txt" --model_prefix="$T/ok" --vocab_size=700 \
+        --input_sentence_size=2000 --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3 \
+        --minloglevel=2 > /dev/null 2>&1
+    tfm-tokenize encode -m "$T/ok.model" "$M/val.en" | tfm-tokenize decode --ids > "$T/tfm.ids"
+    spm_encode --model="$T/ok.model" --output_format=id < "$M/val.en" | cmp - "$T/tfm.ids"
+
+    spm_train --input="$D/src-train.txt" --model_prefix="$T/def" --vocab_size=700 \
+        --input_sentence_size=2000 --minloglevel=2 > /dev/null 2>&1
+    run tfm-tokenize encode -m "$T/def.model" -o "$T/out.tfm" "$M/val.en"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/def.model: SentencePiece model has pad=-1 unk=0 bos=1 eos=2, tfm needs pad=0 unk=1 bos=2 eos=3 (train it with tfm-tokenize train, or spm_train --pad_id=0 --unk_id=1 --bos_id=2 --eos_id=3)"
+    [ ! -e "$T/out.tfm" ]
+    run tfm-tokenize decode -m "$T/def.model" /dev/null
+    assert_failure 1
+    assert_output --partial "pad=-1 unk=0 bos=1 eos=2"
+}
+
+@test "encode writes a tokens stream: header keys, the model embedded, no bos/eos by default" {
+    tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
+    run tfm-cat --header "$T/val.tfm"
+    assert_success
+    assert_line "meta kind=tokens"
+    assert_line "meta vocab.size=1000"
+    assert_line "meta spm.size=$(stat -c %s "$M/bpe.model")"
+    assert_line --regexp '^meta producer=tfm-tokenize [0-9]'
+    refute_line "meta bos=1"
+    refute_line "meta eos=1"
+    # the embedded model serves as -m for another encode
+    tfm-tokenize encode -m "$T/val.tfm" "$M/val.en" | cmp - "$T/val.tfm"
+}
+
+@test "encode --bos --eos: 2 before and 3 after every sentence, and header keys" {
+    printf 'Hello world .\n\nThank you .\n' > "$T/in.txt"
+    tfm-tokenize encode -m "$M/bpe.model" --bos --eos "$T/in.txt" > "$T/be.tfm"
+    run tfm-cat --header "$T/be.tfm"
+    assert_line "meta bos=1"
+    assert_line "meta eos=1"
+    spm_encode --model="$M/bpe.model" --output_format=id < "$T/in.txt" > "$T/spm.ids"
+    run tfm-tokenize decode --ids "$T/be.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 3
+    assert_equal "${lines[0]}" "2 $(sed -n 1p "$T/spm.ids") 3"
+    assert_equal "${lines[1]}" "2 3"
+    assert_equal "${lines[2]}" "2 $(sed -n 3p "$T/spm.ids") 3"
+    tfm-tokenize encode -m "$M/bpe.model" -e "$T/in.txt" | tfm-tokenize decode --ids > "$T/e.ids"
+    assert_equal "$(sed -n 2p "$T/e.ids")" "3"
+    # decoding drops bos and eos
+    run tfm-tokenize decode "$T/be.tfm"
+    assert_output "$(printf 'Hello world .\n\nThank you .')"
+}
+
+@test "encode --threads 1, 2 and 4 write byte-identical streams" {
+    cat "$D/src-val.txt" "$D/tgt-val.txt" > "$T/in.txt"
+    tfm-tokenize encode -m "$M/bpe.model" --eos --threads 1 "$T/in.txt" > "$T/1.tfm"
+    tfm-tokenize encode -m "$M/bpe.model" --eos --threads 2 "$T/in.txt" > "$T/2.tfm"
+    tfm-tokenize encode -m "$M/bpe.model" --eos -j 4 < "$T/in.txt" > "$T/4.tfm"
+    cmp "$T/1.tfm" "$T/2.tfm"
+    cmp "$T/1.tfm" "$T/4.tfm"
+}
+
+@test "encode | decode is spm_decode(spm_encode(x)) on real data, through pipes" {
+    spm_encode --model="$M/bpe.model" --output_format=id < "$D/src-val.txt" |
+        spm_decode --model="$M/bpe.model" --input_format=id > "$T/spm.txt"
+    cat "$D/src-val.txt" | tfm-tokenize encode -m "$M/bpe.model" -j 2 | tfm-tokenize decode > "$T/tfm.txt"
+    assert_equal "$(wc -l < "$T/tfm.txt")" 3000
+    cmp "$T/spm.txt" "$T/tfm.txt"
+    # text the model covers comes back unchanged
+    tfm-tokenize encode -m "$M/bpe.model" < "$M/val.en" | tfm-tokenize decode > "$T/back.txt"
+    spm_encode --model="$M/bpe.model" --output_format=id < "$M/val.en" |
+        spm_decode --model="$M/bpe.model" --input_format=id | cmp - "$T/back.txt"
+}
+
+@test "decode reads lines of ids with -m, and needs a model for them" {
+    spm_encode --model="$M/bpe.model" --output_format=id < "$M/val.en" > "$T/ids.txt"
+    tfm-tokenize decode -m "$M/bpe.model" "$T/ids.txt" > "$T/a.txt"
+    spm_decode --model="$M/bpe.model" --input_format=id < "$T/ids.txt" | cmp - "$T/a.txt"
+    run tfm-tokenize decode "$T/ids.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/ids.txt: plain text input (token ids) needs -m MODEL"
+    printf '5 6\n7 x 9\n' > "$T/bad.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/bad.txt"
+    assert_failure 1
+    assert_line "tfm-tokenize: $T/bad.txt: line 2: 'x' is not a token id of this model (0 to 999)"
+    printf '5 1000\n' > "$T/big.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/big.txt"
+    assert_failure 1
+    assert_output --partial "line 1: '1000' is not a token id"
+}
+
+@test "decode: a stream without a model needs -m; ids outside the model are refused" {
+    run tfm-tokenize decode "$TFM_ROOT/tests/fixtures/good.tfm"
+    assert_failure 1
+    assert_output "tfm-tokenize: $TFM_ROOT/tests/fixtures/good.tfm: no embedded SentencePiece model; give one with -m MODEL"
+    run tfm-tokenize decode --ids "$TFM_ROOT/tests/fixtures/good.tfm"
+    assert_success
+    assert_output "$(printf '5 6\n7 8 9')"
+    run tfm-tokenize decode -m "$M/bpe.model" "$TFM_ROOT/tests/fixtures/good.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 2
+    # -m overrides the embedded model; ids beyond it are an error, not garbage
+    head -n 200 "$D/src-train.txt" > "$T/small.txt"
+    tfm-tokenize train -q -m "$T/small.model" --vocab 300 "$T/small.txt"
+    tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
+    run tfm-tokenize decode -m "$T/small.model" "$T/val.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: $T/val.tfm: record [0-9]+ 'tokens.ids': at byte [0-9]+: id [0-9]+ at position [0-9]+ outside the vocabulary \(300\)$"
+}
+
+@test "decode: a truncated stream is an error" {
+    tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
+    head -c -100 "$T/val.tfm" > "$T/cut.tfm"
+    run tfm-tokenize decode "$T/cut.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: $T/cut.tfm: "
+}
+
+@test "--compress: smaller, decodes the same" {
+    tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/raw.tfm"
+    tfm-tokenize encode -m "$M/bpe.model" --compress "$M/val.en" > "$T/z.tfm"
+    [ "$(stat -c %s "$T/z.tfm")" -lt "$(stat -c %s "$T/raw.tfm")" ]
+    cmp <(tfm-tokenize decode --ids "$T/raw.tfm") <(tfm-tokenize decode --ids "$T/z.tfm")
+}
+
+@test "empty lines are empty sentences; CRLF reads as LF" {
+    printf 'Good morning .\r\n\r\n\nThe end .' > "$T/crlf.txt"
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/c.tfm" "$T/crlf.txt"
+    tfm-tokenize decode "$T/c.tfm" > "$T/c.txt"
+    assert_equal "$(wc -l < "$T/c.txt")" 4
+    cmp "$T/c.txt" <(printf 'Good morning .\n\n\nThe end .\n')
+}
+
+@test "invalid UTF-8: error naming file, line and byte; -o leaves no file" {
+    printf 'fine\nstill fine\nbroken \xe2\x28\xa1 here\n' > "$T/bad.txt"
+    run tfm-tokenize encode -m "$M/bpe.model" -o "$T/out.tfm" "$T/bad.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/bad.txt: line 3: invalid UTF-8 at byte 8"
+    run ls "$T"
+    refute_output --partial "out.tfm"
+    run bash -c "printf 'a\n\xff\n' | tfm-tokenize encode -m '$M/bpe.model' > /dev/null"
+    assert_failure 1
+    assert_output "tfm-tokenize: <stdin>: line 2: invalid UTF-8 at byte 1"
+    run tfm-tokenize train -m "$T/x.model" --vocab 100 "$T/bad.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/bad.txt: line 3: invalid UTF-8 at byte 8"
+    [ ! -e "$T/x.model" ]
+}
+
+@test "a line over 1 MiB is an error naming it" {
+    { echo short; head -c 1048577 /dev/zero | tr '\0' a; echo; } > "$T/long.txt"
+    run tfm-tokenize encode -m "$M/bpe.model" -o "$T/out.tfm" "$T/long.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/long.txt: line 2: longer than 1048576 bytes"
+    [ ! -e "$T/out.tfm" ]
+}
+
+@test "a tfm stream given as text is refused" {
+    tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
+    run tfm-tokenize encode -m "$M/bpe.model" "$T/val.tfm"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/val.tfm: a tfm stream, not text"
+}
+
+@test "missing input, missing or unreadable model" {
+    run tfm-tokenize encode -m "$M/bpe.model" "$T/nope.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nope.txt: No such file or directory"
+    run tfm-tokenize encode -m "$T/nope.model" "$M/val.en"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nope.model: No such file or directory"
+    run tfm-tokenize encode -m "$T" "$M/val.en"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T: Is a directory"
+    echo "not a model" > "$T/junk.model"
+    run tfm-tokenize encode -m "$T/junk.model" "$M/val.en"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/junk.model: not a SentencePiece model"
+    run tfm-tokenize train -m "$T/x.model" --vocab 100 "$D/src-val.txt" "$T/nope.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nope.txt: No such file or directory"
+    run tfm-tokenize decode "$T/nope.tfm"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nope.tfm: No such file or directory"
+}
+
+@test "usage errors exit 2 and name the flag" {
+    run tfm-tokenize train -m "$T/x.model" --vocab abc "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --vocab: 'abc': expected an integer from 5 to 1000000"
+    run tfm-tokenize train -m "$T/x.model" --vocab 4 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 --partial "--vocab: '4'"
+    run tfm-tokenize train -m "$T/x.model" --type word "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --type: 'word': bpe or unigram expected"
+    run tfm-tokenize train -m "$T/x.model" --coverage 0 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --coverage: '0': expected a number in (0, 1]"
+    run tfm-tokenize train -m "$T/x.model" --max-sentences 50 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --max-sentences: '50': 0 (all) or more than 100 expected"
+    run tfm-tokenize train -m "$T/x.model" --trainer-option bos_id=5 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 --partial "bos_id is set by tfm-tokenize itself"
+    run tfm-tokenize train -m "$T/x.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: train: at least one FILE is needed"
+    run tfm-tokenize train "$D/src-val.txt"
+    assert_failure 2
+    run tfm-tokenize encode -m "$M/bpe.model" --threads 0 "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --threads: '0': expected an integer from 1 to 256"
+    run tfm-tokenize encode "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m MODEL is needed"
+    run tfm-tokenize encode -m "$M/bpe.model" a b
+    assert_failure 2
+    run tfm-tokenize decode --bos
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: decode: option '--bos' is not one of decode's"
+    run tfm-tokenize frobnicate
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: 'frobnicate': unknown subcommand (train, encode or decode)"
+    run tfm-tokenize
+    assert_failure 2
+    [ ! -e "$T/x.model" ]
+}
+
+@test "--help and --version" {
+    run tfm-tokenize --help
+    assert_success
+    assert_line --index 0 --partial "usage: tfm-tokenize train  -m MODEL [--vocab N] [--type bpe|unigram]"
+    assert_output --partial "pad=0 unk=1 bos=2 eos=3"
+    run tfm-tokenize encode --help
+    assert_success
+    assert_line --index 0 --partial "usage: tfm-tokenize train"
+    run tfm-tokenize --version
+    assert_success
+    assert_output "tfm-tokenize $(cat "$TFM_ROOT/VERSION")"
+    run tfm-tokenize decode --version
+    assert_output "tfm-tokenize $(cat "$TFM_ROOT/VERSION")"
+}
+
+@test "--progress prints a summary on stderr, stdout stays data" {
+    run bash -c "tfm-tokenize encode -m '$M/bpe.model' --progress '$M/val.en' 2>&1 > /dev/null"
+    assert_success
+    assert_output --regexp '^tfm-tokenize: 300 sentences, [0-9]+ tokens \([0-9]+ unknown\)'
+    run bash -c "tfm-tokenize encode -m '$M/bpe.model' --quiet '$M/val.en' 2>&1 > /dev/null"
+    assert_output ""
+}
