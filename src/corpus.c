@@ -67,71 +67,103 @@ int tfm_corpus_push(struct tfm_corpus *c, const int32_t *ids, int64_t len, struc
     return 0;
 }
 
-int tfm_corpus_read(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size,
-                    struct tfm_error *err)
+/* Read one chunk (its records from "tokens.offsets" on) and append it to c.
+ * Returns 1, 0 at the end of the stream, -1 on error. */
+static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size, int hyp,
+                      struct tfm_error *err)
+{
+    struct tfm_record rec;
+    int k = tfm_reader_next(r, &rec, err);
+    if (k <= 0)
+        return k;
+    if (strcmp(rec.name, "tokens.offsets") != 0)
+        return tfm_reader_fail(r, &rec, err, "'tokens.offsets' expected");
+    if (rec.dtype != TFM_I64 || rec.rank != 1 || rec.dims[0] < 1)
+        return tfm_reader_fail(r, &rec, err, "offsets must be i64 [n+1]");
+    int64_t n = rec.dims[0] - 1, base = c->n ? c->offsets[c->n] : 0;
+    const int64_t *off = rec.data;
+    if (off[0] != 0)
+        return tfm_reader_fail(r, &rec, err, "offsets do not start at 0");
+    for (int64_t i = 0; i < n; i++)
+        if (off[i + 1] < off[i])
+            return tfm_reader_fail(r, &rec, err, "offsets decrease at sentence %lld",
+                                   (long long)i);
+    int64_t m = off[n];
+    if (reserve(c, c->n + n, base + m, hyp, err))
+        return -1;
+    for (int64_t i = 0; i < n; i++)
+        c->offsets[c->n + 1 + i] = base + off[i + 1];
+
+    if (tfm_reader_expect(r, &rec, "tokens.ids", TFM_I32, 1, err) < 0)
+        return -1;
+    if (rec.dims[0] != m)
+        return tfm_reader_fail(r, &rec, err, "%lld ids, offsets say %lld",
+                               (long long)rec.dims[0], (long long)m);
+    const int32_t *ids = rec.data;
+    for (int64_t j = 0; j < m; j++)
+        if (ids[j] < 0 || (vocab_size > 0 && ids[j] >= vocab_size))
+            return tfm_reader_fail(r, &rec, err,
+                                   "id %d at position %lld outside the vocabulary (%lld)", ids[j],
+                                   (long long)j, (long long)vocab_size);
+    if (m)
+        memcpy(c->ids + base, ids, (size_t)m * sizeof *ids);
+
+    if (hyp) {
+        if (tfm_reader_expect(r, &rec, "hyp.index", TFM_I64, 1, err) < 0)
+            return -1;
+        if (rec.dims[0] != n)
+            return tfm_reader_fail(r, &rec, err, "%lld entries, chunk has %lld sentences",
+                                   (long long)rec.dims[0], (long long)n);
+        const int64_t *index = rec.data;
+        for (int64_t i = 0; i < n; i++)
+            if (index[i] < 0)
+                return tfm_reader_fail(r, &rec, err, "negative sentence index");
+        memcpy(c->index + c->n, index, (size_t)n * sizeof *index);
+        if (tfm_reader_expect(r, &rec, "hyp.score", TFM_F32, 1, err) < 0)
+            return -1;
+        if (rec.dims[0] != n)
+            return tfm_reader_fail(r, &rec, err, "%lld entries, chunk has %lld sentences",
+                                   (long long)rec.dims[0], (long long)n);
+        memcpy(c->score + c->n, rec.data, (size_t)n * sizeof(float));
+    }
+    c->n += n;
+    return 1;
+}
+
+static int check_kind(struct tfm_reader *r, int *hyp, struct tfm_error *err)
 {
     const char *kind = tfm_reader_header(r)->kind;
     if (strcmp(kind, TFM_KIND_TOKENS) != 0 && strcmp(kind, TFM_KIND_HYPOTHESES) != 0)
         return tfm_fail(err, "%s: a '%s' stream, expected tokens or hypotheses",
                         tfm_reader_name(r), kind);
-    int hyp = strcmp(kind, TFM_KIND_HYPOTHESES) == 0;
-    struct tfm_record rec;
-    int k;
-    while ((k = tfm_reader_next(r, &rec, err)) == 1) {
-        if (strcmp(rec.name, "tokens.offsets") != 0)
-            return tfm_reader_fail(r, &rec, err, "'tokens.offsets' expected");
-        if (rec.dtype != TFM_I64 || rec.rank != 1 || rec.dims[0] < 1)
-            return tfm_reader_fail(r, &rec, err, "offsets must be i64 [n+1]");
-        int64_t n = rec.dims[0] - 1, base = c->n ? c->offsets[c->n] : 0;
-        const int64_t *off = rec.data;
-        if (off[0] != 0)
-            return tfm_reader_fail(r, &rec, err, "offsets do not start at 0");
-        for (int64_t i = 0; i < n; i++)
-            if (off[i + 1] < off[i])
-                return tfm_reader_fail(r, &rec, err, "offsets decrease at sentence %lld",
-                                       (long long)i);
-        int64_t m = off[n];
-        if (reserve(c, c->n + n, base + m, hyp, err))
-            return -1;
-        for (int64_t i = 0; i < n; i++)
-            c->offsets[c->n + 1 + i] = base + off[i + 1];
+    *hyp = strcmp(kind, TFM_KIND_HYPOTHESES) == 0;
+    return 0;
+}
 
-        if (tfm_reader_expect(r, &rec, "tokens.ids", TFM_I32, 1, err) < 0)
-            return -1;
-        if (rec.dims[0] != m)
-            return tfm_reader_fail(r, &rec, err, "%lld ids, offsets say %lld",
-                                   (long long)rec.dims[0], (long long)m);
-        const int32_t *ids = rec.data;
-        for (int64_t j = 0; j < m; j++)
-            if (ids[j] < 0 || (vocab_size > 0 && ids[j] >= vocab_size))
-                return tfm_reader_fail(r, &rec, err, "id %d at position %lld outside the vocabulary (%lld)",
-                                       ids[j], (long long)j, (long long)vocab_size);
-        if (m)
-            memcpy(c->ids + base, ids, (size_t)m * sizeof *ids);
-
-        if (hyp) {
-            if (tfm_reader_expect(r, &rec, "hyp.index", TFM_I64, 1, err) < 0)
-                return -1;
-            if (rec.dims[0] != n)
-                return tfm_reader_fail(r, &rec, err, "%lld entries, chunk has %lld sentences",
-                                       (long long)rec.dims[0], (long long)n);
-            const int64_t *index = rec.data;
-            for (int64_t i = 0; i < n; i++)
-                if (index[i] < 0)
-                    return tfm_reader_fail(r, &rec, err, "negative sentence index");
-            memcpy(c->index + c->n, index, (size_t)n * sizeof *index);
-            if (tfm_reader_expect(r, &rec, "hyp.score", TFM_F32, 1, err) < 0)
-                return -1;
-            if (rec.dims[0] != n)
-                return tfm_reader_fail(r, &rec, err, "%lld entries, chunk has %lld sentences",
-                                       (long long)rec.dims[0], (long long)n);
-            memcpy(c->score + c->n, rec.data, (size_t)n * sizeof(float));
-        }
-        c->n += n;
+int tfm_corpus_read(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size,
+                    struct tfm_error *err)
+{
+    int hyp, k;
+    if (check_kind(r, &hyp, err))
+        return -1;
+    while ((k = read_chunk(r, c, vocab_size, hyp, err)) == 1) {
     }
     if (k < 0)
         return -1;
     return reserve(c, c->n, c->n ? c->offsets[c->n] : 0, hyp, err);   /* offsets[0] on empty */
+}
+
+int tfm_corpus_read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size,
+                          struct tfm_error *err)
+{
+    int hyp;
+    if (check_kind(r, &hyp, err))
+        return -1;
+    c->n = 0;
+    int k = read_chunk(r, c, vocab_size, hyp, err);
+    if (k == 0 && reserve(c, 0, 0, hyp, err))
+        return -1;
+    return k;
 }
 
 int tfm_corpus_write_chunk(struct tfm_writer *w, const struct tfm_corpus *c, int64_t from,

@@ -48,6 +48,11 @@ int tfm_corpus_push(struct tfm_corpus *c, const int32_t *ids, int64_t len,
  * (when vocab_size > 0) that every id is in [0, vocab_size). */
 int tfm_corpus_read(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size,
                     struct tfm_error *err);
+/* Replace c's contents with the next chunk of the stream, so a large stream is processed
+ * a chunk at a time in bounded memory.  1: a chunk was read; 0: end of stream (c empty);
+ * -1: error.  Sentence numbers restart at 0 in every chunk. */
+int tfm_corpus_read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size,
+                          struct tfm_error *err);
 /* Write c as chunks (with hyp.index/hyp.score when c has them). */
 int tfm_corpus_write(struct tfm_writer *w, const struct tfm_corpus *c, struct tfm_error *err);
 /* Write sentences [from, to) of c as one chunk. */

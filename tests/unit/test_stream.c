@@ -279,6 +279,25 @@ static void test_corpus(void)
     CHECK_EQ_INT(tfm_corpus_sent(&d, 20)[19], 119);
     tfm_corpus_free(&d);
 
+    /* chunk at a time: the same sentences, in pieces of at most TFM_CHUNK_SENTS */
+    r = tfm_reader_open(path, &err);
+    tfm_corpus_init(&d);
+    int64_t seen = 0, chunks = 0;
+    int k;
+    while ((k = tfm_corpus_read_chunk(r, &d, 0, &err)) == 1) {
+        CHECK(d.n <= TFM_CHUNK_SENTS);
+        for (int64_t i = 0; i < d.n; i++)
+            CHECK_EQ_INT(tfm_corpus_len(&d, i), (seen + i) % 21);
+        seen += d.n;
+        chunks++;
+    }
+    CHECK_EQ_INT(k, 0);
+    CHECK_EQ_INT(d.n, 0);
+    CHECK_EQ_INT(seen, 150000);
+    CHECK_EQ_INT(chunks, 3);
+    tfm_reader_close(r);
+    tfm_corpus_free(&d);
+
     /* a vocabulary bound catches an id out of range, naming the record */
     r = tfm_reader_open(path, &err);
     tfm_corpus_init(&d);
