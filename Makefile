@@ -71,11 +71,11 @@ $(BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/bin/%.o: bin/%.c VERSION
+$(BUILD)/main/%.o: bin/%.c VERSION
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BINDIR)/tfm-%: $(BUILD)/bin/tfm-%.o $(LIB)
+$(BINDIR)/tfm-%: $(BUILD)/main/tfm-%.o $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
