@@ -1,0 +1,218 @@
+/* backend.h: the table of operations the model is written against, once.
+ *
+ * A backend owns a device memory space and implements every op below on pointers into it.
+ * The CPU backend (backend_cpu.c: fp32, OpenBLAS sgemm, OpenMP threads for the other
+ * ops) is the reference; a CUDA twin (kernels/, one .cu file per op) implements the same table with the
+ * same semantics, and is tested op by op against the CPU.
+ *
+ * Conventions for every op:
+ *  - Pointers are device pointers (on the CPU: ordinary memory).  Matrices are row-major;
+ *    a shape comment (N,D) means N rows of D floats; "ld" is the row stride in floats.
+ *  - "+=" in a description means the op accumulates into its output; "=" overwrites.
+ *    Parameter gradients always accumulate, so several batches (and tied weights) add up.
+ *  - Ops are deterministic: the same inputs give the same bits on every run for a fixed
+ *    thread count (static partitioning, reductions in a fixed order, no atomics).  The
+ *    non-gemm CPU ops give the same bits for every thread count.
+ *  - Dropout masks come from a counter-based hash of (key, element index), never from a
+ *    stateful generator: forward and backward regenerate the same mask, and the result does
+ *    not depend on threads.  element i is kept iff tfm_dropout_keep(key, i, p); kept
+ *    elements are scaled by 1/(1-p).  Callers derive key with tfm_rng_key.
+ *  - Ops never fail once their arguments are valid (the model validates shapes before it
+ *    calls them); only memory management returns errors.
+ *
+ * Not here: what the model computes with the ops (model.c), the optimizer schedule
+ * (optim.c), rank communication (dist.c; the all_reduce hook below is set by the trainer).
+ * Owner: the model engineer.
+ */
+#ifndef TFM_BACKEND_H
+#define TFM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* ---- counter-based random numbers (shared by all backends, identical bits) ---------- */
+
+/* splitmix64's finalizer: a bijective 64-bit mix. */
+static inline uint64_t tfm_rng_mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* A key for one random tensor: seed (the config's), step (the caller's counter: one value
+ * per forward pass, e.g. the micro-batch number), site (which tensor in the model). */
+static inline uint64_t tfm_rng_key(uint64_t seed, uint64_t step, uint64_t site)
+{
+    return tfm_rng_mix(tfm_rng_mix(tfm_rng_mix(seed) ^ step) ^ (site * 0xd1b54a32d192ed03ULL));
+}
+
+/* A uniform number in [0, 1) with 24 random bits for element i of the tensor keyed key. */
+static inline float tfm_rng_uniform(uint64_t key, uint64_t i)
+{
+    return (float)(tfm_rng_mix(key ^ (i * 0x9e3779b97f4a7c15ULL)) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* Dropout with probability p keeps element i iff its uniform number is >= p. */
+static inline int tfm_dropout_keep(uint64_t key, uint64_t i, float p)
+{
+    return tfm_rng_uniform(key, i) >= p;
+}
+
+/* ---- attention shape ------------------------------------------------------------------ */
+
+/* Multi-head scaled dot-product attention over a batch (the fused attention op).
+ *   q: row b*Tq+i holds the H query heads of position i of sentence b, head h at columns
+ *      [h*dk, (h+1)*dk).  k, v: row b*Tk+j likewise.  o: row b*Tq+i, same head layout.
+ *   score(b,h,i,j) = scale * q_bhi . k_bhj, masked (-inf) where j >= klen[b] (klen NULL:
+ *   no padding mask) or, when causal, where j > i.  P = softmax over j of the scores; a
+ *   row with every key masked gets P = 0 (and o = 0).  With dropout > 0, P' = P * keep / (1
+ *   - dropout) where keep(element (((b*H + h)*Tq + i)*Tk + j), key); else P' = P.
+ *   o_bhi = sum_j P'(b,h,i,j) v_bhj.
+ *   lse (B,H,Tq): the log-sum-exp of each score row (-inf for a fully masked row), saved
+ *   by the forward for the backward, which recomputes P from q, k and lse. */
+struct tfm_attn {
+    int B, H, Tq, Tk, dk;
+    const int32_t *klen;    /* (B) device, valid keys per sentence, or NULL */
+    int causal;
+    float scale;            /* 1/sqrt(dk) */
+    float dropout;          /* on the attention weights; 0 in eval */
+    uint64_t key;           /* dropout key */
+};
+
+/* ---- the table ------------------------------------------------------------------------- */
+
+enum tfm_backend_kind { TFM_BACKEND_CPU = 0, TFM_BACKEND_CUDA = 1 };
+
+struct tfm_backend {
+    const char *name;                 /* "cpu", "cuda" */
+    enum tfm_backend_kind kind;
+    int threads;                      /* CPU threads used by the ops */
+    void *impl;                       /* the backend's private state */
+
+    /* All-reduce hook (sum over ranks, in place), set by the trainer; NULL: one rank.
+     * The model never calls it itself: tfm_optim_step does, on the gradient arena. */
+    int (*all_reduce)(void *ctx, float *buf, size_t n, struct tfm_error *err);
+    void *all_reduce_ctx;
+
+    /* -- memory ---------------------------------------------------------------------- */
+    /* bytes of device memory aligned to 64 bytes, zero-filled; NULL with err on failure */
+    void *(*alloc)(struct tfm_backend *be, size_t bytes, struct tfm_error *err);
+    void (*free)(struct tfm_backend *be, void *p);
+    void (*upload)(struct tfm_backend *be, void *dst, const void *host, size_t bytes);
+    void (*download)(struct tfm_backend *be, void *host, const void *src, size_t bytes);
+    void (*copy)(struct tfm_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct tfm_backend *be, void *dst, size_t bytes);
+    /* Wait until every op issued so far is complete (a no-op on the CPU). */
+    void (*sync)(struct tfm_backend *be);
+    /* Prepare workspace for attention calls with up to max_tq queries and max_tk keys per
+     * sentence (called once, by tfm_model_create and tfm_decoder_create; grows only). */
+    int (*reserve)(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err);
+
+    /* -- dense algebra ----------------------------------------------------------------- */
+    /* C (M,N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb non-zero);
+     * op(A) is (M,K), op(B) is (K,N).  With beta == 0, C is not read (NaN-safe). */
+    void (*gemm)(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                 int ldc);
+    /* The same for batch independent products: A + i*sa, B + i*sb, C + i*sc. */
+    void (*gemm_batched)(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                         float alpha, const float *A, int lda, int64_t sa, const float *B,
+                         int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
+                         int batch);
+
+    /* -- embeddings ---------------------------------------------------------------------- */
+    /* out (N,D) = scale * table[ids[n]] + (pos ? pos[pos0 + n % L] : 0).
+     * table (V,D); pos (P,D) with pos0 + L <= P; ids (N) device, each in [0,V). */
+    void (*embed_fwd)(struct tfm_backend *be, float *out, const float *table,
+                      const int32_t *ids, int N, int D, float scale, const float *pos,
+                      int L, int pos0);
+    /* dtable[ids[n]] += scale * dout[n]; dpos[pos0 + n % L] += dout[n] when dpos. */
+    void (*embed_bwd)(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
+                      const int32_t *ids, int N, int D, int V, float scale, int L, int pos0);
+
+    /* -- layer norm: y = (x - mean) / sqrt(var + eps) * g + b, var biased (1/D) ------ */
+    /* x, y (N,D) (y may equal x only if the caller keeps no copy of x); mean, rstd (N). */
+    void (*layernorm_fwd)(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                          const float *x, const float *g, const float *b, int N, int D,
+                          float eps);
+    /* dx (N,D) = (accumulate ? dx + : ) d/dx; dg, db (D) +=.  dx must not alias dy. */
+    void (*layernorm_bwd)(struct tfm_backend *be, float *dx, float *dg, float *db,
+                          const float *dy, const float *x, const float *mean,
+                          const float *rstd, const float *g, int N, int D, int accumulate);
+
+    /* -- attention (struct tfm_attn above) ----------------------------------------------- */
+    void (*attn_fwd)(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
+                     int ldq, const float *k, int ldk, const float *v, int ldv, float *o,
+                     int ldo, float *lse);
+    /* dq = d/dq, dk = d/dk, dv = d/dv (all overwritten), given do and the forward's o, lse. */
+    void (*attn_bwd)(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
+                     int ldq, const float *k, int ldk, const float *v, int ldv,
+                     const float *o, int ldo, const float *lse, const float *dout, int lddo,
+                     float *dq, int lddq, float *dk, int lddk, float *dv, int lddv);
+    /* Incremental decoding: R query rows, each attending to its own block of keys.
+     * q (R,H*dk) ld ldq; row r attends to keys k + blk[r]*bstride + j*ld, j < len[r]
+     * (values at v + the same offset), no mask otherwise; o (R,H*dk) ld ldo.
+     * blk, len (R) device; len[r] >= 1.  No dropout. */
+    void (*attn_decode)(struct tfm_backend *be, int R, int H, int dk, float scale,
+                        const float *q, int ldq, const float *k, const float *v, int ld,
+                        int64_t bstride, const int32_t *blk, const int32_t *len, float *o,
+                        int ldo);
+
+    /* -- element-wise ---------------------------------------------------------------------- */
+    /* x (N,M) += b broadcast over rows; then relu when relu. */
+    void (*bias_act)(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu);
+    /* db (M) += column sums of dy (N,M). */
+    void (*bias_bwd)(struct tfm_backend *be, float *db, const float *dy, int N, int M);
+    /* dx = dy where y > 0, else 0 (dx may equal dy).  n elements.  With the ReLU output
+     * taken after dropout, scale = 1/(1-p) makes this the backward of dropout(relu(.)) too. */
+    void (*relu_bwd)(struct tfm_backend *be, float *dx, const float *dy, const float *y,
+                     size_t n, float scale);
+    /* y = x * keep(key, i, p) / (1 - p) for i < n (y may equal x).  The same call with the
+     * same key on dy is the backward.  p == 0: y = x. */
+    void (*dropout)(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
+                    uint64_t key);
+    /* y = a + dropout(b) with (p, key) as above (y may equal a or b).  Residual + dropout. */
+    void (*add_dropout)(struct tfm_backend *be, float *y, const float *a, const float *b,
+                        size_t n, float p, uint64_t key);
+    /* y += alpha * x. */
+    void (*axpy)(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n);
+    /* x *= alpha. */
+    void (*scale)(struct tfm_backend *be, float *x, float alpha, size_t n);
+    /* Copy n rows of len floats: dst + i*dstride = src + (idx ? idx[i] : i)*sstride. */
+    void (*gather)(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
+                   int64_t sstride, const int32_t *idx, int n, int64_t len);
+
+    /* -- output layer ------------------------------------------------------------------ */
+    /* Cross-entropy with label smoothing eps over V classes, rows with label == ignore
+     * skipped (loss 0, gradient 0).  Target distribution q = (1-eps) onehot(label) + eps/V.
+     *   loss[n] = -sum_k q_k log softmax(z_n)_k;  nll[n] = -log softmax(z_n)_label.
+     * logits (N,V); loss, nll (N) device.  When grad_scale != 0, logits is overwritten
+     * with grad_scale * (softmax(z_n) - q) (rows skipped: 0). */
+    void (*xent)(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
+                 float eps, int ignore, float *loss, float *nll, float grad_scale);
+    /* y (N,V) = log softmax of x over each row (y may equal x). */
+    void (*log_softmax)(struct tfm_backend *be, float *y, const float *x, int N, int V);
+
+    /* -- optimizer ------------------------------------------------------------------ */
+    /* Sum of squares of x (n), accumulated in double in a fixed order; returned to host. */
+    double (*sumsq)(struct tfm_backend *be, const float *x, size_t n);
+    /* Adam with bias correction, for every i < n, with g = gscale * grad[i]:
+     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+     *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)      (t = step >= 1) */
+    void (*adam)(struct tfm_backend *be, float *p, const float *grad, float *m, float *v,
+                 size_t n, float lr, float b1, float b2, float eps, float gscale, int64_t step);
+
+    /* -- lifetime ------------------------------------------------------------------- */
+    void (*destroy)(struct tfm_backend *be);
+};
+
+/* The CPU backend with threads OpenMP threads (0: the number of online CPUs).  The BLAS
+ * runs single-threaded inside each op's own threads (one thread pool, no contention).
+ * Free with be->destroy(be).  NULL with err on failure. */
+struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
+
+#endif

@@ -1,0 +1,1327 @@
+/* model.c: the Transformer's parameters, forward, backward and incremental decoding
+ * (model.h), written against the backend table only: no loops over tensor elements here
+ * except on the host when initializing parameters and checking batches.
+ * Not here: the ops (backend_cpu.c), the optimizer (optim.c), the training loop.
+ * Owner: the model engineer.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- parameters ------------------------------------------------------------------------ */
+
+#define MAX_PARAMS 4096
+
+struct attn_p {                 /* self-attention (wqkv) or cross-attention (wq + wkv) */
+    struct tfm_param *wqkv, *bqkv, *wq, *bq, *wkv, *bkv, *wo, *bo;
+};
+struct ffn_p {
+    struct tfm_param *w1, *b1, *w2, *b2;
+};
+struct ln_p {
+    struct tfm_param *g, *b;
+};
+struct enc_p {
+    struct attn_p self;
+    struct ln_p ln1;
+    struct ffn_p ffn;
+    struct ln_p ln2;
+};
+struct dec_p {
+    struct attn_p self;
+    struct ln_p ln1;
+    struct attn_p cross;
+    struct ln_p ln2;
+    struct ffn_p ffn;
+    struct ln_p ln3;
+};
+
+/* ---- activations: what the forward keeps for the backward -------------------------------- */
+
+struct blk {                    /* one residual block (sub-layer + add + norm) */
+    float *r;                   /* post: x + Drop(F(x)), the LN input; pre: LN(x), F's input */
+    float *y;                   /* block output (M,D) */
+    float *mean, *rstd;         /* (M) */
+};
+struct enc_a {
+    struct blk a, f;
+    float *qkv;                 /* (M,3D) */
+    float *o;                   /* (M,D) attention output before wo */
+    float *lse;                 /* (B,H,S) */
+    float *h;                   /* (M,F) ReLU output after dropout */
+};
+struct dec_a {
+    struct blk a, c, f;
+    float *qkv, *o, *lse;       /* self-attention */
+    float *q, *co, *clse;       /* cross-attention: q (M,D), output (M,D), lse (B,H,T) */
+    float *kv;                  /* (Ms,2D) encoder keys and values of this layer */
+    float *h;
+};
+struct acts {
+    int32_t *src, *tgt_in, *labels, *src_len;   /* (M) (M) (M) (M) */
+    float *xe, *xd;             /* (M,D) embedding outputs (after dropout) */
+    struct enc_a *enc;
+    struct dec_a *dec;
+    struct blk efin, dfin;      /* pre-norm final LNs (r unused: y = LN(x)) */
+    /* scratch */
+    float *tmp;                 /* (M,D) sub-layer output */
+    float *g, *t1, *t2;         /* (M,D) gradients of the residual stream */
+    float *dqkv;                /* (M,3D) */
+    float *dO;                  /* (M,D) */
+    float *dq;                  /* (M,D) */
+    float *df;                  /* (M,F) */
+    float *denc;                /* (M,D) gradient of the encoder output */
+    float *dkv;                 /* (M,2D) */
+    float *logits;              /* (C,V) */
+    float *loss, *nll;          /* (C) */
+};
+
+struct tfm_model {
+    struct tfm_config cfg;
+    struct tfm_backend *be;
+    int D, F, H, V, L, N, dk;
+    int64_t M;                  /* token budget per side */
+    int C;                      /* output rows per logits chunk */
+    int np;
+    struct tfm_param params[MAX_PARAMS];
+    int64_t count;              /* floats per block */
+    float *arena;               /* 4 * count floats */
+    struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
+    struct enc_p *enc;
+    struct dec_p *dec;
+    struct ln_p efin, dfin;
+    float *pe;                  /* (L,D) sinusoids, or NULL */
+    void *act_mem;
+    struct acts a;
+    float *host_loss;           /* (2C) host copies of loss and nll */
+    int32_t *host_ints;         /* (3M + M) host staging for ids */
+};
+
+static struct tfm_param *add_param(struct tfm_model *m, const char *name, int rank, int64_t d0,
+                                   int64_t d1)
+{
+    struct tfm_param *p = &m->params[m->np++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->rank = rank;
+    p->dims[0] = d0;
+    p->dims[1] = rank == 2 ? d1 : 1;
+    p->count = d0 * p->dims[1];
+    p->offset = (size_t)m->count;
+    m->count += (p->count + 15) / 16 * 16;
+    return p;
+}
+
+static struct tfm_param *addf(struct tfm_model *m, int rank, int64_t d0, int64_t d1,
+                              const char *fmt, int layer, const char *what)
+{
+    char name[64];
+    snprintf(name, sizeof name, fmt, layer, what);
+    return add_param(m, name, rank, d0, d1);
+}
+
+static void add_attn(struct tfm_model *m, struct attn_p *a, const char *pfx, int l, int cross)
+{
+    int D = m->D;
+    char f[48];
+    snprintf(f, sizeof f, "%s.%%d.%s.%%s", pfx, cross ? "cross" : "self");
+    memset(a, 0, sizeof *a);
+    if (!cross) {
+        a->wqkv = addf(m, 2, D, 3 * D, f, l, "wqkv");
+        a->bqkv = addf(m, 1, 3 * D, 0, f, l, "bqkv");
+    } else {
+        a->wq = addf(m, 2, D, D, f, l, "wq");
+        a->bq = addf(m, 1, D, 0, f, l, "bq");
+        a->wkv = addf(m, 2, D, 2 * D, f, l, "wkv");
+        a->bkv = addf(m, 1, 2 * D, 0, f, l, "bkv");
+    }
+    a->wo = addf(m, 2, D, D, f, l, "wo");
+    a->bo = addf(m, 1, D, 0, f, l, "bo");
+}
+
+static void add_ln(struct tfm_model *m, struct ln_p *n, const char *pfx, int l, const char *nm)
+{
+    char f[48], w[16];
+    snprintf(f, sizeof f, "%s.%%d.%s.%%s", pfx, nm);
+    (void)w;
+    n->g = addf(m, 1, m->D, 0, f, l, "g");
+    n->b = addf(m, 1, m->D, 0, f, l, "b");
+}
+
+static void add_ffn(struct tfm_model *m, struct ffn_p *p, const char *pfx, int l)
+{
+    char f[48];
+    snprintf(f, sizeof f, "%s.%%d.ffn.%%s", pfx);
+    p->w1 = addf(m, 2, m->D, m->F, f, l, "w1");
+    p->b1 = addf(m, 1, m->F, 0, f, l, "b1");
+    p->w2 = addf(m, 2, m->F, m->D, f, l, "w2");
+    p->b2 = addf(m, 1, m->D, 0, f, l, "b2");
+}
+
+/* The parameter list of cfg, in checkpoint order (also used for sizes). */
+static void build_params(struct tfm_model *m)
+{
+    const struct tfm_config *c = &m->cfg;
+    m->np = 0;
+    m->count = 0;
+    if (c->tie) {
+        m->emb_src = m->emb_tgt = m->emb_out = add_param(m, "emb", 2, m->V, m->D);
+    } else {
+        m->emb_src = add_param(m, "src_emb", 2, m->V, m->D);
+        m->emb_tgt = add_param(m, "tgt_emb", 2, m->V, m->D);
+        m->emb_out = add_param(m, "out", 2, m->V, m->D);
+    }
+    m->pos_enc = m->pos_dec = NULL;
+    if (c->pos == TFM_POS_LEARNED) {
+        m->pos_enc = add_param(m, "enc.pos", 2, m->L, m->D);
+        m->pos_dec = add_param(m, "dec.pos", 2, m->L, m->D);
+    }
+    for (int l = 0; l < m->N; l++) {
+        add_attn(m, &m->enc[l].self, "enc", l, 0);
+        add_ln(m, &m->enc[l].ln1, "enc", l, "ln1");
+        add_ffn(m, &m->enc[l].ffn, "enc", l);
+        add_ln(m, &m->enc[l].ln2, "enc", l, "ln2");
+    }
+    if (c->norm == TFM_NORM_PRE) {
+        m->efin.g = add_param(m, "enc.ln.g", 1, m->D, 0);
+        m->efin.b = add_param(m, "enc.ln.b", 1, m->D, 0);
+    }
+    for (int l = 0; l < m->N; l++) {
+        add_attn(m, &m->dec[l].self, "dec", l, 0);
+        add_ln(m, &m->dec[l].ln1, "dec", l, "ln1");
+        add_attn(m, &m->dec[l].cross, "dec", l, 1);
+        add_ln(m, &m->dec[l].ln2, "dec", l, "ln2");
+        add_ffn(m, &m->dec[l].ffn, "dec", l);
+        add_ln(m, &m->dec[l].ln3, "dec", l, "ln3");
+    }
+    if (c->norm == TFM_NORM_PRE) {
+        m->dfin.g = add_param(m, "dec.ln.g", 1, m->D, 0);
+        m->dfin.b = add_param(m, "dec.ln.b", 1, m->D, 0);
+    }
+}
+
+/* Rows per logits chunk: about 8M floats, at least 256 rows, at most M. */
+static int chunk_rows(int64_t M, int V)
+{
+    int64_t c = ((int64_t)1 << 23) / V;
+    if (c < 256)
+        c = 256;
+    if (c > M)
+        c = M;
+    return (int)c;
+}
+
+/* Lay out the activation arena at base (NULL: only measure).  Returns bytes. */
+static size_t carve(const struct tfm_config *c, int64_t M, char *base, struct acts *a)
+{
+    size_t off = 0;
+    int64_t D = c->d_model, F = c->d_ff, H = c->heads, V = c->vocab;
+    int N = c->layers, C = chunk_rows(M, c->vocab);
+#define TAKE(ptr, type, n)                                                \
+    do {                                                                  \
+        size_t b_ = ((size_t)(n) * sizeof(type) + 63) / 64 * 64;          \
+        if (base)                                                         \
+            (ptr) = (type *)(void *)(base + off);                         \
+        off += b_;                                                        \
+    } while (0)
+    int32_t *ip = NULL;
+    float *fp = NULL;
+    struct acts dummy;
+    if (!a)
+        a = &dummy;
+    TAKE(a->src, int32_t, M);
+    TAKE(a->tgt_in, int32_t, M);
+    TAKE(a->labels, int32_t, M);
+    TAKE(a->src_len, int32_t, M);
+    TAKE(a->xe, float, M * D);
+    TAKE(a->xd, float, M * D);
+    for (int l = 0; l < N; l++) {
+        struct enc_a *e = base ? &a->enc[l] : &(struct enc_a){0};
+        struct blk *bs[2] = {&e->a, &e->f};
+        for (int k = 0; k < 2; k++) {
+            TAKE(bs[k]->r, float, M * D);
+            TAKE(bs[k]->y, float, M * D);
+            TAKE(bs[k]->mean, float, M);
+            TAKE(bs[k]->rstd, float, M);
+        }
+        TAKE(e->qkv, float, M * 3 * D);
+        TAKE(e->o, float, M * D);
+        TAKE(e->lse, float, M * H);
+        TAKE(e->h, float, M * F);
+    }
+    for (int l = 0; l < N; l++) {
+        struct dec_a *d = base ? &a->dec[l] : &(struct dec_a){0};
+        struct blk *bs[3] = {&d->a, &d->c, &d->f};
+        for (int k = 0; k < 3; k++) {
+            TAKE(bs[k]->r, float, M * D);
+            TAKE(bs[k]->y, float, M * D);
+            TAKE(bs[k]->mean, float, M);
+            TAKE(bs[k]->rstd, float, M);
+        }
+        TAKE(d->qkv, float, M * 3 * D);
+        TAKE(d->o, float, M * D);
+        TAKE(d->lse, float, M * H);
+        TAKE(d->q, float, M * D);
+        TAKE(d->co, float, M * D);
+        TAKE(d->clse, float, M * H);
+        TAKE(d->kv, float, M * 2 * D);
+        TAKE(d->h, float, M * F);
+    }
+    if (c->norm == TFM_NORM_PRE) {
+        struct blk *bs[2] = {&a->efin, &a->dfin};
+        for (int k = 0; k < 2; k++) {
+            TAKE(bs[k]->y, float, M * D);
+            TAKE(bs[k]->mean, float, M);
+            TAKE(bs[k]->rstd, float, M);
+        }
+    }
+    TAKE(a->tmp, float, M * D);
+    TAKE(a->g, float, M * D);
+    TAKE(a->t1, float, M * D);
+    TAKE(a->t2, float, M * D);
+    TAKE(a->dqkv, float, M * 3 * D);
+    TAKE(a->dO, float, M * D);
+    TAKE(a->dq, float, M * D);
+    TAKE(a->df, float, M * F);
+    TAKE(a->denc, float, M * D);
+    TAKE(a->dkv, float, M * 2 * D);
+    TAKE(a->logits, float, (int64_t)C * V);
+    TAKE(a->loss, float, C);
+    TAKE(a->nll, float, C);
+    (void)ip;
+    (void)fp;
+#undef TAKE
+    return off;
+}
+
+static int64_t param_count(const struct tfm_config *c)
+{
+    /* Same arithmetic as build_params, without a model. */
+    int64_t D = c->d_model, F = c->d_ff, V = c->vocab, L = c->max_len, n = 0;
+#define P(x) n += ((int64_t)(x) + 15) / 16 * 16
+    for (int i = 0; i < (c->tie ? 1 : 3); i++)
+        P(V * D);
+    if (c->pos == TFM_POS_LEARNED) {
+        P(L * D);
+        P(L * D);
+    }
+    for (int l = 0; l < c->layers; l++) {
+        P(D * 3 * D); P(3 * D); P(D * D); P(D);                 /* self */
+        P(D); P(D);                                             /* ln1 */
+        P(D * F); P(F); P(F * D); P(D);                         /* ffn */
+        P(D); P(D);                                             /* ln2 */
+    }
+    for (int l = 0; l < c->layers; l++) {
+        P(D * 3 * D); P(3 * D); P(D * D); P(D);
+        P(D); P(D);
+        P(D * D); P(D); P(D * 2 * D); P(2 * D); P(D * D); P(D); /* cross */
+        P(D); P(D);
+        P(D * F); P(F); P(F * D); P(D);
+        P(D); P(D);
+    }
+    if (c->norm == TFM_NORM_PRE) {
+        P(D); P(D); P(D); P(D);
+    }
+#undef P
+    return n;
+}
+
+size_t tfm_model_param_memory(const struct tfm_config *cfg)
+{
+    struct tfm_error err;
+    if (tfm_config_check(cfg, 1, &err) < 0)
+        return 0;
+    return (size_t)param_count(cfg) * 4 * sizeof(float);
+}
+
+size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
+{
+    size_t p = tfm_model_param_memory(cfg);
+    if (p == 0 || max_tokens < 1)
+        return 0;
+    size_t pe = cfg->pos == TFM_POS_SINUSOID ? (size_t)cfg->max_len * cfg->d_model * 4 : 0;
+    return p + pe + carve(cfg, max_tokens, NULL, NULL);
+}
+
+/* ---- initialization ------------------------------------------------------------------------ */
+
+static void init_tensor(const struct tfm_param *p, int idx, uint64_t seed, int D, float *out)
+{
+    uint64_t key = tfm_rng_key(seed, 0x1417, (uint64_t)idx);
+    const char *dot = strrchr(p->name, '.');
+    const char *leaf = dot ? dot + 1 : p->name;
+    int emb = !strcmp(p->name, "emb") || !strcmp(p->name, "src_emb") ||
+              !strcmp(p->name, "tgt_emb") || !strcmp(p->name, "out") || !strcmp(leaf, "pos");
+    if (emb) {
+        double sd = 1.0 / sqrt((double)D);
+        for (int64_t i = 0; i < p->count; i++) {
+            double u1 = tfm_rng_uniform(key, 2 * (uint64_t)i) + 1.0 / (1 << 25);
+            double u2 = tfm_rng_uniform(key, 2 * (uint64_t)i + 1);
+            out[i] = (float)(sd * sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
+        }
+    } else if (p->rank == 2) {
+        /* Xavier-uniform; wqkv and wkv count as 3 and 2 (D,D) matrices. */
+        double fan_in = (double)p->dims[0], fan_out = (double)p->dims[1];
+        if (!strcmp(leaf, "wqkv"))
+            fan_out /= 3;
+        else if (!strcmp(leaf, "wkv"))
+            fan_out /= 2;
+        double a = sqrt(6.0 / (fan_in + fan_out));
+        for (int64_t i = 0; i < p->count; i++)
+            out[i] = (float)(a * (2.0 * tfm_rng_uniform(key, (uint64_t)i) - 1.0));
+    } else if (!strcmp(leaf, "g")) {
+        for (int64_t i = 0; i < p->count; i++)
+            out[i] = 1.0f;
+    } else {
+        for (int64_t i = 0; i < p->count; i++)
+            out[i] = 0.0f;
+    }
+}
+
+double tfm_model_sinusoid(int pos, int dim, int d_model)
+{
+    double ang = pos / pow(10000.0, (double)(dim - dim % 2) / d_model);
+    return dim % 2 ? cos(ang) : sin(ang);
+}
+
+/* ---- create / free ---------------------------------------------------------------------------- */
+
+void tfm_model_free(struct tfm_model *m)
+{
+    if (!m)
+        return;
+    if (m->be) {
+        m->be->free(m->be, m->arena);
+        m->be->free(m->be, m->act_mem);
+        m->be->free(m->be, m->pe);
+    }
+    free(m->a.enc);
+    free(m->a.dec);
+    free(m->enc);
+    free(m->dec);
+    free(m->host_loss);
+    free(m->host_ints);
+    free(m);
+}
+
+struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_backend *be,
+                                   int64_t max_tokens, struct tfm_error *err)
+{
+    if (tfm_config_check(cfg, 1, err) < 0)
+        return NULL;
+    if (max_tokens == 0)
+        max_tokens = cfg->tokens;
+    if (max_tokens < 1 || max_tokens > ((int64_t)1 << 30)) {
+        tfm_fail(err, "token budget %lld: out of range [1, 2^30]", (long long)max_tokens);
+        return NULL;
+    }
+    int64_t np = param_count(cfg);
+    if ((int64_t)cfg->layers * 32 + 8 > MAX_PARAMS) {
+        tfm_fail(err, "layers %d: too many parameter tensors", cfg->layers);
+        return NULL;
+    }
+    struct tfm_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    m->cfg = *cfg;
+    m->be = be;
+    m->D = cfg->d_model;
+    m->F = cfg->d_ff;
+    m->H = cfg->heads;
+    m->V = cfg->vocab;
+    m->L = cfg->max_len;
+    m->N = cfg->layers;
+    m->dk = m->D / m->H;
+    m->M = max_tokens;
+    m->C = chunk_rows(max_tokens, m->V);
+    m->enc = calloc((size_t)m->N, sizeof *m->enc);
+    m->dec = calloc((size_t)m->N, sizeof *m->dec);
+    m->a.enc = calloc((size_t)m->N, sizeof *m->a.enc);
+    m->a.dec = calloc((size_t)m->N, sizeof *m->a.dec);
+    m->host_loss = malloc(2 * (size_t)m->C * sizeof(float));
+    m->host_ints = malloc(4 * (size_t)max_tokens * sizeof(int32_t));
+    if (!m->enc || !m->dec || !m->a.enc || !m->a.dec || !m->host_loss || !m->host_ints) {
+        tfm_fail(err, "out of memory");
+        goto fail;
+    }
+    build_params(m);
+    if (m->count != np) {
+        tfm_fail(err, "internal error: parameter count %lld != %lld", (long long)m->count,
+                 (long long)np);
+        goto fail;
+    }
+    size_t pbytes = (size_t)m->count * 4 * sizeof(float);
+    m->arena = be->alloc(be, pbytes, err);
+    if (!m->arena)
+        goto fail_mem;
+    for (int i = 0; i < m->np; i++) {
+        struct tfm_param *p = &m->params[i];
+        p->data = m->arena + p->offset;
+        p->grad = m->arena + m->count + p->offset;
+        p->m = m->arena + 2 * m->count + p->offset;
+        p->v = m->arena + 3 * m->count + p->offset;
+    }
+    size_t abytes = carve(cfg, max_tokens, NULL, NULL);
+    m->act_mem = be->alloc(be, abytes, err);
+    if (!m->act_mem)
+        goto fail_mem;
+    carve(cfg, max_tokens, m->act_mem, &m->a);
+    if (be->reserve(be, m->L, m->L, err) < 0)
+        goto fail_mem;
+    /* Host-side init, uploaded once. */
+    size_t hostn = (size_t)m->count;
+    if (cfg->pos == TFM_POS_SINUSOID && (size_t)m->L * m->D > hostn)
+        hostn = (size_t)m->L * m->D;
+    float *host = calloc(hostn, sizeof(float));
+    if (!host) {
+        tfm_fail(err, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < m->np; i++)
+        init_tensor(&m->params[i], i, (uint64_t)cfg->seed, m->D, host + m->params[i].offset);
+    be->upload(be, m->arena, host, (size_t)m->count * sizeof(float));
+    if (cfg->pos == TFM_POS_SINUSOID) {
+        m->pe = be->alloc(be, (size_t)m->L * m->D * sizeof(float), err);
+        if (!m->pe) {
+            free(host);
+            goto fail_mem;
+        }
+        for (int p = 0; p < m->L; p++)
+            for (int i = 0; i < m->D; i++)
+                host[(size_t)p * m->D + i] = (float)tfm_model_sinusoid(p, i, m->D);
+        be->upload(be, m->pe, host, (size_t)m->L * m->D * sizeof(float));
+    }
+    free(host);
+    return m;
+fail_mem:
+    tfm_error_prefix(err, "model of %.1f MiB for a budget of %lld tokens (lower tokens)",
+                     tfm_model_memory(cfg, max_tokens) / 1048576.0, (long long)max_tokens);
+fail:
+    tfm_model_free(m);
+    return NULL;
+}
+
+const struct tfm_config *tfm_model_config(const struct tfm_model *m) { return &m->cfg; }
+struct tfm_backend *tfm_model_backend(const struct tfm_model *m) { return m->be; }
+int tfm_model_nparams(const struct tfm_model *m) { return m->np; }
+int64_t tfm_model_count(const struct tfm_model *m) { return m->count; }
+
+const struct tfm_param *tfm_model_param(const struct tfm_model *m, int i)
+{
+    return i >= 0 && i < m->np ? &m->params[i] : NULL;
+}
+
+const struct tfm_param *tfm_model_find(const struct tfm_model *m, const char *name)
+{
+    for (int i = 0; i < m->np; i++)
+        if (!strcmp(m->params[i].name, name))
+            return &m->params[i];
+    return NULL;
+}
+
+float *tfm_model_block(const struct tfm_model *m, enum tfm_block b)
+{
+    return m->arena + (size_t)b * m->count;
+}
+
+void tfm_model_download(const struct tfm_model *m, enum tfm_block b, float *host)
+{
+    m->be->download(m->be, host, tfm_model_block(m, b), (size_t)m->count * sizeof(float));
+}
+
+void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host)
+{
+    m->be->upload(m->be, tfm_model_block(m, b), host, (size_t)m->count * sizeof(float));
+}
+
+int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const float *host,
+                  int64_t count, struct tfm_error *err)
+{
+    const struct tfm_param *p = tfm_model_find(m, name);
+    if (!p)
+        return tfm_fail(err, "'%s': not a parameter of this model", name);
+    if (p->count != count)
+        return tfm_fail(err, "'%s': %lld values, the model has %lld", name, (long long)count,
+                        (long long)p->count);
+    m->be->upload(m->be, tfm_model_block(m, b) + p->offset, host, (size_t)count * sizeof(float));
+    return 0;
+}
+
+void tfm_model_zero_grad(struct tfm_model *m)
+{
+    m->be->zero(m->be, tfm_model_block(m, TFM_GRADS), (size_t)m->count * sizeof(float));
+}
+
+/* ---- batch checks ------------------------------------------------------------------------ */
+
+/* Length of each row (tokens before the padding); -1 with err when a pad is followed by a
+ * token or an id is out of range. */
+static int row_lengths(const int32_t *ids, int B, int T, int V, const char *what, int32_t *len,
+                       struct tfm_error *err)
+{
+    for (int b = 0; b < B; b++) {
+        int n = 0, seen_pad = 0;
+        for (int t = 0; t < T; t++) {
+            int32_t x = ids[(size_t)b * T + t];
+            if (x < 0 || x >= V)
+                return tfm_fail(err, "%s[%d][%d] = %d: out of the vocabulary [0, %d)", what, b,
+                                t, x, V);
+            if (x == TFM_PAD)
+                seen_pad = 1;
+            else if (seen_pad)
+                return tfm_fail(err, "%s[%d]: token %d after padding", what, b, t);
+            else
+                n++;
+        }
+        len[b] = n;
+    }
+    return 0;
+}
+
+static int check_batch(struct tfm_model *m, int B, int S, int T, struct tfm_error *err)
+{
+    if (B < 1 || S < 1 || T < 1)
+        return tfm_fail(err, "batch of %d x %d source, %d x %d target tokens: empty", B, S, B, T);
+    if (S > m->L || T > m->L)
+        return tfm_fail(err, "batch with %d source / %d target positions: longer than max_len %d",
+                        S, T, m->L);
+    if ((int64_t)B * S > m->M || (int64_t)B * T > m->M)
+        return tfm_fail(err, "batch of %d x %d source / %d x %d target padded tokens exceeds "
+                        "the token budget %lld the model was built for (lower the batch "
+                        "tokens, tfm-batch --tokens, or raise tokens)",
+                        B, S, B, T, (long long)m->M);
+    return 0;
+}
+
+/* ---- building blocks ------------------------------------------------------------------------ */
+
+#define DATA(p) ((p)->data)
+#define GRAD(p) ((p)->grad)
+
+/* y (n,out) = x (n,in) W (in,out) + b */
+static void linear(struct tfm_model *m, float *y, int ldy, const float *x, int ldx, int n,
+                   const struct tfm_param *w, const struct tfm_param *b)
+{
+    struct tfm_backend *be = m->be;
+    int in = (int)w->dims[0], out = (int)w->dims[1];
+    be->gemm(be, 0, 0, n, out, in, 1.0f, x, ldx, DATA(w), out, 0.0f, y, ldy);
+    if (b && ldy == out)
+        be->bias_act(be, y, DATA(b), n, out, 0);
+}
+
+/* Backward of linear (dense y, ldy == out): dW += x^T dy; db += colsum dy;
+ * dx = beta*dx + dy W^T (dx NULL: skip). */
+static void linear_bwd(struct tfm_model *m, float *dx, float beta, const float *dy,
+                       const float *x, int n, const struct tfm_param *w,
+                       const struct tfm_param *b)
+{
+    struct tfm_backend *be = m->be;
+    int in = (int)w->dims[0], out = (int)w->dims[1];
+    be->gemm(be, 1, 0, in, out, n, 1.0f, x, in, dy, out, 1.0f, GRAD(w), out);
+    if (b)
+        be->bias_bwd(be, GRAD(b), dy, n, out);
+    if (dx)
+        be->gemm(be, 0, 1, n, in, out, 1.0f, dy, out, DATA(w), out, beta, dx, in);
+}
+
+static uint64_t site(int stack, int layer, int k)
+{
+    return ((uint64_t)stack << 24) | ((uint64_t)layer << 8) | (uint64_t)k;
+}
+
+/* Dropout state of one forward pass. */
+struct fwd {
+    int train;                  /* dropout on */
+    uint64_t rng_step;
+    int B, S, T;
+};
+
+static uint64_t key(const struct tfm_model *m, const struct fwd *f, uint64_t s)
+{
+    return tfm_rng_key((uint64_t)m->cfg.seed, f->rng_step, s);
+}
+
+static float pdrop(const struct fwd *f, double p) { return f->train ? (float)p : 0.0f; }
+
+/* Self-attention F(u) -> out (n,D), saving qkv, o, lse. */
+static void self_attn_fwd(struct tfm_model *m, const struct fwd *f, const struct attn_p *p,
+                          const float *u, int B, int Tq, const int32_t *klen, int causal,
+                          float *qkv, float *o, float *lse, float *out, uint64_t s)
+{
+    struct tfm_backend *be = m->be;
+    int n = B * Tq, D = m->D;
+    linear(m, qkv, 3 * D, u, D, n, p->wqkv, p->bqkv);
+    struct tfm_attn a = {B, m->H, Tq, Tq, m->dk, klen, causal, 1.0f / sqrtf((float)m->dk),
+                         pdrop(f, m->cfg.attn_dropout), key(m, f, s)};
+    be->attn_fwd(be, &a, qkv, 3 * D, qkv + D, 3 * D, qkv + 2 * D, 3 * D, o, D, lse);
+    linear(m, out, D, o, D, n, p->wo, p->bo);
+}
+
+static void self_attn_bwd(struct tfm_model *m, const struct fwd *f, const struct attn_p *p,
+                          const float *u, int B, int Tq, const int32_t *klen, int causal,
+                          const float *qkv, const float *o, const float *lse, const float *dout,
+                          float *du, float beta, uint64_t s)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    int n = B * Tq, D = m->D;
+    linear_bwd(m, A->dO, 0.0f, dout, o, n, p->wo, p->bo);
+    struct tfm_attn a = {B, m->H, Tq, Tq, m->dk, klen, causal, 1.0f / sqrtf((float)m->dk),
+                         pdrop(f, m->cfg.attn_dropout), key(m, f, s)};
+    be->attn_bwd(be, &a, qkv, 3 * D, qkv + D, 3 * D, qkv + 2 * D, 3 * D, o, D, lse, A->dO, D,
+                 A->dqkv, 3 * D, A->dqkv + D, 3 * D, A->dqkv + 2 * D, 3 * D);
+    linear_bwd(m, du, beta, A->dqkv, u, n, p->wqkv, p->bqkv);
+}
+
+static void ffn_fwd(struct tfm_model *m, const struct fwd *f, const struct ffn_p *p,
+                    const float *u, int n, float *h, float *out, uint64_t s)
+{
+    struct tfm_backend *be = m->be;
+    be->gemm(be, 0, 0, n, m->F, m->D, 1.0f, u, m->D, DATA(p->w1), m->F, 0.0f, h, m->F);
+    be->bias_act(be, h, DATA(p->b1), n, m->F, 1);
+    float pr = pdrop(f, m->cfg.relu_dropout);
+    if (pr > 0)
+        be->dropout(be, h, h, (size_t)n * m->F, pr, key(m, f, s));
+    linear(m, out, m->D, h, m->F, n, p->w2, p->b2);
+}
+
+static void ffn_bwd(struct tfm_model *m, const struct fwd *f, const struct ffn_p *p,
+                    const float *u, int n, const float *h, const float *dout, float *du,
+                    float beta)
+{
+    struct tfm_backend *be = m->be;
+    float *df = m->a.df;
+    linear_bwd(m, df, 0.0f, dout, h, n, p->w2, p->b2);
+    float pr = pdrop(f, m->cfg.relu_dropout);
+    be->relu_bwd(be, df, df, h, (size_t)n * m->F, pr > 0 ? 1.0f / (1.0f - pr) : 1.0f);
+    linear_bwd(m, du, beta, df, u, n, p->w1, p->b1);
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+
+/* Residual block bookkeeping.  Post: r = x + Drop(F(x)); y = LN(r).
+ * Pre: r = LN(x); y = x + Drop(F(r)).  blk_in returns F's input. */
+static const float *blk_in(struct tfm_model *m, struct blk *k, const struct ln_p *ln,
+                           const float *x, int n)
+{
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        m->be->layernorm_fwd(m->be, k->r, k->mean, k->rstd, x, DATA(ln->g), DATA(ln->b), n,
+                             m->D, (float)m->cfg.ln_eps);
+        return k->r;
+    }
+    return x;
+}
+
+static void blk_out(struct tfm_model *m, const struct fwd *f, struct blk *k,
+                    const struct ln_p *ln, const float *x, const float *sub, int n, uint64_t s)
+{
+    struct tfm_backend *be = m->be;
+    size_t cnt = (size_t)n * m->D;
+    float p = pdrop(f, m->cfg.dropout);
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        be->add_dropout(be, k->y, x, sub, cnt, p, key(m, f, s));
+    } else {
+        be->add_dropout(be, k->r, x, sub, cnt, p, key(m, f, s));
+        be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->r, DATA(ln->g), DATA(ln->b), n, m->D,
+                          (float)m->cfg.ln_eps);
+    }
+}
+
+/* Backward of a block: on entry *g = dL/dy; on exit *g = dL/dx.  fbwd computes F's
+ * backward from dsub into du with the given beta.  Uses t1, t2. */
+struct blk_bwd {
+    float *dsub;    /* where the caller's F backward reads dL/dF */
+    float *du;      /* where it writes dL/du */
+    float beta;     /* 1: accumulate into du */
+};
+
+static struct blk_bwd blk_bwd_begin(struct tfm_model *m, const struct fwd *f, struct blk *k,
+                                    const struct ln_p *ln, int n, uint64_t s)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    size_t cnt = (size_t)n * m->D;
+    float p = pdrop(f, m->cfg.dropout);
+    struct blk_bwd r;
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        be->dropout(be, A->t2, A->g, cnt, p, key(m, f, s));
+        r.dsub = A->t2;
+        r.du = A->t1;
+        r.beta = 0.0f;
+    } else {
+        be->layernorm_bwd(be, A->t1, GRAD(ln->g), GRAD(ln->b), A->g, k->r, k->mean, k->rstd,
+                          DATA(ln->g), n, m->D, 0);
+        be->dropout(be, A->t2, A->t1, cnt, p, key(m, f, s));
+        r.dsub = A->t2;
+        r.du = A->t1;
+        r.beta = 1.0f;
+    }
+    return r;
+}
+
+static void blk_bwd_end(struct tfm_model *m, struct blk *k, const struct ln_p *ln,
+                        const float *x, int n)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        /* dx = g (residual) + LN'(x)^T dh, dh in t1. */
+        be->layernorm_bwd(be, A->g, GRAD(ln->g), GRAD(ln->b), A->t1, x, k->mean, k->rstd,
+                          DATA(ln->g), n, m->D, 1);
+    } else {
+        float *t = A->g;
+        A->g = A->t1;
+        A->t1 = t;
+    }
+}
+
+#define ST_ENC 1
+#define ST_DEC 2
+
+static const float *enc_forward(struct tfm_model *m, const struct fwd *f)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    int B = f->B, S = f->S, n = B * S, D = m->D;
+    be->embed_fwd(be, A->xe, DATA(m->emb_src), A->src, n, D, sqrtf((float)D),
+                  m->pos_enc ? DATA(m->pos_enc) : m->pe, S, 0);
+    float p = pdrop(f, m->cfg.dropout);
+    if (p > 0)
+        be->dropout(be, A->xe, A->xe, (size_t)n * D, p, key(m, f, site(ST_ENC, 255, 0)));
+    const float *x = A->xe;
+    for (int l = 0; l < m->N; l++) {
+        struct enc_a *e = &A->enc[l];
+        struct enc_p *P = &m->enc[l];
+        const float *u = blk_in(m, &e->a, &P->ln1, x, n);
+        self_attn_fwd(m, f, &P->self, u, B, S, A->src_len, 0, e->qkv, e->o, e->lse, A->tmp,
+                      site(ST_ENC, l, 1));
+        blk_out(m, f, &e->a, &P->ln1, x, A->tmp, n, site(ST_ENC, l, 2));
+        x = e->a.y;
+        u = blk_in(m, &e->f, &P->ln2, x, n);
+        ffn_fwd(m, f, &P->ffn, u, n, e->h, A->tmp, site(ST_ENC, l, 3));
+        blk_out(m, f, &e->f, &P->ln2, x, A->tmp, n, site(ST_ENC, l, 4));
+        x = e->f.y;
+    }
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        be->layernorm_fwd(be, A->efin.y, A->efin.mean, A->efin.rstd, x, DATA(m->efin.g),
+                          DATA(m->efin.b), n, D, (float)m->cfg.ln_eps);
+        x = A->efin.y;
+    }
+    return x;
+}
+
+static const float *dec_forward(struct tfm_model *m, const struct fwd *f, const float *enc)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    int B = f->B, S = f->S, T = f->T, n = B * T, D = m->D;
+    be->embed_fwd(be, A->xd, DATA(m->emb_tgt), A->tgt_in, n, D, sqrtf((float)D),
+                  m->pos_dec ? DATA(m->pos_dec) : m->pe, T, 0);
+    float p = pdrop(f, m->cfg.dropout);
+    if (p > 0)
+        be->dropout(be, A->xd, A->xd, (size_t)n * D, p, key(m, f, site(ST_DEC, 255, 0)));
+    const float *x = A->xd;
+    float scale = 1.0f / sqrtf((float)m->dk);
+    for (int l = 0; l < m->N; l++) {
+        struct dec_a *d = &A->dec[l];
+        struct dec_p *P = &m->dec[l];
+        const float *u = blk_in(m, &d->a, &P->ln1, x, n);
+        self_attn_fwd(m, f, &P->self, u, B, T, NULL, 1, d->qkv, d->o, d->lse, A->tmp,
+                      site(ST_DEC, l, 1));
+        blk_out(m, f, &d->a, &P->ln1, x, A->tmp, n, site(ST_DEC, l, 2));
+        x = d->a.y;
+        /* encoder-decoder attention */
+        u = blk_in(m, &d->c, &P->ln2, x, n);
+        linear(m, d->q, D, u, D, n, P->cross.wq, P->cross.bq);
+        linear(m, d->kv, 2 * D, enc, D, B * S, P->cross.wkv, P->cross.bkv);
+        struct tfm_attn a = {B, m->H, T, S, m->dk, A->src_len, 0, scale,
+                             pdrop(f, m->cfg.attn_dropout), key(m, f, site(ST_DEC, l, 3))};
+        be->attn_fwd(be, &a, d->q, D, d->kv, 2 * D, d->kv + D, 2 * D, d->co, D, d->clse);
+        linear(m, A->tmp, D, d->co, D, n, P->cross.wo, P->cross.bo);
+        blk_out(m, f, &d->c, &P->ln2, x, A->tmp, n, site(ST_DEC, l, 4));
+        x = d->c.y;
+        u = blk_in(m, &d->f, &P->ln3, x, n);
+        ffn_fwd(m, f, &P->ffn, u, n, d->h, A->tmp, site(ST_DEC, l, 5));
+        blk_out(m, f, &d->f, &P->ln3, x, A->tmp, n, site(ST_DEC, l, 6));
+        x = d->f.y;
+    }
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        be->layernorm_fwd(be, A->dfin.y, A->dfin.mean, A->dfin.rstd, x, DATA(m->dfin.g),
+                          DATA(m->dfin.b), n, D, (float)m->cfg.ln_eps);
+        x = A->dfin.y;
+    }
+    return x;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+
+static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *enc)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    int B = f->B, S = f->S, T = f->T, n = B * T, D = m->D;
+    float scale = 1.0f / sqrtf((float)m->dk);
+    be->zero(be, A->denc, (size_t)B * S * D * sizeof(float));
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        const float *x = m->N > 0 ? A->dec[m->N - 1].f.y : A->xd;
+        be->layernorm_bwd(be, A->t1, GRAD(m->dfin.g), GRAD(m->dfin.b), A->g, x, A->dfin.mean,
+                          A->dfin.rstd, DATA(m->dfin.g), n, D, 0);
+        float *t = A->g;
+        A->g = A->t1;
+        A->t1 = t;
+    }
+    for (int l = m->N - 1; l >= 0; l--) {
+        struct dec_a *d = &A->dec[l];
+        struct dec_p *P = &m->dec[l];
+        const float *x0 = l > 0 ? A->dec[l - 1].f.y : A->xd;
+        /* FFN block */
+        struct blk_bwd r = blk_bwd_begin(m, f, &d->f, &P->ln3, n, site(ST_DEC, l, 6));
+        const float *u = m->cfg.norm == TFM_NORM_PRE ? d->f.r : d->c.y;
+        ffn_bwd(m, f, &P->ffn, u, n, d->h, r.dsub, r.du, r.beta);
+        blk_bwd_end(m, &d->f, &P->ln3, d->c.y, n);
+        /* cross-attention block */
+        r = blk_bwd_begin(m, f, &d->c, &P->ln2, n, site(ST_DEC, l, 4));
+        u = m->cfg.norm == TFM_NORM_PRE ? d->c.r : d->a.y;
+        linear_bwd(m, A->dO, 0.0f, r.dsub, d->co, n, P->cross.wo, P->cross.bo);
+        struct tfm_attn a = {B, m->H, T, S, m->dk, A->src_len, 0, scale,
+                             pdrop(f, m->cfg.attn_dropout), key(m, f, site(ST_DEC, l, 3))};
+        be->attn_bwd(be, &a, d->q, D, d->kv, 2 * D, d->kv + D, 2 * D, d->co, D, d->clse, A->dO,
+                     D, A->dq, D, A->dkv, 2 * D, A->dkv + D, 2 * D);
+        linear_bwd(m, r.du, r.beta, A->dq, u, n, P->cross.wq, P->cross.bq);
+        linear_bwd(m, A->denc, 1.0f, A->dkv, enc, B * S, P->cross.wkv, P->cross.bkv);
+        blk_bwd_end(m, &d->c, &P->ln2, d->a.y, n);
+        /* self-attention block */
+        r = blk_bwd_begin(m, f, &d->a, &P->ln1, n, site(ST_DEC, l, 2));
+        u = m->cfg.norm == TFM_NORM_PRE ? d->a.r : x0;
+        self_attn_bwd(m, f, &P->self, u, B, T, NULL, 1, d->qkv, d->o, d->lse, r.dsub, r.du,
+                      r.beta, site(ST_DEC, l, 1));
+        blk_bwd_end(m, &d->a, &P->ln1, x0, n);
+    }
+    /* A->g = dL/d(embedding sum after dropout) */
+    float p = pdrop(f, m->cfg.dropout);
+    if (p > 0)
+        be->dropout(be, A->g, A->g, (size_t)n * D, p, key(m, f, site(ST_DEC, 255, 0)));
+    be->embed_bwd(be, GRAD(m->emb_tgt), m->pos_dec ? GRAD(m->pos_dec) : NULL, A->g, A->tgt_in,
+                  n, D, m->V, sqrtf((float)D), T, 0);
+}
+
+static void enc_backward(struct tfm_model *m, const struct fwd *f)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    int B = f->B, S = f->S, n = B * S, D = m->D;
+    be->copy(be, A->g, A->denc, (size_t)n * D * sizeof(float));
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        const float *x = m->N > 0 ? A->enc[m->N - 1].f.y : A->xe;
+        be->layernorm_bwd(be, A->t1, GRAD(m->efin.g), GRAD(m->efin.b), A->g, x, A->efin.mean,
+                          A->efin.rstd, DATA(m->efin.g), n, D, 0);
+        float *t = A->g;
+        A->g = A->t1;
+        A->t1 = t;
+    }
+    for (int l = m->N - 1; l >= 0; l--) {
+        struct enc_a *e = &A->enc[l];
+        struct enc_p *P = &m->enc[l];
+        const float *x0 = l > 0 ? A->enc[l - 1].f.y : A->xe;
+        struct blk_bwd r = blk_bwd_begin(m, f, &e->f, &P->ln2, n, site(ST_ENC, l, 4));
+        const float *u = m->cfg.norm == TFM_NORM_PRE ? e->f.r : e->a.y;
+        ffn_bwd(m, f, &P->ffn, u, n, e->h, r.dsub, r.du, r.beta);
+        blk_bwd_end(m, &e->f, &P->ln2, e->a.y, n);
+        r = blk_bwd_begin(m, f, &e->a, &P->ln1, n, site(ST_ENC, l, 2));
+        u = m->cfg.norm == TFM_NORM_PRE ? e->a.r : x0;
+        self_attn_bwd(m, f, &P->self, u, B, S, A->src_len, 0, e->qkv, e->o, e->lse, r.dsub,
+                      r.du, r.beta, site(ST_ENC, l, 1));
+        blk_bwd_end(m, &e->a, &P->ln1, x0, n);
+    }
+    float p = pdrop(f, m->cfg.dropout);
+    if (p > 0)
+        be->dropout(be, A->g, A->g, (size_t)n * D, p, key(m, f, site(ST_ENC, 255, 0)));
+    be->embed_bwd(be, GRAD(m->emb_src), m->pos_enc ? GRAD(m->pos_enc) : NULL, A->g, A->src, n, D,
+                  m->V, sqrtf((float)D), S, 0);
+}
+
+/* ---- the batch entry points --------------------------------------------------------------- */
+
+/* Check the batch, stage ids, count tokens. */
+static int stage(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                 const int32_t *tgt, struct tfm_loss *out, struct tfm_error *err)
+{
+    if (check_batch(m, B, S, T, err) < 0)
+        return -1;
+    int32_t *len = m->host_ints, *tlen = m->host_ints + m->M;
+    if (row_lengths(src, B, S, m->V, "src", len, err) < 0 ||
+        row_lengths(tgt, B, T, m->V, "tgt", tlen, err) < 0)
+        return -1;
+    memset(out, 0, sizeof *out);
+    for (int b = 0; b < B; b++) {
+        out->src_tokens += len[b];
+        out->tokens += tlen[b];
+    }
+    struct tfm_backend *be = m->be;
+    be->upload(be, m->a.src_len, len, (size_t)B * sizeof(int32_t));
+    be->upload(be, m->a.src, src, (size_t)B * S * sizeof(int32_t));
+    be->upload(be, m->a.labels, tgt, (size_t)B * T * sizeof(int32_t));
+    int32_t *tin = m->host_ints + 2 * m->M;
+    for (int b = 0; b < B; b++) {
+        tin[(size_t)b * T] = TFM_BOS;
+        for (int t = 1; t < T; t++)
+            tin[(size_t)b * T + t] = tgt[(size_t)b * T + t - 1];
+    }
+    be->upload(be, m->a.tgt_in, tin, (size_t)B * T * sizeof(int32_t));
+    return 0;
+}
+
+/* Output layer over the decoder output y (n,D) in chunks: loss sums into out; with grad,
+ * dL/dy into A->g and the output matrix's gradient. */
+static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
+                         struct tfm_loss *out)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    int D = m->D, V = m->V;
+    const float *E = DATA(m->emb_out);
+    double loss = 0, nll = 0;
+    for (int r0 = 0; r0 < n; r0 += m->C) {
+        int c = n - r0 < m->C ? n - r0 : m->C;
+        be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, E, D, 0.0f, A->logits, V);
+        be->xent(be, A->logits, A->labels + r0, c, V, (float)m->cfg.label_smoothing, TFM_PAD,
+                 A->loss, A->nll, grad ? 1.0f : 0.0f);
+        if (grad) {
+            be->gemm(be, 0, 0, c, D, V, 1.0f, A->logits, V, E, D, 0.0f, A->g + (size_t)r0 * D, D);
+            be->gemm(be, 1, 0, V, D, c, 1.0f, A->logits, V, y + (size_t)r0 * D, D, 1.0f,
+                     GRAD(m->emb_out), D);
+        }
+        be->download(be, m->host_loss, A->loss, (size_t)c * sizeof(float));
+        be->download(be, m->host_loss + m->C, A->nll, (size_t)c * sizeof(float));
+        for (int i = 0; i < c; i++) {
+            loss += m->host_loss[i];
+            nll += m->host_loss[m->C + i];
+        }
+    }
+    out->loss = loss;
+    out->nll = nll;
+}
+
+int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                          const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
+                          struct tfm_error *err)
+{
+    if (stage(m, B, S, T, src, tgt, out, err) < 0)
+        return -1;
+    struct fwd f = {1, rng_step, B, S, T};
+    const float *enc = enc_forward(m, &f);
+    const float *y = dec_forward(m, &f, enc);
+    output_layer(m, y, B * T, 1, out);
+    dec_backward(m, &f, enc);
+    enc_backward(m, &f);
+    return 0;
+}
+
+int tfm_model_eval_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                         const int32_t *tgt, struct tfm_loss *out, struct tfm_error *err)
+{
+    if (stage(m, B, S, T, src, tgt, out, err) < 0)
+        return -1;
+    struct fwd f = {0, 0, B, S, T};
+    const float *enc = enc_forward(m, &f);
+    const float *y = dec_forward(m, &f, enc);
+    output_layer(m, y, B * T, 0, out);
+    return 0;
+}
+
+int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                       const int32_t *tgt, float *logp, struct tfm_error *err)
+{
+    struct tfm_loss l;
+    if (stage(m, B, S, T, src, tgt, &l, err) < 0)
+        return -1;
+    struct tfm_backend *be = m->be;
+    struct fwd f = {0, 0, B, S, T};
+    const float *enc = enc_forward(m, &f);
+    const float *y = dec_forward(m, &f, enc);
+    int n = B * T, D = m->D, V = m->V;
+    for (int r0 = 0; r0 < n; r0 += m->C) {
+        int c = n - r0 < m->C ? n - r0 : m->C;
+        be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, DATA(m->emb_out), D, 0.0f,
+                 m->a.logits, V);
+        be->log_softmax(be, m->a.logits, m->a.logits, c, V);
+        be->download(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V * sizeof(float));
+    }
+    return 0;
+}
+
+/* ---- incremental decoding ------------------------------------------------------------------ */
+
+struct tfm_decoder {
+    struct tfm_model *m;
+    int max_sent, max_src, max_rows, max_steps;
+    int B, S;                   /* sources of this call */
+    int rows, t;                /* live rows, steps taken */
+    float **kvc, **kvc2;        /* per layer (max_rows, max_steps, 2D) self K|V, and spare */
+    float **ckv;                /* per layer (B*S, 2D) encoder K|V */
+    float *x, *u, *qkv, *o, *tmp, *q, *h, *logits, *mean, *rstd;
+    int32_t *tok, *pos_blk, *self_len, *row_src, *cross_len, *keep;   /* device (max_rows) */
+    int32_t *src_len_host;      /* (max_sent) */
+    int32_t *hbuf;              /* host staging (max_rows) */
+    void *mem;
+};
+
+void tfm_decoder_free(struct tfm_decoder *d)
+{
+    if (!d)
+        return;
+    if (d->mem)
+        d->m->be->free(d->m->be, d->mem);
+    free(d->kvc);
+    free(d->kvc2);
+    free(d->ckv);
+    free(d->src_len_host);
+    free(d->hbuf);
+    free(d);
+}
+
+static size_t dec_carve(struct tfm_decoder *d, char *base)
+{
+    struct tfm_model *m = d->m;
+    size_t off = 0;
+    int64_t D = m->D, R = d->max_rows;
+#define TAKE(ptr, type, n)                                                \
+    do {                                                                  \
+        size_t b_ = ((size_t)(n) * sizeof(type) + 63) / 64 * 64;          \
+        if (base)                                                         \
+            (ptr) = (type *)(void *)(base + off);                         \
+        off += b_;                                                        \
+    } while (0)
+    for (int l = 0; l < m->N; l++) {
+        TAKE(d->kvc[l], float, R * d->max_steps * 2 * D);
+        TAKE(d->kvc2[l], float, R * d->max_steps * 2 * D);
+        TAKE(d->ckv[l], float, (int64_t)d->max_sent * d->max_src * 2 * D);
+    }
+    TAKE(d->x, float, R * D);
+    TAKE(d->u, float, R * D);
+    TAKE(d->qkv, float, R * 3 * D);
+    TAKE(d->o, float, R * D);
+    TAKE(d->tmp, float, R * D);
+    TAKE(d->q, float, R * D);
+    TAKE(d->h, float, R * m->F);
+    TAKE(d->logits, float, R * m->V);
+    TAKE(d->mean, float, R);
+    TAKE(d->rstd, float, R);
+    TAKE(d->tok, int32_t, R);
+    TAKE(d->pos_blk, int32_t, R);
+    TAKE(d->self_len, int32_t, R);
+    TAKE(d->row_src, int32_t, R);
+    TAKE(d->cross_len, int32_t, R);
+    TAKE(d->keep, int32_t, R);
+#undef TAKE
+    return off;
+}
+
+struct tfm_decoder *tfm_decoder_create(struct tfm_model *m, int max_sent, int max_src,
+                                       int max_rows, int max_steps, struct tfm_error *err)
+{
+    if (max_sent < 1 || max_src < 1 || max_rows < 1 || max_steps < 1) {
+        tfm_fail(err, "decoder sizes must be positive");
+        return NULL;
+    }
+    if (max_steps > m->L || max_src > m->L) {
+        tfm_fail(err, "decoder: %d steps / %d source tokens exceed max_len %d", max_steps,
+                 max_src, m->L);
+        return NULL;
+    }
+    if (max_src > m->M) {
+        tfm_fail(err, "decoder: sources of %d tokens exceed the model's token budget %lld",
+                 max_src, (long long)m->M);
+        return NULL;
+    }
+    struct tfm_decoder *d = calloc(1, sizeof *d);
+    if (!d) {
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    d->m = m;
+    d->max_sent = max_sent;
+    d->max_src = max_src;
+    d->max_rows = max_rows;
+    d->max_steps = max_steps;
+    d->kvc = calloc((size_t)m->N + 1, sizeof *d->kvc);
+    d->kvc2 = calloc((size_t)m->N + 1, sizeof *d->kvc2);
+    d->ckv = calloc((size_t)m->N + 1, sizeof *d->ckv);
+    d->src_len_host = calloc((size_t)max_sent, sizeof(int32_t));
+    d->hbuf = calloc((size_t)max_rows * 2, sizeof(int32_t));
+    if (!d->kvc || !d->kvc2 || !d->ckv || !d->src_len_host || !d->hbuf) {
+        tfm_fail(err, "out of memory");
+        tfm_decoder_free(d);
+        return NULL;
+    }
+    size_t bytes = dec_carve(d, NULL);
+    d->mem = m->be->alloc(m->be, bytes, err);
+    if (!d->mem || m->be->reserve(m->be, max_steps, max_steps > max_src ? max_steps : max_src,
+                                  err) < 0) {
+        tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
+        tfm_decoder_free(d);
+        return NULL;
+    }
+    dec_carve(d, d->mem);
+    return d;
+}
+
+int tfm_decoder_steps(const struct tfm_decoder *d) { return d->t; }
+
+int tfm_decoder_encode(struct tfm_decoder *d, int B, int S, const int32_t *src,
+                       struct tfm_error *err)
+{
+    struct tfm_model *m = d->m;
+    struct tfm_backend *be = m->be;
+    if (B < 1 || S < 1 || B > d->max_sent || S > d->max_src)
+        return tfm_fail(err, "decoder: %d sources of %d tokens: outside 1..%d sentences, "
+                        "1..%d tokens", B, S, d->max_sent, d->max_src);
+    if (row_lengths(src, B, S, m->V, "src", d->src_len_host, err) < 0)
+        return -1;
+    /* Encode in groups that fit the model's activation arena (M >= S tokens). */
+    int G = (int)(m->M / S);
+    for (int b0 = 0; b0 < B; b0 += G) {
+        int Bg = B - b0 < G ? B - b0 : G;
+        be->upload(be, m->a.src_len, d->src_len_host + b0, (size_t)Bg * sizeof(int32_t));
+        be->upload(be, m->a.src, src + (size_t)b0 * S, (size_t)Bg * S * sizeof(int32_t));
+        struct fwd f = {0, 0, Bg, S, 1};
+        const float *enc = enc_forward(m, &f);
+        for (int l = 0; l < m->N; l++)
+            linear(m, d->ckv[l] + (size_t)b0 * S * 2 * m->D, 2 * m->D, enc, m->D, Bg * S,
+                   m->dec[l].cross.wkv, m->dec[l].cross.bkv);
+    }
+    d->B = B;
+    d->S = S;
+    d->rows = 0;
+    d->t = 0;
+    return 0;
+}
+
+/* Decoder block with R rows: x (R,D) updated in place; F writes tmp from u. */
+static const float *dstep_in(struct tfm_decoder *d, const struct ln_p *ln, int R)
+{
+    struct tfm_model *m = d->m;
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        m->be->layernorm_fwd(m->be, d->u, d->mean, d->rstd, d->x, DATA(ln->g), DATA(ln->b), R,
+                             m->D, (float)m->cfg.ln_eps);
+        return d->u;
+    }
+    return d->x;
+}
+
+static void dstep_out(struct tfm_decoder *d, const struct ln_p *ln, int R)
+{
+    struct tfm_model *m = d->m;
+    struct tfm_backend *be = m->be;
+    be->axpy(be, d->x, 1.0f, d->tmp, (size_t)R * m->D);
+    if (m->cfg.norm == TFM_NORM_POST)
+        be->layernorm_fwd(be, d->x, d->mean, d->rstd, d->x, DATA(ln->g), DATA(ln->b), R, m->D,
+                          (float)m->cfg.ln_eps);
+}
+
+int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                     const int32_t *row_src, float *logp, struct tfm_error *err)
+{
+    struct tfm_model *m = d->m;
+    struct tfm_backend *be = m->be;
+    int D = m->D, R = nrows;
+    if (d->B == 0)
+        return tfm_fail(err, "decoder: step before encode");
+    if (R < 1 || R > d->max_rows)
+        return tfm_fail(err, "decoder: %d rows: outside 1..%d", R, d->max_rows);
+    if (d->t > 0 && R != d->rows)
+        return tfm_fail(err, "decoder: %d rows given, %d live", R, d->rows);
+    if (d->t >= d->max_steps)
+        return tfm_fail(err, "decoder: more than %d steps", d->max_steps);
+    int32_t *h = d->hbuf;
+    for (int r = 0; r < R; r++) {
+        if (last_tok[r] < 0 || last_tok[r] >= m->V)
+            return tfm_fail(err, "decoder: token %d out of the vocabulary", last_tok[r]);
+        if (row_src[r] < 0 || row_src[r] >= d->B)
+            return tfm_fail(err, "decoder: row %d: source %d out of 0..%d", r, row_src[r],
+                            d->B - 1);
+    }
+    be->upload(be, d->tok, last_tok, (size_t)R * sizeof(int32_t));
+    be->upload(be, d->row_src, row_src, (size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++)
+        h[r] = r;
+    be->upload(be, d->pos_blk, h, (size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++)
+        h[r] = d->t + 1;
+    be->upload(be, d->self_len, h, (size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++)
+        h[r] = d->src_len_host[row_src[r]];
+    be->upload(be, d->cross_len, h, (size_t)R * sizeof(int32_t));
+
+    be->embed_fwd(be, d->x, DATA(m->emb_tgt), d->tok, R, D, sqrtf((float)D),
+                  m->pos_dec ? DATA(m->pos_dec) : m->pe, 1, d->t);
+    float scale = 1.0f / sqrtf((float)m->dk);
+    int64_t cstride = (int64_t)d->max_steps * 2 * D;
+    for (int l = 0; l < m->N; l++) {
+        struct dec_p *P = &m->dec[l];
+        /* self-attention: this step's K, V into the cache, then attend to steps 0..t */
+        const float *u = dstep_in(d, &P->ln1, R);
+        linear(m, d->qkv, 3 * D, u, D, R, P->self.wqkv, P->self.bqkv);
+        be->gather(be, d->kvc[l] + (int64_t)d->t * 2 * D, cstride, d->qkv + D, 3 * D, NULL, R,
+                   2 * D);
+        be->attn_decode(be, R, m->H, m->dk, scale, d->qkv, 3 * D, d->kvc[l], d->kvc[l] + D,
+                        2 * D, cstride, d->pos_blk, d->self_len, d->o, D);
+        linear(m, d->tmp, D, d->o, D, R, P->self.wo, P->self.bo);
+        dstep_out(d, &P->ln1, R);
+        /* encoder-decoder attention */
+        u = dstep_in(d, &P->ln2, R);
+        linear(m, d->q, D, u, D, R, P->cross.wq, P->cross.bq);
+        be->attn_decode(be, R, m->H, m->dk, scale, d->q, D, d->ckv[l], d->ckv[l] + D, 2 * D,
+                        (int64_t)d->S * 2 * D, d->row_src, d->cross_len, d->o, D);
+        linear(m, d->tmp, D, d->o, D, R, P->cross.wo, P->cross.bo);
+        dstep_out(d, &P->ln2, R);
+        /* FFN */
+        u = dstep_in(d, &P->ln3, R);
+        be->gemm(be, 0, 0, R, m->F, D, 1.0f, u, D, DATA(P->ffn.w1), m->F, 0.0f, d->h, m->F);
+        be->bias_act(be, d->h, DATA(P->ffn.b1), R, m->F, 1);
+        linear(m, d->tmp, D, d->h, m->F, R, P->ffn.w2, P->ffn.b2);
+        dstep_out(d, &P->ln3, R);
+    }
+    const float *y = d->x;
+    if (m->cfg.norm == TFM_NORM_PRE) {
+        be->layernorm_fwd(be, d->u, d->mean, d->rstd, d->x, DATA(m->dfin.g), DATA(m->dfin.b), R,
+                          D, (float)m->cfg.ln_eps);
+        y = d->u;
+    }
+    be->gemm(be, 0, 1, R, m->V, D, 1.0f, y, D, DATA(m->emb_out), D, 0.0f, d->logits, m->V);
+    be->log_softmax(be, d->logits, d->logits, R, m->V);
+    be->download(be, logp, d->logits, (size_t)R * m->V * sizeof(float));
+    d->rows = R;
+    d->t++;
+    return 0;
+}
+
+int tfm_decoder_select(struct tfm_decoder *d, int nrows, const int32_t *keep,
+                       struct tfm_error *err)
+{
+    struct tfm_model *m = d->m;
+    struct tfm_backend *be = m->be;
+    if (nrows < 0 || nrows > d->max_rows)
+        return tfm_fail(err, "decoder: select of %d rows: outside 0..%d", nrows, d->max_rows);
+    for (int i = 0; i < nrows; i++)
+        if (keep[i] < 0 || keep[i] >= d->rows)
+            return tfm_fail(err, "decoder: select: row %d keeps row %d of %d", i, keep[i],
+                            d->rows);
+    if (nrows > 0 && d->t > 0) {
+        be->upload(be, d->keep, keep, (size_t)nrows * sizeof(int32_t));
+        int64_t stride = (int64_t)d->max_steps * 2 * m->D;
+        for (int l = 0; l < m->N; l++) {
+            be->gather(be, d->kvc2[l], stride, d->kvc[l], stride, d->keep, nrows,
+                       (int64_t)d->t * 2 * m->D);
+            float *t = d->kvc[l];
+            d->kvc[l] = d->kvc2[l];
+            d->kvc2[l] = t;
+        }
+    }
+    d->rows = nrows;
+    return 0;
+}

@@ -1,0 +1,50 @@
+/* optim.c: the learning-rate schedule and the Adam step with clipping (optim.h).
+ * Not here: the model's arenas (model.c), when to step (train.c).
+ * Owner: the model engineer.
+ */
+#include "optim.h"
+
+#include <math.h>
+
+double tfm_optim_lr(const struct tfm_config *cfg, int64_t step)
+{
+    double s = step < 1 ? 1.0 : (double)step;
+    double w = (double)cfg->warmup;
+    double a = 1.0 / sqrt(s), b = s * pow(w, -1.5);
+    return cfg->lr_scale * pow((double)cfg->d_model, -0.5) * (a < b ? a : b);
+}
+
+int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
+                   struct tfm_optim_stats *st, struct tfm_error *err)
+{
+    const struct tfm_config *cfg = tfm_model_config(m);
+    struct tfm_backend *be = tfm_model_backend(m);
+    if (step < 1)
+        return tfm_fail(err, "optimizer step %lld: must be >= 1", (long long)step);
+    if (tokens < 1)
+        return tfm_fail(err, "optimizer step %lld: no target tokens in the update",
+                        (long long)step);
+    float *g = tfm_model_block(m, TFM_GRADS);
+    size_t n = (size_t)tfm_model_count(m);
+    if (be->all_reduce && be->all_reduce(be->all_reduce_ctx, g, n, err) < 0)
+        return tfm_error_prefix(err, "all-reduce of the gradients");
+    double gs = 1.0 / (double)tokens;
+    double norm = sqrt(be->sumsq(be, g, n)) * gs;
+    if (!isfinite(norm))
+        return tfm_fail(err, "optimizer step %lld: gradient norm is %g (diverged); "
+                        "parameters not updated", (long long)step, norm);
+    double clip = 1.0;
+    if (cfg->clip_norm > 0 && norm > cfg->clip_norm)
+        clip = cfg->clip_norm / norm;
+    double lr = tfm_optim_lr(cfg, step);
+    be->adam(be, tfm_model_block(m, TFM_PARAMS), g, tfm_model_block(m, TFM_ADAM_M),
+             tfm_model_block(m, TFM_ADAM_V), n, (float)lr, (float)cfg->adam_beta1,
+             (float)cfg->adam_beta2, (float)cfg->adam_eps, (float)(gs * clip), step);
+    tfm_model_zero_grad(m);
+    if (st) {
+        st->lr = lr;
+        st->grad_norm = norm;
+        st->clip = clip;
+    }
+    return 0;
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# bench_train.sh: training throughput (target tokens/s: forward, backward, Adam) of tfm's
+# CPU backend for the tiny and base configs, against, measured in the same run:
+#   - a PyTorch implementation of the same model (tests/bench/torch_train.py: the
+#     reference model of tests/ref/torch_ref.py in float32, torch.optim.Adam) on the same
+#     batch shape with the same thread count;
+#   - the OpenBLAS sgemm peak (2048^3) on the same threads: tfm's matrix-product GFLOP/s
+#     as a fraction of it.
+# Goal (base): >= 1.5x PyTorch and >= 60% of the sgemm peak.
+# Env: BENCH_THREADS (default: online CPUs), BENCH_STEPS (default 3).
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+BIN=${TFM_BENCH_BIN:-build/bench}
+TH=${BENCH_THREADS:-$(nproc)}
+STEPS=${BENCH_STEPS:-3}
+PY=/usr/bin/python3
+[ -x "$BIN/train_step" ] || { echo "   $BIN/train_step not built (make bench)"; exit 1; }
+have_torch=1
+"$PY" -c 'import torch' 2>/dev/null || have_torch=0
+# torch with OpenMP OpenBLAS when installed (ENVIRONMENT.md: the pthread one fights torch's threads)
+OMPBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
+for spec in "tiny 32 32 32" "base 16 32 32"; do
+    set -- $spec
+    name=$1 B=$2 S=$3 T=$4
+    out=$("$BIN/train_step" "configs/$name.conf" "$B" "$S" "$T" "$STEPS" "$TH") || { echo "   $name: train_step failed"; continue; }
+    tps=$(echo "$out" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p')
+    gf=$(echo "$out" | sed -n 's/.*gflops=\([0-9.]*\) sgemm.*/\1/p')
+    peak=$(echo "$out" | sed -n 's/.*sgemm_gflops=\([0-9.]*\).*/\1/p')
+    mem=$(echo "$out" | sed -n 's/.*memory_mib=\([0-9.]*\).*/\1/p')
+    line=$(printf '%-5s B=%d S=%d T=%d threads=%d: tfm %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm %.1f GFLOP/s, %s MiB' \
+        "$name" "$B" "$S" "$T" "$TH" "$tps" "$gf" "$(echo "100*$gf/$peak" | bc -l)" "$peak" "$mem")
+    if [ $have_torch = 1 ]; then
+        lp=""
+        [ -d "$OMPBLAS" ] && lp="$OMPBLAS"
+        tout=$(LD_LIBRARY_PATH="$lp" "$PY" tests/bench/torch_train.py "configs/$name.conf" "$B" "$S" "$T" "$STEPS" "$TH" 2>&1)
+        ttps=$(echo "$tout" | sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p')
+        if [ -n "$ttps" ]; then
+            line="$line; PyTorch $ttps tok/s; ratio $(printf '%.2f' "$(echo "$tps/$ttps" | bc -l)")x"
+        else
+            line="$line; PyTorch failed: $(echo "$tout" | tail -1)"
+        fi
+    else
+        line="$line; PyTorch: not installed"
+    fi
+    echo "   $line"
+done

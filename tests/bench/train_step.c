@@ -1,0 +1,97 @@
+/* train_step.c: tfm's training throughput for bench_train.sh.
+ *   train_step CONFIG B S T STEPS THREADS
+ * Builds the model of CONFIG (vocab 8000 unless the file sets it), trains STEPS updates
+ * (forward, backward, Adam) on one random batch of B x S source and B x T target tokens
+ * after one warm-up update, and prints
+ *   tokens_per_s=X step_s=X gflops=X sgemm_gflops=X memory_mib=X
+ * gflops counts the matrix products of forward and backward (3x the forward's 2*m*n*k);
+ * sgemm_gflops is a 2048^3 sgemm on the same threads (the peak the ops are held to).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "backend.h"
+#include "config.h"
+#include "model.h"
+#include "optim.h"
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: train_step CONFIG B S T STEPS THREADS\n");
+        return 2;
+    }
+    struct tfm_error err;
+    struct tfm_config c;
+    tfm_config_defaults(&c);
+    if (tfm_config_load(&c, argv[1], &err) < 0) {
+        fprintf(stderr, "train_step: %s\n", err.msg);
+        return 1;
+    }
+    if (c.vocab == 0)
+        c.vocab = 8000;
+    int B = atoi(argv[2]), S = atoi(argv[3]), T = atoi(argv[4]), steps = atoi(argv[5]);
+    struct tfm_backend *be = tfm_backend_cpu(atoi(argv[6]), &err);
+    int64_t budget = (int64_t)B * (S > T ? S : T);
+    if (c.tokens < budget)
+        c.tokens = (int)budget;
+    struct tfm_model *m = be ? tfm_model_create(&c, be, budget, &err) : NULL;
+    if (!m) {
+        fprintf(stderr, "train_step: %s\n", err.msg);
+        return 1;
+    }
+    int32_t *src = malloc(sizeof(int32_t) * B * S), *tgt = malloc(sizeof(int32_t) * B * T);
+    uint64_t r = 1;
+    for (int i = 0; i < B * S; i++)
+        src[i] = (i % S == S - 1) ? 3 : 4 + (int)((r = tfm_rng_mix(r)) % (uint64_t)(c.vocab - 4));
+    for (int i = 0; i < B * T; i++)
+        tgt[i] = (i % T == T - 1) ? 3 : 4 + (int)((r = tfm_rng_mix(r)) % (uint64_t)(c.vocab - 4));
+    struct tfm_loss l;
+    struct tfm_optim_stats st;
+    double t0 = 0;
+    for (int s = 0; s <= steps; s++) {
+        if (s == 1)
+            t0 = now();
+        if (tfm_model_train_batch(m, B, S, T, src, tgt, (uint64_t)s, &l, &err) < 0 ||
+            tfm_optim_step(m, s + 1, l.tokens, &st, &err) < 0) {
+            fprintf(stderr, "train_step: %s\n", err.msg);
+            return 1;
+        }
+    }
+    double dt = (now() - t0) / steps;
+    /* matrix-product FLOPs of one forward (ns source, nt target rows) */
+    double D = c.d_model, F = c.d_ff, V = c.vocab, N = c.layers, ns = B * S, nt = B * T;
+    double fwd = N * (ns * (2 * 4 * D * D + 2 * 2 * D * F) + 2 * 2 * ns * S * D) +
+                 N * (nt * (2 * 4 * D * D + 2 * 2 * D * D + 2 * 2 * D * F) + ns * 2 * 2 * D * D +
+                      2 * 2 * nt * T * D + 2 * 2 * nt * S * D) +
+                 nt * 2 * D * V;
+    double flops = 3 * fwd;
+    /* sgemm peak on the same threads */
+    int n = 2048;
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+          *cc = malloc(sizeof(float) * n * n);
+    for (int i = 0; i < n * n; i++)
+        a[i] = b[i] = 0.001f * (i % 1000);
+    double best = 1e30;
+    for (int k = 0; k < 4; k++) {
+        double g0 = now();
+        be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, cc, n);
+        double g = now() - g0;
+        best = g < best ? g : best;
+    }
+    printf("tokens_per_s=%.1f step_s=%.4f gflops=%.1f sgemm_gflops=%.1f memory_mib=%.1f loss=%.4f\n",
+           nt / dt, dt, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
+           tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens);
+    free(a); free(b); free(cc); free(src); free(tgt);
+    tfm_model_free(m);
+    be->destroy(be);
+    return 0;
+}

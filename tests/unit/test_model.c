@@ -1,0 +1,409 @@
+/* test_model.c: the whole model (model.h) and the optimizer (optim.h).
+ *
+ * Whole-model gradient check: a tiny model (2+2 layers, d_model 8, 2 heads, d_ff 16,
+ * vocab 11), dropout 0, label smoothing 0.1, a padded batch of 3 pairs.  For EVERY
+ * element of EVERY parameter tensor, the gradient of the summed loss from the backward
+ * is compared with the central difference (h = 1e-3) of the forward loss.  Bound, per
+ * tensor:  max |analytic - numeric| <= 5e-3 * max(1, max |numeric|)   (fp32 model, loss
+ * ~25 nats: its rounding over 2h gives ~5e-4; measured worst 2.3e-3).  An element whose
+ * left and right one-sided slopes differ by more than the bound has a ReLU kink within
+ * +-h and is not differentiable there: it is skipped (decided from forward values only),
+ * and at most 1% of the values may be skipped (measured: 0 to 13 of ~3500).
+ * Run for post-norm and pre-norm, tied and untied, sinusoidal and learned positions.
+ */
+#include "check.h"
+
+#include "model.h"
+#include "optim.h"
+
+static struct tfm_backend *be;
+#ifndef GH
+#define GH 1e-3f
+#endif
+#ifndef GTOL
+#define GTOL 5e-3
+#endif
+
+static void tiny(struct tfm_config *c, int norm, int tie, int pos)
+{
+    tfm_config_defaults(c);
+    c->layers = 2;
+    c->d_model = 8;
+    c->heads = 2;
+    c->d_ff = 16;
+    c->vocab = 11;
+    c->max_len = 8;
+    c->tokens = 32;
+    c->norm = norm;
+    c->tie = tie;
+    c->pos = pos;
+    c->dropout = 0;
+    c->label_smoothing = 0.1;
+    c->seed = 7;
+}
+
+/* 3 pairs, padded: sources of 5, 3, 4 tokens; targets of 4, 2, 3 (eos = 3 last). */
+enum { B = 3, S = 5, T = 4 };
+static const int32_t src[B * S] = {5, 6, 7, 8, 3, 9, 4, 3, 0, 0, 10, 5, 5, 3, 0};
+static const int32_t tgt[B * T] = {7, 8, 9, 3, 4, 3, 0, 0, 6, 10, 3, 0};
+
+static double eval_loss(struct tfm_model *m)
+{
+    struct tfm_loss l;
+    struct tfm_error err;
+    if (tfm_model_eval_batch(m, B, S, T, src, tgt, &l, &err) < 0) {
+        printf("# %s\n", err.msg);
+        return NAN;
+    }
+    return l.loss;
+}
+
+static void gradcheck_model(int norm, int tie, int pos)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, norm, tie, pos);
+    struct tfm_model *m = tfm_model_create(&c, be, 0, &err);
+    CHECK(m != NULL);
+    if (!m) {
+        printf("# %s\n", err.msg);
+        return;
+    }
+    struct tfm_loss l;
+    CHECK(tfm_model_train_batch(m, B, S, T, src, tgt, 1, &l, &err) == 0);
+    CHECK_EQ_INT(l.tokens, 9);
+    CHECK_EQ_INT(l.src_tokens, 12);
+    double l0 = eval_loss(m);
+    CHECK_NEAR(l.loss, l0, 1e-6);      /* dropout 0: train and eval forward agree */
+    int64_t n = tfm_model_count(m);
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g);
+    tfm_model_download(m, TFM_PARAMS, p);
+    tfm_model_download(m, TFM_GRADS, g);
+    double worst = 0;
+    const char *worst_name = "";
+    int64_t skipped = 0;
+    for (int t = 0; t < tfm_model_nparams(m); t++) {
+        const struct tfm_param *P = tfm_model_param(m, t);
+        double *num = malloc(P->count * sizeof *num), *kink = malloc(P->count * sizeof *kink);
+        double maxn = 0, maxe = 0;
+        for (int64_t i = 0; i < P->count; i++) {
+            float *x = p + P->offset + i, save = *x;
+            *x = save + GH;
+            tfm_model_upload(m, TFM_PARAMS, p);
+            double lp = eval_loss(m);
+            *x = save - GH;
+            tfm_model_upload(m, TFM_PARAMS, p);
+            double lm = eval_loss(m);
+            *x = save;
+            num[i] = (lp - lm) / (2 * (double)GH);
+            kink[i] = fabs((lp - l0) - (l0 - lm)) / (double)GH;   /* |right - left| slope */
+            maxn = fmax(maxn, fabs(num[i]));
+        }
+        double bound = GTOL * fmax(1, maxn);
+        for (int64_t i = 0; i < P->count; i++) {
+            if (kink[i] > bound) {      /* a ReLU kink within +-h: not differentiable there */
+                skipped++;
+                continue;
+            }
+            maxe = fmax(maxe, fabs(num[i] - g[P->offset + i]));
+        }
+        free(num);
+        free(kink);
+        double rel = maxe / fmax(1, maxn);
+        if (rel > worst) {
+            worst = rel;
+            worst_name = P->name;
+        }
+        if (!(maxe <= bound)) {
+            printf("#   %s: max |analytic - numeric| = %.3g (max |grad| %.3g)\n", P->name, maxe,
+                   maxn);
+            CHECK(maxe <= bound);
+        }
+    }
+    CHECK(skipped * 100 <= n);      /* at most 1% of the values sit on a kink */
+    tfm_model_upload(m, TFM_PARAMS, p);
+    printf("#   norm=%s tie=%d pos=%s: %d tensors, %lld values (%lld on a kink), worst %.2g "
+           "(%s)\n", norm ? "pre" : "post", tie, pos ? "learned" : "sinusoid",
+           tfm_model_nparams(m), (long long)n, (long long)skipped, worst, worst_name);
+    free(p);
+    free(g);
+    tfm_model_free(m);
+}
+
+static void test_grad_post_tied(void) { gradcheck_model(TFM_NORM_POST, 1, TFM_POS_SINUSOID); }
+static void test_grad_pre_untied(void) { gradcheck_model(TFM_NORM_PRE, 0, TFM_POS_LEARNED); }
+static void test_grad_post_untied_learned(void) { gradcheck_model(TFM_NORM_POST, 0, TFM_POS_LEARNED); }
+static void test_grad_pre_tied(void) { gradcheck_model(TFM_NORM_PRE, 1, TFM_POS_SINUSOID); }
+
+static void test_param_names(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, TFM_NORM_PRE, 0, TFM_POS_LEARNED);
+    struct tfm_model *m = tfm_model_create(&c, be, 0, &err);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    const struct tfm_param *p = tfm_model_find(m, "enc.1.self.wqkv");
+    CHECK(p && p->dims[0] == 8 && p->dims[1] == 24);
+    CHECK(tfm_model_find(m, "dec.0.cross.wkv") != NULL);
+    CHECK(tfm_model_find(m, "dec.ln.g") != NULL);
+    CHECK(tfm_model_find(m, "src_emb") && tfm_model_find(m, "out"));
+    CHECK(tfm_model_find(m, "emb") == NULL);
+    CHECK_EQ_INT(tfm_model_param_memory(&c), tfm_model_count(m) * 16);
+    /* initialization: LN gain 1, biases 0, xavier bound for wqkv: sqrt(6/16) */
+    float *h = malloc(tfm_model_count(m) * 4);
+    tfm_model_download(m, TFM_PARAMS, h);
+    const struct tfm_param *g = tfm_model_find(m, "enc.0.ln1.g");
+    const struct tfm_param *b = tfm_model_find(m, "enc.0.self.bqkv");
+    CHECK(h[g->offset] == 1.0f && h[b->offset + 5] == 0.0f);
+    double mx = 0;
+    for (int64_t i = 0; i < p->count; i++)
+        mx = fmax(mx, fabs(h[p->offset + i]));
+    CHECK(mx <= sqrt(6.0 / 16) && mx > 0.5 * sqrt(6.0 / 16));
+    free(h);
+    /* set: wrong count is refused with the name */
+    float one = 1;
+    CHECK(tfm_model_set(m, TFM_PARAMS, "enc.0.ln1.g", &one, 1, &err) < 0);
+    CHECK(strstr(err.msg, "enc.0.ln1.g") != NULL);
+    CHECK(tfm_model_set(m, TFM_PARAMS, "nope", &one, 1, &err) < 0);
+    tfm_model_free(m);
+}
+
+static void test_batch_errors(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    struct tfm_loss l;
+    tiny(&c, 0, 1, 0);
+    struct tfm_model *m = tfm_model_create(&c, be, 12, &err);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    /* 3 x 5 = 15 source tokens > budget 12 */
+    CHECK(tfm_model_train_batch(m, B, S, T, src, tgt, 1, &l, &err) < 0);
+    CHECK(strstr(err.msg, "token budget 12") != NULL);
+    int32_t bad[4] = {5, 0, 6, 3}, ok[4] = {5, 6, 3, 0}, big[4] = {5, 11, 3, 0};
+    CHECK(tfm_model_eval_batch(m, 1, 4, 4, bad, ok, &l, &err) < 0);
+    CHECK(strstr(err.msg, "after padding") != NULL);
+    CHECK(tfm_model_eval_batch(m, 1, 4, 4, ok, big, &l, &err) < 0);
+    CHECK(strstr(err.msg, "out of the vocabulary") != NULL);
+    int32_t longs[9] = {4, 4, 4, 4, 4, 4, 4, 4, 3};
+    CHECK(tfm_model_eval_batch(m, 1, 9, 4, longs, ok, &l, &err) < 0);
+    CHECK(strstr(err.msg, "max_len 8") != NULL);
+    CHECK(tfm_model_eval_batch(m, 1, 4, 4, ok, ok, &l, &err) == 0);
+    CHECK_EQ_INT(l.tokens, 3);
+    tfm_model_free(m);
+    /* memory grows with the budget; 0 for an invalid config */
+    CHECK(tfm_model_memory(&c, 64) > tfm_model_memory(&c, 32));
+    c.heads = 3;
+    CHECK_EQ_INT(tfm_model_memory(&c, 32), 0);
+}
+
+/* Padding does not change a sentence's loss: a pair alone = the same pair in a batch. */
+static void test_padding_invariance(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, 0, 1, 0);
+    struct tfm_model *m = tfm_model_create(&c, be, 0, &err);
+    struct tfm_loss all, one;
+    float lp_all[B * T * 11], lp_one[T * 11];
+    CHECK(tfm_model_logprobs(m, B, S, T, src, tgt, lp_all, &err) == 0);
+    /* pair 1 alone, unpadded: source 3 tokens, target 2 */
+    int32_t s1[3] = {9, 4, 3}, t1[2] = {4, 3};
+    CHECK(tfm_model_logprobs(m, 1, 3, 2, s1, t1, lp_one, &err) == 0);
+    double e = 0;
+    for (int i = 0; i < 2 * 11; i++)
+        e = fmax(e, fabs(lp_one[i] - lp_all[(1 * T) * 11 + i]));
+    CHECK(e < 1e-5);
+    CHECK(tfm_model_eval_batch(m, B, S, T, src, tgt, &all, &err) == 0);
+    CHECK(tfm_model_eval_batch(m, 1, 3, 2, s1, t1, &one, &err) == 0);
+    CHECK(one.loss > 0 && one.loss < all.loss);
+    tfm_model_free(m);
+}
+
+/* Dropout: the same rng_step reproduces the loss and gradients bit for bit; another
+ * step changes them. */
+static void test_dropout_reproducible(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, 0, 1, 0);
+    c.dropout = 0.3;
+    c.attn_dropout = 0.2;
+    c.relu_dropout = 0.2;
+    struct tfm_model *m = tfm_model_create(&c, be, 0, &err);
+    int64_t n = tfm_model_count(m);
+    float *g1 = malloc(n * 4), *g2 = malloc(n * 4);
+    struct tfm_loss a, b, d;
+    tfm_model_train_batch(m, B, S, T, src, tgt, 42, &a, &err);
+    tfm_model_download(m, TFM_GRADS, g1);
+    tfm_model_zero_grad(m);
+    tfm_model_train_batch(m, B, S, T, src, tgt, 42, &b, &err);
+    tfm_model_download(m, TFM_GRADS, g2);
+    CHECK(a.loss == b.loss);
+    CHECK(memcmp(g1, g2, n * 4) == 0);
+    tfm_model_zero_grad(m);
+    tfm_model_train_batch(m, B, S, T, src, tgt, 43, &d, &err);
+    CHECK(d.loss != a.loss);
+    /* accumulation: two calls add */
+    tfm_model_zero_grad(m);
+    tfm_model_train_batch(m, B, S, T, src, tgt, 42, &b, &err);
+    tfm_model_train_batch(m, B, S, T, src, tgt, 42, &b, &err);
+    tfm_model_download(m, TFM_GRADS, g2);
+    int ok = 1;
+    for (int64_t i = 0; i < n; i++)
+        ok &= fabsf(g2[i] - 2 * g1[i]) <= 1e-6f * (1 + fabsf(g1[i]));
+    CHECK(ok);
+    free(g1);
+    free(g2);
+    tfm_model_free(m);
+}
+
+/* Incremental decoding equals teacher-forced logits, with rows reordered and duplicated. */
+static void decode_case(int norm, int pos)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, norm, 1, pos);
+    c.max_len = 8;
+    struct tfm_model *m = tfm_model_create(&c, be, 8, &err);   /* small budget: groups */
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    int V = 11;
+    /* teacher-forced log-probs, one sentence at a time */
+    float full[B][T * 11];
+    int slen[B] = {5, 3, 4};
+    for (int b = 0; b < B; b++)
+        CHECK(tfm_model_logprobs(m, 1, slen[b], T, src + b * S, tgt + b * T, full[b], &err) == 0);
+    struct tfm_decoder *d = tfm_decoder_create(m, B, S, 6, T, &err);
+    CHECK(d != NULL);
+    if (!d) {
+        printf("# %s\n", err.msg);
+        tfm_model_free(m);
+        return;
+    }
+    CHECK(tfm_decoder_encode(d, B, S, src, &err) == 0);
+    int32_t row_src[6] = {0, 1, 2}, last[6];
+    int R = 3;
+    float logp[6 * 11];
+    double e = 0;
+    for (int t = 0; t < T; t++) {
+        for (int r = 0; r < R; r++)
+            last[r] = t == 0 ? TFM_BOS : tgt[row_src[r] * T + t - 1];
+        CHECK(tfm_decoder_step(d, R, last, row_src, logp, &err) == 0);
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < V; v++)
+                e = fmax(e, fabs(logp[r * V + v] - full[row_src[r]][t * V + v]));
+        if (t == 1) {           /* reorder: rows 2, 0, 1, 2, 0 */
+            int32_t keep[5] = {2, 0, 1, 2, 0}, ns[5];
+            for (int i = 0; i < 5; i++)
+                ns[i] = row_src[keep[i]];
+            CHECK(tfm_decoder_select(d, 5, keep, &err) == 0);
+            R = 5;
+            memcpy(row_src, ns, sizeof ns);
+        }
+    }
+    printf("#   norm=%s pos=%s: max |incremental - full| = %.2g\n", norm ? "pre" : "post",
+           pos ? "learned" : "sinusoid", e);
+    CHECK(e <= 1e-5);
+    CHECK_EQ_INT(tfm_decoder_steps(d), T);
+    /* misuse */
+    CHECK(tfm_decoder_step(d, R, last, row_src, logp, &err) < 0);   /* past max_steps */
+    int32_t bad[1] = {7};
+    CHECK(tfm_decoder_select(d, 1, bad, &err) < 0);
+    tfm_decoder_free(d);
+    tfm_model_free(m);
+}
+
+static void test_decode_post(void) { decode_case(TFM_NORM_POST, TFM_POS_SINUSOID); }
+static void test_decode_pre(void) { decode_case(TFM_NORM_PRE, TFM_POS_LEARNED); }
+
+/* Known values: positions and the schedule. */
+static void test_known_values(void)
+{
+    CHECK_NEAR(tfm_model_sinusoid(1, 0, 512), sin(1.0), 1e-15);
+    CHECK_NEAR(tfm_model_sinusoid(1, 1, 512), cos(1.0), 1e-15);
+    CHECK_NEAR(tfm_model_sinusoid(0, 0, 512), 0.0, 0);
+    CHECK_NEAR(tfm_model_sinusoid(0, 1, 512), 1.0, 0);
+    /* dims 2i and 2i+1 share the frequency 1/10000^(2i/d): pos 10, dims 100, 101, d 512 */
+    CHECK_NEAR(tfm_model_sinusoid(10, 100, 512), sin(10 / pow(1e4, 100.0 / 512)), 1e-15);
+    CHECK_NEAR(tfm_model_sinusoid(10, 101, 512), cos(10 / pow(1e4, 100.0 / 512)), 1e-15);
+    struct tfm_config c;
+    tfm_config_defaults(&c);
+    CHECK_NEAR(tfm_optim_lr(&c, 4000), 6.9877124296868e-4, 1e-15);
+    CHECK_NEAR(tfm_optim_lr(&c, 100), 1.746928107421711e-05, 1e-15);
+    CHECK_NEAR(tfm_optim_lr(&c, 16000), pow(512, -0.5) / sqrt(16000), 1e-15);
+    c.d_model = 1024;
+    CHECK_NEAR(tfm_optim_lr(&c, 4000), 4.941058844013093e-4, 1e-15);
+    c.lr_scale = 2;
+    CHECK_NEAR(tfm_optim_lr(&c, 4000), 2 * 4.941058844013093e-4, 1e-15);
+}
+
+/* A few Adam steps on one batch lower its loss; clipping caps the norm. */
+static void test_optim(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, 0, 1, 0);
+    c.warmup = 10;
+    c.lr_scale = 0.1;
+    c.clip_norm = 1.0;
+    struct tfm_model *m = tfm_model_create(&c, be, 0, &err);
+    struct tfm_loss l;
+    struct tfm_optim_stats st;
+    double first = 0, last = 0;
+    for (int s = 1; s <= 30; s++) {
+        CHECK(tfm_model_train_batch(m, B, S, T, src, tgt, (uint64_t)s, &l, &err) == 0);
+        CHECK(tfm_optim_step(m, s, l.tokens, &st, &err) == 0);
+        CHECK_NEAR(st.lr, tfm_optim_lr(&c, s), 1e-12);
+        CHECK(st.clip <= 1.0);
+        if (st.grad_norm > 1.0)
+            CHECK_NEAR(st.clip * st.grad_norm, 1.0, 1e-9);
+        if (s == 1)
+            first = l.loss / l.tokens;
+        last = l.loss / l.tokens;
+    }
+    printf("#   loss per token %.3f -> %.3f\n", first, last);
+    CHECK(last < 0.5 * first);
+    /* gradients were zeroed by the step */
+    float *g = malloc(tfm_model_count(m) * 4);
+    tfm_model_download(m, TFM_GRADS, g);
+    CHECK(g[0] == 0 && g[tfm_model_count(m) - 1] == 0);
+    free(g);
+    /* non-finite gradients are refused */
+    const struct tfm_param *p = tfm_model_param(m, 0);
+    float inf = INFINITY;
+    be->upload(be, p->grad, &inf, 4);
+    CHECK(tfm_optim_step(m, 31, 9, &st, &err) < 0);
+    CHECK(strstr(err.msg, "not updated") != NULL);
+    free(NULL);
+    tfm_model_free(m);
+}
+
+int main(void)
+{
+    struct tfm_error err;
+    be = tfm_backend_cpu(2, &err);
+    if (!be) {
+        printf("not ok 1 - backend: %s\n", err.msg);
+        return 1;
+    }
+    t_run("gradient check, every parameter: post-norm, tied, sinusoid", test_grad_post_tied);
+    t_run("gradient check, every parameter: pre-norm, untied, learned", test_grad_pre_untied);
+    t_run("gradient check, every parameter: post-norm, untied, learned",
+          test_grad_post_untied_learned);
+    t_run("gradient check, every parameter: pre-norm, tied, sinusoid", test_grad_pre_tied);
+    t_run("parameter names, shapes and initialization", test_param_names);
+    t_run("batch validation and the token budget", test_batch_errors);
+    t_run("padding does not change a sentence's log-probs", test_padding_invariance);
+    t_run("dropout reproducible from the rng step; gradients accumulate", test_dropout_reproducible);
+    t_run("incremental decoding = teacher forcing (post-norm)", test_decode_post);
+    t_run("incremental decoding = teacher forcing (pre-norm, learned)", test_decode_pre);
+    t_run("known values: positions, learning-rate schedule", test_known_values);
+    t_run("Adam with clipping lowers the loss", test_optim);
+    be->destroy(be);
+    return t_done();
+}

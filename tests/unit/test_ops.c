@@ -1,0 +1,524 @@
+/* test_ops.c: every op of the CPU backend (backend.h) against finite differences or
+ * direct computation, plus known answers and determinism across thread counts.
+ *
+ * Gradient checks: the scalar L = sum_i w_i out_i (w fixed random) is computed in double
+ * from the op's float outputs; its derivative by central differences with step h = 1e-2
+ * is compared with the op's backward fed dout = w.  Bound, for every checked element:
+ *     |analytic - numeric| <= 2e-4 * max(1, max |numeric|)
+ * (measured: at most 4.3e-5 over all ops; float rounding of L over 2h is ~1e-5, the
+ * truncation error O(h^2) smaller).
+ */
+#include "check.h"
+
+#include "backend.h"
+
+#include <stdint.h>
+
+static struct tfm_backend *be, *be1;
+
+/* Deterministic test data. */
+static uint64_t rs = 12345;
+static float frand(void)
+{
+    rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rs >> 40) / 16777216.0 * 2.0 - 1.0);
+}
+static void fill(float *x, size_t n, float s)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = s * frand();
+}
+static double dot(const float *w, const float *x, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)w[i] * x[i];
+    return s;
+}
+
+/* Check analytic gradient g (n) of x (n) against central differences of loss(). */
+static double (*loss_fn)(void);
+#define GC_H 1e-2
+#define GC_TOL 2e-4
+static int gradcheck(const char *what, float *x, const float *g, size_t n)
+{
+    double maxn = 0, maxerr = 0;
+    double *num = malloc(n * sizeof *num);
+    for (size_t i = 0; i < n; i++) {
+        float save = x[i];
+        x[i] = save + (float)GC_H;
+        double lp = loss_fn();
+        x[i] = save - (float)GC_H;
+        double lm = loss_fn();
+        x[i] = save;
+        num[i] = (lp - lm) / (2 * GC_H);
+        if (fabs(num[i]) > maxn)
+            maxn = fabs(num[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(num[i] - g[i]);
+        if (e > maxerr)
+            maxerr = e;
+    }
+    free(num);
+    double bound = GC_TOL * (maxn > 1 ? maxn : 1);
+    if (!(maxerr <= bound)) {
+        printf("#   %s: max |analytic - numeric| = %.3g > %.3g (max |grad| %.3g)\n", what, maxerr,
+               bound, maxn);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- gemm ------------------------------------------------------------------------------ */
+
+static void naive_gemm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++)
+                s += (double)(ta ? A[k * lda + i] : A[i * lda + k]) *
+                     (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            C[i * ldc + j] = (float)(alpha * s + beta * C[i * ldc + j]);
+        }
+}
+
+static void test_gemm(void)
+{
+    /* Sizes above the threading threshold so the split paths run. */
+    int M = 70, N = 90, K = 64;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int big = 0; big < 2; big++) {
+                int m = big ? 200 : M, n = big ? 120 : N;
+                float *A = malloc(sizeof(float) * m * K), *B = malloc(sizeof(float) * n * K);
+                float *C = malloc(sizeof(float) * m * n), *R = malloc(sizeof(float) * m * n);
+                fill(A, (size_t)m * K, 1);
+                fill(B, (size_t)n * K, 1);
+                fill(C, (size_t)m * n, 1);
+                memcpy(R, C, sizeof(float) * m * n);
+                int lda = ta ? m : K, ldb = tb ? K : n;
+                be->gemm(be, ta, tb, m, n, K, 0.5f, A, lda, B, ldb, 0.25f, C, n);
+                naive_gemm(ta, tb, m, n, K, 0.5f, A, lda, B, ldb, 0.25f, R, n);
+                double e = 0;
+                for (int i = 0; i < m * n; i++)
+                    e = fmax(e, fabs(C[i] - R[i]));
+                CHECK(e < 1e-4);
+                free(A); free(B); free(C); free(R);
+            }
+    /* batched */
+    float A[3 * 4 * 5], B[3 * 5 * 6], C[3 * 4 * 6], R[3 * 4 * 6];
+    fill(A, 60, 1);
+    fill(B, 90, 1);
+    be->gemm_batched(be, 0, 0, 4, 6, 5, 1.0f, A, 5, 20, B, 6, 30, 0.0f, C, 6, 24, 3);
+    for (int i = 0; i < 3; i++) {
+        memset(R + 24 * i, 0, 24 * sizeof(float));
+        naive_gemm(0, 0, 4, 6, 5, 1.0f, A + 20 * i, 5, B + 30 * i, 6, 0.0f, R + 24 * i, 6);
+    }
+    for (int i = 0; i < 72; i++)
+        CHECK_NEAR(C[i], R[i], 1e-5);
+}
+
+/* ---- embedding ------------------------------------------------------------------------ */
+
+enum { EV = 7, ED = 6, EN = 10, EL = 5, EP = 8 };
+static float e_tab[EV * ED], e_pos[EP * ED], e_out[EN * ED], e_w[EN * ED];
+static int32_t e_ids[EN] = {1, 3, 0, 6, 3, 2, 2, 5, 1, 4};
+
+static double embed_loss(void)
+{
+    be->embed_fwd(be, e_out, e_tab, e_ids, EN, ED, 2.5f, e_pos, EL, 2);
+    return dot(e_w, e_out, EN * ED);
+}
+
+static void test_embed(void)
+{
+    fill(e_tab, sizeof e_tab / 4, 1);
+    fill(e_pos, sizeof e_pos / 4, 1);
+    fill(e_w, sizeof e_w / 4, 1);
+    embed_loss();
+    /* row 4: id 3, position 2 + 4 % 5 = 6 */
+    CHECK_NEAR(e_out[4 * ED + 1], 2.5f * e_tab[3 * ED + 1] + e_pos[6 * ED + 1], 1e-6);
+    float dt[EV * ED] = {0}, dp[EP * ED] = {0};
+    be->embed_bwd(be, dt, dp, e_w, e_ids, EN, ED, EV, 2.5f, EL, 2);
+    loss_fn = embed_loss;
+    CHECK(gradcheck("embed table", e_tab, dt, EV * ED));
+    CHECK(gradcheck("embed pos", e_pos, dp, EP * ED));
+    /* no position table */
+    be->embed_fwd(be, e_out, e_tab, e_ids, EN, ED, 1.0f, NULL, EL, 0);
+    CHECK_NEAR(e_out[3 * ED + 2], e_tab[6 * ED + 2], 0);
+}
+
+/* ---- layer norm ------------------------------------------------------------------------- */
+
+enum { LN_N = 5, LN_D = 12 };
+static float ln_x[LN_N * LN_D], ln_g[LN_D], ln_b[LN_D], ln_y[LN_N * LN_D], ln_w[LN_N * LN_D];
+static float ln_mean[LN_N], ln_rstd[LN_N];
+
+static double ln_loss(void)
+{
+    be->layernorm_fwd(be, ln_y, ln_mean, ln_rstd, ln_x, ln_g, ln_b, LN_N, LN_D, 1e-5f);
+    return dot(ln_w, ln_y, LN_N * LN_D);
+}
+
+static void test_layernorm(void)
+{
+    fill(ln_x, LN_N * LN_D, 2);
+    fill(ln_g, LN_D, 1);
+    fill(ln_b, LN_D, 1);
+    fill(ln_w, LN_N * LN_D, 1);
+    for (int c = 0; c < LN_D; c++)
+        ln_g[c] += 1.5f;
+    ln_loss();
+    /* a row normalized with g = 1, b = 0 has mean 0 and variance ~1 */
+    double mu = 0, var = 0;
+    for (int c = 0; c < LN_D; c++)
+        mu += (ln_y[c] - ln_b[c]) / ln_g[c];
+    mu /= LN_D;
+    for (int c = 0; c < LN_D; c++) {
+        double z = (ln_y[c] - ln_b[c]) / ln_g[c] - mu;
+        var += z * z;
+    }
+    CHECK_NEAR(mu, 0, 1e-5);
+    CHECK_NEAR(var / LN_D, 1, 1e-3);
+    float dx[LN_N * LN_D], dg[LN_D] = {0}, db[LN_D] = {0};
+    for (int i = 0; i < LN_N * LN_D; i++)
+        dx[i] = 100;       /* overwritten (accumulate = 0) */
+    be->layernorm_bwd(be, dx, dg, db, ln_w, ln_x, ln_mean, ln_rstd, ln_g, LN_N, LN_D, 0);
+    loss_fn = ln_loss;
+    CHECK(gradcheck("layernorm x", ln_x, dx, LN_N * LN_D));
+    CHECK(gradcheck("layernorm g", ln_g, dg, LN_D));
+    CHECK(gradcheck("layernorm b", ln_b, db, LN_D));
+    /* accumulate adds */
+    float dx2[LN_N * LN_D];
+    for (int i = 0; i < LN_N * LN_D; i++)
+        dx2[i] = 1;
+    be->layernorm_bwd(be, dx2, dg, db, ln_w, ln_x, ln_mean, ln_rstd, ln_g, LN_N, LN_D, 1);
+    CHECK_NEAR(dx2[7], dx[7] + 1, 1e-6);
+}
+
+/* ---- attention -------------------------------------------------------------------------- */
+
+enum { AB = 2, AH = 2, ADK = 3, AMAX = 6 };
+static struct tfm_attn at;
+static float a_q[AB * AMAX * AH * ADK], a_k[AB * AMAX * AH * ADK], a_v[AB * AMAX * AH * ADK];
+static float a_o[AB * AMAX * AH * ADK], a_w[AB * AMAX * AH * ADK], a_lse[AB * AH * AMAX];
+
+static double attn_loss(void)
+{
+    int D = AH * ADK;
+    be->attn_fwd(be, &at, a_q, D, a_k, D, a_v, D, a_o, D, a_lse);
+    return dot(a_w, a_o, (size_t)at.B * at.Tq * D);
+}
+
+static void attn_case(int Tq, int Tk, const int32_t *klen, int causal, float p)
+{
+    int D = AH * ADK;
+    struct tfm_attn a = {AB, AH, Tq, Tk, ADK, klen, causal, 1.0f / sqrtf(ADK), p, 77};
+    at = a;
+    fill(a_q, sizeof a_q / 4, 1.5f);
+    fill(a_k, sizeof a_k / 4, 1.5f);
+    fill(a_v, sizeof a_v / 4, 1);
+    fill(a_w, sizeof a_w / 4, 1);
+    attn_loss();
+    float dq[sizeof a_q / 4], dk[sizeof a_k / 4], dv[sizeof a_v / 4];
+    be->attn_bwd(be, &at, a_q, D, a_k, D, a_v, D, a_o, D, a_lse, a_w, D, dq, D, dk, D, dv, D);
+    loss_fn = attn_loss;
+    char what[64];
+    snprintf(what, sizeof what, "attn q Tq=%d Tk=%d causal=%d p=%g", Tq, Tk, causal, p);
+    CHECK(gradcheck(what, a_q, dq, (size_t)AB * Tq * D));
+    what[5] = 'k';
+    CHECK(gradcheck(what, a_k, dk, (size_t)AB * Tk * D));
+    what[5] = 'v';
+    CHECK(gradcheck(what, a_v, dv, (size_t)AB * Tk * D));
+}
+
+/* Direct computation of one output element, for the forward's meaning. */
+static void test_attn_fwd_direct(void)
+{
+    int32_t klen[AB] = {3, 5};
+    int D = AH * ADK, Tq = 4, Tk = 5;
+    struct tfm_attn a = {AB, AH, Tq, Tk, ADK, klen, 1, 0.5f, 0, 0};
+    fill(a_q, sizeof a_q / 4, 1);
+    fill(a_k, sizeof a_k / 4, 1);
+    fill(a_v, sizeof a_v / 4, 1);
+    be->attn_fwd(be, &a, a_q, D, a_k, D, a_v, D, a_o, D, a_lse);
+    for (int b = 0; b < AB; b++)
+        for (int h = 0; h < AH; h++)
+            for (int i = 0; i < Tq; i++) {
+                int n = klen[b] < i + 1 ? klen[b] : i + 1;
+                double s[8], mx = -1e30, sum = 0;
+                for (int j = 0; j < n; j++) {
+                    s[j] = 0;
+                    for (int x = 0; x < ADK; x++)
+                        s[j] += (double)a_q[(b * Tq + i) * D + h * ADK + x] *
+                                a_k[(b * Tk + j) * D + h * ADK + x];
+                    s[j] *= 0.5;
+                    mx = fmax(mx, s[j]);
+                }
+                for (int j = 0; j < n; j++)
+                    sum += exp(s[j] - mx);
+                CHECK_NEAR(a_lse[(b * AH + h) * Tq + i], mx + log(sum), 1e-5);
+                for (int x = 0; x < ADK; x++) {
+                    double o = 0;
+                    for (int j = 0; j < n; j++)
+                        o += exp(s[j] - mx) / sum * a_v[(b * Tk + j) * D + h * ADK + x];
+                    CHECK_NEAR(a_o[(b * Tq + i) * D + h * ADK + x], o, 1e-5);
+                }
+            }
+}
+
+static void test_attn_grad(void)
+{
+    int32_t klen[AB] = {3, 5};
+    attn_case(5, 5, klen, 0, 0);        /* encoder self-attention with padding */
+    attn_case(4, 4, NULL, 1, 0);        /* decoder self-attention */
+    attn_case(4, 6, klen, 0, 0);        /* encoder-decoder attention */
+    attn_case(5, 5, klen, 1, 0.3f);     /* with dropout on the weights (fixed key) */
+}
+
+static void test_attn_fully_masked(void)
+{
+    int32_t klen[AB] = {0, 2};
+    int D = AH * ADK;
+    struct tfm_attn a = {AB, AH, 3, 3, ADK, klen, 0, 1, 0, 0};
+    fill(a_q, sizeof a_q / 4, 1);
+    be->attn_fwd(be, &a, a_q, D, a_k, D, a_v, D, a_o, D, a_lse);
+    for (int i = 0; i < 3 * D; i++)
+        CHECK(a_o[i] == 0);
+    CHECK(isinf(a_lse[0]) && a_lse[0] < 0);
+    float dq[3 * 2 * 6], dk[36], dv[36];
+    be->attn_bwd(be, &a, a_q, D, a_k, D, a_v, D, a_o, D, a_lse, a_w, D, dq, D, dk, D, dv, D);
+    for (int i = 0; i < 3 * D; i++)
+        CHECK(dq[i] == 0 && dk[i] == 0 && dv[i] == 0 && !isnan(dq[i]));
+}
+
+/* attn_decode equals attn_fwd row by row (causal self-attention at each step). */
+static void test_attn_decode(void)
+{
+    int D = AH * ADK, T = 5;
+    struct tfm_attn a = {AB, AH, T, T, ADK, NULL, 1, 0.4f, 0, 0};
+    fill(a_q, sizeof a_q / 4, 1);
+    fill(a_k, sizeof a_k / 4, 1);
+    fill(a_v, sizeof a_v / 4, 1);
+    be->attn_fwd(be, &a, a_q, D, a_k, D, a_v, D, a_o, D, a_lse);
+    /* rows: (b, i) for every b, i; block b of T keys, len i + 1 */
+    int R = AB * T;
+    int32_t blk[AB * 5], len[AB * 5];
+    float o[AB * 5 * 6];
+    for (int r = 0; r < R; r++) {
+        blk[r] = r / T;
+        len[r] = r % T + 1;
+    }
+    be->attn_decode(be, R, AH, ADK, 0.4f, a_q, D, a_k, a_v, D, (int64_t)T * D, blk, len, o, D);
+    for (int i = 0; i < R * D; i++)
+        CHECK_NEAR(o[i], a_o[i], 1e-6);
+}
+
+/* ---- element-wise ------------------------------------------------------------------------- */
+
+enum { XN = 6, XM = 10 };
+static float x_in[XN * XM], x_b[XM], x_y[XN * XM], x_w[XN * XM];
+
+static double bias_relu_loss(void)
+{
+    memcpy(x_y, x_in, sizeof x_y);
+    be->bias_act(be, x_y, x_b, XN, XM, 1);
+    be->dropout(be, x_y, x_y, XN * XM, 0.25f, 99);
+    return dot(x_w, x_y, XN * XM);
+}
+
+static void test_bias_relu_dropout(void)
+{
+    fill(x_in, XN * XM, 1);
+    fill(x_b, XM, 0.5f);
+    fill(x_w, XN * XM, 1);
+    /* keep pre-activations away from the kink */
+    for (int i = 0; i < XN * XM; i++)
+        if (fabsf(x_in[i] + x_b[i % XM]) < 0.05f)
+            x_in[i] += 0.2f;
+    bias_relu_loss();
+    float d[XN * XM], db[XM] = {0};
+    be->relu_bwd(be, d, x_w, x_y, XN * XM, 1.0f / 0.75f);
+    be->bias_bwd(be, db, d, XN, XM);
+    loss_fn = bias_relu_loss;
+    CHECK(gradcheck("relu+dropout x", x_in, d, XN * XM));
+    CHECK(gradcheck("bias", x_b, db, XM));
+}
+
+static void test_dropout(void)
+{
+    size_t n = 1 << 20;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        x[i] = 1.0f;
+    be->dropout(be, y, x, n, 0.3f, tfm_rng_key(1, 2, 3));
+    size_t kept = 0;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        kept += y[i] != 0;
+        sum += y[i];
+        CHECK(y[i] == 0 || fabsf(y[i] - 1 / 0.7f) < 1e-6);
+    }
+    /* keep rate 0.7 within 5 standard deviations (sd = sqrt(.21/n) = 4.5e-4) */
+    CHECK_NEAR((double)kept / n, 0.7, 2.3e-3);
+    CHECK_NEAR(sum / n, 1.0, 3.3e-3);
+    /* same key: same mask, on one thread or two; other key: other mask */
+    be1->dropout(be1, z, x, n, 0.3f, tfm_rng_key(1, 2, 3));
+    CHECK(memcmp(y, z, n * 4) == 0);
+    be->dropout(be, z, x, n, 0.3f, tfm_rng_key(1, 3, 3));
+    CHECK(memcmp(y, z, n * 4) != 0);
+    /* add_dropout = a + dropout(b) with the same mask */
+    be->add_dropout(be, z, x, x, n, 0.3f, tfm_rng_key(1, 2, 3));
+    int same = 1;
+    for (size_t i = 0; i < n; i++)
+        same &= z[i] == 1.0f + y[i];
+    CHECK(same);
+    be->dropout(be, z, x, n, 0.0f, 5);
+    CHECK(memcmp(z, x, n * 4) == 0);
+    free(x); free(y); free(z);
+}
+
+static void test_misc(void)
+{
+    float y[5] = {1, 2, 3, 4, 5}, x[5] = {1, 1, 1, 1, 2};
+    be->axpy(be, y, 2.0f, x, 5);
+    CHECK_NEAR(y[4], 9, 0);
+    be->scale(be, y, 0.5f, 5);
+    CHECK_NEAR(y[0], 1.5, 0);
+    float src[4 * 3], dst[2 * 3];
+    for (int i = 0; i < 12; i++)
+        src[i] = (float)i;
+    int32_t idx[2] = {3, 1};
+    be->gather(be, dst, 3, src, 3, idx, 2, 2);
+    CHECK(dst[0] == 9 && dst[1] == 10 && dst[3] == 3 && dst[4] == 4);
+    double s = be->sumsq(be, x, 5);
+    CHECK_NEAR(s, 8, 0);
+}
+
+/* ---- output layer -------------------------------------------------------------------------- */
+
+enum { CN = 4, CV = 9 };
+static float c_z[CN * CV], c_work[CN * CV];
+static int32_t c_lab[CN] = {3, 0, 8, 1};
+
+static double xent_loss(void)
+{
+    float loss[CN], nll[CN];
+    memcpy(c_work, c_z, sizeof c_z);
+    be->xent(be, c_work, c_lab, CN, CV, 0.1f, 0, loss, nll, 0.0f);
+    double s = 0;
+    for (int i = 0; i < CN; i++)
+        s += loss[i];
+    return s;
+}
+
+static void test_xent(void)
+{
+    /* Known value: logits (1, 2, 3), label 2, eps 0.1, V 3:
+     * loss = lse - 0.9*3 - 0.1/3*6 with lse = log(e + e^2 + e^3) = 3.40760596444438 */
+    float z[3] = {1, 2, 3}, loss, nll;
+    int32_t lab = 2;
+    be->xent(be, z, &lab, 1, 3, 0.1f, -1, &loss, &nll, 0.0f);
+    CHECK_NEAR(loss, 0.5076059644443801, 1e-6);
+    CHECK_NEAR(nll, 0.40760596444438013, 1e-6);
+    /* eps 0 is plain cross-entropy */
+    be->xent(be, z, &lab, 1, 3, 0.0f, -1, &loss, &nll, 0.0f);
+    CHECK_NEAR(loss, nll, 1e-7);
+    /* gradient, with an ignored row (label 0) */
+    fill(c_z, CN * CV, 2);
+    float g[CN * CV], l2[CN], n2[CN];
+    memcpy(g, c_z, sizeof g);
+    be->xent(be, g, c_lab, CN, CV, 0.1f, 0, l2, n2, 1.0f);
+    CHECK(l2[1] == 0 && n2[1] == 0 && g[CV] == 0);
+    loss_fn = xent_loss;
+    CHECK(gradcheck("xent", c_z, g, CN * CV));
+    /* grad_scale scales */
+    float g3[CN * CV];
+    memcpy(g3, c_z, sizeof g3);
+    be->xent(be, g3, c_lab, CN, CV, 0.1f, 0, l2, n2, 0.5f);
+    CHECK_NEAR(g3[5], 0.5 * g[5], 1e-7);
+    /* log_softmax */
+    float ls[3] = {1, 2, 3};
+    be->log_softmax(be, ls, ls, 1, 3);
+    CHECK_NEAR(ls[2], -0.40760596444438013, 1e-6);
+}
+
+/* ---- Adam ---------------------------------------------------------------------------------- */
+
+static void test_adam(void)
+{
+    float p[2] = {1, -1}, g[2] = {0.5f, -2}, m[2] = {0, 0}, v[2] = {0, 0};
+    /* step 1 with bias correction: update = lr * g / (|g| + eps) = lr * sign(g) */
+    be->adam(be, p, g, m, v, 2, 0.1f, 0.9f, 0.98f, 1e-9f, 1.0f, 1);
+    CHECK_NEAR(p[0], 0.9, 1e-6);
+    CHECK_NEAR(p[1], -0.9, 1e-6);
+    CHECK_NEAR(m[0], 0.05, 1e-7);
+    CHECK_NEAR(v[1], 0.02 * 4, 1e-7);
+    /* step 2 by hand, gscale 0.5 */
+    double mm = 0.9 * 0.05 + 0.1 * 0.25, vv = 0.98 * 0.005 + 0.02 * 0.0625;
+    double upd = 0.1 * (mm / (1 - 0.81)) / (sqrt(vv / (1 - 0.98 * 0.98)) + 1e-9);
+    be->adam(be, p, g, m, v, 2, 0.1f, 0.9f, 0.98f, 1e-9f, 0.5f, 2);
+    CHECK_NEAR(p[0], 0.9 - upd, 1e-6);
+}
+
+/* ---- determinism --------------------------------------------------------------------------- */
+
+static void test_threads_same_bits(void)
+{
+    int N = 300, D = 64;
+    float *x = malloc(sizeof(float) * N * D), *dy = malloc(sizeof(float) * N * D);
+    float *g = malloc(sizeof(float) * D), *mean = malloc(sizeof(float) * N),
+          *rstd = malloc(sizeof(float) * N);
+    float *dx1 = calloc((size_t)N * D, 4), *dx2 = calloc((size_t)N * D, 4);
+    float dg1[64] = {0}, db1[64] = {0}, dg2[64] = {0}, db2[64] = {0};
+    fill(x, (size_t)N * D, 1);
+    fill(dy, (size_t)N * D, 1);
+    fill(g, D, 1);
+    float *y = malloc(sizeof(float) * N * D);
+    be->layernorm_fwd(be, y, mean, rstd, x, g, g, N, D, 1e-5f);
+    be->layernorm_bwd(be, dx1, dg1, db1, dy, x, mean, rstd, g, N, D, 0);
+    be1->layernorm_bwd(be1, dx2, dg2, db2, dy, x, mean, rstd, g, N, D, 0);
+    CHECK(memcmp(dx1, dx2, sizeof(float) * N * D) == 0);
+    CHECK(memcmp(dg1, dg2, sizeof dg1) == 0 && memcmp(db1, db2, sizeof db1) == 0);
+    CHECK(be->sumsq(be, x, (size_t)N * D) == be1->sumsq(be1, x, (size_t)N * D));
+    /* attention forward and backward */
+    int32_t ids[300];
+    for (int i = 0; i < N; i++)
+        ids[i] = i % 50;
+    float *t1 = calloc(50 * 64, 4), *t2 = calloc(50 * 64, 4);
+    be->embed_bwd(be, t1, NULL, dy, ids, N, D, 50, 1.0f, 1, 0);
+    be1->embed_bwd(be1, t2, NULL, dy, ids, N, D, 50, 1.0f, 1, 0);
+    CHECK(memcmp(t1, t2, 50 * 64 * 4) == 0);
+    free(x); free(dy); free(g); free(mean); free(rstd); free(dx1); free(dx2); free(y);
+    free(t1); free(t2);
+}
+
+int main(void)
+{
+    struct tfm_error err;
+    be = tfm_backend_cpu(2, &err);
+    be1 = tfm_backend_cpu(1, &err);
+    if (!be || !be1) {
+        printf("not ok 1 - backend: %s\n", err.msg);
+        return 1;
+    }
+    t_run("gemm and gemm_batched against a naive product", test_gemm);
+    t_run("embedding forward and gradient (table and positions)", test_embed);
+    t_run("layer norm forward and gradients", test_layernorm);
+    t_run("attention forward by direct computation", test_attn_fwd_direct);
+    t_run("attention gradients: padding, causal, cross, dropout", test_attn_grad);
+    t_run("attention with every key masked gives zeros", test_attn_fully_masked);
+    t_run("incremental attention equals full causal attention", test_attn_decode);
+    t_run("bias, ReLU and dropout gradients", test_bias_relu_dropout);
+    t_run("dropout keep rate, scaling and reproducibility", test_dropout);
+    t_run("axpy, scale, gather, sumsq", test_misc);
+    t_run("label-smoothed cross-entropy: known value and gradient", test_xent);
+    t_run("Adam update by hand", test_adam);
+    t_run("reductions give the same bits on 1 and 2 threads", test_threads_same_bits);
+    be->destroy(be);
+    be1->destroy(be1);
+    return t_done();
+}
