@@ -1,0 +1,153 @@
+/* tfm-batch: token streams -> padded batches under a token budget (man/tfm-batch.1).
+ * A thin main: options, then tfm_batch_run (src/batch.h) does the work. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batch.h"
+
+static const char USAGE[] =
+    "usage: tfm-batch [--tokens N] [--max-len N] [--seed N] [--compress] [-o OUT]\n"
+    "                 [--progress | --quiet] SRC.tfm [TGT.tfm]\n";
+
+static const char HELP[] =
+    "Cut token streams into padded batches of similar lengths under a token budget.\n"
+    "SRC and TGT (training pairs) or SRC alone (input to decode); - is stdin.\n"
+    "  -t, --tokens N     budget per batch and side, padding and eos included (25000)\n"
+    "  -l, --max-len N    drop pairs with a side longer than N tokens, eos included;\n"
+    "                     0: no limit but the budget (256)\n"
+    "  -s, --seed N       seed of the shuffles of sentences and batches (1)\n"
+    "  -z, --compress     deflate the records\n"
+    "  -o, --output OUT   write OUT (whole or not at all) instead of stdout\n"
+    "  -p, --progress     show each phase on stderr (default: when stderr is a tty)\n"
+    "  -q, --quiet        no report on stderr\n"
+    "  -h, --help / --version\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tfm-batch: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fputs(USAGE, stderr);
+    return 2;
+}
+
+/* An integer flag in [lo, hi]; 0, or 2 (usage error printed). */
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi)
+        return usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s, lo, hi);
+    *v = x;
+    return 0;
+}
+
+static int close_stdout(void)
+{
+    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
+        perror("tfm-batch: write error");
+        return 1;
+    }
+    return 0;
+}
+
+static void progress(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "tfm-batch: %s\n", line);
+}
+
+enum { OPT_VERSION = 256 };
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"tokens", required_argument, NULL, 't'},  {"max-len", required_argument, NULL, 'l'},
+        {"seed", required_argument, NULL, 's'},    {"compress", no_argument, NULL, 'z'},
+        {"output", required_argument, NULL, 'o'},  {"progress", no_argument, NULL, 'p'},
+        {"quiet", no_argument, NULL, 'q'},         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION}, {NULL, 0, NULL, 0},
+    };
+    struct tfm_batch_opts o;
+    tfm_batch_defaults(&o);
+    o.producer = "tfm-batch " TFM_VERSION;
+    const char *out = NULL;
+    int show = isatty(2), quiet = 0, c;
+    long long v;
+    while ((c = getopt_long(argc, argv, "t:l:s:zo:pqh", opts, NULL)) != -1) {
+        switch (c) {
+        case 't':
+            if (parse_int("--tokens", optarg, 1, TFM_BATCH_MAX_TOKENS, &v))
+                return 2;
+            o.tokens = v;
+            break;
+        case 'l':
+            if (parse_int("--max-len", optarg, 0, TFM_BATCH_MAX_TOKENS, &v))
+                return 2;
+            o.max_len = v;
+            break;
+        case 's':
+            if (parse_int("--seed", optarg, 0, INT64_MAX, &v))
+                return 2;
+            o.seed = (uint64_t)v;
+            break;
+        case 'z': o.flags |= TFM_DEFLATE; break;
+        case 'o': out = optarg; break;
+        case 'p': show = 1; quiet = 0; break;
+        case 'q': quiet = 1; show = 0; break;
+        case 'h':
+            fputs(USAGE, stdout);
+            fputs(HELP, stdout);
+            return close_stdout();
+        case OPT_VERSION: puts("tfm-batch " TFM_VERSION); return close_stdout();
+        default: fputs(USAGE, stderr); return 2;
+        }
+    }
+    int nfiles = argc - optind;
+    if (nfiles < 1 || nfiles > 2)
+        return usage_error(nfiles < 1 ? "SRC is needed (- for stdin)" : "at most SRC and TGT");
+    const char *src = argv[optind], *tgt = nfiles == 2 ? argv[optind + 1] : NULL;
+    if (tgt && strcmp(src, "-") == 0 && strcmp(tgt, "-") == 0)
+        return usage_error("SRC and TGT cannot both be stdin");
+    if ((!out || strcmp(out, "-") == 0) && isatty(1))
+        return usage_error("refusing to write a binary stream to a terminal "
+                           "(redirect it or use -o OUT)");
+    if (show) {
+        o.progress = progress;
+    }
+
+    struct tfm_batch_plan st;
+    struct tfm_error err;
+    if (tfm_batch_run(src, tgt, out, &o, &st, &err)) {
+        fprintf(stderr, "tfm-batch: %s\n", err.msg);
+        close_stdout();
+        return 1;
+    }
+    if (!quiet) {
+        char lim[64];
+        if (o.max_len > 0 && o.max_len < o.tokens)
+            snprintf(lim, sizeof lim, "--max-len %lld", (long long)o.max_len);
+        else
+            snprintf(lim, sizeof lim, "the budget of %lld", (long long)o.tokens);
+        fprintf(stderr, "tfm-batch: %lld sentences, %lld batches", (long long)st.sentences,
+                (long long)st.nbatches);
+        if (tgt)
+            fprintf(stderr, ", %lld dropped (longer than %s), padding %.2f%% source "
+                    "%.2f%% target\n", (long long)st.dropped, lim,
+                    100 * tfm_batch_pad_src(&st), 100 * tfm_batch_pad_tgt(&st));
+        else
+            fprintf(stderr, ", padding %.2f%%\n", 100 * tfm_batch_pad_src(&st));
+    }
+    return close_stdout();
+}

@@ -1,0 +1,872 @@
+/* batch.c: planning, writing and reading batch streams (see batch.h for the layout, the
+ * order of sentences and batches, the sharding rule and the memory model).
+ * Not here: option parsing and messages for people (bin/tfm-batch.c), the record layout
+ * (stream.c).  Owner: the batch engineer. */
+#include "batch.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "spm.h"
+
+void tfm_batch_defaults(struct tfm_batch_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->tokens = TFM_BATCH_TOKENS;
+    o->max_len = TFM_BATCH_MAX_LEN;
+    o->seed = 1;
+}
+
+void tfm_batch_plan_free(struct tfm_batch_plan *p)
+{
+    free(p->order);
+    free(p->start);
+    free(p->perm);
+    p->order = p->start = p->perm = NULL;
+}
+
+static double pad_fraction(int64_t tokens, int64_t cells)
+{
+    return cells > 0 ? 1.0 - (double)tokens / (double)cells : 0.0;
+}
+
+double tfm_batch_pad_src(const struct tfm_batch_plan *p)
+{
+    return pad_fraction(p->src_tokens, p->src_cells);
+}
+
+double tfm_batch_pad_tgt(const struct tfm_batch_plan *p)
+{
+    return pad_fraction(p->tgt_tokens, p->tgt_cells);
+}
+
+/* ---- randomness: splitmix64, the same numbers on every machine --------------------- */
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [0, n), n > 0, without bias (Lemire's multiply and reject). */
+static uint64_t rng_below(uint64_t *s, uint64_t n)
+{
+    unsigned __int128 m = (unsigned __int128)rng_next(s) * n;
+    uint64_t lo = (uint64_t)m;
+    if (lo < n) {
+        uint64_t t = -n % n;
+        while (lo < t) {
+            m = (unsigned __int128)rng_next(s) * n;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
+}
+
+static void shuffle(int64_t *a, int64_t n, uint64_t *s)
+{
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below(s, (uint64_t)i + 1);
+        int64_t t = a[i];
+        a[i] = a[j];
+        a[j] = t;
+    }
+}
+
+/* ---- planning ---------------------------------------------------------------------- */
+
+static int64_t sent_len(const struct tfm_corpus *c, int eos, int64_t i)
+{
+    return c->offsets[i + 1] - c->offsets[i] + eos;
+}
+
+/* The corpora being batched.  key_len: sentence i's source length (KEY_SRC), target
+ * length (KEY_TGT) or the longer of the two (KEY_MAX), eos included. */
+struct sides {
+    const struct tfm_corpus *src, *tgt;     /* tgt NULL: source only */
+    int src_eos, tgt_eos;
+};
+enum { KEY_SRC, KEY_TGT, KEY_MAX };
+
+static int64_t key_len(const struct sides *sd, int key, int64_t i)
+{
+    int64_t ls = key == KEY_TGT ? 0 : sent_len(sd->src, sd->src_eos, i);
+    int64_t lt = key == KEY_SRC || !sd->tgt ? 0 : sent_len(sd->tgt, sd->tgt_eos, i);
+    return ls > lt ? ls : lt;
+}
+
+/* Stable counting sort of order[0..n) by key (1..max), via tmp. */
+static int sort_by(int64_t *order, int64_t *tmp, int64_t n, const struct sides *sd, int key,
+                   int64_t max)
+{
+    int64_t *count = calloc((size_t)max + 2, sizeof *count);
+    if (!count)
+        return -1;
+    for (int64_t j = 0; j < n; j++)
+        count[key_len(sd, key, order[j]) + 1]++;
+    for (int64_t l = 1; l <= max + 1; l++)
+        count[l] += count[l - 1];
+    for (int64_t j = 0; j < n; j++)
+        tmp[count[key_len(sd, key, order[j])]++] = order[j];
+    memcpy(order, tmp, (size_t)n * sizeof *order);
+    free(count);
+    return 0;
+}
+
+/* Rank of (ls, lt), 1 <= ls, lt, in the order (max(ls, lt), ls, lt): the (m-1)^2 pairs
+ * with a longer side under m come first; then, for m, (1,m) .. (m-1,m), (m,1) .. (m,m). */
+static int64_t pair_rank(int64_t ls, int64_t lt)
+{
+    int64_t m = ls > lt ? ls : lt, base = (m - 1) * (m - 1);
+    return ls < m ? base + ls - 1 : base + m - 1 + lt - 1;
+}
+
+/* Longest side up to which sort_pairs counts the L*L keys in one array (32 MiB). */
+#define PAIR_SORT_MAX 2048
+
+/* Sort order[0..n) (ascending sentence numbers) by pair_rank with one counting sort, then
+ * shuffle each run of equal keys: the same distribution as shuffling first and sorting
+ * stably, but the lengths are read in sentence order, not at random. */
+static int sort_pairs(int64_t *order, int64_t *tmp, int64_t n, const struct sides *sd,
+                      int64_t L, uint64_t *rng)
+{
+    int64_t nk = L * L;
+    int64_t *count = calloc((size_t)nk + 1, sizeof *count);
+    if (!count)
+        return -1;
+    for (int64_t j = 0; j < n; j++)
+        count[pair_rank(key_len(sd, KEY_SRC, order[j]), key_len(sd, KEY_TGT, order[j])) + 1]++;
+    for (int64_t k = 1; k <= nk; k++)
+        count[k] += count[k - 1];
+    for (int64_t j = 0; j < n; j++)
+        tmp[count[pair_rank(key_len(sd, KEY_SRC, order[j]), key_len(sd, KEY_TGT, order[j]))]++] =
+            order[j];
+    /* now count[k] is the end of key k's run */
+    for (int64_t k = 0, from = 0; k < nk; k++) {
+        shuffle(tmp + from, count[k] - from, rng);
+        from = count[k];
+    }
+    memcpy(order, tmp, (size_t)n * sizeof *order);
+    free(count);
+    return 0;
+}
+
+int tfm_batch_plan(const struct tfm_corpus *src, int src_eos, const struct tfm_corpus *tgt,
+                   int tgt_eos, const struct tfm_batch_opts *o, struct tfm_batch_plan *p,
+                   struct tfm_error *err)
+{
+    memset(p, 0, sizeof *p);
+    int64_t n = src->n;
+    if (o->tokens < 1 || o->tokens > TFM_BATCH_MAX_TOKENS)
+        return tfm_fail(err, "budget of %lld tokens: 1 to %d expected", (long long)o->tokens,
+                        TFM_BATCH_MAX_TOKENS);
+    if (o->max_len < 0)
+        return tfm_fail(err, "negative max_len");
+    if (tgt && tgt->n != n)
+        return tfm_fail(err, "source has %lld sentences, target %lld", (long long)n,
+                        (long long)tgt->n);
+    src_eos = src_eos != 0;
+    tgt_eos = tgt_eos != 0;
+    int64_t limit = o->tokens;
+    if (o->max_len > 0 && o->max_len < limit)
+        limit = o->max_len;
+    p->sentences = n;
+    p->order = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->order);
+    if (!p->order)
+        return tfm_fail(err, "out of memory for %lld sentences", (long long)n);
+
+    /* keep what fits */
+    for (int64_t i = 0; i < n; i++) {
+        int64_t ls = sent_len(src, src_eos, i), lt = tgt ? sent_len(tgt, tgt_eos, i) : 0;
+        if (ls < 1 || (tgt && lt < 1)) {
+            tfm_batch_plan_free(p);
+            return tfm_fail(err, "line %lld: empty %s sentence", (long long)i + 1,
+                            ls < 1 ? "source" : "target");
+        }
+        if (ls > limit || lt > limit) {
+            if (!tgt) {
+                tfm_batch_plan_free(p);
+                return tfm_fail(err, "line %lld: %lld tokens, more than %s %lld (a sentence "
+                                "to decode cannot be dropped)", (long long)i + 1,
+                                (long long)ls, limit == o->tokens ? "the budget of" : "max_len",
+                                (long long)limit);
+            }
+            p->dropped++;
+            continue;
+        }
+        p->order[p->kept++] = i;
+        if (ls > p->max_src)
+            p->max_src = ls;
+        if (lt > p->max_tgt)
+            p->max_tgt = lt;
+    }
+
+    /* shuffle (pairs only), then sort by the longer side, ties by source length, then
+     * by target length: the longer side bounds a batch, so this wastes the fewest cells */
+    uint64_t rng = o->seed;
+    struct sides sd = {src, tgt, src_eos, tgt_eos};
+    int64_t max = p->max_src > p->max_tgt ? p->max_src : p->max_tgt;
+    int64_t *tmp = malloc((size_t)(p->kept > 0 ? p->kept : 1) * sizeof *tmp);
+    if (!tmp) {
+        tfm_batch_plan_free(p);
+        return tfm_fail(err, "out of memory for %lld sentences", (long long)p->kept);
+    }
+    int rc;
+    if (!tgt) {
+        rc = sort_by(p->order, tmp, p->kept, &sd, KEY_SRC, p->max_src);
+    } else if (max <= PAIR_SORT_MAX) {
+        rc = sort_pairs(p->order, tmp, p->kept, &sd, max, &rng);
+    } else {    /* too many (ls, lt) keys for one pass: shuffle, then three stable passes */
+        shuffle(p->order, p->kept, &rng);
+        rc = sort_by(p->order, tmp, p->kept, &sd, KEY_TGT, p->max_tgt) ||
+             sort_by(p->order, tmp, p->kept, &sd, KEY_SRC, p->max_src) ||
+             sort_by(p->order, tmp, p->kept, &sd, KEY_MAX, max);
+    }
+    if (rc) {
+        free(tmp);
+        tfm_batch_plan_free(p);
+        return tfm_fail(err, "out of memory");
+    }
+    free(tmp);
+
+    /* cut greedily: a sentence joins the batch while both padded rectangles fit */
+    int64_t cap = 1024, K = 0;
+    p->start = malloc((size_t)cap * sizeof *p->start);
+    if (!p->start) {
+        tfm_batch_plan_free(p);
+        return tfm_fail(err, "out of memory");
+    }
+    int64_t b0 = 0, S = 0, T = 0;
+    for (int64_t j = 0; j <= p->kept; j++) {
+        int64_t ls = 0, lt = 0, s2 = 0, t2 = 0;
+        if (j < p->kept) {
+            int64_t i = p->order[j];
+            ls = sent_len(src, src_eos, i);
+            lt = tgt ? sent_len(tgt, tgt_eos, i) : 0;
+            s2 = ls > S ? ls : S;
+            t2 = lt > T ? lt : T;
+        }
+        int64_t B2 = j - b0 + 1;
+        if (j == p->kept || B2 * s2 > o->tokens || B2 * t2 > o->tokens) {
+            if (j > b0) {       /* close batch [b0, j) */
+                if (K + 2 > cap) {
+                    int64_t *q = realloc(p->start, (size_t)(cap *= 2) * sizeof *q);
+                    if (!q) {
+                        tfm_batch_plan_free(p);
+                        return tfm_fail(err, "out of memory");
+                    }
+                    p->start = q;
+                }
+                p->start[K++] = b0;
+                p->src_cells += (j - b0) * S;
+                p->tgt_cells += (j - b0) * T;
+            }
+            b0 = j;
+            s2 = ls;
+            t2 = lt;
+        }
+        S = s2;
+        T = t2;
+        p->src_tokens += ls;
+        p->tgt_tokens += lt;
+    }
+    p->start[K] = p->kept;
+    p->nbatches = K;
+
+    p->perm = malloc((size_t)(K > 0 ? K : 1) * sizeof *p->perm);
+    if (!p->perm) {
+        tfm_batch_plan_free(p);
+        return tfm_fail(err, "out of memory");
+    }
+    for (int64_t k = 0; k < K; k++)
+        p->perm[k] = k;
+    if (tgt)
+        shuffle(p->perm, K, &rng);
+    return 0;
+}
+
+/* Grow *p to at least n bytes. */
+static int grow_bytes(void **p, size_t *cap, size_t n)
+{
+    if (n <= *cap && *p)
+        return 0;
+    size_t want = n > 64 ? n : 64;
+    void *q = realloc(*p, want);
+    if (!q)
+        return -1;
+    *p = q;
+    *cap = want;
+    return 0;
+}
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+int tfm_batch_put(struct tfm_writer *w, const struct tfm_batch *b, struct tfm_error *err)
+{
+    int64_t d1[1] = {b->B}, ds[2] = {b->B, b->S}, dt[2] = {b->B, b->T};
+    if (tfm_writer_put(w, "batch.index", TFM_I64, 1, d1, b->index, err) ||
+        tfm_writer_put(w, "batch.src", TFM_I32, 2, ds, b->src, err) ||
+        (b->tgt && tfm_writer_put(w, "batch.tgt", TFM_I32, 2, dt, b->tgt, err)))
+        return -1;
+    return 0;
+}
+
+/* Rows of sentences rows[0..B) of c into out (B,L): tokens, eos if asked, padding. */
+static void fill_rows(int32_t *out, const int64_t *rows, int64_t B, int64_t L,
+                      const struct tfm_corpus *c, int eos)
+{
+    memset(out, 0, (size_t)(B * L) * sizeof *out);
+    for (int64_t r = 0; r < B; r++) {
+        int64_t len = tfm_corpus_len(c, rows[r]);
+        memcpy(out + r * L, tfm_corpus_sent(c, rows[r]), (size_t)len * sizeof *out);
+        if (eos)
+            out[r * L + len] = TFM_EOS_ID;
+    }
+}
+
+int tfm_batch_write(const char *out, const struct tfm_header *h, const struct tfm_corpus *src,
+                    int src_eos, const struct tfm_corpus *tgt, int tgt_eos,
+                    const struct tfm_batch_plan *p, int flags, struct tfm_error *err)
+{
+    src_eos = src_eos != 0;
+    tgt_eos = tgt_eos != 0;
+    struct tfm_batch bt = {0};
+    size_t cap_index = 0, cap_src = 0, cap_tgt = 0;
+    struct tfm_writer *w = NULL;
+    int rc = -1;
+    if (!(w = tfm_writer_open(out, h, flags, err)))
+        goto done;
+    for (int64_t k = 0; k < p->nbatches; k++) {
+        int64_t b = p->perm[k];
+        const int64_t *rows = p->order + p->start[b];
+        bt.B = p->start[b + 1] - p->start[b];
+        bt.S = bt.T = 0;
+        for (int64_t r = 0; r < bt.B; r++) {
+            int64_t ls = sent_len(src, src_eos, rows[r]);
+            if (ls > bt.S)
+                bt.S = ls;
+            if (tgt) {
+                int64_t lt = sent_len(tgt, tgt_eos, rows[r]);
+                if (lt > bt.T)
+                    bt.T = lt;
+            }
+        }
+        if (grow_bytes((void **)&bt.index, &cap_index, (size_t)bt.B * sizeof *bt.index) ||
+            grow_bytes((void **)&bt.src, &cap_src, (size_t)(bt.B * bt.S) * sizeof *bt.src) ||
+            (tgt && grow_bytes((void **)&bt.tgt, &cap_tgt,
+                               (size_t)(bt.B * bt.T) * sizeof *bt.tgt))) {
+            tfm_fail(err, "out of memory");
+            goto done;
+        }
+        memcpy(bt.index, rows, (size_t)bt.B * sizeof *rows);
+        fill_rows(bt.src, rows, bt.B, bt.S, src, src_eos);
+        if (tgt)
+            fill_rows(bt.tgt, rows, bt.B, bt.T, tgt, tgt_eos);
+        if (tfm_batch_put(w, &bt, err))
+            goto done;
+    }
+    rc = tfm_writer_close(w, err);
+    w = NULL;
+done:
+    tfm_writer_abort(w);
+    free(bt.index);
+    free(bt.src);
+    free(bt.tgt);
+    return rc;
+}
+
+/* ---- tfm-batch as one call --------------------------------------------------------- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
+{
+    if (!o->progress)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    o->progress(o->progress_ctx, line);
+}
+
+/* A non-negative integer header value, or -1 when absent or not one. */
+static int64_t header_int(const struct tfm_header *h, const char *key)
+{
+    const char *v = tfm_header_get(h, key);
+    if (!v || *v < '0' || *v > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    return *end || errno ? -1 : (int64_t)x;
+}
+
+/* One input stream read whole: its header (with the vocabulary) and its sentences. */
+struct input {
+    struct tfm_reader *r;
+    struct tfm_header h;
+    int have_h;
+    struct tfm_corpus c;
+    int eos;        /* 1: append eos (the stream's header does not say eos=1) */
+};
+
+static int input_open(struct input *in, const char *path, struct tfm_error *err)
+{
+    if (!(in->r = tfm_reader_open(path, err)))
+        return -1;
+    const struct tfm_header *h = tfm_reader_header(in->r);
+    if (strcmp(h->kind, TFM_KIND_TOKENS) != 0)
+        return tfm_fail(err, "%s: a '%s' stream, expected tokens (made by tfm-tokenize encode)",
+                        tfm_reader_name(in->r), h->kind);
+    if (tfm_header_copy(&in->h, h, err))
+        return -1;
+    in->have_h = 1;
+    const char *e = tfm_header_get(h, "eos");
+    in->eos = !(e && strcmp(e, "1") == 0);
+    return 0;
+}
+
+/* Read the sentences; check ids against the vocabulary, no pad inside a sentence, and
+ * the final eos a header with eos=1 promises.  Closes the reader (unmapping the file). */
+static int input_read(struct input *in, const struct tfm_batch_opts *o, struct tfm_error *err)
+{
+    double t0 = now_s();
+    int64_t vocab = header_int(&in->h, "vocab.size");
+    const char *name = tfm_reader_name(in->r);
+    if (tfm_corpus_read(in->r, &in->c, vocab > 0 ? vocab : 0, err))
+        return -1;
+    const struct tfm_corpus *c = &in->c;
+    for (int64_t i = 0; i < c->n; i++) {
+        const int32_t *s = tfm_corpus_sent(c, i);
+        int64_t len = tfm_corpus_len(c, i);
+        for (int64_t j = 0; j < len; j++)
+            if (s[j] == TFM_PAD_ID)
+                return tfm_fail(err, "%s: line %lld: pad id %d inside a sentence", name,
+                                (long long)i + 1, TFM_PAD_ID);
+        if (!in->eos && (len == 0 || s[len - 1] != TFM_EOS_ID))
+            return tfm_fail(err, "%s: line %lld: %s, but the header says eos=1", name,
+                            (long long)i + 1, len ? "does not end in eos" : "empty");
+    }
+    note(o, "%s: %lld sentences, %lld tokens read (%.2f s)", name, (long long)c->n,
+         (long long)(c->n ? c->offsets[c->n] : 0), now_s() - t0);
+    tfm_reader_close(in->r);
+    in->r = NULL;
+    return 0;
+}
+
+static void input_free(struct input *in)
+{
+    tfm_reader_close(in->r);
+    if (in->have_h)
+        tfm_header_free(&in->h);
+    tfm_corpus_free(&in->c);
+}
+
+int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
+                  const struct tfm_batch_opts *o, struct tfm_batch_plan *stats,
+                  struct tfm_error *err)
+{
+    struct input s = {0}, t = {0};
+    struct tfm_batch_plan p = {0};
+    struct tfm_header h;
+    int rc = -1;
+    tfm_header_init(&h, TFM_KIND_BATCHES);
+    tfm_corpus_init(&s.c);
+    tfm_corpus_init(&t.c);
+    memset(stats, 0, sizeof *stats);
+    char sname[256], tname[256];
+
+    if (input_open(&s, src_path, err))
+        goto done;
+    snprintf(sname, sizeof sname, "%s", tfm_reader_name(s.r));
+    if (tgt_path) {
+        if (input_open(&t, tgt_path, err))
+            goto done;
+        snprintf(tname, sizeof tname, "%s", tfm_reader_name(t.r));
+        uint32_t vs = tfm_header_vocab_id(&s.h), vt = tfm_header_vocab_id(&t.h);
+        if (vs != vt) {
+            tfm_fail(err, "%s and %s have different vocabularies (spm.crc32 %08x and %08x): "
+                     "source and target must share one model", sname, tname, vs, vt);
+            goto done;
+        }
+        int64_t ns = header_int(&s.h, "vocab.size"), nt = header_int(&t.h, "vocab.size");
+        if (ns >= 0 && nt >= 0 && ns != nt) {
+            tfm_fail(err, "%s and %s have different vocabularies (vocab.size %lld and %lld)",
+                     sname, tname, (long long)ns, (long long)nt);
+            goto done;
+        }
+    }
+    /* the source stream is read whole first: a pipe feeding it must not wait on the
+     * target (both from one pipe is refused by the caller) */
+    if (input_read(&s, o, err) || (tgt_path && input_read(&t, o, err)))
+        goto done;
+    if (tgt_path && s.c.n != t.c.n) {
+        tfm_fail(err, "%s has %lld sentences but %s has %lld: not a parallel corpus", sname,
+                 (long long)s.c.n, tname, (long long)t.c.n);
+        goto done;
+    }
+
+    double t0 = now_s();
+    if (tfm_batch_plan(&s.c, s.eos, tgt_path ? &t.c : NULL, t.eos, o, &p, err)) {
+        tfm_error_prefix(err, "%s", sname);
+        goto done;
+    }
+    note(o, "%lld batches planned (%.2f s)", (long long)p.nbatches, now_s() - t0);
+
+    const char *bos = tfm_header_get(&s.h, "bos");
+    if ((s.h.spm && tfm_header_set_spm(&h, s.h.spm, s.h.spm_size, err)) ||
+        (o->producer && tfm_header_set(&h, "producer", o->producer, err)) ||
+        (tfm_header_get(&s.h, "vocab.size") &&
+         tfm_header_set(&h, "vocab.size", tfm_header_get(&s.h, "vocab.size"), err)) ||
+        (bos && tfm_header_set(&h, "src.bos", bos, err)) ||
+        tfm_header_set(&h, "eos", "1", err) ||
+        tfm_header_set(&h, "targets", tgt_path ? "1" : "0", err) ||
+        tfm_header_setf(&h, err, "tokens", "%lld", (long long)o->tokens) ||
+        tfm_header_setf(&h, err, "max-len", "%lld", (long long)o->max_len) ||
+        tfm_header_setf(&h, err, "seed", "%" PRIu64, o->seed) ||
+        tfm_header_setf(&h, err, "sentences", "%lld", (long long)p.sentences) ||
+        tfm_header_setf(&h, err, "dropped", "%lld", (long long)p.dropped) ||
+        tfm_header_setf(&h, err, "batches", "%lld", (long long)p.nbatches) ||
+        tfm_header_setf(&h, err, "src.tokens", "%lld", (long long)p.src_tokens) ||
+        tfm_header_setf(&h, err, "pad.src", "%.4f", tfm_batch_pad_src(&p)) ||
+        (tgt_path && (tfm_header_setf(&h, err, "tgt.tokens", "%lld", (long long)p.tgt_tokens) ||
+                      tfm_header_setf(&h, err, "pad.tgt", "%.4f", tfm_batch_pad_tgt(&p)))))
+        goto done;
+
+    t0 = now_s();
+    if (tfm_batch_write(out, &h, &s.c, s.eos, tgt_path ? &t.c : NULL, t.eos, &p, o->flags, err))
+        goto done;
+    note(o, "%lld batches written (%.2f s)", (long long)p.nbatches, now_s() - t0);
+    *stats = p;
+    stats->order = stats->start = stats->perm = NULL;
+    rc = 0;
+done:
+    tfm_batch_plan_free(&p);
+    tfm_header_free(&h);
+    input_free(&s);
+    input_free(&t);
+    return rc;
+}
+
+/* ---- reading ----------------------------------------------------------------------- */
+
+struct tfm_batch_reader {
+    struct tfm_reader *r;
+    int rank, nranks;
+    int64_t total;          /* K from the header, -1: unknown */
+    int64_t share;          /* floor(K/N), -1: unknown */
+    int64_t vocab;          /* ids < vocab (0: unchecked) */
+    int64_t budget;         /* B*S, B*T <= budget (0: unchecked) */
+    int64_t sentences;      /* index < sentences (-1: unchecked) */
+    int targets;            /* -1 unknown, 0, 1 */
+    int64_t seen;           /* batches of the stream read */
+    int64_t given;          /* batches given to this rank */
+    int at_end;             /* tfm.end read */
+    /* the batch last read; index buffers swap with the lookahead */
+    struct tfm_batch b;
+    size_t cap_index, cap_src, cap_tgt;
+    int64_t *look;          /* batch.index read ahead, look_B entries (look_B < 0: none) */
+    int64_t look_B;
+    size_t cap_look;
+    uint64_t look_rec;      /* its record number and offset, for messages */
+    int have_first;         /* the first batch was read at open and not yet taken */
+};
+
+/* Check rows (B,L) of ids: tokens in [1, vocab) ending in eos, then padding only. */
+static int check_rows(struct tfm_batch_reader *br, const struct tfm_record *rec,
+                      const int32_t *ids, int64_t B, int64_t L, int64_t *tokens,
+                      struct tfm_error *err)
+{
+    int64_t total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const int32_t *row = ids + b * L;
+        int64_t len = 0;
+        while (len < L && row[len] != TFM_PAD_ID)
+            len++;
+        if (len == 0)
+            return tfm_reader_fail(br->r, rec, err, "row %lld is empty", (long long)b);
+        for (int64_t j = 0; j < len; j++)
+            if (row[j] < 0 || (br->vocab > 0 && row[j] >= br->vocab))
+                return tfm_reader_fail(br->r, rec, err, "row %lld: id %d at %lld outside the "
+                                       "vocabulary (%lld)", (long long)b, row[j], (long long)j,
+                                       (long long)br->vocab);
+        for (int64_t j = len; j < L; j++)
+            if (row[j] != TFM_PAD_ID)
+                return tfm_reader_fail(br->r, rec, err, "row %lld: id %d at %lld after the "
+                                       "padding", (long long)b, row[j], (long long)j);
+        if (row[len - 1] != TFM_EOS_ID)
+            return tfm_reader_fail(br->r, rec, err, "row %lld does not end in eos",
+                                   (long long)b);
+        total += len;
+    }
+    *tokens = total;
+    return 0;
+}
+
+/* A "batch.src" or "batch.tgt" record of B rows into *dst. */
+static int take_rows(struct tfm_batch_reader *br, const struct tfm_record *rec, int64_t B,
+                     int32_t **dst, size_t *cap, int64_t *L, int64_t *tokens,
+                     struct tfm_error *err)
+{
+    if (rec->dtype != TFM_I32 || rec->rank != 2)
+        return tfm_reader_fail(br->r, rec, err, "must be i32 [B,L]");
+    if (rec->dims[0] != B || rec->dims[1] < 1)
+        return tfm_reader_fail(br->r, rec, err, "shape [%lld,%lld] for %lld sentences",
+                               (long long)rec->dims[0], (long long)rec->dims[1], (long long)B);
+    if (br->budget > 0 && rec->count > br->budget)
+        return tfm_reader_fail(br->r, rec, err, "%lld cells, more than the budget of %lld",
+                               (long long)rec->count, (long long)br->budget);
+    if (check_rows(br, rec, rec->data, B, rec->dims[1], tokens, err))
+        return -1;
+    if (grow_bytes((void **)dst, cap, rec->nbytes))
+        return tfm_reader_fail(br->r, rec, err, "out of memory");
+    memcpy(*dst, rec->data, rec->nbytes);
+    *L = rec->dims[1];
+    return 0;
+}
+
+/* A "batch.index" record into *dst (B entries). */
+static int take_index(struct tfm_batch_reader *br, const struct tfm_record *rec, int64_t **dst,
+                      size_t *cap, int64_t *B, struct tfm_error *err)
+{
+    if (rec->dtype != TFM_I64 || rec->rank != 1 || rec->dims[0] < 1)
+        return tfm_reader_fail(br->r, rec, err, "must be i64 [B], B >= 1");
+    const int64_t *ix = rec->data;
+    for (int64_t i = 0; i < rec->dims[0]; i++)
+        if (ix[i] < 0 || (br->sentences >= 0 && ix[i] >= br->sentences))
+            return tfm_reader_fail(br->r, rec, err, "sentence number %lld out of range",
+                                   (long long)ix[i]);
+    if (grow_bytes((void **)dst, cap, rec->nbytes))
+        return tfm_reader_fail(br->r, rec, err, "out of memory");
+    memcpy(*dst, ix, rec->nbytes);
+    *B = rec->dims[0];
+    return 0;
+}
+
+/* Read the next batch of the stream into br->b: 1, 0 at the end of the stream, -1. */
+static int read_batch(struct tfm_batch_reader *br, struct tfm_error *err)
+{
+    struct tfm_record rec;
+    struct tfm_batch *b = &br->b;
+    int k;
+    if (br->look_B >= 0) {      /* the index read ahead becomes this batch's */
+        int64_t *t = b->index;
+        size_t tc = br->cap_index;
+        b->index = br->look;
+        br->cap_index = br->cap_look;
+        br->look = t;
+        br->cap_look = tc;
+        b->B = br->look_B;
+        br->look_B = -1;
+    } else {
+        if (br->at_end || (k = tfm_reader_next(br->r, &rec, err)) == 0) {
+            br->at_end = 1;
+            return 0;
+        }
+        if (k < 0)
+            return -1;
+        if (strcmp(rec.name, "batch.index") != 0)
+            return tfm_reader_fail(br->r, &rec, err, "'batch.index' expected");
+        if (take_index(br, &rec, &b->index, &br->cap_index, &b->B, err))
+            return -1;
+    }
+    if (br->total >= 0 && br->seen >= br->total)
+        return tfm_fail(err, "%s: more batches than the header's batches=%lld",
+                        tfm_reader_name(br->r), (long long)br->total);
+    if (tfm_reader_expect(br->r, &rec, "batch.src", TFM_I32, -1, err) < 0 ||
+        take_rows(br, &rec, b->B, &b->src, &br->cap_src, &b->S, &b->src_tokens, err))
+        return -1;
+    /* then batch.tgt, or the next batch's index, or the end */
+    k = tfm_reader_next(br->r, &rec, err);
+    if (k < 0)
+        return -1;
+    int has_tgt = k == 1 && strcmp(rec.name, "batch.tgt") == 0;
+    if (br->targets < 0)
+        br->targets = has_tgt;
+    if (has_tgt != br->targets) {
+        if (k == 0)
+            return tfm_fail(err, "%s: the stream ends where 'batch.tgt' was expected",
+                            tfm_reader_name(br->r));
+        return tfm_reader_fail(br->r, &rec, err, has_tgt ? "batch.tgt in a stream without "
+                               "targets" : "'batch.tgt' expected");
+    }
+    if (has_tgt) {
+        if (take_rows(br, &rec, b->B, &b->tgt, &br->cap_tgt, &b->T, &b->tgt_tokens, err))
+            return -1;
+    } else {
+        b->T = 0;
+        b->tgt_tokens = 0;
+        if (k == 0) {
+            br->at_end = 1;
+        } else {
+            if (strcmp(rec.name, "batch.index") != 0)
+                return tfm_reader_fail(br->r, &rec, err, "'batch.index' expected");
+            if (take_index(br, &rec, &br->look, &br->cap_look, &br->look_B, err))
+                return -1;
+        }
+    }
+    b->number = br->seen++;
+    return 1;
+}
+
+struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
+                                        struct tfm_error *err)
+{
+    if (nranks < 1 || rank < 0 || rank >= nranks) {
+        tfm_fail(err, "rank %d of %d: 0 <= rank < ranks expected", rank, nranks);
+        return NULL;
+    }
+    struct tfm_batch_reader *br = calloc(1, sizeof *br);
+    if (!br) {
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    br->rank = rank;
+    br->nranks = nranks;
+    br->look_B = -1;
+    br->targets = -1;
+    if (!(br->r = tfm_reader_open(path, err)))
+        goto fail;
+    const struct tfm_header *h = tfm_reader_header(br->r);
+    const char *name = tfm_reader_name(br->r);
+    if (strcmp(h->kind, TFM_KIND_BATCHES) != 0) {
+        tfm_fail(err, "%s: a '%s' stream, expected batches (made by tfm-batch)", name, h->kind);
+        goto fail;
+    }
+    const char *keys[] = {"batches", "vocab.size", "tokens", "sentences"};
+    int64_t vals[4];
+    for (int i = 0; i < 4; i++) {
+        vals[i] = header_int(h, keys[i]);
+        if (tfm_header_get(h, keys[i]) && vals[i] < 0) {
+            tfm_fail(err, "%s: header: %s=%s is not a count", name, keys[i],
+                     tfm_header_get(h, keys[i]));
+            goto fail;
+        }
+    }
+    br->total = vals[0];
+    br->vocab = vals[1] > 0 ? vals[1] : 0;
+    br->budget = vals[2] > 0 ? vals[2] : 0;
+    br->sentences = vals[3];
+    const char *tg = tfm_header_get(h, "targets");
+    if (tg)
+        br->targets = strcmp(tg, "1") == 0;
+    if (nranks > 1) {
+        if (br->total < 0) {
+            tfm_fail(err, "%s: the header does not say how many batches (batches=K): cannot "
+                     "share them among %d ranks", name, nranks);
+            goto fail;
+        }
+        if (br->total < nranks) {
+            tfm_fail(err, "%s: %lld batches cannot feed %d ranks", name, (long long)br->total,
+                     nranks);
+            goto fail;
+        }
+    }
+    br->share = br->total >= 0 ? br->total / nranks : -1;
+    /* read the first batch now, so that an empty or wrong stream fails at open */
+    int k = read_batch(br, err);
+    if (k < 0)
+        goto fail;
+    br->have_first = k == 1;
+    return br;
+fail:
+    tfm_batch_close(br);
+    return NULL;
+}
+
+const struct tfm_header *tfm_batch_header(const struct tfm_batch_reader *r)
+{
+    return tfm_reader_header(r->r);
+}
+
+int64_t tfm_batch_count(const struct tfm_batch_reader *r)
+{
+    return r->share;
+}
+
+int tfm_batch_has_targets(const struct tfm_batch_reader *r)
+{
+    return r->targets == 1;
+}
+
+/* Read the rest of the stream (batches of no rank) and check the count. */
+static int finish(struct tfm_batch_reader *br, struct tfm_error *err)
+{
+    int k;
+    br->have_first = 0;
+    while ((k = read_batch(br, err)) == 1)
+        ;
+    if (k < 0)
+        return -1;
+    if (br->total >= 0 && br->seen != br->total)
+        return tfm_fail(err, "%s: the header says batches=%lld, the stream has %lld",
+                        tfm_reader_name(br->r), (long long)br->total, (long long)br->seen);
+    return 0;
+}
+
+int tfm_batch_next(struct tfm_batch_reader *br, struct tfm_batch *b, struct tfm_error *err)
+{
+    if (br->share >= 0 && br->given >= br->share)
+        return finish(br, err) ? -1 : 0;
+    for (;;) {
+        int k = 1;
+        if (br->have_first)
+            br->have_first = 0;
+        else
+            k = read_batch(br, err);
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            return finish(br, err) ? -1 : 0;
+        if (br->b.number % br->nranks == br->rank)
+            break;
+    }
+    br->given++;
+    *b = br->b;
+    if (!br->targets)
+        b->tgt = NULL;
+    return 1;
+}
+
+int tfm_batch_skip(struct tfm_batch_reader *br, int64_t k, struct tfm_error *err)
+{
+    struct tfm_batch b;
+    for (int64_t i = 0; i < k; i++) {
+        int rc = tfm_batch_next(br, &b, err);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            return tfm_fail(err, "%s: cannot skip %lld batches: rank %d of %d has %lld",
+                            tfm_reader_name(br->r), (long long)k, br->rank, br->nranks,
+                            (long long)i);
+    }
+    return 0;
+}
+
+void tfm_batch_close(struct tfm_batch_reader *br)
+{
+    if (!br)
+        return;
+    tfm_reader_close(br->r);
+    free(br->b.index);
+    free(br->b.src);
+    free(br->b.tgt);
+    free(br->look);
+    free(br);
+}

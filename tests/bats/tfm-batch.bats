@@ -1,0 +1,273 @@
+#!/usr/bin/env bats
+# tfm-batch: token streams of real data (data/onmt-toy-ende, encoded by tfm-tokenize)
+# into batches, checked with tfm-cat (the independent dumper); bad input and usage.
+
+setup_file() {
+    D="$TFM_ROOT/data/onmt-toy-ende"
+    M="$BATS_FILE_TMPDIR"
+    head -n 2000 "$D/src-train.txt" > "$M/train.en"
+    head -n 2000 "$D/tgt-train.txt" > "$M/train.de"
+    tfm-tokenize train -q -m "$M/spm.model" --vocab 1000 "$M/train.en" "$M/train.de"
+    tfm-tokenize train -q -m "$M/other.model" --vocab 900 "$M/train.en" "$M/train.de"
+    tfm-tokenize encode -q -m "$M/spm.model" -o "$M/en.tfm" "$M/train.en"
+    tfm-tokenize encode -q -m "$M/spm.model" -o "$M/de.tfm" "$M/train.de"
+    # the ids of each sentence, a line each (line i+1 is sentence i)
+    tfm-tokenize decode --ids "$M/en.tfm" > "$M/en.ids"
+    tfm-tokenize decode --ids "$M/de.tfm" > "$M/de.ids"
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    M="$BATS_FILE_TMPDIR"
+    T="$BATS_TEST_TMPDIR"
+}
+
+# header value of key $2 in stream $1
+meta() { tfm-cat --header "$1" | sed -n "s/^meta $2=//p"; }
+
+# "B S" of every record named $2 (batch.src, batch.tgt), a line each
+shapes() { tfm-cat "$1" | awk -v n="$2" '$3 == n { gsub(/[][]/, "", $5); split($5, d, ","); print d[1], d[2] }'; }
+
+# every row of record $2 as "INDEX<TAB>ids without eos and padding", from tfm-cat --values
+rows() {
+    tfm-cat --values "$1" | awk -v n="$2" '
+        /^record / { what = ($3 == "batch.index") ? "ix" : ($3 == n) ? "rows" : ""; r = 0; next }
+        /^\t/ && what == "ix" { k = split(substr($0, 2), ix, " "); next }
+        /^\t/ && what == "rows" {
+            m = split(substr($0, 2), id, " "); line = ""
+            len = 0; for (j = 1; j <= m && id[j] != 0; j++) len = j
+            for (j = 1; j < len; j++) line = line (j > 1 ? " " : "") id[j]
+            print ix[++r] "\t" line "\t" id[len] "\t" (len < m ? id[m] : "-")
+        }'
+}
+
+@test "pairs: every pair once, rows are the tokens, eos, padding; header and report" {
+    run tfm-batch --tokens 2000 -o "$T/b.tfm" "$M/en.tfm" "$M/de.tfm"
+    assert_success
+    assert_output --regexp '^tfm-batch: 2000 sentences, [0-9]+ batches, 0 dropped \(longer than --max-len 256\), padding [0-9.]+% source [0-9.]+% target$'
+    K=$(echo "$output" | sed 's/.* \([0-9]*\) batches.*/\1/')
+    assert_equal "$(meta "$T/b.tfm" kind)" batches
+    assert_equal "$(meta "$T/b.tfm" batches)" "$K"
+    assert_equal "$(meta "$T/b.tfm" sentences)" 2000
+    assert_equal "$(meta "$T/b.tfm" tokens)" 2000
+    assert_equal "$(meta "$T/b.tfm" targets)" 1
+    assert_equal "$(meta "$T/b.tfm" eos)" 1
+    assert_equal "$(meta "$T/b.tfm" producer)" "tfm-batch $(cat "$TFM_ROOT/VERSION")"
+    # the vocabulary travels: same model crc as the token stream
+    assert_equal "$(meta "$T/b.tfm" spm.crc32)" "$(meta "$M/en.tfm" spm.crc32)"
+    assert_equal "$(shapes "$T/b.tfm" batch.src | wc -l)" "$K"
+    assert_equal "$(shapes "$T/b.tfm" batch.tgt | wc -l)" "$K"
+    # source rows: index, ids, last token eos (3), then padding (0 or none)
+    rows "$T/b.tfm" batch.src > "$T/src.rows"
+    rows "$T/b.tfm" batch.tgt > "$T/tgt.rows"
+    assert_equal "$(cut -f1 "$T/src.rows" | sort -n | uniq | wc -l)" 2000
+    assert_equal "$(cut -f1 "$T/src.rows" | sort -n | uniq -d | wc -l)" 0
+    assert_equal "$(cut -f3 "$T/src.rows" | sort -u)" 3
+    assert_equal "$(cut -f4 "$T/src.rows" | sort -u | tr '\n' ' ')" "- 0 "
+    # each row is the sentence of its index
+    awk -F'\t' 'NR == FNR { s[NR - 1] = $0; next } $2 != s[$1] { bad++ } END { print bad + 0 }' \
+        "$M/en.ids" "$T/src.rows" > "$T/bad"
+    assert_equal "$(cat "$T/bad")" 0
+    awk -F'\t' 'NR == FNR { s[NR - 1] = $0; next } $2 != s[$1] { bad++ } END { print bad + 0 }' \
+        "$M/de.ids" "$T/tgt.rows" > "$T/bad"
+    assert_equal "$(cat "$T/bad")" 0
+    # padding fraction in the header agrees with the shapes and the token count
+    tok=$(meta "$T/b.tfm" src.tokens)
+    assert_equal "$tok" "$(awk '{ n += NF + 1 } END { print n }' "$M/en.ids")"
+    pad=$(shapes "$T/b.tfm" batch.src | awk -v t="$tok" '{ c += $1 * $2 } END { printf "%.4f", 1 - t / c }')
+    assert_equal "$(meta "$T/b.tfm" pad.src)" "$pad"
+}
+
+@test "the budget holds: B*S and B*T never exceed --tokens" {
+    for n in 300 1000 5000; do
+        tfm-batch -q --tokens $n "$M/en.tfm" "$M/de.tfm" > "$T/b.tfm"
+        assert_equal "$(shapes "$T/b.tfm" batch.src | awk -v n=$n '$1 * $2 > n' | wc -l)" 0
+        assert_equal "$(shapes "$T/b.tfm" batch.tgt | awk -v n=$n '$1 * $2 > n' | wc -l)" 0
+        # and batches are full: the mean fill is above half the budget
+        assert [ "$(shapes "$T/b.tfm" batch.tgt | awk -v n=$n '{ f += $1 * $2 / n } END { print (f / NR > 0.5) }')" = 1 ]
+    done
+}
+
+@test "a pipe: tfm-tokenize encode | tfm-batch - TGT gives the same stream as files" {
+    tfm-batch -q -o "$T/files.tfm" "$M/en.tfm" "$M/de.tfm"
+    tfm-tokenize encode -q -m "$M/spm.model" "$M/train.en" | tfm-batch -q - "$M/de.tfm" > "$T/pipe.tfm"
+    cmp "$T/files.tfm" "$T/pipe.tfm"
+    # and the target from stdin
+    tfm-batch -q "$M/en.tfm" - < "$M/de.tfm" | cmp - "$T/files.tfm"
+}
+
+@test "eos already added by tfm-tokenize encode --eos: the same batches" {
+    tfm-tokenize encode -q --eos -m "$M/spm.model" -o "$T/en-eos.tfm" "$M/train.en"
+    assert_equal "$(meta "$T/en-eos.tfm" eos)" 1
+    tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
+    tfm-batch -q "$T/en-eos.tfm" "$M/de.tfm" > "$T/b.tfm"
+    cmp "$T/a.tfm" "$T/b.tfm"
+}
+
+@test "--seed: same seed same bytes, another seed another order" {
+    tfm-batch -q --tokens 1000 --seed 7 "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
+    tfm-batch -q --tokens 1000 --seed 7 "$M/en.tfm" "$M/de.tfm" > "$T/b.tfm"
+    tfm-batch -q --tokens 1000 --seed 8 "$M/en.tfm" "$M/de.tfm" > "$T/c.tfm"
+    cmp "$T/a.tfm" "$T/b.tfm"
+    run cmp -s "$T/a.tfm" "$T/c.tfm"
+    assert_failure
+    assert_equal "$(meta "$T/c.tfm" seed)" 8
+    # the batch order is not the length order
+    down=$(shapes "$T/a.tfm" batch.src | awk '$2 < prev { d++ } { prev = $2 } END { print d + 0 }')
+    assert [ "$down" -gt 3 ]
+}
+
+@test "--max-len drops long pairs and reports how many" {
+    # pairs with a side of more than 20 tokens, eos included, counted from the ids
+    want=$(paste -d'|' "$M/en.ids" "$M/de.ids" | awk -F'|' '{ split($1, a, " "); split($2, b, " ") }
+        length(a) + 1 > 20 || length(b) + 1 > 20 { n++ } END { print n }')
+    assert [ "$want" -gt 100 ]
+    run tfm-batch --max-len 20 -o "$T/b.tfm" "$M/en.tfm" "$M/de.tfm"
+    assert_success
+    assert_output --regexp "^tfm-batch: 2000 sentences, [0-9]+ batches, $want dropped \(longer than --max-len 20\), padding "
+    assert_equal "$(meta "$T/b.tfm" dropped)" "$want"
+    assert_equal "$(meta "$T/b.tfm" max-len)" 20
+    assert_equal "$(shapes "$T/b.tfm" batch.src | awk '$2 > 20' | wc -l)" 0
+    assert_equal "$(rows "$T/b.tfm" batch.src | wc -l)" $((2000 - want))
+    # a budget under the longest pair drops it too, and says so
+    run tfm-batch --tokens 15 --max-len 0 -o "$T/c.tfm" "$M/en.tfm" "$M/de.tfm"
+    assert_success
+    assert_output --partial "dropped (longer than the budget of 15)"
+}
+
+@test "source only: every sentence, in length order, no target records" {
+    run tfm-batch --tokens 3000 -o "$T/b.tfm" "$M/en.tfm"
+    assert_success
+    assert_output --regexp '^tfm-batch: 2000 sentences, [0-9]+ batches, padding [0-9.]+%$'
+    assert_equal "$(meta "$T/b.tfm" targets)" 0
+    assert_equal "$(shapes "$T/b.tfm" batch.tgt | wc -l)" 0
+    rows "$T/b.tfm" batch.src > "$T/rows"
+    assert_equal "$(cut -f1 "$T/rows" | sort -n | uniq | wc -l)" 2000
+    # batches shortest first: S never decreases
+    assert_equal "$(shapes "$T/b.tfm" batch.src | awk '$2 < prev { d++ } { prev = $2 } END { print d + 0 }')" 0
+    # a sentence that does not fit is an error, not a silent drop
+    run tfm-batch --max-len 10 -o "$T/c.tfm" "$M/en.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: .*en.tfm: line [0-9]+: [0-9]+ tokens, more than max_len 10 \(a sentence to decode cannot be dropped\)$"
+    [ ! -e "$T/c.tfm" ]
+}
+
+@test "--compress: smaller, the same values" {
+    tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
+    tfm-batch -q --compress "$M/en.tfm" "$M/de.tfm" > "$T/z.tfm"
+    assert [ "$(stat -c %s "$T/z.tfm")" -lt "$(stat -c %s "$T/a.tfm")" ]
+    diff <(tfm-cat --values "$T/a.tfm" | grep -v '^record\|^stream') \
+         <(tfm-cat --values "$T/z.tfm" | grep -v '^record\|^stream')
+}
+
+@test "different sentence counts: the message names both counts" {
+    head -n 1999 "$M/train.de" | tfm-tokenize encode -q -m "$M/spm.model" -o "$T/short.tfm"
+    run tfm-batch -o "$T/b.tfm" "$M/en.tfm" "$T/short.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $M/en.tfm has 2000 sentences but $T/short.tfm has 1999: not a parallel corpus"
+    [ ! -e "$T/b.tfm" ]
+}
+
+@test "different vocabularies are refused, naming both files" {
+    tfm-tokenize encode -q -m "$M/other.model" -o "$T/other.tfm" "$M/train.de"
+    run tfm-batch "$M/en.tfm" "$T/other.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: $M/en.tfm and $T/other.tfm have different vocabularies \(spm.crc32 [0-9a-f]{8} and [0-9a-f]{8}\): source and target must share one model$"
+}
+
+@test "a stream of the wrong kind is refused" {
+    tfm-batch -q "$M/en.tfm" > "$T/b.tfm"
+    run tfm-batch "$T/b.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/b.tfm: a 'batches' stream, expected tokens (made by tfm-tokenize encode)"
+    run tfm-batch "$M/train.en"
+    assert_failure 1
+    assert_output "tfm-batch: $M/train.en: at byte 0: bad magic (not a tfm stream)"
+}
+
+@test "corrupt and truncated input: exit 1, no output file left" {
+    size=$(stat -c %s "$M/en.tfm")
+    cp "$M/en.tfm" "$T/bad.tfm"
+    # flip a byte near the end: inside the last chunk's ids
+    printf '\xff' | dd of="$T/bad.tfm" bs=1 seek=$((size - 200)) conv=notrunc status=none
+    run tfm-batch -o "$T/out.tfm" "$T/bad.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: $T/bad.tfm: record [0-9]+ 'tokens.ids': at byte [0-9]+: crc mismatch$"
+    run ls "$T"
+    assert_output "bad.tfm"
+    head -c $((size / 2)) "$M/de.tfm" > "$T/cut.tfm"
+    run tfm-batch -o "$T/out.tfm" "$M/en.tfm" "$T/cut.tfm"
+    assert_failure 1
+    assert_output --partial "$T/cut.tfm: record"
+    assert_output --partial "truncated"
+    [ ! -e "$T/out.tfm" ]
+    run bash -c "ls '$T' | grep -c tmp"
+    assert_output 0
+}
+
+@test "missing file" {
+    run tfm-batch -o "$T/out.tfm" "$T/nope.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/nope.tfm: No such file or directory"
+    [ ! -e "$T/out.tfm" ]
+}
+
+@test "usage errors exit 2 and name the flag" {
+    for bad in 0 -5 abc 12x 100000001 ''; do
+        run tfm-batch --tokens "$bad" "$M/en.tfm"
+        assert_failure 2
+        assert_line --index 0 "tfm-batch: --tokens: '$bad': expected an integer from 1 to 100000000"
+        assert_line --index 1 --partial "usage: tfm-batch"
+    done
+    run tfm-batch --max-len -1 "$M/en.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: --max-len: '-1': expected an integer from 0 to 100000000"
+    run tfm-batch --seed x "$M/en.tfm"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-batch: --seed: 'x'"
+    run tfm-batch
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC is needed (- for stdin)"
+    run tfm-batch "$M/en.tfm" "$M/de.tfm" "$M/de.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: at most SRC and TGT"
+    run tfm-batch - - < "$M/en.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC and TGT cannot both be stdin"
+    run tfm-batch --frobnicate "$M/en.tfm"
+    assert_failure 2
+}
+
+@test "--help, --version, --quiet, --progress" {
+    run tfm-batch --help
+    assert_success
+    assert_line --index 0 "usage: tfm-batch [--tokens N] [--max-len N] [--seed N] [--compress] [-o OUT]"
+    assert_output --partial "--tokens N"
+    run tfm-batch -h
+    assert_success
+    run tfm-batch --version
+    assert_success
+    assert_output "tfm-batch $(cat "$TFM_ROOT/VERSION")"
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$M/de.tfm"
+    assert_success
+    assert_output ""
+    run tfm-batch --progress -o "$T/b.tfm" "$M/en.tfm" "$M/de.tfm"
+    assert_success
+    assert_line --index 0 --regexp "^tfm-batch: $M/en.tfm: 2000 sentences, [0-9]+ tokens read \([0-9.]+ s\)$"
+    assert_line --index 2 --regexp "^tfm-batch: [0-9]+ batches planned"
+    assert_line --index 3 --regexp "^tfm-batch: [0-9]+ batches written"
+    assert_line --index 4 --partial "2000 sentences"
+}
+
+@test "an empty input makes an empty batch stream" {
+    : > "$T/empty.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" -o "$T/empty.tfm" "$T/empty.txt"
+    run tfm-batch -o "$T/b.tfm" "$T/empty.tfm" "$T/empty.tfm"
+    assert_success
+    assert_output "tfm-batch: 0 sentences, 0 batches, 0 dropped (longer than --max-len 256), padding 0.00% source 0.00% target"
+    assert_equal "$(meta "$T/b.tfm" batches)" 0
+    run tfm-cat "$T/b.tfm"
+    refute_line --regexp "^record "
+    assert_line --index -1 "end 3 records"
+}
