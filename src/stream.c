@@ -16,6 +16,8 @@
  */
 #include "stream.h"
 
+#include "output.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -808,7 +810,8 @@ void tfm_reader_close(struct tfm_reader *r)
 struct tfm_writer {
     int fd;
     int flags;
-    char *path, *tmp;           /* NULL for stdout */
+    int to_file;                /* out is open (not stdout) */
+    struct tfm_output out;
     char *name;                 /* for messages */
     unsigned char buf[1 << 16];
     size_t len;
@@ -933,28 +936,18 @@ struct tfm_writer *tfm_writer_open(const char *path, const struct tfm_header *h,
         return NULL;
     }
     w->flags = flags;
+    w->out.fd = -1;
     if (!path || strcmp(path, "-") == 0) {
         w->fd = 1;
         w->name = strdup("<stdout>");
     } else {
-        w->path = strdup(path);
+        if (tfm_output_open(&w->out, path, err)) {
+            free(w);
+            return NULL;
+        }
+        w->to_file = 1;
+        w->fd = w->out.fd;
         w->name = strdup(path);
-        size_t n = strlen(path) + 32;
-        w->tmp = malloc(n);
-        if (!w->path || !w->name || !w->tmp) {
-            tfm_writer_abort(w);
-            tfm_fail(err, "out of memory");
-            return NULL;
-        }
-        snprintf(w->tmp, n, "%s.tmp.%ld", path, (long)getpid());
-        w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (w->fd < 0) {
-            tfm_fail(err, "%s: %s", path, strerror(errno));
-            free(w->tmp);
-            w->tmp = NULL;
-            tfm_writer_abort(w);
-            return NULL;
-        }
     }
     if (!w->name) {
         tfm_writer_abort(w);
@@ -989,12 +982,8 @@ void tfm_writer_abort(struct tfm_writer *w)
 {
     if (!w)
         return;
-    if (w->tmp) {
-        close(w->fd);
-        unlink(w->tmp);
-    }
-    free(w->tmp);
-    free(w->path);
+    if (w->to_file)
+        tfm_output_abort(&w->out);
     free(w->name);
     free(w->zbuf);
     free(w);
@@ -1005,23 +994,10 @@ int tfm_writer_close(struct tfm_writer *w, struct tfm_error *err)
     int64_t one = 1, count = (int64_t)w->index;
     if (tfm_writer_put(w, "tfm.end", TFM_I64, 1, &one, &count, err) || wflush(w, err))
         goto fail;
-    if (w->tmp) {
-        if (fsync(w->fd) && errno != EINVAL) {
-            tfm_fail(err, "%s: fsync: %s", w->name, strerror(errno));
+    if (w->to_file) {
+        w->to_file = 0;
+        if (tfm_output_commit(&w->out, err))
             goto fail;
-        }
-        if (close(w->fd)) {
-            w->fd = -1;
-            tfm_fail(err, "%s: close: %s", w->name, strerror(errno));
-            goto fail;
-        }
-        w->fd = -1;
-        if (rename(w->tmp, w->path)) {
-            tfm_fail(err, "%s: rename: %s", w->name, strerror(errno));
-            goto fail;
-        }
-        free(w->tmp);
-        w->tmp = NULL;
     }
     tfm_writer_abort(w);
     return 0;

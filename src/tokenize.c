@@ -16,6 +16,7 @@
 
 #include "corpus.h"
 #include "lines.h"
+#include "output.h"
 #include "stream.h"
 
 enum {
@@ -50,41 +51,17 @@ static int train_next(void *ctx, const char **line, size_t *len, struct tfm_erro
     }
 }
 
-/* Write n bytes to path through "path.tmp.PID" and rename(2). */
+/* Write n bytes to path, whole or not at all (output.h). */
 static int write_atomic(const char *path, const void *data, size_t n, struct tfm_error *err)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return tfm_fail(err, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return tfm_fail(err, "%s: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = n;
-    while (left > 0) {
-        ssize_t k = write(fd, p, left);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return tfm_fail(err, "%s: %s", tmp, strerror(e));
-        }
-        p += k;
-        left -= (size_t)k;
+    struct tfm_output o;
+    if (tfm_output_open(&o, path, err))
+        return -1;
+    if (tfm_output_write(&o, data, n, err)) {
+        tfm_output_abort(&o);
+        return -1;
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return tfm_fail(err, "%s: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return tfm_fail(err, "%s: %s", path, strerror(e));
-    }
-    return 0;
+    return tfm_output_commit(&o, err);
 }
 
 int tfm_tokenize_train(const char *const *files, int nfiles, const struct tfm_spm_train_opts *o,

@@ -87,3 +87,19 @@ setup() {
     assert_failure 1
     assert_output --partial "write error"
 }
+
+@test "outputs to a device or FIFO are written in place, never renamed over it" {
+    mkfifo "$BATS_TEST_TMPDIR/fifo"
+    tfm-cat < "$BATS_TEST_TMPDIR/fifo" > "$BATS_TEST_TMPDIR/got" &
+    run tfm-batch -q -o "$BATS_TEST_TMPDIR/fifo" "$TFM_ROOT/tests/fixtures/good.tfm"
+    assert_success
+    wait
+    [ -p "$BATS_TEST_TMPDIR/fifo" ]
+    run cat "$BATS_TEST_TMPDIR/got"
+    assert_line "meta kind=batches"
+    run tfm-batch -q -o /dev/null "$TFM_ROOT/tests/fixtures/good.tfm"
+    assert_success
+    [ -c /dev/null ]
+    run ls -a "$BATS_TEST_TMPDIR"
+    refute_output --partial ".tmp."
+}

@@ -1,0 +1,31 @@
+/* output.h: files that appear whole or not at all.
+ *
+ * A regular file (or a path that does not exist yet) is written as "PATH.tmp.PID" beside
+ * it and renamed over PATH by tfm_output_commit, after fsync, so a reader never sees half
+ * an output and a killed writer leaves the old file untouched.  Anything else at PATH (a
+ * device such as /dev/null, a FIFO, a socket) is written in place: renaming a file over
+ * it would replace the device.  Every tool's output path goes through here.
+ */
+#ifndef TFM_OUTPUT_H
+#define TFM_OUTPUT_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+struct tfm_output {
+    int fd;
+    char *path;     /* as given */
+    char *tmp;      /* the temporary file, or NULL when writing in place */
+};
+
+/* Open path for writing.  Returns 0, or -1 with "PATH: reason". */
+int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err);
+/* fsync, close and rename into place.  Returns 0 or -1 (and removes the temporary). */
+int tfm_output_commit(struct tfm_output *o, struct tfm_error *err);
+/* Close and remove the temporary.  Safe to call twice or after a failed open. */
+void tfm_output_abort(struct tfm_output *o);
+/* Write all n bytes (retrying short writes).  Returns 0 or -1 with "PATH: write error". */
+int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_error *err);
+
+#endif
