@@ -88,7 +88,7 @@ $(BUILD)/tests/test_%: $(BUILD)/tests/test_%.o $(LIB)
 
 $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 check: all
 	@TFM_BIN=$(abspath $(BINDIR)) tests/run $(TESTS)
