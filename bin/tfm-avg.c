@@ -1,0 +1,128 @@
+/* tfm-avg: average checkpoints element-wise (man/tfm-avg.1).  The arithmetic is
+ * tfm_checkpoint_average (src/checkpoint.c); this main picks the files. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "checkpoint.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT...\n"
+          "Average checkpoints element-wise in fp32: the newest N of each DIR (step-*.tfm),\n"
+          "and each CHECKPOINT given.  Writes a checkpoint to OUT (default: stdout).\n"
+          "  -n, --last N          checkpoints taken from each DIR (default 5)\n"
+          "  -o, --output OUT      output file ('-': stdout)\n"
+          "  -k, --keep-optimizer  average the Adam moments too (dropped otherwise)\n"
+          "  -h, --help            this help\n"
+          "      --version         print the version\n",
+          f);
+}
+
+static int parse_int(const char *s, const char *flag, int lo, int hi, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi) {
+        fprintf(stderr, "tfm-avg: %s: '%s' is not an integer in [%d, %d]\n", flag, s, lo, hi);
+        return -1;
+    }
+    *v = (int)x;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"last", required_argument, NULL, 'n'},   {"output", required_argument, NULL, 'o'},
+        {"keep-optimizer", no_argument, NULL, 'k'}, {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
+    };
+    int last = 5, keep = 0, c;
+    const char *out = "-";
+    while ((c = getopt_long(argc, argv, "n:o:kh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+            if (parse_int(optarg, "-n", 1, 100000, &last))
+                return 2;
+            break;
+        case 'o': out = optarg; break;
+        case 'k': keep = 1; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': puts("tfm-avg " TFM_VERSION); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind == argc) {
+        fprintf(stderr, "tfm-avg: no checkpoint or directory given\n");
+        usage(stderr);
+        return 2;
+    }
+    struct tfm_error err;
+    int nfiles = 0, cap = 0, status = 1;
+    char **files = NULL;
+    for (int i = optind; i < argc; i++) {
+        struct stat st;
+        char **paths = NULL;
+        int64_t *steps = NULL;
+        int n = 0, from = 0;
+        if (stat(argv[i], &st) != 0) {
+            fprintf(stderr, "tfm-avg: %s: %s\n", argv[i], strerror(errno));
+            goto out;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (tfm_checkpoint_list(argv[i], &paths, &steps, &n, &err)) {
+                fprintf(stderr, "tfm-avg: %s\n", err.msg);
+                goto out;
+            }
+            if (n < last) {
+                fprintf(stderr, "tfm-avg: %s: %d checkpoints (step-*.tfm), -n asks for the last %d\n",
+                        argv[i], n, last);
+                tfm_checkpoint_list_free(paths, steps, n);
+                goto out;
+            }
+            from = n - last;
+        } else {
+            if (!(paths = malloc(sizeof *paths)) || !(paths[0] = strdup(argv[i]))) {
+                free(paths);
+                fprintf(stderr, "tfm-avg: out of memory\n");
+                goto out;
+            }
+            n = 1;
+        }
+        for (int k = from; k < n; k++) {
+            if (nfiles == cap) {
+                cap = cap ? 2 * cap : 16;
+                char **p = realloc(files, (size_t)cap * sizeof *files);
+                if (!p) {
+                    fprintf(stderr, "tfm-avg: out of memory\n");
+                    tfm_checkpoint_list_free(paths, steps, n);
+                    goto out;
+                }
+                files = p;
+            }
+            files[nfiles++] = paths[k];
+            paths[k] = NULL;
+        }
+        tfm_checkpoint_list_free(paths, steps, n);
+    }
+    if (tfm_checkpoint_average((const char *const *)files, nfiles, keep, out, &err)) {
+        fprintf(stderr, "tfm-avg: %s\n", err.msg);
+        goto out;
+    }
+    status = 0;
+    if (strcmp(out, "-") == 0 && (fflush(stdout) || ferror(stdout) || fclose(stdout))) {
+        perror("tfm-avg: write error");
+        status = 1;
+    }
+out:
+    for (int i = 0; i < nfiles; i++)
+        free(files[i]);
+    free(files);
+    return status;
+}

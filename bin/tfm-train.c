@@ -1,0 +1,335 @@
+/* tfm-train: train a Transformer on a batch stream (man/tfm-train.1).  Options, config,
+ * device and signals here; the loop is tfm_train_run (src/train.c). */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "device.h"
+#include "dist.h"
+#include "progress.h"
+#include "train.h"
+
+static void usage(FILE *f)
+{
+    fputs("usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
+          "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
+          "                 [--resume] [--device cpu|cuda|auto] [--threads N] [--ranks R]\n"
+          "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n"
+          "Train on the batch stream FILE (default stdin); checkpoints go to DIR.\n"
+          "  -c, --config FILE      config file (configs/*.conf; keys in tfm-config(5))\n"
+          "  -s, --set KEY=VALUE    override one config key (repeatable)\n"
+          "  -o, --output DIR       checkpoint directory: DIR/step-NNNNNN.tfm, DIR/last.tfm\n"
+          "  -V, --valid FILE       validation batch stream: loss and perplexity\n"
+          "      --valid-every N    updates between validations (default 1000; 0: at the end)\n"
+          "  -n, --max-steps N      stop after update N (config key max_steps)\n"
+          "  -t, --max-time DUR     stop after DUR of training in this run (90s, 10m, 2h)\n"
+          "  -S, --save-every DUR|N checkpoint every DUR of time or every N updates (default 10m)\n"
+          "  -k, --keep N           keep the newest N checkpoints (default all)\n"
+          "  -u, --update-freq K    accumulate K batches per update (default 1)\n"
+          "  -r, --resume           continue from the newest checkpoint of DIR\n"
+          "  -d, --device D         cpu, cuda or auto (default auto)\n"
+          "  -j, --threads N        CPU threads in all (default: online CPUs)\n"
+          "  -R, --ranks R          data-parallel ranks in this process (default 1)\n"
+          "  -p, --print-config     print the effective config and exit\n"
+          "  -l, --log FILE         append one tab-separated line per report to FILE\n"
+          "      --report-every N   updates between progress reports (default 100)\n"
+          "      --max-memory SIZE  memory the run may use (512M, 8G; default: physical)\n"
+          "  -P, --progress         progress lines on stderr even when it is not a terminal\n"
+          "  -q, --quiet            no progress lines or notes\n"
+          "  -h, --help             this help\n"
+          "      --version          print the version\n",
+          f);
+}
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+static int parse_i64(const char *s, const char *flag, int64_t lo, int64_t hi, int64_t *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi) {
+        fprintf(stderr, "tfm-train: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+static int parse_size(const char *s, double *bytes)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (errno || end == s || !(x > 0) || !isfinite(x))
+        return -1;
+    double unit = 1;
+    switch (*end) {
+    case 0: break;
+    case 'K': case 'k': unit = 1024; end++; break;
+    case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
+    case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': case 't': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: return -1;
+    }
+    if (*end)
+        return -1;
+    *bytes = x * unit;
+    return 0;
+}
+
+static int all_digits(const char *s)
+{
+    if (!*s)
+        return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return 0;
+    return 1;
+}
+
+enum { OPT_VERSION = 1000, OPT_REPORT, OPT_VALID_EVERY, OPT_MAX_MEMORY };
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},      {"set", required_argument, NULL, 's'},
+        {"output", required_argument, NULL, 'o'},      {"valid", required_argument, NULL, 'V'},
+        {"max-steps", required_argument, NULL, 'n'},   {"max-time", required_argument, NULL, 't'},
+        {"save-every", required_argument, NULL, 'S'},  {"keep", required_argument, NULL, 'k'},
+        {"update-freq", required_argument, NULL, 'u'}, {"resume", no_argument, NULL, 'r'},
+        {"device", required_argument, NULL, 'd'},      {"threads", required_argument, NULL, 'j'},
+        {"ranks", required_argument, NULL, 'R'},       {"print-config", no_argument, NULL, 'p'},
+        {"log", required_argument, NULL, 'l'},         {"progress", no_argument, NULL, 'P'},
+        {"quiet", no_argument, NULL, 'q'},             {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {"report-every", required_argument, NULL, OPT_REPORT},
+        {"valid-every", required_argument, NULL, OPT_VALID_EVERY},
+        {"max-memory", required_argument, NULL, OPT_MAX_MEMORY},
+        {NULL, 0, NULL, 0},
+    };
+    struct tfm_train_opts o;
+    tfm_train_defaults(&o);
+    const char *config_path = NULL, *device = "auto";
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    int nsets = 0, print_config = 0, progress = 0, quiet = 0, save_given = 0, c;
+    int64_t v, max_steps = -1, save_steps = -1, keep = -1;
+    if (!sets) {
+        fprintf(stderr, "tfm-train: out of memory\n");
+        return 1;
+    }
+    o.save_every_sec = 0;
+    while ((c = getopt_long(argc, argv, "c:s:o:V:n:t:S:k:u:rd:j:R:pl:Pqh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config_path = optarg; break;
+        case 's': sets[nsets++] = optarg; break;
+        case 'o': o.out_dir = optarg; break;
+        case 'V': o.valid_path = optarg; break;
+        case 'n':
+            if (parse_i64(optarg, "--max-steps", 0, INT32_MAX, &max_steps))
+                return 2;
+            break;
+        case 't':
+            if (tfm_duration_parse(optarg, &o.max_time)) {
+                fprintf(stderr, "tfm-train: --max-time: '%s' is not a duration (90s, 10m, 2h)\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'S':
+            save_given = 1;
+            if (all_digits(optarg)) {
+                if (parse_i64(optarg, "--save-every", 0, INT32_MAX, &save_steps))
+                    return 2;
+            } else if (tfm_duration_parse(optarg, &o.save_every_sec)) {
+                fprintf(stderr, "tfm-train: --save-every: '%s' is neither a number of updates "
+                        "nor a duration (90s, 10m, 2h)\n", optarg);
+                return 2;
+            }
+            break;
+        case 'k':
+            if (parse_i64(optarg, "--keep", 0, 1000000, &keep))
+                return 2;
+            break;
+        case 'u':
+            if (parse_i64(optarg, "--update-freq", 1, 65536, &v))
+                return 2;
+            o.update_freq = (int)v;
+            break;
+        case 'r': o.resume = 1; break;
+        case 'd': device = optarg; break;
+        case 'j':
+            if (parse_i64(optarg, "--threads", 1, 4096, &v))
+                return 2;
+            o.threads = (int)v;
+            break;
+        case 'R':
+            if (parse_i64(optarg, "--ranks", 1, TFM_DIST_MAX_LOCAL, &v))
+                return 2;
+            o.ranks = (int)v;
+            break;
+        case 'p': print_config = 1; break;
+        case 'l': o.log_path = optarg; break;
+        case 'P': progress = 1; break;
+        case 'q': quiet = 1; break;
+        case 'h': usage(stdout); return 0;
+        case OPT_VERSION: puts("tfm-train " TFM_VERSION); return 0;
+        case OPT_REPORT:
+            if (parse_i64(optarg, "--report-every", 1, INT64_MAX, &o.report_every))
+                return 2;
+            break;
+        case OPT_VALID_EVERY:
+            if (parse_i64(optarg, "--valid-every", 0, INT64_MAX, &o.valid_every))
+                return 2;
+            break;
+        case OPT_MAX_MEMORY:
+            if (parse_size(optarg, &o.memory_limit)) {
+                fprintf(stderr, "tfm-train: --max-memory: '%s' is not a size (512M, 8G)\n", optarg);
+                return 2;
+            }
+            break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc - 1) {
+        fprintf(stderr, "tfm-train: one batch stream at most (got %d)\n", argc - optind);
+        usage(stderr);
+        return 2;
+    }
+    o.train_path = optind < argc ? argv[optind] : "-";
+    if (strcmp(o.train_path, "-") == 0 && !print_config && isatty(0)) {
+        fprintf(stderr, "tfm-train: no batch stream: give FILE or a pipe (tfm-batch ... |)\n");
+        usage(stderr);
+        return 2;
+    }
+    if (!save_given)
+        o.save_every_sec = 600;     /* the paper's 10 minutes */
+    if (!o.out_dir && !print_config) {
+        fprintf(stderr, "tfm-train: -o DIR is required (where checkpoints go)\n");
+        usage(stderr);
+        return 2;
+    }
+
+    /* the config: defaults, then the file (or the checkpoint resumed), then overrides */
+    struct tfm_error err;
+    struct tfm_config cfg;
+    tfm_config_defaults(&cfg);
+    if (config_path) {
+        if (tfm_config_load(&cfg, config_path, &err)) {
+            fprintf(stderr, "tfm-train: %s\n", err.msg);
+            return 1;
+        }
+    } else if (o.resume && o.out_dir) {
+        char path[4096];
+        int found = tfm_train_find_resume(o.out_dir, path, sizeof path, &err);
+        struct tfm_checkpoint *ck = found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, &err) : NULL;
+        if (found < 0 || (found > 0 && (!ck || tfm_train_checkpoint_config(ck, &cfg, &err)))) {
+            fprintf(stderr, "tfm-train: %s\n", err.msg);
+            tfm_checkpoint_free(ck);
+            return 1;
+        }
+        tfm_checkpoint_free(ck);
+        if (!found) {
+            fprintf(stderr, "tfm-train: %s: no checkpoint to resume and no -c CONFIG\n", o.out_dir);
+            return 2;
+        }
+    } else {
+        fprintf(stderr, "tfm-train: -c CONFIG is required (unless --resume finds a checkpoint)\n");
+        usage(stderr);
+        return 2;
+    }
+    for (int i = 0; i < nsets; i++)
+        if (tfm_config_set(&cfg, sets[i], "--set", &err)) {
+            fprintf(stderr, "tfm-train: %s\n", err.msg);
+            return 2;
+        }
+    free(sets);
+    if (max_steps >= 0)
+        cfg.max_steps = (int)max_steps;
+    if (save_steps >= 0)
+        cfg.save_every = (int)save_steps;
+    if (keep >= 0)
+        cfg.keep = (int)keep;
+    if (print_config) {
+        char *text = tfm_config_format(&cfg);
+        if (!text || fputs(text, stdout) < 0 || fflush(stdout) || ferror(stdout) || fclose(stdout)) {
+            perror("tfm-train: write error");
+            free(text);
+            return 1;
+        }
+        free(text);
+        return 0;
+    }
+    o.max_steps = cfg.max_steps;
+    o.save_every_steps = cfg.save_every;
+    o.keep = cfg.keep;
+
+    /* where: device and ranks */
+    FILE *notes = quiet ? NULL : stderr;
+    o.notes = notes;
+    o.progress = !quiet && (progress || isatty(2)) ? stderr : NULL;
+    struct tfm_device dev;
+    if (tfm_device_choose(device, &dev, &err)) {
+        fprintf(stderr, "tfm-train: %s\n", err.msg);
+        return strncmp(err.msg, "unknown device", 14) == 0 ? 2 : 1;
+    }
+    if (notes)
+        fprintf(notes, "tfm-train: %s\n", dev.note);
+    if (dev.kind == TFM_DEVICE_CUDA) {
+        if (strcmp(device, "cuda") == 0) {
+            fprintf(stderr, "tfm-train: --device cuda: training on CUDA is not built yet; "
+                    "use --device cpu\n");
+            return 1;
+        }
+        if (notes)
+            fprintf(notes, "tfm-train: training on the cpu: no CUDA trainer yet\n");
+    }
+    struct tfm_dist_env env;
+    if (tfm_dist_env_read(&env, &err)) {
+        fprintf(stderr, "tfm-train: %s\n", err.msg);
+        return 1;
+    }
+    if (env.world > 1) {
+        fprintf(stderr, "tfm-train: %s: %d processes: training across processes needs NCCL "
+                "(not built yet); use --ranks R in one process\n", env.source, env.world);
+        return 1;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;    /* a second signal kills */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    o.stop = &stop_signal;
+
+    struct tfm_train_result res;
+    if (tfm_train_run(&cfg, &o, &res, &err)) {
+        fprintf(stderr, "tfm-train: %s\n", err.msg);
+        return 1;
+    }
+    if (notes) {
+        static const char *const why[] = {"", "max steps reached", "max time reached",
+                                           "end of the batch stream", "stopped by a signal"};
+        fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n", why[res.end],
+                (long long)res.step, res.last_checkpoint[0] ? res.last_checkpoint : "(none)");
+    }
+    if (res.end == TFM_TRAIN_STOPPED)
+        return 128 + (int)stop_signal;
+    return 0;
+}

@@ -1,0 +1,568 @@
+/* checkpoint.c: writing, loading, comparing and listing checkpoints (see checkpoint.h).
+ * Generic over named f32 tensors; the model's names and shapes are the caller's.
+ * Owner: the trainer engineer. */
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { STATE_FIXED = 8, STATE_VERSION = 1 };
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+struct tfm_writer *tfm_checkpoint_begin(const char *path, const struct tfm_header *base,
+                                        const char *config, const struct tfm_ckpt_state *st,
+                                        struct tfm_error *err)
+{
+    struct tfm_header h;
+    if (st->nrng < 0 || st->nrng > TFM_CKPT_MAX_RNG) {
+        tfm_fail(err, "%s: %d rng words (at most %d)", path, st->nrng, TFM_CKPT_MAX_RNG);
+        return NULL;
+    }
+    if (base) {
+        if (tfm_header_copy(&h, base, err))
+            return NULL;
+        snprintf(h.kind, sizeof h.kind, "%s", TFM_KIND_CHECKPOINT);
+    } else {
+        tfm_header_init(&h, TFM_KIND_CHECKPOINT);
+    }
+    struct tfm_writer *w = NULL;
+    if (tfm_header_setf(&h, err, "step", "%lld", (long long)st->step))
+        goto out;
+    w = tfm_writer_open(path, &h, 0, err);
+    if (!w)
+        goto out;
+    int64_t n = (int64_t)strlen(config);
+    if (tfm_writer_put(w, "config", TFM_U8, 1, &n, config, err))
+        goto fail;
+    int64_t s[STATE_FIXED + TFM_CKPT_MAX_RNG] = {
+        STATE_VERSION, st->step, st->epoch, st->batch_pos, st->tokens, st->elapsed_ms,
+        st->seed, st->nrng,
+    };
+    for (int i = 0; i < st->nrng; i++)
+        memcpy(&s[STATE_FIXED + i], &st->rng[i], sizeof st->rng[i]);
+    int64_t ns = STATE_FIXED + st->nrng;
+    if (tfm_writer_put(w, "state", TFM_I64, 1, &ns, s, err))
+        goto fail;
+    goto out;
+fail:
+    tfm_writer_abort(w);
+    w = NULL;
+out:
+    tfm_header_free(&h);
+    return w;
+}
+
+int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *name, int rank,
+                       const int64_t *dims, const float *data, struct tfm_error *err)
+{
+    char full[TFM_MAX_NAME + 1];
+    int len = snprintf(full, sizeof full, "%s%s", prefix, name);
+    if (len < 0 || len > TFM_MAX_NAME)
+        return tfm_fail(err, "tensor name '%s%s' too long", prefix, name);
+    int64_t count = 1;
+    for (int i = 0; i < rank; i++)
+        count *= dims[i];
+    for (int64_t i = 0; i < count; i++)
+        if (!isfinite(data[i]))
+            return tfm_fail(err, "'%s' element %lld is %s: not writing a poisoned checkpoint",
+                            full, (long long)i, isnan(data[i]) ? "NaN" : "Inf");
+    return tfm_writer_put(w, full, TFM_F32, rank, dims, data, err);
+}
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+void tfm_checkpoint_free(struct tfm_checkpoint *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->ntensors; i++) {
+        free(c->tensors[i].name);
+        free(c->tensors[i].data);
+    }
+    free(c->tensors);
+    free(c->config);
+    tfm_header_free(&c->header);
+    free(c);
+}
+
+struct tfm_ckpt_tensor *tfm_checkpoint_find(const struct tfm_checkpoint *c, const char *name)
+{
+    for (int i = 0; i < c->ntensors; i++)
+        if (strcmp(c->tensors[i].name, name) == 0)
+            return &c->tensors[i];
+    return NULL;
+}
+
+static int is_prefixed(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static int read_state(struct tfm_reader *r, const struct tfm_record *rec,
+                      struct tfm_ckpt_state *st, struct tfm_error *err)
+{
+    if (rec->dtype != TFM_I64 || rec->rank != 1 || rec->count < STATE_FIXED)
+        return tfm_reader_fail(r, rec, err, "expected i64 [>=%d], got %s rank %d",
+                               STATE_FIXED, tfm_dtype_name(rec->dtype), rec->rank);
+    int64_t s[STATE_FIXED];
+    memcpy(s, rec->data, sizeof s);
+    if (s[0] != STATE_VERSION)
+        return tfm_reader_fail(r, rec, err, "state layout version %lld (this tfm reads %d)",
+                               (long long)s[0], STATE_VERSION);
+    if (s[7] < 0 || s[7] > TFM_CKPT_MAX_RNG || rec->count != STATE_FIXED + s[7])
+        return tfm_reader_fail(r, rec, err, "bad rng word count %lld", (long long)s[7]);
+    if (s[1] < 0 || s[2] < 0 || s[3] < 0 || s[4] < 0 || s[5] < 0)
+        return tfm_reader_fail(r, rec, err, "negative step, epoch, position or time");
+    st->step = s[1];
+    st->epoch = s[2];
+    st->batch_pos = s[3];
+    st->tokens = s[4];
+    st->elapsed_ms = s[5];
+    st->seed = s[6];
+    st->nrng = (int)s[7];
+    memcpy(st->rng, (const int64_t *)rec->data + STATE_FIXED, (size_t)st->nrng * 8);
+    return 0;
+}
+
+struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct tfm_error *err)
+{
+    struct tfm_reader *r = tfm_reader_open(path, err);
+    if (!r)
+        return NULL;
+    struct tfm_checkpoint *c = calloc(1, sizeof *c);
+    if (!c) {
+        tfm_reader_close(r);
+        tfm_fail(err, "%s: out of memory", path);
+        return NULL;
+    }
+    const struct tfm_header *h = tfm_reader_header(r);
+    if (tfm_header_copy(&c->header, h, err)) {
+        tfm_header_init(&c->header, "");
+        goto fail_prefix;
+    }
+    if (strcmp(h->kind, TFM_KIND_CHECKPOINT) != 0) {
+        tfm_fail(err, "%s: not a checkpoint (stream kind '%s')", path, h->kind);
+        goto fail;
+    }
+    int cap = 0, have_state = 0, ret;
+    struct tfm_record rec;
+    while ((ret = tfm_reader_next(r, &rec, err)) == 1) {
+        if (strcmp(rec.name, "config") == 0) {
+            if (rec.dtype != TFM_U8 || rec.rank != 1) {
+                tfm_reader_fail(r, &rec, err, "config must be u8 [n]");
+                goto fail;
+            }
+            if (c->config || memchr(rec.data, 0, rec.nbytes)) {
+                tfm_reader_fail(r, &rec, err, c->config ? "second config" : "NUL in config");
+                goto fail;
+            }
+            if (!(c->config = malloc(rec.nbytes + 1)))
+                goto oom;
+            memcpy(c->config, rec.data, rec.nbytes);
+            c->config[rec.nbytes] = 0;
+            continue;
+        }
+        if (strcmp(rec.name, "state") == 0) {
+            if (have_state) {
+                tfm_reader_fail(r, &rec, err, "second state record");
+                goto fail;
+            }
+            if (read_state(r, &rec, &c->state, err))
+                goto fail;
+            have_state = 1;
+            continue;
+        }
+        int adam = is_prefixed(rec.name, TFM_CKPT_ADAM_M) || is_prefixed(rec.name, TFM_CKPT_ADAM_V);
+        if (!adam && !is_prefixed(rec.name, TFM_CKPT_PARAM)) {
+            tfm_reader_fail(r, &rec, err, "unknown record in a checkpoint");
+            goto fail;
+        }
+        if (rec.dtype != TFM_F32) {
+            tfm_reader_fail(r, &rec, err, "tensor is %s, expected f32", tfm_dtype_name(rec.dtype));
+            goto fail;
+        }
+        if (adam && (flags & TFM_CKPT_NO_OPTIMIZER))
+            continue;
+        if (tfm_checkpoint_find(c, rec.name)) {
+            tfm_reader_fail(r, &rec, err, "duplicate tensor");
+            goto fail;
+        }
+        if (c->ntensors == cap) {
+            if (cap >= TFM_CKPT_MAX_TENSORS) {
+                tfm_reader_fail(r, &rec, err, "more than %d tensors", TFM_CKPT_MAX_TENSORS);
+                goto fail;
+            }
+            int ncap = cap ? 2 * cap : 64;
+            void *p = realloc(c->tensors, (size_t)ncap * sizeof *c->tensors);
+            if (!p)
+                goto oom;
+            c->tensors = p;
+            cap = ncap;
+        }
+        struct tfm_ckpt_tensor *t = &c->tensors[c->ntensors];
+        memset(t, 0, sizeof *t);
+        t->name = strdup(rec.name);
+        t->data = malloc(rec.nbytes ? rec.nbytes : 1);
+        if (!t->name || !t->data) {
+            free(t->name);
+            free(t->data);
+            goto oom;
+        }
+        c->ntensors++;
+        memcpy(t->data, rec.data, rec.nbytes);
+        t->rank = rec.rank;
+        memcpy(t->dims, rec.dims, sizeof t->dims);
+        t->count = rec.count;
+    }
+    if (ret < 0)
+        goto fail;
+    if (!c->config) {
+        tfm_fail(err, "%s: no config record", path);
+        goto fail;
+    }
+    if (!have_state) {
+        tfm_fail(err, "%s: no state record", path);
+        goto fail;
+    }
+    tfm_reader_close(r);
+    return c;
+oom:
+    tfm_fail(err, "out of memory");
+fail_prefix:
+    tfm_error_prefix(err, "%s", path);
+fail:
+    tfm_reader_close(r);
+    tfm_checkpoint_free(c);
+    return NULL;
+}
+
+const char *const tfm_checkpoint_run_keys[] = {"max_steps", "save_every", "keep", NULL};
+
+/* Is the config line (len bytes) "KEY = ..." for a run key? */
+static int is_run_line(const char *line, size_t len)
+{
+    while (len > 0 && (*line == ' ' || *line == '\t'))
+        line++, len--;
+    for (int i = 0; tfm_checkpoint_run_keys[i]; i++) {
+        size_t k = strlen(tfm_checkpoint_run_keys[i]);
+        if (len > k && memcmp(line, tfm_checkpoint_run_keys[i], k) == 0 &&
+            (line[k] == ' ' || line[k] == '\t' || line[k] == '='))
+            return 1;
+    }
+    return 0;
+}
+
+/* The next config line of *p that is not a run key: its start and length; 0 at the end. */
+static int next_line(const char **p, const char **line, size_t *len)
+{
+    while (**p) {
+        const char *e = strchr(*p, '\n');
+        size_t n = e ? (size_t)(e - *p) : strlen(*p);
+        *line = *p;
+        *len = n;
+        *p += n + (e != NULL);
+        if (!is_run_line(*line, n))
+            return 1;
+    }
+    return 0;
+}
+
+/* 0 when the configs agree but for run keys, else -1 with the first differing lines. */
+static int compare_configs(const char *a, const char *b, struct tfm_error *err)
+{
+    for (;;) {
+        const char *la, *lb;
+        size_t na, nb;
+        int ha = next_line(&a, &la, &na), hb = next_line(&b, &lb, &nb);
+        if (!ha && !hb)
+            return 0;
+        if (ha && hb && na == nb && memcmp(la, lb, na) == 0)
+            continue;
+        return tfm_fail(err, "different config: '%.*s' against '%.*s'",
+                        ha ? (int)(na > 200 ? 200 : na) : 5, ha ? la : "(end)",
+                        hb ? (int)(nb > 200 ? 200 : nb) : 5, hb ? lb : "(end)");
+    }
+}
+
+int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_checkpoint *ref,
+                              struct tfm_error *err)
+{
+    if (compare_configs(c->config, ref->config, err))
+        return -1;
+    uint32_t va = tfm_header_vocab_id(&c->header), vb = tfm_header_vocab_id(&ref->header);
+    if (va != vb)
+        return tfm_fail(err, "different vocabulary (crc %08x against %08x)", va, vb);
+    if (c->ntensors != ref->ntensors)
+        return tfm_fail(err, "%d tensors against %d", c->ntensors, ref->ntensors);
+    for (int i = 0; i < c->ntensors; i++) {
+        const struct tfm_ckpt_tensor *a = &c->tensors[i];
+        const struct tfm_ckpt_tensor *b = tfm_checkpoint_find(ref, a->name);
+        if (!b)
+            return tfm_fail(err, "tensor '%s' missing from the other", a->name);
+        if (a->rank != b->rank || memcmp(a->dims, b->dims, (size_t)a->rank * sizeof a->dims[0]))
+            return tfm_fail(err, "tensor '%s' has a different shape", a->name);
+    }
+    return 0;
+}
+
+/* ---- directories ------------------------------------------------------------------ */
+
+int tfm_checkpoint_path(char *buf, size_t n, const char *dir, int64_t step)
+{
+    int len = snprintf(buf, n, "%s/step-%06lld.tfm", dir, (long long)step);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+/* The step of a file name "step-N.tfm" (N: 6 to 18 digits), or -1. */
+static int64_t step_of(const char *name)
+{
+    if (strncmp(name, "step-", 5) != 0)
+        return -1;
+    const char *p = name + 5;
+    int64_t v = 0;
+    int digits = 0;
+    while (*p >= '0' && *p <= '9') {
+        if (++digits > 18)
+            return -1;
+        v = v * 10 + (*p++ - '0');
+    }
+    return digits >= 6 && strcmp(p, ".tfm") == 0 ? v : -1;
+}
+
+static int cmp_i64_idx(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+void tfm_checkpoint_list_free(char **paths, int64_t *steps, int n)
+{
+    for (int i = 0; paths && i < n; i++)
+        free(paths[i]);
+    free(paths);
+    free(steps);
+}
+
+int tfm_checkpoint_list(const char *dir, char ***paths_out, int64_t **steps_out, int *n_out,
+                        struct tfm_error *err)
+{
+    *paths_out = NULL;
+    *steps_out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return tfm_fail(err, "%s: %s", dir, strerror(errno));
+    int64_t *pairs = NULL;  /* (step, unused) pairs, sorted by step */
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s = step_of(e->d_name);
+        if (s < 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            void *p = realloc(pairs, (size_t)cap * 2 * sizeof *pairs);
+            if (!p) {
+                free(pairs);
+                closedir(d);
+                return tfm_fail(err, "out of memory");
+            }
+            pairs = p;
+        }
+        pairs[2 * n] = s;
+        pairs[2 * n + 1] = 0;
+        n++;
+    }
+    closedir(d);
+    qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_i64_idx);
+    char **paths = calloc((size_t)n + 1, sizeof *paths);
+    int64_t *steps = malloc(((size_t)n + 1) * sizeof *steps);
+    if (!paths || !steps)
+        goto oom;
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(dir) + 32;
+        if (!(paths[i] = malloc(len)))
+            goto oom;
+        tfm_checkpoint_path(paths[i], len, dir, pairs[2 * i]);
+        steps[i] = pairs[2 * i];
+    }
+    free(pairs);
+    *paths_out = paths;
+    *steps_out = steps;
+    *n_out = n;
+    return 0;
+oom:
+    free(pairs);
+    tfm_checkpoint_list_free(paths, steps, n);
+    return tfm_fail(err, "out of memory");
+}
+
+int tfm_checkpoint_link_last(const char *dir, int64_t step, struct tfm_error *err)
+{
+    char target[64], tmp[4096], last[4096];
+    snprintf(target, sizeof target, "step-%06lld.tfm", (long long)step);
+    int a = snprintf(tmp, sizeof tmp, "%s/.last.tfm.%ld", dir, (long)getpid());
+    int b = snprintf(last, sizeof last, "%s/last.tfm", dir);
+    if (a < 0 || b < 0 || (size_t)a >= sizeof tmp || (size_t)b >= sizeof last)
+        return tfm_fail(err, "%s: path too long", dir);
+    unlink(tmp);
+    if (symlink(target, tmp) != 0)
+        return tfm_fail(err, "%s: %s", tmp, strerror(errno));
+    if (rename(tmp, last) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return tfm_fail(err, "%s: %s", last, strerror(e));
+    }
+    return 0;
+}
+
+int tfm_checkpoint_prune(const char *dir, int keep, struct tfm_error *err)
+{
+    if (keep <= 0)
+        return 0;
+    char **paths;
+    int64_t *steps;
+    int n;
+    if (tfm_checkpoint_list(dir, &paths, &steps, &n, err))
+        return -1;
+    int rc = 0;
+    for (int i = 0; i < n - keep; i++)
+        if (unlink(paths[i]) != 0 && errno != ENOENT) {
+            rc = tfm_fail(err, "%s: %s", paths[i], strerror(errno));
+            break;
+        }
+    tfm_checkpoint_list_free(paths, steps, n);
+    return rc;
+}
+
+int tfm_checkpoint_dir_ready(const char *dir, struct tfm_error *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT || mkdir(dir, 0777) != 0)
+            return tfm_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
+        return tfm_fail(err, "%s: not a directory", dir);
+    }
+    char probe[4096];
+    int len = snprintf(probe, sizeof probe, "%s/.tfm-train-probe.%ld", dir, (long)getpid());
+    if (len < 0 || (size_t)len >= sizeof probe)
+        return tfm_fail(err, "%s: path too long", dir);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (fd < 0)
+        return tfm_fail(err, "%s: cannot write checkpoints there: %s", dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+/* ---- averaging -------------------------------------------------------------------- */
+
+int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
+                           struct tfm_error *err)
+{
+    if (n < 1)
+        return tfm_fail(err, "no checkpoint to average");
+    int flags = keep_optimizer ? 0 : TFM_CKPT_NO_OPTIMIZER;
+    struct tfm_checkpoint *acc = tfm_checkpoint_load(paths[0], flags, err), *c = NULL;
+    if (!acc)
+        return -1;
+    char steps[TFM_MAX_VALUE + 1];
+    int64_t first = acc->state.step;
+    int used = snprintf(steps, sizeof steps, "%lld", (long long)first);
+    for (int k = 1; k < n; k++) {
+        if (!(c = tfm_checkpoint_load(paths[k], flags, err)))
+            goto fail;
+        if (tfm_checkpoint_compatible(c, acc, err)) {
+            tfm_error_prefix(err, "%s and %s", paths[k], paths[0]);
+            goto fail;
+        }
+        for (int i = 0; i < acc->ntensors; i++) {
+            float *a = acc->tensors[i].data;    /* (count) */
+            const float *b = tfm_checkpoint_find(c, acc->tensors[i].name)->data;
+            for (int64_t j = 0; j < acc->tensors[i].count; j++)
+                a[j] += b[j];
+        }
+        if (used >= 0 && (size_t)used < sizeof steps)
+            used += snprintf(steps + used, sizeof steps - (size_t)used, ",%lld",
+                             (long long)c->state.step);
+        /* the newest keeps its header, config and state */
+        tfm_header_free(&acc->header);
+        acc->header = c->header;
+        tfm_header_init(&c->header, "");
+        acc->state = c->state;
+        tfm_checkpoint_free(c);
+        c = NULL;
+    }
+    for (int i = 0; i < acc->ntensors; i++) {
+        float *a = acc->tensors[i].data;
+        for (int64_t j = 0; j < acc->tensors[i].count; j++)
+            a[j] /= (float)n;
+    }
+    if (tfm_header_setf(&acc->header, err, "averaged", "%d", n))
+        goto fail;
+    if ((size_t)used >= sizeof steps)
+        snprintf(steps, sizeof steps, "%lld,...,%lld", (long long)first, (long long)acc->state.step);
+    if (tfm_header_set(&acc->header, "averaged.steps", steps, err))
+        goto fail;
+    struct tfm_writer *w = tfm_checkpoint_begin(out, &acc->header, acc->config, &acc->state, err);
+    if (!w)
+        goto fail;
+    for (int i = 0; i < acc->ntensors; i++) {
+        struct tfm_ckpt_tensor *t = &acc->tensors[i];
+        if (tfm_checkpoint_put(w, "", t->name, t->rank, t->dims, t->data, err)) {
+            tfm_writer_abort(w);
+            goto fail;
+        }
+    }
+    tfm_checkpoint_free(acc);
+    return tfm_writer_close(w, err);
+fail:
+    tfm_checkpoint_free(c);
+    tfm_checkpoint_free(acc);
+    return -1;
+}
+
+/* The PID at the end of a leftover name ("step-000010.tfm.tmp.123", ".last.tfm.123"), or 0. */
+static long leftover_pid(const char *name)
+{
+    const char *p = NULL;
+    if (strncmp(name, "step-", 5) == 0 && (p = strstr(name, ".tfm.tmp.")))
+        p += 9;
+    else if (strncmp(name, ".last.tfm.", 10) == 0)
+        p = name + 10;
+    if (!p || !*p)
+        return 0;
+    char *end;
+    long pid = strtol(p, &end, 10);
+    return *end || pid <= 0 ? 0 : pid;
+}
+
+int tfm_checkpoint_clean(const char *dir, struct tfm_error *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return tfm_fail(err, "%s: %s", dir, strerror(errno));
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long pid = leftover_pid(e->d_name);
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path &&
+            unlink(path) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
+}

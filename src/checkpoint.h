@@ -1,0 +1,125 @@
+/* checkpoint.h: training checkpoints, as tfm streams of kind "checkpoint".
+ *
+ * A checkpoint is one stream (man/tfm.5 has the bytes, man/tfm-train.1 the meaning):
+ *   header            kind=checkpoint, step=N, the vocabulary embedded (tfm.spm), and any
+ *                     keys the caller adds (producer, ranks, update-freq, averaged...)
+ *   "config"          u8  [n]    the effective config, "key = value" lines
+ *   "state"           i64 [k]    run state: step, epoch, data position, tokens, rng (below)
+ *   "param.<name>"    f32 [...]  parameters, with their shapes
+ *   "adam.m.<name>"   f32 [...]  Adam first moments   (absent when dropped: tfm-avg)
+ *   "adam.v.<name>"   f32 [...]  Adam second moments
+ * This module is generic: it knows the record layout above and nothing of the model.
+ * The tensors a caller writes are named by it (prefix + name); a loaded checkpoint is a
+ * list of named f32 tensors, copied out of the (memory-mapped) stream.
+ *
+ * Files in a checkpoint directory: DIR/step-NNNNNN.tfm (six digits or more) and
+ * DIR/last.tfm, a relative symbolic link to the newest, replaced atomically.
+ * Not here: what the tensors mean (model.c), the training loop (train.c).
+ * Owner: the trainer engineer.
+ */
+#ifndef TFM_CHECKPOINT_H
+#define TFM_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "stream.h"
+
+#define TFM_CKPT_PARAM "param."
+#define TFM_CKPT_ADAM_M "adam.m."
+#define TFM_CKPT_ADAM_V "adam.v."
+#define TFM_CKPT_MAX_RNG 16
+#define TFM_CKPT_MAX_TENSORS 65536
+
+/* The run state, record "state" (i64 [8 + nrng]):
+ *   [0] 1 (layout version)  [1] step  [2] epoch  [3] batches read in this epoch
+ *   [4] target tokens trained on  [5] training time so far, ms  [6] seed  [7] nrng
+ *   [8 ...] rng words (bit patterns) */
+struct tfm_ckpt_state {
+    int64_t step;           /* optimizer steps done */
+    int64_t epoch;          /* passes over the batch stream started, 0-based */
+    int64_t batch_pos;      /* batches read from the stream in this epoch */
+    int64_t tokens;         /* target tokens trained on */
+    int64_t elapsed_ms;     /* training wall time so far */
+    int64_t seed;
+    int nrng;
+    uint64_t rng[TFM_CKPT_MAX_RNG];
+};
+
+struct tfm_ckpt_tensor {
+    char *name;             /* full record name, "param.enc.0.attn.wq" */
+    int rank;
+    int64_t dims[TFM_MAX_RANK];
+    int64_t count;          /* elements */
+    float *data;            /* [count], owned */
+};
+
+struct tfm_checkpoint {
+    struct tfm_header header;   /* kind "checkpoint", with the vocabulary */
+    char *config;               /* NUL-terminated config text */
+    struct tfm_ckpt_state state;
+    int ntensors;
+    struct tfm_ckpt_tensor *tensors;    /* in file order */
+};
+
+/* ---- writing ---------------------------------------------------------------------- */
+
+/* Start a checkpoint at path (written as a temporary file, renamed on tfm_writer_close).
+ * base supplies the vocabulary and extra header keys (may be NULL); "step" is set from
+ * st.  Then tfm_checkpoint_put each tensor and tfm_writer_close (or tfm_writer_abort). */
+struct tfm_writer *tfm_checkpoint_begin(const char *path, const struct tfm_header *base,
+                                        const char *config, const struct tfm_ckpt_state *st,
+                                        struct tfm_error *err);
+/* Write record prefix+name.  Refuses (-1, nothing written) a value that is NaN or Inf,
+ * so a poisoned checkpoint is never complete. */
+int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *name, int rank,
+                       const int64_t *dims, const float *data, struct tfm_error *err);
+
+/* ---- reading ---------------------------------------------------------------------- */
+
+#define TFM_CKPT_NO_OPTIMIZER 1     /* skip the adam.* records (decoding, averaging) */
+
+/* Load a checkpoint (a regular file is memory-mapped by the reader).  Checks the kind,
+ * the config and state records, f32 dtype of every tensor, duplicate names.  NULL with
+ * "PATH: reason" on failure. */
+struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct tfm_error *err);
+void tfm_checkpoint_free(struct tfm_checkpoint *c);
+/* The tensor named (full name), or NULL. */
+struct tfm_ckpt_tensor *tfm_checkpoint_find(const struct tfm_checkpoint *c, const char *name);
+/* Config keys that describe a run, not a model: they may differ between checkpoints of
+ * one model (a resumed run with a new --max-steps).  NULL-terminated. */
+extern const char *const tfm_checkpoint_run_keys[];
+/* Is c usable where ref is (same config text but for the run keys, same vocabulary,
+ * tensor names and shapes)?  0, or -1 with a message naming the first difference. */
+int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_checkpoint *ref,
+                              struct tfm_error *err);
+
+/* Average the checkpoints paths[0..n) element-wise in fp32 (summed in the order given,
+ * then divided by n) and write the result to out ("-": stdout).  The checkpoints must be
+ * compatible (tfm_checkpoint_compatible); header, config and state come from the last
+ * one, with keys "averaged" (n) and "averaged.steps" added.  The Adam moments are averaged
+ * too with keep_optimizer, dropped otherwise.  Holds two checkpoints in memory at most. */
+int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
+                           struct tfm_error *err);
+
+/* ---- directories ------------------------------------------------------------------ */
+
+/* "DIR/step-NNNNNN.tfm" into buf; -1 when it does not fit. */
+int tfm_checkpoint_path(char *buf, size_t n, const char *dir, int64_t step);
+/* The checkpoints of dir (files step-N.tfm), ascending by step: *paths (each malloc'd,
+ * free with tfm_checkpoint_list_free) and *steps.  *n may be 0. */
+int tfm_checkpoint_list(const char *dir, char ***paths, int64_t **steps, int *n,
+                        struct tfm_error *err);
+void tfm_checkpoint_list_free(char **paths, int64_t *steps, int n);
+/* Point DIR/last.tfm at step-N.tfm (symlink to a temporary name, then rename). */
+int tfm_checkpoint_link_last(const char *dir, int64_t step, struct tfm_error *err);
+/* Remove all but the newest keep checkpoints of dir (keep <= 0: remove none). */
+int tfm_checkpoint_prune(const char *dir, int keep, struct tfm_error *err);
+/* Remove what a killed writer left in dir: "step-N.tfm.tmp.PID" and ".last.tfm.PID" of
+ * processes that no longer exist.  Returns the number removed, or -1. */
+int tfm_checkpoint_clean(const char *dir, struct tfm_error *err);
+/* Can a file be created in dir?  (Creates dir when missing; -1 with the reason.) */
+int tfm_checkpoint_dir_ready(const char *dir, struct tfm_error *err);
+
+#endif

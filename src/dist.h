@@ -1,0 +1,54 @@
+/* dist.h: data-parallel ranks: where this process sits, and the all-reduce among ranks.
+ *
+ * A run has W processes (launched by mpirun, srun or by hand with TFM_RANK and
+ * TFM_WORLD_SIZE) and R ranks inside each process (threads on CPU, one per GPU later),
+ * R*W ranks in all.  Every rank computes gradients on its own batches; tfm_comm_sum makes
+ * every rank's buffer the element-wise sum over ranks.  The sum is taken in rank order,
+ * ((b0 + b1) + b2) + ..., and is the same bits on every rank and in every run, so
+ * training is deterministic for a fixed R.
+ * The in-process implementation (threads) is here; the NCCL one goes here too, behind
+ * the same calls: nothing else in tfm knows how ranks talk.
+ * Not here: which batches a rank reads (batch.h shards at read time), the training loop.
+ * Owner: the trainer engineer.
+ */
+#ifndef TFM_DIST_H
+#define TFM_DIST_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+#define TFM_DIST_MAX_WORLD 65536
+#define TFM_DIST_MAX_LOCAL 256
+
+/* This process's place, from the environment: TFM_RANK/TFM_WORLD_SIZE, else
+ * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS, else 0/1. */
+struct tfm_dist_env {
+    int rank;
+    int world;
+    char source[64];    /* which variables said so ("TFM_RANK", "none", ...) */
+};
+int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);
+
+/* A communicator among nranks ranks of this process. */
+struct tfm_comm;
+struct tfm_comm *tfm_comm_threads(int nranks, struct tfm_error *err);
+void tfm_comm_free(struct tfm_comm *c);
+int tfm_comm_size(const struct tfm_comm *c);
+
+/* Collectives: every rank calls each one, in the same order, with buffers of the same n.
+ * They return 0, or -1 when a rank called tfm_comm_abort (every waiting rank is woken). */
+int tfm_comm_sum_f32(struct tfm_comm *c, int rank, float *buf, size_t n, struct tfm_error *err);
+int tfm_comm_sum_f64(struct tfm_comm *c, int rank, double *buf, size_t n, struct tfm_error *err);
+int tfm_comm_barrier(struct tfm_comm *c, int rank, struct tfm_error *err);
+/* A rank that fails calls this instead of the next collective, so the others do not wait
+ * for it forever; their collectives fail from then on with why. */
+void tfm_comm_abort(struct tfm_comm *c, const char *why);
+
+/* Run fn(rank, args[rank]) on nranks threads (rank 0 on the calling thread), wait for all.
+ * Returns the number of ranks whose fn returned non-zero, or -1 if a thread could not be
+ * started (comm, when not NULL, is then aborted so the started ranks stop). */
+int tfm_dist_run(int nranks, int (*fn)(int rank, void *arg), void **args, struct tfm_comm *comm,
+                 struct tfm_error *err);
+
+#endif

@@ -1,0 +1,766 @@
+/* train.c: the training loop (see train.h for the data order and what makes runs
+ * reproducible).  Every rank runs rank_main on its own thread and model replica; rank 0
+ * also reads the batches of each update, reports, validates and writes checkpoints, while
+ * the others wait at the barrier that starts the next update.
+ * Owner: the trainer engineer. */
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "batch.h"
+#include "dist.h"
+#include "optim.h"
+#include "progress.h"
+#include "spm.h"
+#include "stream.h"
+
+void tfm_train_defaults(struct tfm_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->prog = "tfm-train";
+    o->save_every_sec = 600;
+    o->update_freq = 1;
+    o->ranks = 1;
+    o->report_every = 100;
+    o->valid_every = 1000;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- batches ------------------------------------------------------------------------ */
+
+/* One padded batch, host copies.  src (B,S), tgt (B,T). */
+struct batch {
+    int B, S, T;
+    int32_t *src, *tgt;
+    size_t cap_src, cap_tgt;    /* elements */
+    int64_t number;             /* position in its epoch's stream, 0-based */
+};
+
+/* A batch stream (batch.h) read from the start again at its end (a file), or to its end
+ * (a pipe).  The reader gives this process its shard (rank of world). */
+struct data {
+    const char *path;           /* NULL: stdin */
+    int rank, world;
+    int repeat;                 /* reopen at the end */
+    struct tfm_batch_reader *r;
+    struct tfm_header header;   /* of the first opening */
+    int have_header;
+    int64_t epoch;              /* openings - 1 */
+    int64_t pos;                /* batches of this shard read in this epoch */
+};
+
+static const char *data_name(const struct data *d)
+{
+    return d->path ? d->path : "<stdin>";
+}
+
+static int data_open(struct data *d, struct tfm_error *err)
+{
+    d->r = tfm_batch_open(d->path ? d->path : "-", d->rank, d->world, err);
+    if (!d->r)
+        return -1;
+    const struct tfm_header *h = tfm_batch_header(d->r);
+    if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
+        return tfm_fail(err, "%s: a batch stream without targets: training needs source and "
+                        "target (tfm-batch SRC.tfm TGT.tfm)", data_name(d));
+    if (!d->have_header) {
+        if (tfm_header_copy(&d->header, h, err))
+            return -1;
+        d->have_header = 1;
+    } else if (tfm_header_vocab_id(h) != tfm_header_vocab_id(&d->header)) {
+        return tfm_fail(err, "%s: the vocabulary changed between readings", data_name(d));
+    }
+    d->pos = 0;
+    return 0;
+}
+
+static void data_close(struct data *d)
+{
+    tfm_batch_close(d->r);
+    d->r = NULL;
+    if (d->have_header)
+        tfm_header_free(&d->header);
+    d->have_header = 0;
+}
+
+static int grow(int32_t **p, size_t *cap, size_t n, struct tfm_error *err)
+{
+    if (n <= *cap)
+        return 0;
+    int32_t *q = realloc(*p, n * sizeof *q);
+    if (!q)
+        return tfm_fail(err, "out of memory");
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* The next batch of this process's shard, copied into b: 1, 0 at the end of a pipe, -1. */
+static int data_next(struct data *d, struct batch *b, struct tfm_error *err)
+{
+    struct tfm_batch tb;
+    for (int tries = 0;; tries++) {
+        int k = tfm_batch_next(d->r, &tb, err);
+        if (k < 0)
+            return -1;
+        if (k == 1)
+            break;
+        if (!d->repeat)
+            return 0;
+        if (d->pos == 0 || tries > 0)
+            return tfm_fail(err, "%s: no batch for rank %d of %d in the stream", data_name(d),
+                            d->rank, d->world);
+        tfm_batch_close(d->r);
+        d->r = NULL;
+        if (data_open(d, err))
+            return -1;
+        d->epoch++;
+    }
+    if (!tb.tgt)
+        return tfm_fail(err, "%s: batch %lld has no targets: training needs them",
+                        data_name(d), (long long)tb.number);
+    if (tb.B > INT32_MAX || tb.S > INT32_MAX || tb.T > INT32_MAX)
+        return tfm_fail(err, "%s: batch %lld: too large", data_name(d), (long long)tb.number);
+    b->B = (int)tb.B;
+    b->S = (int)tb.S;
+    b->T = (int)tb.T;
+    b->number = tb.number;
+    if (grow(&b->src, &b->cap_src, (size_t)(tb.B * tb.S), err) ||
+        grow(&b->tgt, &b->cap_tgt, (size_t)(tb.B * tb.T), err))
+        return -1;
+    memcpy(b->src, tb.src, (size_t)(tb.B * tb.S) * sizeof *b->src);
+    memcpy(b->tgt, tb.tgt, (size_t)(tb.B * tb.T) * sizeof *b->tgt);
+    d->pos++;
+    return 1;
+}
+
+/* Position a freshly opened data at (epoch, pos). */
+static int data_skip(struct data *d, int64_t epoch, int64_t pos, struct tfm_error *err)
+{
+    d->epoch = epoch;
+    if (pos > 0 && tfm_batch_skip(d->r, pos, err))
+        return tfm_error_prefix(err, "%s: cannot skip the %lld batches the checkpoint has read "
+                                "in its epoch (not the stream it was trained on?)",
+                                data_name(d), (long long)pos);
+    d->pos = pos;
+    return 0;
+}
+
+/* ---- checkpoints and configs -------------------------------------------------------------- */
+
+int tfm_train_key_may_change(const char *key)
+{
+    for (int i = 0; tfm_checkpoint_run_keys[i]; i++)
+        if (strcmp(key, tfm_checkpoint_run_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int tfm_train_find_resume(const char *dir, char *path, size_t n, struct tfm_error *err)
+{
+    char **paths;
+    int64_t *steps;
+    int count;
+    if (access(dir, F_OK) != 0)
+        return 0;
+    if (tfm_checkpoint_list(dir, &paths, &steps, &count, err))
+        return -1;
+    int found = count > 0;
+    if (found && snprintf(path, n, "%s", paths[count - 1]) >= (int)n)
+        found = tfm_fail(err, "%s: path too long", paths[count - 1]);
+    tfm_checkpoint_list_free(paths, steps, count);
+    return found;
+}
+
+int tfm_train_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
+                                struct tfm_error *err)
+{
+    tfm_config_defaults(cfg);
+    if (tfm_config_parse(cfg, c->config, strlen(c->config), "checkpoint config", err))
+        return -1;
+    return 0;
+}
+
+int tfm_train_load_params(struct tfm_model *m, const struct tfm_checkpoint *c, int optimizer,
+                          struct tfm_error *err)
+{
+    static const struct { const char *prefix; enum tfm_block block; } parts[] = {
+        {TFM_CKPT_PARAM, TFM_PARAMS}, {TFM_CKPT_ADAM_M, TFM_ADAM_M}, {TFM_CKPT_ADAM_V, TFM_ADAM_V},
+    };
+    for (int k = 0; k < (optimizer ? 3 : 1); k++)
+        for (int i = 0; i < tfm_model_nparams(m); i++) {
+            const struct tfm_param *p = tfm_model_param(m, i);
+            char name[TFM_MAX_NAME + 1];
+            snprintf(name, sizeof name, "%s%s", parts[k].prefix, p->name);
+            const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(c, name);
+            if (!t)
+                return tfm_fail(err, "no tensor '%s'%s", name,
+                                k ? " (optimizer state dropped, as by tfm-avg?)" : "");
+            if (t->count != p->count)
+                return tfm_fail(err, "tensor '%s' has %lld values, the model %lld", name,
+                                (long long)t->count, (long long)p->count);
+            if (tfm_model_set(m, parts[k].block, p->name, t->data, t->count, err))
+                return -1;
+        }
+    return 0;
+}
+
+/* cfg against the checkpoint's config: only MAY_CHANGE keys may differ. */
+static int same_config(const struct tfm_config *cfg, const struct tfm_config *ck, const char *path,
+                       struct tfm_error *err)
+{
+    int n;
+    const struct tfm_config_key *keys = tfm_config_keys(&n);
+    for (int i = 0; i < n; i++) {
+        char a[256], b[256];
+        if (tfm_train_key_may_change(keys[i].name))
+            continue;
+        tfm_config_get(cfg, keys[i].name, a, sizeof a);
+        tfm_config_get(ck, keys[i].name, b, sizeof b);
+        if (strcmp(a, b) != 0)
+            return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
+                            "resume with the checkpoint's config (only max_steps, save_every "
+                            "and keep may change)", path, keys[i].name, b, a);
+    }
+    return 0;
+}
+
+/* ---- the run -------------------------------------------------------------------------- */
+
+struct run;
+
+struct replica {
+    struct run *run;
+    int rank;
+    struct tfm_backend *be;
+    struct tfm_model *m;
+    struct tfm_error err;
+};
+
+struct run {
+    const struct tfm_train_opts *o;
+    struct tfm_config *cfg;
+    struct tfm_train_result *res;
+    int R, K;
+    struct tfm_comm *comm;
+    struct replica *rep;            /* [R] */
+    struct batch *slots;            /* [K*R] the batches of the update in progress */
+    struct data train;
+    struct tfm_header ck_header;    /* vocabulary and keys of every checkpoint */
+    char *config_text;
+    float *host;                    /* [count] staging for a checkpoint's tensors */
+    struct tfm_progress prog;
+    /* decided by rank 0 before each update */
+    int end;                        /* enum tfm_train_end, 0: go on */
+    int failed;                     /* an error in err */
+    struct tfm_error err;
+    /* counters */
+    int64_t step, counter, tokens;
+    double t0, elapsed0;            /* this run's start; training time before it */
+    double last_save;               /* time of the last checkpoint */
+    int64_t saved_step;             /* step of the last checkpoint (-1: none) */
+    int64_t valid_step;             /* step of the last validation (-1: none) */
+    /* report interval sums */
+    double iv_loss, iv_nll, iv_time;
+    int64_t iv_tokens;
+    uint32_t vocab_id;
+};
+
+static double elapsed(const struct run *u)
+{
+    return u->elapsed0 + (now_s() - u->t0);
+}
+
+static int all_reduce(void *ctx, float *buf, size_t n, struct tfm_error *err)
+{
+    struct replica *p = ctx;
+    return tfm_comm_sum_f32(p->run->comm, p->rank, buf, n, err);
+}
+
+static int save_checkpoint(struct run *u, struct tfm_error *err)
+{
+    char path[4096];
+    if (tfm_checkpoint_path(path, sizeof path, u->o->out_dir, u->step))
+        return tfm_fail(err, "%s: path too long", u->o->out_dir);
+    struct tfm_ckpt_state st = {
+        .step = u->step, .epoch = u->train.epoch, .batch_pos = u->train.pos,
+        .tokens = u->tokens, .elapsed_ms = (int64_t)(elapsed(u) * 1000), .seed = u->cfg->seed,
+        .nrng = 1, .rng = {(uint64_t)u->counter},
+    };
+    struct tfm_model *m = u->rep[0].m;
+    struct tfm_writer *w = tfm_checkpoint_begin(path, &u->ck_header, u->config_text, &st, err);
+    if (!w)
+        return -1;
+    static const struct { const char *prefix; enum tfm_block block; } parts[] = {
+        {TFM_CKPT_PARAM, TFM_PARAMS}, {TFM_CKPT_ADAM_M, TFM_ADAM_M}, {TFM_CKPT_ADAM_V, TFM_ADAM_V},
+    };
+    for (int k = 0; k < 3; k++) {
+        tfm_model_download(m, parts[k].block, u->host);
+        for (int i = 0; i < tfm_model_nparams(m); i++) {
+            const struct tfm_param *p = tfm_model_param(m, i);
+            if (tfm_checkpoint_put(w, parts[k].prefix, p->name, p->rank, p->dims,
+                                   u->host + p->offset, err)) {
+                tfm_writer_abort(w);
+                return tfm_error_prefix(err, "%s", path);
+            }
+        }
+    }
+    if (tfm_writer_close(w, err) || tfm_checkpoint_link_last(u->o->out_dir, u->step, err) ||
+        tfm_checkpoint_prune(u->o->out_dir, u->o->keep, err))
+        return -1;
+    snprintf(u->res->last_checkpoint, sizeof u->res->last_checkpoint, "%s", path);
+    u->saved_step = u->step;
+    u->last_save = now_s();
+    if (u->o->notes)
+        fprintf(u->o->notes, "%s: saved %s\n", u->o->prog, path);
+    return 0;
+}
+
+static int check_batch(const struct run *u, const struct data *d, const struct batch *b,
+                       struct tfm_error *err)
+{
+    int64_t budget = u->cfg->tokens;
+    int64_t ns = (int64_t)b->B * b->S, nt = (int64_t)b->B * b->T;
+    if (ns > budget || nt > budget)
+        return tfm_fail(err, "%s: batch %lld: %d x %d = %lld padded %s tokens exceed the batch "
+                        "budget tokens=%lld: re-batch with tfm-batch --tokens %lld or less, or "
+                        "raise --set tokens=N (memory grows with it)",
+                        data_name(d), (long long)b->number, b->B, ns > budget ? b->S : b->T,
+                        (long long)(ns > budget ? ns : nt), ns > budget ? "source" : "target",
+                        (long long)budget, (long long)budget);
+    if (b->S > u->cfg->max_len || b->T > u->cfg->max_len)
+        return tfm_fail(err, "%s: batch %lld: sentences of %d tokens, longer than max_len=%d: "
+                        "re-batch with tfm-batch --max-len %d or raise --set max_len",
+                        data_name(d), (long long)b->number, b->S > b->T ? b->S : b->T,
+                        u->cfg->max_len, u->cfg->max_len);
+    return 0;
+}
+
+static int validate(struct run *u, struct tfm_error *err)
+{
+    struct data d = {.path = u->o->valid_path, .rank = 0, .world = 1};
+    struct batch b = {0};
+    struct tfm_loss sum = {0};
+    int rc = -1, k;
+    if (data_open(&d, err))
+        goto out;
+    while ((k = data_next(&d, &b, err)) == 1) {
+        struct tfm_loss l;
+        if (check_batch(u, &d, &b, err))
+            goto out;
+        if (tfm_model_eval_batch(u->rep[0].m, b.B, b.S, b.T, b.src, b.tgt, &l, err)) {
+            tfm_error_prefix(err, "%s: batch %lld", data_name(&d), (long long)b.number);
+            goto out;
+        }
+        sum.loss += l.loss;
+        sum.nll += l.nll;
+        sum.tokens += l.tokens;
+    }
+    if (k < 0)
+        goto out;
+    if (sum.tokens == 0) {
+        tfm_fail(err, "%s: no target tokens to validate on", data_name(&d));
+        goto out;
+    }
+    struct tfm_progress_row row = {
+        .valid = 1, .step = u->step, .loss = sum.loss / (double)sum.tokens,
+        .ppl = exp(sum.nll / (double)sum.tokens), .elapsed = elapsed(u), .tokens = sum.tokens,
+    };
+    u->res->valid_loss = row.loss;
+    u->res->valid_ppl = row.ppl;
+    u->valid_step = u->step;
+    rc = tfm_progress_report(&u->prog, &row, err);
+out:
+    data_close(&d);
+    free(b.src);
+    free(b.tgt);
+    return rc;
+}
+
+static int report(struct run *u, struct tfm_error *err)
+{
+    if (u->iv_tokens == 0)
+        return 0;
+    double t = now_s();
+    struct tfm_progress_row row = {
+        .step = u->step, .loss = u->iv_loss / (double)u->iv_tokens,
+        .ppl = exp(u->iv_nll / (double)u->iv_tokens), .lr = tfm_optim_lr(u->cfg, u->step),
+        .tokens_per_s = t > u->iv_time ? (double)u->iv_tokens / (t - u->iv_time) : 0,
+        .elapsed = elapsed(u), .tokens = u->tokens,
+    };
+    u->res->loss = row.loss;
+    u->iv_loss = u->iv_nll = 0;
+    u->iv_tokens = 0;
+    u->iv_time = t;
+    return tfm_progress_report(&u->prog, &row, err);
+}
+
+/* Rank 0, before update step+1: stop, or read its K*R batches into the slots. */
+static void plan_update(struct run *u)
+{
+    const struct tfm_train_opts *o = u->o;
+    if (o->stop && *o->stop) {
+        u->end = TFM_TRAIN_STOPPED;
+        return;
+    }
+    if (o->max_steps > 0 && u->step >= o->max_steps) {
+        u->end = TFM_TRAIN_MAX_STEPS;
+        return;
+    }
+    if (o->max_time > 0 && now_s() - u->t0 >= o->max_time) {
+        u->end = TFM_TRAIN_MAX_TIME;
+        return;
+    }
+    for (int i = 0; i < u->K * u->R; i++) {
+        int k = data_next(&u->train, &u->slots[i], &u->err);
+        if (k == 0) {
+            u->end = TFM_TRAIN_DATA_END;
+            return;
+        }
+        if (k < 0 || check_batch(u, &u->train, &u->slots[i], &u->err)) {
+            u->failed = 1;
+            return;
+        }
+    }
+}
+
+/* Rank 0, after update step: counters, reports, validation, checkpoint. */
+static int after_update(struct run *u, const double *sums, struct tfm_error *err)
+{
+    const struct tfm_train_opts *o = u->o;
+    u->tokens += (int64_t)sums[2];
+    u->iv_loss += sums[0];
+    u->iv_nll += sums[1];
+    u->iv_tokens += (int64_t)sums[2];
+    if (u->step % o->report_every == 0 && report(u, err))
+        return -1;
+    if (o->valid_path && o->valid_every > 0 && u->step % o->valid_every == 0 && validate(u, err))
+        return -1;
+    if (((o->save_every_steps > 0 && u->step % o->save_every_steps == 0) ||
+         (o->save_every_sec > 0 && now_s() - u->last_save >= o->save_every_sec)) &&
+        save_checkpoint(u, err))
+        return tfm_error_prefix(err, "update %lld", (long long)u->step);
+    return 0;
+}
+
+static int rank_main(int r, void *arg)
+{
+    struct replica *p = arg;
+    struct run *u = p->run;
+    const int N = u->R;
+    for (;;) {
+        if (r == 0)
+            plan_update(u);
+        if (tfm_comm_barrier(u->comm, r, &p->err))
+            return -1;
+        if (u->end || u->failed)
+            return 0;
+        /* sums over this rank's batches: loss, nll, tokens, src tokens, failures */
+        double sums[5] = {0};
+        for (int j = 0; j < u->K && !sums[4]; j++) {
+            const struct batch *b = &u->slots[j * N + r];
+            struct tfm_loss l;
+            uint64_t rng_step = (uint64_t)(u->counter + j * N + r);
+            if (tfm_model_train_batch(p->m, b->B, b->S, b->T, b->src, b->tgt, rng_step, &l,
+                                      &p->err)) {
+                tfm_error_prefix(&p->err, "%s: batch %lld", data_name(&u->train),
+                                 (long long)b->number);
+                sums[4] = 1;
+                break;
+            }
+            sums[0] += l.loss;
+            sums[1] += l.nll;
+            sums[2] += (double)l.tokens;
+            sums[3] += (double)l.src_tokens;
+        }
+        if (tfm_comm_sum_f64(u->comm, r, sums, 5, &p->err))
+            return -1;
+        int64_t step = u->step + 1;
+        if (sums[4] > 0)
+            return p->err.msg[0] ? -1 : 1;     /* the failing ranks carry the message */
+        if (!isfinite(sums[0]) || !isfinite(sums[1])) {
+            tfm_fail(&p->err, "update %lld: the loss is %s: stopping without a checkpoint "
+                     "(lower lr_scale, raise warmup, or set clip_norm)", (long long)step,
+                     isnan(sums[0]) || isnan(sums[1]) ? "NaN" : "Inf");
+            return -1;
+        }
+        struct tfm_optim_stats st;
+        if (tfm_optim_step(p->m, step, (int64_t)sums[2], &st, &p->err)) {
+            char msg[sizeof p->err.msg];
+            memcpy(msg, p->err.msg, sizeof msg);
+            tfm_fail(&p->err, "update %lld: %.900s; stopping without a checkpoint",
+                     (long long)step, msg);
+            return -1;
+        }
+        if (r == 0) {
+            u->step = step;
+            u->counter += (int64_t)u->K * N;
+            if (after_update(u, sums, &p->err)) {
+                tfm_comm_abort(u->comm, p->err.msg);
+                return -1;
+            }
+        }
+    }
+}
+
+/* ---- setting up ------------------------------------------------------------------------ */
+
+static double physical_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
+}
+
+/* The vocabulary size of the stream's embedded model (0 when there is none). */
+static int stream_vocab(const struct tfm_header *h, const char *name, int *vocab,
+                        struct tfm_error *err)
+{
+    *vocab = 0;
+    if (!h->spm)
+        return 0;
+    struct tfm_spm *s = tfm_spm_load(h->spm, h->spm_size, err);
+    if (!s)
+        return tfm_error_prefix(err, "%s: vocabulary", name);
+    *vocab = tfm_spm_vocab_size(s);
+    tfm_spm_free(s);
+    return 0;
+}
+
+static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *err)
+{
+    const struct tfm_train_opts *o = u->o;
+    struct tfm_config *cfg = u->cfg;
+    char resume_path[4096] = "";
+    if (tfm_checkpoint_dir_ready(o->out_dir, err))
+        return -1;
+    int removed = tfm_checkpoint_clean(o->out_dir, err);
+    if (removed < 0)
+        return -1;
+    if (removed > 0 && o->notes)
+        fprintf(o->notes, "%s: %s: removed %d unfinished file%s of a killed run\n", o->prog,
+                o->out_dir, removed, removed > 1 ? "s" : "");
+    int found = tfm_train_find_resume(o->out_dir, resume_path, sizeof resume_path, err);
+    if (found < 0)
+        return -1;
+    if (found && !o->resume)
+        return tfm_fail(err, "%s: holds checkpoints (newest %s): use --resume to continue, or "
+                        "another directory", o->out_dir, resume_path);
+    if (found) {
+        if (!(*ck = tfm_checkpoint_load(resume_path, 0, err)))
+            return tfm_error_prefix(err, "cannot resume");
+    }
+
+    /* the training stream and its vocabulary */
+    u->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
+    u->train.repeat = u->train.path != NULL;
+    u->train.world = 1;
+    if (data_open(&u->train, err))
+        return -1;
+    const struct tfm_header *h = &u->train.header;
+    int vocab;
+    if (stream_vocab(h, data_name(&u->train), &vocab, err))
+        return -1;
+    if (cfg->vocab == 0 && *ck) {
+        struct tfm_config ckc;
+        if (tfm_train_checkpoint_config(*ck, &ckc, err))
+            return tfm_error_prefix(err, "%s", resume_path);
+        cfg->vocab = ckc.vocab;
+    }
+    if (cfg->vocab == 0)
+        cfg->vocab = vocab;
+    if (cfg->vocab == 0)
+        return tfm_fail(err, "%s: the stream carries no vocabulary: give --set vocab=N",
+                        data_name(&u->train));
+    if (vocab && vocab != cfg->vocab)
+        return tfm_fail(err, "%s: vocabulary of %d pieces, config says vocab=%d",
+                        data_name(&u->train), vocab, cfg->vocab);
+    u->vocab_id = tfm_header_vocab_id(h);
+    const char *budget = tfm_header_get(h, "tokens");
+    if (budget && atoll(budget) > cfg->tokens)
+        return tfm_fail(err, "%s: batches of up to %s tokens, more than the batch budget "
+                        "tokens=%d: re-batch with tfm-batch --tokens %d or less, or raise "
+                        "--set tokens=N (memory grows with it)", data_name(&u->train), budget,
+                        cfg->tokens, cfg->tokens);
+    if (tfm_config_check(cfg, 1, err))
+        return tfm_error_prefix(err, "config");
+    if (*ck) {
+        struct tfm_config ckc;
+        if (tfm_train_checkpoint_config(*ck, &ckc, err))
+            return tfm_error_prefix(err, "%s", resume_path);
+        if (same_config(cfg, &ckc, resume_path, err))
+            return -1;
+        uint32_t cv = tfm_header_vocab_id(&(*ck)->header);
+        if (cv != u->vocab_id)
+            return tfm_fail(err, "%s: vocabulary mismatch: the batches have vocabulary crc "
+                            "%08x, checkpoint %s has %08x", data_name(&u->train), u->vocab_id,
+                            resume_path, cv);
+    }
+    if (o->valid_path) {
+        struct data v = {.path = o->valid_path, .world = 1};
+        int rc = data_open(&v, err);
+        if (rc == 0 && tfm_header_vocab_id(&v.header) != u->vocab_id)
+            rc = tfm_fail(err, "%s: vocabulary mismatch with the training batches %s",
+                          o->valid_path, data_name(&u->train));
+        data_close(&v);
+        if (rc)
+            return -1;
+    }
+
+    /* the checkpoint header: the stream's vocabulary, the producer, the layout */
+    tfm_header_init(&u->ck_header, TFM_KIND_CHECKPOINT);
+    if ((h->spm && tfm_header_set_spm(&u->ck_header, h->spm, h->spm_size, err)) ||
+        tfm_header_set(&u->ck_header, "producer", "tfm-train " TFM_VERSION, err) ||
+        tfm_header_setf(&u->ck_header, err, "ranks", "%d", u->R) ||
+        tfm_header_setf(&u->ck_header, err, "update_freq", "%d", u->K))
+        return -1;
+    if (!(u->config_text = tfm_config_format(cfg)))
+        return tfm_fail(err, "out of memory");
+
+    /* memory: R replicas and the checkpoint staging buffer */
+    double limit = o->memory_limit > 0 ? o->memory_limit : physical_memory();
+    double need = (double)tfm_model_memory(cfg, cfg->tokens) * u->R +
+                  (double)tfm_model_param_memory(cfg) / 4;
+    if (limit > 0 && need > limit)
+        return tfm_fail(err, "the model with a batch budget of tokens=%d needs %.2f GiB "
+                        "(%d rank%s), more than the %.2f GiB available: lower the budget "
+                        "(--set tokens=N and tfm-batch --tokens N) or --ranks",
+                        cfg->tokens, need / 1073741824.0, u->R, u->R > 1 ? "s" : "",
+                        limit / 1073741824.0);
+
+    /* ranks: a backend and a model replica each */
+    int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int per = threads / u->R > 0 ? threads / u->R : 1;
+    if (!(u->comm = tfm_comm_threads(u->R, err)))
+        return -1;
+    if (!(u->rep = calloc((size_t)u->R, sizeof *u->rep)) ||
+        !(u->slots = calloc((size_t)u->R * (size_t)u->K, sizeof *u->slots)))
+        return tfm_fail(err, "out of memory");
+    for (int r = 0; r < u->R; r++) {
+        struct replica *p = &u->rep[r];
+        p->run = u;
+        p->rank = r;
+        if (!(p->be = tfm_backend_cpu(per, err)))
+            return -1;
+        if (u->R > 1) {
+            p->be->all_reduce = all_reduce;
+            p->be->all_reduce_ctx = p;
+        }
+        if (!(p->m = tfm_model_create(cfg, p->be, cfg->tokens, err)))
+            return -1;
+        if (*ck && tfm_train_load_params(p->m, *ck, 1, err))
+            return tfm_error_prefix(err, "%s", resume_path);
+    }
+    if (!(u->host = malloc((size_t)tfm_model_count(u->rep[0].m) * sizeof *u->host)))
+        return tfm_fail(err, "out of memory");
+
+    /* where the data and the counters stand */
+    if (*ck) {
+        const struct tfm_ckpt_state *st = &(*ck)->state;
+        if (st->nrng != 1)
+            return tfm_fail(err, "%s: state has %d rng words, tfm-train writes 1", resume_path,
+                            st->nrng);
+        u->step = st->step;
+        u->counter = (int64_t)st->rng[0];
+        u->tokens = st->tokens;
+        u->elapsed0 = (double)st->elapsed_ms / 1000;
+        u->saved_step = u->step;
+        if (!u->train.repeat && (st->epoch > 0))
+            return tfm_fail(err, "<stdin>: the checkpoint is in epoch %lld of its stream; "
+                            "resume from a file", (long long)st->epoch);
+        if (data_skip(&u->train, st->epoch, st->batch_pos, err))
+            return -1;
+        if (o->notes)
+            fprintf(o->notes, "%s: resuming from %s: update %lld, epoch %lld, batch %lld\n",
+                    o->prog, resume_path, (long long)st->step, (long long)st->epoch,
+                    (long long)st->batch_pos);
+    }
+    return 0;
+}
+
+int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
+                  struct tfm_train_result *res, struct tfm_error *err)
+{
+    memset(res, 0, sizeof *res);
+    res->valid_loss = res->valid_ppl = -1;
+    if (o->update_freq < 1 || o->ranks < 1 || o->ranks > TFM_DIST_MAX_LOCAL || o->report_every < 1)
+        return tfm_fail(err, "bad update_freq %d, ranks %d or report interval", o->update_freq,
+                        o->ranks);
+    struct run u = {.o = o, .cfg = cfg, .res = res, .R = o->ranks, .K = o->update_freq,
+                    .saved_step = -1, .valid_step = -1};
+    struct tfm_checkpoint *ck = NULL;
+    int rc = setup(&u, &ck, err);
+    tfm_checkpoint_free(ck);
+    if (rc == 0)
+        rc = tfm_progress_open(&u.prog, o->prog, o->progress, o->log_path, err);
+    if (rc == 0) {
+        u.t0 = u.last_save = u.iv_time = now_s();
+        u.prog.valid_out = o->notes;
+        u.prog.max_steps = o->max_steps;
+        u.prog.max_time = o->max_time > 0 ? u.elapsed0 + o->max_time : 0;
+        u.prog.start_step = u.step;
+        u.prog.start_elapsed = u.elapsed0;
+        void *args[TFM_DIST_MAX_LOCAL];
+        for (int r = 0; r < u.R; r++)
+            args[r] = &u.rep[r];
+        int bad = tfm_dist_run(u.R, rank_main, args, u.comm, err);
+        if (bad < 0) {
+            rc = -1;
+        } else if (u.failed) {
+            *err = u.err;
+            rc = -1;
+        } else if (bad > 0) {
+            /* the first rank with a message of its own (not "ranks stopped") */
+            int pick = -1;
+            for (int r = 0; r < u.R && pick < 0; r++)
+                if (u.rep[r].err.msg[0] && strncmp(u.rep[r].err.msg, "ranks stopped", 13) != 0)
+                    pick = r;
+            for (int r = 0; r < u.R && pick < 0; r++)
+                if (u.rep[r].err.msg[0])
+                    pick = r;
+            tfm_fail(err, "%s", pick >= 0 ? u.rep[pick].err.msg : "a rank failed");
+            rc = -1;
+        } else {
+            /* a clean end: last report, validation and checkpoint of the final state */
+            res->end = u.end;
+            if (u.step % o->report_every != 0)
+                rc = report(&u, err);
+            if (rc == 0 && o->valid_path && u.valid_step != u.step)
+                rc = validate(&u, err);
+            if (rc == 0 && u.saved_step != u.step)
+                rc = save_checkpoint(&u, err);
+        }
+        res->step = u.step;
+        if (tfm_progress_close(&u.prog, rc ? NULL : err))
+            rc = -1;
+    }
+    for (int r = 0; u.rep && r < u.R; r++) {
+        tfm_model_free(u.rep[r].m);
+        if (u.rep[r].be)
+            u.rep[r].be->destroy(u.rep[r].be);
+    }
+    for (int i = 0; u.slots && i < u.R * u.K; i++) {
+        free(u.slots[i].src);
+        free(u.slots[i].tgt);
+    }
+    free(u.slots);
+    free(u.rep);
+    free(u.host);
+    free(u.config_text);
+    tfm_comm_free(u.comm);
+    data_close(&u.train);
+    if (u.ck_header.kind[0])
+        tfm_header_free(&u.ck_header);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* train.h: the training loop of tfm-train, as one library call.
+ *
+ * A run reads a batch stream (batch.h), builds the model of a config (model.h) on the CPU
+ * backend, and repeats: each of R in-process ranks (threads, each with its own replica of
+ * the model) runs update_freq batches forward and backward, the gradients are summed over
+ * ranks in rank order (dist.h), and every replica takes the same Adam step (optim.h).
+ * Reports go to progress.h; checkpoints (checkpoint.h) are written by rank 0.
+ *
+ * Data order and randomness, which make R ranks equal 1 rank with R-fold accumulation and
+ * a resumed run equal an uninterrupted one:
+ *   - update s (1-based) uses the next K*N batches of the stream (K = update_freq, N = R
+ *     ranks); forward pass j of rank r takes the (j*N + r)-th of them;
+ *   - its dropout key is rng_step = counter + j*N + r, where counter (saved in the
+ *     checkpoint's state as its rng word) grows by K*N per update;
+ *   - the stream is read again from its start when it ends (epoch + 1), unless it is a pipe,
+ *     where its end ends training (a partial update is dropped);
+ *   - the state saves (epoch, batches read in this epoch); --resume reopens the stream and
+ *     skips that many batches.
+ * Not here: option parsing and signals (bin/tfm-train.c), the model and the optimizer.
+ * Owner: the trainer engineer.
+ */
+#ifndef TFM_TRAIN_H
+#define TFM_TRAIN_H
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "error.h"
+#include "model.h"
+
+struct tfm_train_opts {
+    const char *prog;           /* "tfm-train", for progress lines */
+    const char *train_path;     /* batch stream; "-" or NULL: stdin */
+    const char *valid_path;     /* batch stream with targets, or NULL */
+    const char *out_dir;        /* checkpoints: DIR/step-NNNNNN.tfm, DIR/last.tfm */
+    int64_t max_steps;          /* stop after this update; 0: no limit */
+    double max_time;            /* seconds of this run; 0: no limit */
+    double save_every_sec;      /* checkpoint period in seconds; 0: none */
+    int64_t save_every_steps;   /* checkpoint period in updates; 0: none */
+    int keep;                   /* checkpoints kept; 0: all */
+    int update_freq;            /* K >= 1 */
+    int ranks;                  /* R >= 1 in-process ranks */
+    int threads;                /* CPU threads in all (0: online CPUs), split over ranks */
+    int resume;                 /* continue from the newest checkpoint of out_dir if any */
+    int64_t report_every;       /* updates between progress reports (>= 1) */
+    int64_t valid_every;        /* updates between validations; 0: at the end only */
+    FILE *progress;             /* progress lines (stderr) or NULL */
+    FILE *notes;                /* one-off notes (device, resume, saves) or NULL */
+    const char *log_path;       /* --log, or NULL */
+    volatile sig_atomic_t *stop;    /* non-zero: finish the update, save, return */
+    double memory_limit;        /* bytes the run may use (0: physical memory) */
+};
+
+void tfm_train_defaults(struct tfm_train_opts *o);
+
+enum tfm_train_end {
+    TFM_TRAIN_MAX_STEPS = 1,    /* reached max_steps */
+    TFM_TRAIN_MAX_TIME = 2,     /* reached max_time */
+    TFM_TRAIN_DATA_END = 3,     /* the (piped) stream ended */
+    TFM_TRAIN_STOPPED = 4,      /* *stop was set */
+};
+
+struct tfm_train_result {
+    enum tfm_train_end end;
+    int64_t step;               /* updates done, in all */
+    char last_checkpoint[4096]; /* path of the checkpoint written last ("" if none) */
+    double loss;                /* mean loss per token over the last report interval */
+    double valid_loss, valid_ppl;   /* last validation (-1: none) */
+};
+
+/* Train with cfg (effective config; cfg->vocab 0: from the stream's vocabulary).  With
+ * o->resume and a checkpoint in out_dir, cfg must equal the checkpoint's config except
+ * for max_steps, save_every and keep.  Returns 0 (see res->end), or -1 with err (a NaN or
+ * Inf loss or gradient names its update; no checkpoint is written after it). */
+int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
+                  struct tfm_train_result *res, struct tfm_error *err);
+
+/* The newest checkpoint of dir into path (n bytes): 1 found, 0 none, -1 error. */
+int tfm_train_find_resume(const char *dir, char *path, size_t n, struct tfm_error *err);
+
+/* Config keys that may differ between a checkpoint and the run resuming it. */
+int tfm_train_key_may_change(const char *key);
+
+/* ---- for tfm-decode and tests: a model from a checkpoint ---------------------------- */
+
+/* Apply a checkpoint's config text on top of the defaults into cfg. */
+int tfm_train_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
+                                struct tfm_error *err);
+/* Copy the checkpoint's parameters (and, with optimizer, its Adam moments) into m; every
+ * tensor of m must be there with the same count. */
+int tfm_train_load_params(struct tfm_model *m, const struct tfm_checkpoint *c, int optimizer,
+                          struct tfm_error *err);
+
+#endif

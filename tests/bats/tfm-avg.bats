@@ -1,0 +1,171 @@
+#!/usr/bin/env bats
+# tfm-avg: averaging checkpoints written by tfm-train (values checked against awk on the
+# tfm-cat dump), selection of the newest N of a directory, refusals, and decoding the output.
+
+setup_file() {
+    D="$TFM_ROOT/data/multi30k-ende"
+    M="$BATS_FILE_TMPDIR"
+    zcat "$D/train.en.gz" | head -n 500 > "$M/en.txt"
+    zcat "$D/train.de.gz" | head -n 500 > "$M/de.txt"
+    tfm-tokenize train -q -m "$M/spm.model" --vocab 400 "$M/en.txt" "$M/de.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/en.tfm" "$M/en.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/de.tfm" "$M/de.txt"
+    tfm-batch -q --tokens 1024 "$M/en.tfm" "$M/de.tfm" > "$M/b.tfm"
+    head -n 3 "$M/en.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$M/test.tfm"
+    SMALL=(-c "$TFM_ROOT/configs/tiny.conf" --set layers=1 --set d_model=32 --set d_ff=64
+           --set heads=2 --set warmup=4 -j 1 -q)
+    tfm-train "${SMALL[@]}" -o "$M/run" --save-every 1 --max-steps 6 "$M/b.tfm"
+    # another architecture, and the same architecture under another vocabulary
+    tfm-train "${SMALL[@]}" --set d_ff=32 -o "$M/ff32" --max-steps 1 "$M/b.tfm"
+    tfm-tokenize train -q -m "$M/other.model" --vocab 400 --type unigram "$M/en.txt" "$M/de.txt"
+    tfm-tokenize encode -q -m "$M/other.model" --eos -o "$M/oen.tfm" "$M/en.txt"
+    tfm-tokenize encode -q -m "$M/other.model" --eos -o "$M/ode.tfm" "$M/de.txt"
+    tfm-batch -q --tokens 1024 "$M/oen.tfm" "$M/ode.tfm" > "$M/other.tfm"
+    tfm-train "${SMALL[@]}" -o "$M/vocab" --max-steps 1 "$M/other.tfm"   # max_steps may differ
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    M="$BATS_FILE_TMPDIR"
+    T="$BATS_TEST_TMPDIR"
+}
+
+# The values of one record of a checkpoint, one per line.
+values() {
+    tfm-cat --values "$1" | awk -v name="$2" '$1 == "record" { p = ($3 == name); next }
+                                              p && /^\t/ { for (i = 1; i <= NF; i++) print $i }'
+}
+
+# Largest relative difference between the mean of the record NAME in files 3.. and OUT.
+check_mean() {
+    local name=$1 out=$2 k=0 cols=()
+    shift 2
+    for f in "$@"; do
+        values "$f" "$name" > "$BATS_TEST_TMPDIR/col.$k"
+        cols+=("$BATS_TEST_TMPDIR/col.$k")
+        k=$((k + 1))
+    done
+    values "$out" "$name" > "$BATS_TEST_TMPDIR/col.out"
+    paste "${cols[@]}" "$BATS_TEST_TMPDIR/col.out" |
+        awk '{ s = 0; for (i = 1; i < NF; i++) s += $i; m = s / (NF - 1); d = m - $NF
+               if (d < 0) d = -d; a = m < 0 ? -m : m; r = d / (a > 1e-3 ? a : 1e-3)
+               if (r > worst) worst = r; n++ }
+             END { printf "%d %.3g\n", n, worst }'
+}
+
+@test "--help mirrors the synopsis; --version" {
+    run tfm-avg --help
+    assert_success
+    assert_line --index 0 "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT..."
+    run tfm-avg --version
+    assert_success
+    assert_output "tfm-avg $(cat "$TFM_ROOT/VERSION")"
+}
+
+@test "-n N of a directory: the element-wise mean of the newest N, optimizer dropped" {
+    run tfm-avg -n 3 -o "$T/avg.tfm" "$M/run"
+    assert_success
+    assert_output ""
+    run tfm-cat "$T/avg.tfm"
+    assert_success
+    assert_line "meta kind=checkpoint"
+    assert_line "meta averaged=3"
+    assert_line "meta averaged.steps=4,5,6"
+    assert_line "meta step=6"
+    refute_line --partial "adam."
+    assert_line --regexp '^record [0-9]+ param\.emb f32 \[400,32\]'
+    for name in param.emb param.enc.0.ffn.w1 param.dec.0.ln3.g; do
+        run check_mean $name "$T/avg.tfm" "$M"/run/step-00000{4,5,6}.tfm
+        echo "$name: $output"
+        [ "${output% *}" -gt 0 ]
+        awk -v r="${output#* }" 'BEGIN { exit !(r < 1e-6) }'
+    done
+    # and the check can fail: the average is not the newest checkpoint
+    run check_mean param.emb "$T/avg.tfm" "$M/run/step-000006.tfm"
+    awk -v r="${output#* }" 'BEGIN { exit !(r > 1e-4) }'
+}
+
+@test "the default takes the newest 5; files can be given; output to a pipe" {
+    run tfm-avg -o "$T/a5.tfm" "$M/run"
+    assert_success
+    run tfm-cat --header "$T/a5.tfm"
+    assert_line "meta averaged.steps=2,3,4,5,6"
+    run bash -c "tfm-avg '$M/run/step-000001.tfm' '$M/run/step-000003.tfm' | tfm-cat --header"
+    assert_success
+    assert_line "meta averaged=2"
+    assert_line "meta averaged.steps=1,3"
+    tfm-avg "$M/run/step-000001.tfm" "$M/run/step-000003.tfm" > "$T/piped.tfm"
+    run check_mean param.emb "$T/piped.tfm" "$M/run/step-000001.tfm" "$M/run/step-000003.tfm"
+    awk -v r="${output#* }" 'BEGIN { exit !(r < 1e-6) }'
+    # one checkpoint averages to itself, bit for bit
+    run tfm-avg -o "$T/one.tfm" "$M/run/step-000002.tfm"
+    assert_success
+    diff <(values "$T/one.tfm" param.emb) <(values "$M/run/step-000002.tfm" param.emb)
+}
+
+@test "--keep-optimizer averages the Adam moments too; training can resume from it" {
+    run tfm-avg -n 2 --keep-optimizer -o "$T/k.tfm" "$M/run"
+    assert_success
+    run tfm-cat "$T/k.tfm"
+    assert_line --regexp '^record [0-9]+ adam\.m\.emb f32 \[400,32\]'
+    assert_line --regexp '^record [0-9]+ adam\.v\.emb f32 \[400,32\]'
+    run check_mean adam.v.emb "$T/k.tfm" "$M"/run/step-00000{5,6}.tfm
+    awk -v r="${output#* }" 'BEGIN { exit !(r < 1e-6) }'
+    mkdir "$T/cont"
+    cp "$T/k.tfm" "$T/cont/step-000006.tfm"
+    run tfm-train -o "$T/cont" --resume --max-steps 7 -j 1 "$M/b.tfm"
+    assert_success
+    assert_line --partial "max steps reached at update 7"
+    # without the moments, resuming says what is missing
+    mkdir "$T/cont2"
+    tfm-avg -n 2 -o "$T/cont2/step-000006.tfm" "$M/run"
+    run tfm-train -o "$T/cont2" --resume --max-steps 7 -j 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "no tensor 'adam.m.emb' (optimizer state dropped, as by tfm-avg?)"
+}
+
+@test "the average decodes" {
+    tfm-avg -n 3 -o "$T/avg.tfm" "$M/run"
+    run tfm-decode -m "$T/avg.tfm" --max-len-b 3 -q --text -o "$T/hyp.txt" "$M/test.tfm"
+    assert_success
+    run wc -l < "$T/hyp.txt"
+    assert_output 3
+}
+
+@test "different configs or vocabularies are refused and nothing is written" {
+    run tfm-avg -o "$T/x.tfm" "$M/run/step-000006.tfm" "$M/ff32/step-000001.tfm"
+    assert_failure 1
+    assert_output --partial "$M/ff32/step-000001.tfm and $M/run/step-000006.tfm: different config: 'd_ff = 32' against 'd_ff = 64'"
+    run tfm-avg -o "$T/x.tfm" "$M/run/step-000006.tfm" "$M/vocab/step-000001.tfm"
+    assert_failure 1
+    assert_output --partial "different vocabulary (crc"
+    [ ! -e "$T/x.tfm" ]
+}
+
+@test "bad input: too few checkpoints, not a checkpoint, damaged, missing, usage" {
+    run tfm-avg -n 7 -o "$T/x.tfm" "$M/run"
+    assert_failure 1
+    assert_output "tfm-avg: $M/run: 6 checkpoints (step-*.tfm), -n asks for the last 7"
+    run tfm-avg -o "$T/x.tfm" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-avg: $M/b.tfm: not a checkpoint (stream kind 'batches')"
+    head -c 3000 "$M/run/step-000006.tfm" > "$T/cut.tfm"
+    run tfm-avg -o "$T/x.tfm" "$M/run/step-000005.tfm" "$T/cut.tfm"
+    assert_failure 1
+    assert_output --partial "tfm-avg: $T/cut.tfm: "
+    run tfm-avg -o "$T/x.tfm" "$T/missing.tfm"
+    assert_failure 1
+    assert_output "tfm-avg: $T/missing.tfm: No such file or directory"
+    run tfm-avg -o "$T/x.tfm" "$T"
+    assert_failure 1
+    assert_output --partial "0 checkpoints"
+    run tfm-avg -n 0 "$M/run"
+    assert_failure 2
+    assert_output --partial "-n: '0' is not an integer"
+    run tfm-avg
+    assert_failure 2
+    run tfm-avg -o /proc/tfm-avg.tfm "$M/run"
+    assert_failure 1
+    [ ! -e "$T/x.tfm" ]
+}

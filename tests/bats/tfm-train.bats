@@ -1,0 +1,399 @@
+#!/usr/bin/env bats
+# tfm-train: every option and bad input, checkpoints, resume after SIGKILL (bit for bit),
+# ranks against update-freq, signals, and convergence of configs/tiny.conf on real data
+# (the first 3000 pairs of data/multi30k-ende).
+
+setup_file() {
+    D="$TFM_ROOT/data/multi30k-ende"
+    M="$BATS_FILE_TMPDIR"
+    zcat "$D/train.en.gz" | head -n 3000 > "$M/en.txt"
+    zcat "$D/train.de.gz" | head -n 3000 > "$M/de.txt"
+    zcat "$D/val.en.gz" | head -n 200 > "$M/val.en"
+    zcat "$D/val.de.gz" | head -n 200 > "$M/val.de"
+    tfm-tokenize train -q -m "$M/spm.model" --vocab 1000 "$M/en.txt" "$M/de.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/en.tfm" "$M/en.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/de.tfm" "$M/de.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/val.en.tfm" "$M/val.en"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/val.de.tfm" "$M/val.de"
+    tfm-batch -q --tokens 1024 "$M/en.tfm" "$M/de.tfm" > "$M/b.tfm"
+    tfm-batch -q --tokens 1024 "$M/val.en.tfm" "$M/val.de.tfm" > "$M/v.tfm"
+    # a small stream (about 12 batches) and a source-only one
+    head -n 500 "$M/en.txt" > "$M/en500.txt"
+    head -n 500 "$M/de.txt" > "$M/de500.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/en500.tfm" "$M/en500.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/de500.tfm" "$M/de500.txt"
+    tfm-batch -q --tokens 1024 "$M/en500.tfm" "$M/de500.tfm" > "$M/b500.tfm"
+    tfm-batch -q --tokens 1024 "$M/en500.tfm" > "$M/src-only.tfm"
+    # the same sentences under another vocabulary of the same size
+    tfm-tokenize train -q -m "$M/other.model" --vocab 1000 --type unigram "$M/en.txt" "$M/de.txt"
+    tfm-tokenize encode -q -m "$M/other.model" --eos -o "$M/oen.tfm" "$M/en500.txt"
+    tfm-tokenize encode -q -m "$M/other.model" --eos -o "$M/ode.tfm" "$M/de500.txt"
+    tfm-batch -q --tokens 1024 "$M/oen.tfm" "$M/ode.tfm" > "$M/other.tfm"
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    M="$BATS_FILE_TMPDIR"
+    T="$BATS_TEST_TMPDIR"
+    CONF="$TFM_ROOT/configs/tiny.conf"
+    # a smaller model than tiny for the option tests: a few ms an update
+    SMALL=(-c "$CONF" --set layers=1 --set d_model=32 --set d_ff=64 --set heads=2 -j 1)
+}
+
+# The parameter records of a checkpoint as text (tfm-cat, the independent dumper).
+params() {
+    tfm-cat --values "$1" | awk '/^record/ { p = ($3 ~ /^param\./) } p'
+}
+
+# Largest absolute difference between the parameters of two checkpoints.
+max_diff() {
+    paste -d ' ' <(params "$1" | tr ' \t' '\n\n') <(params "$2" | tr ' \t' '\n\n') |
+        awk 'NF == 2 && $1 + 0 == $1 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
+             END { printf "%.3g\n", m }'
+}
+
+@test "--help mirrors the synopsis; --version" {
+    run tfm-train --help
+    assert_success
+    assert_line --index 0 --partial "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]"
+    assert_output --partial "--ranks R"
+    assert_output --partial "--print-config"
+    run tfm-train --version
+    assert_success
+    assert_output "tfm-train $(cat "$TFM_ROOT/VERSION")"
+}
+
+@test "usage errors exit 2 and name the flag" {
+    run tfm-train -c "$CONF" "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "-o DIR is required"
+    run tfm-train -o "$T/x" "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "-c CONFIG is required"
+    run tfm-train -c "$CONF" -o "$T/x" --max-steps 1x "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--max-steps: '1x' is not an integer"
+    run tfm-train -c "$CONF" -o "$T/x" --max-time 5q "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--max-time: '5q' is not a duration"
+    run tfm-train -c "$CONF" -o "$T/x" --save-every 10x "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--save-every: '10x' is neither"
+    run tfm-train -c "$CONF" -o "$T/x" --ranks 0 "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--ranks: '0' is not an integer in [1, 256]"
+    run tfm-train -c "$CONF" -o "$T/x" --update-freq 0 "$M/b.tfm"
+    assert_failure 2
+    run tfm-train -c "$CONF" -o "$T/x" --keep -1 "$M/b.tfm"
+    assert_failure 2
+    run tfm-train -c "$CONF" -o "$T/x" --threads 0 "$M/b.tfm"
+    assert_failure 2
+    run tfm-train -c "$CONF" -o "$T/x" --report-every 0 "$M/b.tfm"
+    assert_failure 2
+    run tfm-train -c "$CONF" -o "$T/x" --max-memory 12Q "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--max-memory: '12Q' is not a size"
+    run tfm-train -c "$CONF" -o "$T/x" --set dropuot=0.3 "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "dropuot"
+    run tfm-train -c "$CONF" -o "$T/x" --device tpu "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "unknown device 'tpu'"
+    run tfm-train -c "$CONF" -o "$T/x" "$M/b.tfm" "$M/v.tfm"
+    assert_failure 2
+    run tfm-train -c "$T/none.conf" -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$T/none.conf"
+    [ ! -e "$T/x" ]
+}
+
+@test "--print-config prints the effective config with --set and the key options" {
+    run tfm-train -c "$CONF" --set dropout=0.3 --max-steps 77 --keep 3 --save-every 50 --print-config
+    assert_success
+    assert_line "dropout = 0.3"
+    assert_line "max_steps = 77"
+    assert_line "keep = 3"
+    assert_line "save_every = 50"
+    assert_line "d_model = 64"
+}
+
+@test "training writes step-NNNNNN.tfm checkpoints and last.tfm, with config, vocabulary and state" {
+    run tfm-train "${SMALL[@]}" -o "$T/ck" --max-steps 4 --save-every 2 "$M/b.tfm"
+    assert_success
+    assert_line --partial "tfm-train: device: cpu"
+    assert_line "tfm-train: saved $T/ck/step-000002.tfm"
+    assert_line "tfm-train: max steps reached at update 4; last checkpoint $T/ck/step-000004.tfm"
+    run ls "$T/ck"
+    assert_output $'last.tfm\nstep-000002.tfm\nstep-000004.tfm'
+    [ "$(readlink "$T/ck/last.tfm")" = step-000004.tfm ]
+    run tfm-cat "$T/ck/last.tfm"
+    assert_success
+    assert_line "meta kind=checkpoint"
+    assert_line "meta step=4"
+    assert_line "meta ranks=1"
+    assert_line "meta spm.crc32=$(tfm-cat --header "$M/b.tfm" | sed -n 's/^meta spm.crc32=//p')"
+    assert_line --regexp '^record 2 config u8 '
+    assert_line --regexp '^record 3 state i64 \[9\]'
+    assert_line --regexp '^record [0-9]+ param\.emb f32 \[1000,32\]'
+    assert_line --regexp '^record [0-9]+ adam\.m\.emb f32 \[1000,32\]'
+    assert_line --regexp '^record [0-9]+ adam\.v\.emb f32 \[1000,32\]'
+    # config text (u8 values, one row): the effective config, vocab from the stream
+    run bash -c "tfm-cat --values '$T/ck/last.tfm' | awk '/record 2 config/ { getline; n = split(\$0, b, \" \"); for (i = 1; i <= n; i++) printf \"%c\", b[i] }'"
+    assert_line "vocab = 1000"
+    assert_line "d_model = 32"
+    # state: version, step 4, epoch 0, 4 batches read, tokens, ms, seed 1, 1 rng word = 4
+    run bash -c "tfm-cat --values '$T/ck/last.tfm' | awk '/record 3 state/ { getline; print }'"
+    assert_output --regexp $'^\t1 4 0 4 [0-9]+ [0-9]+ 1 1 4$'
+}
+
+@test "--save-every N and --keep N keep the newest checkpoints; a duration saves at the end" {
+    run tfm-train "${SMALL[@]}" -o "$T/k" --max-steps 10 --save-every 3 --keep 2 -q "$M/b.tfm"
+    assert_success
+    assert_output ""
+    run ls "$T/k"
+    assert_output $'last.tfm\nstep-000009.tfm\nstep-000010.tfm'
+    run tfm-train "${SMALL[@]}" -o "$T/h" --max-steps 5 --save-every 1h -q "$M/b.tfm"
+    assert_success
+    run ls "$T/h"
+    assert_output $'last.tfm\nstep-000005.tfm'
+}
+
+@test "--max-time stops after the duration, with a checkpoint" {
+    run tfm-train "${SMALL[@]}" -o "$T/t" --max-time 1s "$M/b.tfm"
+    assert_success
+    assert_line --partial "max time reached at update"
+    run ls "$T/t"
+    assert_line --regexp '^step-[0-9]{6}\.tfm$'
+}
+
+@test "a piped stream ends training at its end; the last partial update is dropped" {
+    nb=$(tfm-cat --header "$M/b500.tfm" | sed -n 's/^meta batches=//p')
+    run bash -c "cat '$M/b500.tfm' | tfm-train ${SMALL[*]} -o '$T/p' --update-freq 2 --max-steps 1000"
+    assert_success
+    assert_line "tfm-train: end of the batch stream at update $((nb / 2)); last checkpoint $T/p/step-$(printf %06d $((nb / 2))).tfm"
+    # a file is read again: more updates than batches
+    run tfm-train "${SMALL[@]}" -o "$T/f" --max-steps $((nb + 3)) "$M/b500.tfm"
+    assert_success
+    assert_line --partial "max steps reached at update $((nb + 3))"
+}
+
+@test "--progress, --log and --valid: progress lines, tab-separated log, validation" {
+    run tfm-train "${SMALL[@]}" -o "$T/l" --max-steps 6 --report-every 2 --valid "$M/v.tfm" \
+        --valid-every 3 --log "$T/log" "$M/b.tfm"
+    assert_success
+    refute_line --partial "step 2/6"        # stderr is not a terminal: no progress lines
+    assert_line --regexp '^tfm-train: valid step 3 loss [0-9.]+ ppl [0-9.]+ tokens [0-9]+$'
+    run tfm-train "${SMALL[@]}" -o "$T/l2" --max-steps 4 --report-every 2 --progress "$M/b.tfm"
+    assert_success
+    assert_line --regexp '^tfm-train: step 2/4 loss [0-9.]+ ppl [0-9.]+ lr [0-9.e+-]+ [0-9.]+k? tok/s elapsed [0-9]+s eta [0-9]+s$'
+    assert_line --regexp '^tfm-train: step 4/4 '
+    run cat "$T/log"
+    assert_line --index 0 $'kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens'
+    assert_line --index 1 --regexp $'^train\t2\t[0-9.]+\t[0-9.]+\t[0-9.e+-]+\t[0-9.]+\t[0-9.]+\t[0-9]+$'
+    assert_line --index 2 --regexp $'^valid\t3\t[0-9.]+\t[0-9.]+\t-\t-\t'
+    assert_line --index 3 --regexp $'^train\t4\t'
+    assert_line --index 4 --regexp $'^train\t6\t'
+    assert_line --index 5 --regexp $'^valid\t6\t'
+    assert_equal "${#lines[@]}" 6
+    # every train line has 8 columns and a loss below the uniform one (ln 1000 + smoothing)
+    run awk -F '\t' '$1 == "train" && (NF != 8 || $3 > 7.5) { bad++ } END { print bad + 0 }' "$T/log"
+    assert_output 0
+}
+
+@test "--quiet prints nothing but errors" {
+    run tfm-train "${SMALL[@]}" -o "$T/q" --max-steps 2 --progress --quiet "$M/b.tfm"
+    assert_success
+    assert_output ""
+}
+
+@test "--resume after SIGKILL ends with the same parameters, bit for bit" {
+    run tfm-train "${SMALL[@]}" -o "$T/whole" --max-steps 60 -q "$M/b500.tfm"
+    assert_success
+    tfm-train "${SMALL[@]}" -o "$T/cut" --max-steps 60 --save-every 2 -q "$M/b500.tfm" &
+    pid=$!
+    for i in $(seq 3000); do [ -e "$T/cut/step-000010.tfm" ] && break; sleep 0.01; done
+    kill -KILL $pid
+    wait $pid || true
+    newest=$(ls "$T/cut" | grep -E '^step-[0-9]+\.tfm$' | tail -n 1)
+    [ "$newest" != step-000060.tfm ]     # it was killed before the end
+    run tfm-train "${SMALL[@]}" -o "$T/cut" --max-steps 60 --save-every 2 --resume "$M/b500.tfm"
+    assert_success
+    assert_line "tfm-train: resuming from $T/cut/$newest: update $((10#${newest:5:6})), epoch $(( 10#${newest:5:6} / $(tfm-cat --header "$M/b500.tfm" | sed -n 's/^meta batches=//p') )), batch $(( 10#${newest:5:6} % $(tfm-cat --header "$M/b500.tfm" | sed -n 's/^meta batches=//p') ))"
+    diff <(params "$T/whole/step-000060.tfm") <(params "$T/cut/step-000060.tfm")
+    # and the comparison can fail: an earlier checkpoint differs
+    ! diff -q <(params "$T/whole/step-000060.tfm") <(params "$T/cut/step-000010.tfm")
+}
+
+@test "--resume without -c takes the checkpoint's config; may change max_steps only" {
+    run tfm-train "${SMALL[@]}" -o "$T/r" --max-steps 3 -q "$M/b.tfm"
+    assert_success
+    run tfm-train -o "$T/r" --resume --max-steps 5 -j 1 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: resuming from $T/r/step-000003.tfm: update 3, epoch 0, batch 3"
+    assert_line --partial "max steps reached at update 5"
+    run tfm-train "${SMALL[@]}" --set dropout=0.3 -o "$T/r" --resume --max-steps 6 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "config key 'dropout' is 0.1 in the checkpoint and 0.3 now"
+    run tfm-train "${SMALL[@]}" -o "$T/r" --max-steps 6 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$T/r: holds checkpoints (newest $T/r/step-000005.tfm): use --resume"
+    run tfm-train -o "$T/empty" --resume "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "no checkpoint to resume and no -c CONFIG"
+}
+
+@test "--ranks R equals --update-freq R up to float reassociation" {
+    # adam_eps 1e-3: Adam's first steps turn tiny gradients into +-lr; this keeps the
+    # comparison about the gradients (see tests/unit/test_train.c)
+    run tfm-train "${SMALL[@]}" --set adam_eps=1e-3 -o "$T/r2" --ranks 2 --max-steps 8 -q "$M/b.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" --set adam_eps=1e-3 -o "$T/k2" --update-freq 2 --max-steps 8 -q "$M/b.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" --set adam_eps=1e-3 -o "$T/k1" --max-steps 8 -q "$M/b.tfm"
+    assert_success
+    run max_diff "$T/r2/last.tfm" "$T/k2/last.tfm"
+    echo "ranks 2 against update-freq 2: $output"
+    awk -v d="$output" 'BEGIN { exit !(d < 2e-6) }'
+    run max_diff "$T/k1/last.tfm" "$T/k2/last.tfm"
+    echo "update-freq 1 against 2: $output"
+    awk -v d="$output" 'BEGIN { exit !(d > 2e-5) }'
+    run tfm-cat --header "$T/r2/last.tfm"
+    assert_line "meta ranks=2"
+}
+
+@test "SIGTERM and SIGINT finish the update, write a checkpoint and exit 143 / 130" {
+    for sig in TERM INT; do
+        rm -rf "$T/s"
+        tfm-train "${SMALL[@]}" -o "$T/s" --save-every 1 --max-steps 100000 "$M/b.tfm" 2> "$T/err" &
+        pid=$!
+        for i in $(seq 3000); do [ -e "$T/s/step-000002.tfm" ] && break; sleep 0.01; done
+        kill -$sig $pid
+        rc=0
+        wait $pid || rc=$?
+        [ $sig = TERM ] && assert_equal $rc 143
+        [ $sig = INT ] && assert_equal $rc 130
+        run cat "$T/err"
+        assert_line --regexp '^tfm-train: stopped by a signal at update [0-9]+; last checkpoint '
+        last=$(readlink "$T/s/last.tfm")
+        run tfm-cat "$T/s/$last"
+        assert_success
+    done
+}
+
+@test "wrong stream kinds: tokens, checkpoint, source-only batches" {
+    run tfm-train "${SMALL[@]}" -o "$T/w" "$M/en.tfm"
+    assert_failure 1
+    assert_output --partial "$M/en.tfm: a 'tokens' stream, expected batches"
+    run tfm-train "${SMALL[@]}" -o "$T/w2" --max-steps 1 -q "$M/b.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" -o "$T/w3" "$T/w2/last.tfm"
+    assert_failure 1
+    assert_output --partial "a 'checkpoint' stream, expected batches"
+    run tfm-train "${SMALL[@]}" -o "$T/w4" "$M/src-only.tfm"
+    assert_failure 1
+    assert_output --partial "without targets"
+    run tfm-train "${SMALL[@]}" -o "$T/w5" --valid "$M/en.tfm" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$M/en.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/w6" "$T/nothing.tfm"
+    assert_failure 1
+    assert_output --partial "$T/nothing.tfm"
+}
+
+@test "vocabulary mismatch between batches and checkpoint, or batches and validation" {
+    run tfm-train "${SMALL[@]}" -o "$T/v" --max-steps 2 -q "$M/b500.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" -o "$T/v" --resume --max-steps 4 "$M/other.tfm"
+    assert_failure 1
+    assert_output --partial "$M/other.tfm: vocabulary mismatch: the batches have vocabulary crc"
+    assert_output --partial "checkpoint $T/v/step-000002.tfm has"
+    run tfm-train "${SMALL[@]}" -o "$T/v2" --valid "$M/other.tfm" "$M/b500.tfm"
+    assert_failure 1
+    assert_output --partial "$M/other.tfm: vocabulary mismatch with the training batches"
+}
+
+@test "an unwritable output directory is an error before training" {
+    touch "$T/file"
+    run tfm-train "${SMALL[@]}" -o "$T/file" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$T/file: not a directory"
+    run tfm-train "${SMALL[@]}" -o "$T/file/sub" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$T/file/sub: cannot create directory"
+    run tfm-train "${SMALL[@]}" -o /proc/tfm-ckpt "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "/proc/tfm-ckpt: cannot create directory"
+    refute_output --partial "saved"
+}
+
+@test "a corrupt or truncated checkpoint on resume is an error naming it" {
+    run tfm-train "${SMALL[@]}" -o "$T/c" --max-steps 2 -q "$M/b.tfm"
+    assert_success
+    f="$T/c/step-000002.tfm"
+    size=$(stat -c %s "$f")
+    printf '\x55' | dd of="$f" bs=1 seek=$((size - 2000)) conv=notrunc status=none
+    run tfm-train "${SMALL[@]}" -o "$T/c" --resume --max-steps 4 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "cannot resume: $f: record"
+    assert_output --partial "crc"
+    head -c 5000 "$T/c/step-000002.tfm" > "$T/c/step-000003.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/c" --resume --max-steps 4 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "cannot resume: $T/c/step-000003.tfm"
+}
+
+@test "a truncated batch stream is an error naming it" {
+    head -c 20000 "$M/b.tfm" > "$T/cut.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/t" --max-steps 100 "$T/cut.tfm"
+    assert_failure 1
+    assert_output --partial "$T/cut.tfm"
+    refute_output --partial "saved"
+}
+
+@test "a batch over the budget or the memory names the budget to lower" {
+    run tfm-train "${SMALL[@]}" --set tokens=512 --set max_len=128 -o "$T/b" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$M/b.tfm: batches of up to 1024 tokens, more than the batch budget tokens=512: re-batch with tfm-batch --tokens 512"
+    run tfm-train "${SMALL[@]}" -o "$T/m" --max-memory 1M "$M/b.tfm"
+    assert_failure 1
+    assert_output --regexp "needs [0-9.]+ GiB \(1 rank\), more than the 0.00 GiB available: lower the budget \(--set tokens=N"
+}
+
+@test "NaN is reported with its update; no poisoned checkpoint is written" {
+    # Adam with eps 0 makes an exactly zero gradient (the pad row of the untied source
+    # embedding) 0/0 = NaN
+    run tfm-train "${SMALL[@]}" --set adam_eps=0 --set tie=0 -o "$T/n" --save-every 1 \
+        --max-steps 100 "$M/b.tfm"
+    assert_failure 1
+    assert_output --regexp "tfm-train: update 1: $T/n/step-000001.tfm: 'param.src_emb' element [0-9]+ is NaN: not writing a poisoned checkpoint"
+    [ ! -e "$T/n/step-000001.tfm" ]
+    run tfm-train "${SMALL[@]}" --set adam_eps=0 --set tie=0 -o "$T/n2" --max-steps 100 "$M/b.tfm"
+    assert_failure 1
+    assert_output --regexp "tfm-train: update 2: .*NaN.*stopping without a checkpoint"
+    run ls "$T/n2"
+    assert_output ""
+}
+
+@test "--device cuda is refused on this build/machine; other processes need NCCL" {
+    run tfm-train "${SMALL[@]}" -o "$T/d" --device cuda --max-steps 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "cuda"
+    run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${SMALL[@]}" -o "$T/d" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "TFM_RANK: 2 processes: training across processes needs NCCL"
+    run env TFM_RANK=3 TFM_WORLD_SIZE=2 tfm-train "${SMALL[@]}" -o "$T/d" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "TFM_RANK=3 outside TFM_WORLD_SIZE=2"
+}
+
+@test "convergence: configs/tiny.conf on 3000 multi30k pairs gets below loss 5.6 in 150 updates" {
+    # deterministic with -j 1: the loss of updates 126-150 is 5.356 (first 25: 7.21)
+    run tfm-train -c "$CONF" -j 1 -o "$T/cv" --max-steps 150 --report-every 25 --log "$T/log" -q "$M/b.tfm"
+    assert_success
+    run awk -F '\t' '$1 == "train" && $2 == 25 { print ($3 > 7.0) }' "$T/log"
+    assert_output 1
+    run awk -F '\t' '$1 == "train" && $2 == 150 { print $3; exit !($3 < 5.6) }' "$T/log"
+    echo "loss at 150: $output"
+    assert_success
+}

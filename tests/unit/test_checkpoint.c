@@ -1,0 +1,299 @@
+/* test_checkpoint.c: checkpoint write/load round trips, refusal of poisoned values and of
+ * wrong kinds, compatibility, directory listing, pruning, last.tfm, averaging. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "checkpoint.h"
+#include "stream.h"
+
+static char dir[256];
+
+static const char *path_in(const char *name)
+{
+    static char buf[16][512];
+    static int k;
+    k = (k + 1) % 16;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static const char CONFIG[] = "d_model = 8\nlayers = 1\n";
+static const unsigned char SPM[] = "not a real sentencepiece model, only bytes";
+
+/* A checkpoint at path with params w [2,3] = base + i and b [3] = -base - i. */
+static int write_ckpt(const char *path, int64_t step, float base, const char *config, int adam)
+{
+    struct tfm_error err;
+    struct tfm_header h;
+    tfm_header_init(&h, "ignored");
+    tfm_header_set_spm(&h, SPM, sizeof SPM, &err);
+    tfm_header_set(&h, "producer", "test", &err);
+    struct tfm_ckpt_state st = {.step = step, .epoch = 2, .batch_pos = 17, .tokens = 12345,
+                                .elapsed_ms = 999, .seed = 7, .nrng = 2,
+                                .rng = {0xdeadbeefcafef00dull, 42}};
+    struct tfm_writer *w = tfm_checkpoint_begin(path, &h, config, &st, &err);
+    tfm_header_free(&h);
+    if (!w) {
+        printf("# %s\n", err.msg);
+        return -1;
+    }
+    float wv[6], bv[3];
+    for (int i = 0; i < 6; i++)
+        wv[i] = base + (float)i;
+    for (int i = 0; i < 3; i++)
+        bv[i] = -base - (float)i;
+    int64_t dw[2] = {2, 3}, db[1] = {3};
+    if (tfm_checkpoint_put(w, TFM_CKPT_PARAM, "w", 2, dw, wv, &err) ||
+        tfm_checkpoint_put(w, TFM_CKPT_PARAM, "b", 1, db, bv, &err) ||
+        (adam && (tfm_checkpoint_put(w, TFM_CKPT_ADAM_M, "w", 2, dw, wv, &err) ||
+                  tfm_checkpoint_put(w, TFM_CKPT_ADAM_V, "w", 2, dw, wv, &err)))) {
+        printf("# %s\n", err.msg);
+        tfm_writer_abort(w);
+        return -1;
+    }
+    if (tfm_writer_close(w, &err)) {
+        printf("# %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void test_round_trip(void)
+{
+    struct tfm_error err;
+    const char *p = path_in("rt.tfm");
+    CHECK(write_ckpt(p, 1000, 1.5f, CONFIG, 1) == 0);
+    struct tfm_checkpoint *c = tfm_checkpoint_load(p, 0, &err);
+    CHECK(c != NULL);
+    if (!c) {
+        printf("# %s\n", err.msg);
+        return;
+    }
+    CHECK_STR(c->header.kind, "checkpoint");
+    CHECK_STR(tfm_header_get(&c->header, "step"), "1000");
+    CHECK_STR(tfm_header_get(&c->header, "producer"), "test");
+    CHECK_EQ_INT(c->header.spm_size, sizeof SPM);
+    CHECK_STR(c->config, CONFIG);
+    CHECK_EQ_INT(c->state.step, 1000);
+    CHECK_EQ_INT(c->state.epoch, 2);
+    CHECK_EQ_INT(c->state.batch_pos, 17);
+    CHECK_EQ_INT(c->state.tokens, 12345);
+    CHECK_EQ_INT(c->state.elapsed_ms, 999);
+    CHECK_EQ_INT(c->state.seed, 7);
+    CHECK_EQ_INT(c->state.nrng, 2);
+    CHECK(c->state.rng[0] == 0xdeadbeefcafef00dull);
+    CHECK_EQ_INT(c->ntensors, 4);
+    struct tfm_ckpt_tensor *w = tfm_checkpoint_find(c, "param.w");
+    CHECK(w && w->rank == 2 && w->dims[0] == 2 && w->dims[1] == 3 && w->count == 6);
+    CHECK(w && w->data[5] == 6.5f);
+    CHECK(tfm_checkpoint_find(c, "adam.v.w") != NULL);
+    CHECK(tfm_checkpoint_find(c, "param.nope") == NULL);
+    tfm_checkpoint_free(c);
+    c = tfm_checkpoint_load(p, TFM_CKPT_NO_OPTIMIZER, &err);
+    CHECK(c && c->ntensors == 2 && !tfm_checkpoint_find(c, "adam.m.w"));
+    tfm_checkpoint_free(c);
+}
+
+static void test_poison_refused(void)
+{
+    struct tfm_error err;
+    const char *p = path_in("nan.tfm");
+    struct tfm_ckpt_state st = {.step = 3};
+    struct tfm_writer *w = tfm_checkpoint_begin(p, NULL, CONFIG, &st, &err);
+    CHECK(w != NULL);
+    float v[3] = {1, NAN, 2};
+    int64_t d = 3;
+    CHECK(tfm_checkpoint_put(w, TFM_CKPT_PARAM, "x", 1, &d, v, &err) == -1);
+    CHECK(strstr(err.msg, "'param.x' element 1 is NaN") != NULL);
+    v[1] = INFINITY;
+    CHECK(tfm_checkpoint_put(w, TFM_CKPT_PARAM, "x", 1, &d, v, &err) == -1);
+    CHECK(strstr(err.msg, "is Inf") != NULL);
+    tfm_writer_abort(w);
+    CHECK(access(p, F_OK) != 0);    /* nothing appeared */
+}
+
+static void test_refusals(void)
+{
+    struct tfm_error err;
+    /* a stream of another kind */
+    const char *p = path_in("tokens.tfm");
+    struct tfm_header h;
+    tfm_header_init(&h, TFM_KIND_TOKENS);
+    struct tfm_writer *w = tfm_writer_open(p, &h, 0, &err);
+    tfm_header_free(&h);
+    CHECK(w && tfm_writer_close(w, &err) == 0);
+    CHECK(tfm_checkpoint_load(p, 0, &err) == NULL);
+    CHECK(strstr(err.msg, "not a checkpoint (stream kind 'tokens')") != NULL);
+    /* a truncated checkpoint */
+    const char *good = path_in("good.tfm"), *cut = path_in("cut.tfm");
+    CHECK(write_ckpt(good, 5, 0, CONFIG, 0) == 0);
+    FILE *f = fopen(good, "rb");
+    char buf[65536];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    f = fopen(cut, "wb");
+    fwrite(buf, 1, n - 100, f);
+    fclose(f);
+    CHECK(tfm_checkpoint_load(cut, 0, &err) == NULL);
+    CHECK(strncmp(err.msg, cut, strlen(cut)) == 0);
+    /* a flipped payload byte: crc */
+    buf[n - 140] ^= 0x40;
+    f = fopen(cut, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    CHECK(tfm_checkpoint_load(cut, 0, &err) == NULL);
+    printf("# %s\n", err.msg);
+    CHECK(tfm_checkpoint_load(path_in("missing.tfm"), 0, &err) == NULL);
+}
+
+static void test_compatible(void)
+{
+    struct tfm_error err;
+    CHECK(write_ckpt(path_in("a.tfm"), 1, 0, CONFIG, 0) == 0);
+    CHECK(write_ckpt(path_in("b.tfm"), 2, 1, CONFIG, 0) == 0);
+    CHECK(write_ckpt(path_in("c.tfm"), 3, 1, "d_model = 8\nlayers = 2\n", 0) == 0);
+    struct tfm_checkpoint *a = tfm_checkpoint_load(path_in("a.tfm"), 0, &err);
+    struct tfm_checkpoint *b = tfm_checkpoint_load(path_in("b.tfm"), 0, &err);
+    struct tfm_checkpoint *c = tfm_checkpoint_load(path_in("c.tfm"), 0, &err);
+    CHECK(a && b && c);
+    if (a && b && c) {
+        CHECK(tfm_checkpoint_compatible(a, b, &err) == 0);
+        CHECK(tfm_checkpoint_compatible(a, c, &err) == -1);
+        CHECK_STR(err.msg, "different config: 'layers = 1' against 'layers = 2'");
+        free(b->config);    /* run keys may differ */
+        b->config = strdup("d_model = 8\nmax_steps = 9\nlayers = 1\nkeep = 2\n");
+        CHECK(tfm_checkpoint_compatible(a, b, &err) == 0);
+        free(b->config);
+        b->config = strdup("d_model = 8\n");
+        CHECK(tfm_checkpoint_compatible(a, b, &err) == -1);
+        CHECK_STR(err.msg, "different config: 'layers = 1' against '(end)'");
+        tfm_header_set_spm(&b->header, "x", 1, &err);
+        free(b->config);
+        b->config = strdup(CONFIG);
+        CHECK(tfm_checkpoint_compatible(a, b, &err) == -1);
+        CHECK(strstr(err.msg, "different vocabulary") != NULL);
+    }
+    tfm_checkpoint_free(a);
+    tfm_checkpoint_free(b);
+    tfm_checkpoint_free(c);
+}
+
+static void test_directory(void)
+{
+    struct tfm_error err;
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/run", dir);
+    CHECK(tfm_checkpoint_dir_ready(sub, &err) == 0);
+    char p[600];
+    CHECK(tfm_checkpoint_path(p, sizeof p, sub, 42) == 0);
+    CHECK(strcmp(p + strlen(sub), "/step-000042.tfm") == 0);
+    int64_t steps_in[] = {300, 20, 1000000, 4000};
+    for (int i = 0; i < 4; i++) {
+        tfm_checkpoint_path(p, sizeof p, sub, steps_in[i]);
+        CHECK(write_ckpt(p, steps_in[i], (float)i, CONFIG, 0) == 0);
+    }
+    FILE *f = fopen(path_in("run/step-12.tfm"), "w");   /* too few digits: not a checkpoint */
+    if (f)
+        fclose(f);
+    char **paths;
+    int64_t *steps;
+    int n;
+    CHECK(tfm_checkpoint_list(sub, &paths, &steps, &n, &err) == 0);
+    CHECK_EQ_INT(n, 4);
+    if (n == 4) {
+        CHECK_EQ_INT(steps[0], 20);
+        CHECK_EQ_INT(steps[3], 1000000);
+        CHECK(strstr(paths[3], "/step-1000000.tfm") != NULL);
+    }
+    tfm_checkpoint_list_free(paths, steps, n);
+    CHECK(tfm_checkpoint_link_last(sub, 1000000, &err) == 0);
+    char target[256] = {0};
+    CHECK(readlink(path_in("run/last.tfm"), target, sizeof target - 1) > 0);
+    CHECK_STR(target, "step-1000000.tfm");
+    struct tfm_checkpoint *c = tfm_checkpoint_load(path_in("run/last.tfm"), 0, &err);
+    CHECK(c && c->state.step == 1000000);
+    tfm_checkpoint_free(c);
+    CHECK(tfm_checkpoint_prune(sub, 2, &err) == 0);
+    CHECK(tfm_checkpoint_list(sub, &paths, &steps, &n, &err) == 0);
+    CHECK(n == 2 && steps[0] == 4000 && steps[1] == 1000000);
+    tfm_checkpoint_list_free(paths, steps, n);
+    /* leftovers of a dead writer go, those of a live one stay */
+    FILE *g = fopen(path_in("run/step-000077.tfm.tmp.999999999"), "w");
+    if (g)
+        fclose(g);
+    char live[64];
+    snprintf(live, sizeof live, "run/step-000078.tfm.tmp.%ld", (long)getppid());
+    g = fopen(path_in(live), "w");
+    if (g)
+        fclose(g);
+    CHECK_EQ_INT(tfm_checkpoint_clean(sub, &err), 1);
+    CHECK(access(path_in("run/step-000077.tfm.tmp.999999999"), F_OK) != 0);
+    CHECK(access(path_in(live), F_OK) == 0);
+    CHECK(tfm_checkpoint_dir_ready(path_in("rt.tfm"), &err) == -1);
+    CHECK(strstr(err.msg, "not a directory") != NULL);
+    if (geteuid() != 0) {
+        CHECK(tfm_checkpoint_dir_ready("/proc/tfm-no", &err) == -1);
+        CHECK(strstr(err.msg, "cannot create directory") != NULL);
+    }
+}
+
+static void test_average(void)
+{
+    struct tfm_error err;
+    const char *in[3] = {path_in("v1.tfm"), path_in("v2.tfm"), path_in("v3.tfm")};
+    for (int i = 0; i < 3; i++)
+        CHECK(write_ckpt(in[i], 100 * (i + 1), (float)i * 0.5f, CONFIG, 1) == 0);
+    const char *out = path_in("avg.tfm");
+    CHECK(tfm_checkpoint_average(in, 3, 0, out, &err) == 0);
+    struct tfm_checkpoint *c = tfm_checkpoint_load(out, 0, &err);
+    CHECK(c != NULL);
+    if (c) {
+        CHECK_EQ_INT(c->ntensors, 2);   /* optimizer dropped */
+        struct tfm_ckpt_tensor *w = tfm_checkpoint_find(c, "param.w");
+        /* bases 0, 0.5, 1: mean 0.5 */
+        CHECK(w && w->data[0] == 0.5f && w->data[5] == 5.5f);
+        CHECK_EQ_INT(c->state.step, 300);
+        CHECK_STR(tfm_header_get(&c->header, "averaged"), "3");
+        CHECK_STR(tfm_header_get(&c->header, "averaged.steps"), "100,200,300");
+        CHECK_STR(tfm_header_get(&c->header, "step"), "300");
+        CHECK_EQ_INT(c->header.spm_size, sizeof SPM);
+    }
+    tfm_checkpoint_free(c);
+    CHECK(tfm_checkpoint_average(in, 3, 1, out, &err) == 0);
+    c = tfm_checkpoint_load(out, 0, &err);
+    CHECK(c && c->ntensors == 4 && tfm_checkpoint_find(c, "adam.m.w")->data[1] == 1.5f);
+    tfm_checkpoint_free(c);
+    /* a config mismatch is refused and writes nothing */
+    const char *bad[2] = {in[0], path_in("other.tfm")};
+    CHECK(write_ckpt(bad[1], 9, 0, "d_model = 16\nlayers = 1\n", 1) == 0);
+    const char *out2 = path_in("avg2.tfm");
+    CHECK(tfm_checkpoint_average(bad, 2, 0, out2, &err) == -1);
+    CHECK(strstr(err.msg, "different config: 'd_model = 16' against 'd_model = 8'") != NULL);
+    CHECK(access(out2, F_OK) != 0);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "%s/tfm-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    t_run("checkpoint round trip", test_round_trip);
+    t_run("NaN and Inf are refused", test_poison_refused);
+    t_run("wrong kind, truncated, corrupt, missing", test_refusals);
+    t_run("compatibility", test_compatible);
+    t_run("directory list, last.tfm, prune", test_directory);
+    t_run("average", test_average);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        printf("# could not remove %s\n", dir);
+    return t_done();
+}
