@@ -1,0 +1,240 @@
+/* tfm-decode: translate token streams with trained models (man/tfm-decode.1).
+ * A thin main: options, then src/decode.h does the work. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "decode.h"
+
+static const char USAGE[] =
+    "usage: tfm-decode -m MODEL [-m MODEL]... [--beam K] [--alpha A] [--max-len-b N]\n"
+    "                  [--nbest N] [--text] [--sample] [--topk K] [--topp P]\n"
+    "                  [--temperature T] [--seed N] [--tokens N] [--threads N]\n"
+    "                  [--device DEV] [-o OUT] [--progress] [--quiet] [FILE]\n";
+
+static const char HELP[] =
+    "Translate a token (or batch) stream; write a hypothesis stream in input order.\n"
+    "FILE omitted or - is stdin.  Defaults of --beam, --alpha, --max-len-b: the model's config.\n"
+    "  -m, --model MODEL      checkpoint; repeat for an ensemble (log-probs averaged)\n"
+    "  -k, --beam K           beam size, 1..4096; 1 is greedy\n"
+    "  -a, --alpha A          length penalty ((5+|Y|)/6)^A\n"
+    "  -b, --max-len-b N      at most source length + N tokens\n"
+    "  -n, --nbest N          hypotheses per sentence (<= beam), or samples (1)\n"
+    "  -t, --text             detokenized text; n-best as 'N ||| text ||| score'\n"
+    "  -s, --sample           sample instead of searching\n"
+    "      --topk K           sample among the K most probable tokens (0: all)\n"
+    "      --topp P           nucleus sampling, P in (0, 1] (1: all)\n"
+    "      --temperature T    sampling temperature > 0 (1)\n"
+    "      --seed N           sampling seed (1)\n"
+    "      --tokens N         batch budget in token positions (16384)\n"
+    "  -j, --threads N        CPU threads (0: all online CPUs)\n"
+    "      --device DEV       auto, cpu or cuda (auto)\n"
+    "  -o, --output OUT       write OUT (whole or not at all) instead of stdout\n"
+    "  -p, --progress / -q, --quiet   progress on stderr (default: when it is a tty)\n"
+    "  -h, --help / --version\n";
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("tfm-decode: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fputs(USAGE, stderr);
+    return 2;
+}
+
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end || errno || x < lo || x > hi)
+        return usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s, lo, hi);
+    *v = x;
+    return 0;
+}
+
+static int parse_num(const char *flag, const char *s, double lo, double hi, int open_lo,
+                     double *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(x) || x < lo || x > hi || (open_lo && x == lo))
+        return usage_error("%s: '%s': expected a number in %c%g, %g]", flag, s,
+                           open_lo ? '(' : '[', lo, hi);
+    *v = x;
+    return 0;
+}
+
+struct progress {
+    int on;
+};
+
+static void report(void *ctx, const struct tfm_decode_stats *st, int final)
+{
+    struct progress *p = ctx;
+    if (!p->on)
+        return;
+    double s = st->seconds > 0 ? st->seconds : 1e-9;
+    if (final)
+        fprintf(stderr, "tfm-decode: %lld sentences, %lld hypotheses, %lld tokens in %.1f s "
+                "(%.1f sentences/s, %.0f tokens/s)\n",
+                (long long)st->sentences, (long long)st->hyps, (long long)st->tokens, s,
+                st->sentences / s, st->tokens / s);
+    else
+        fprintf(stderr, "tfm-decode: %lld/%lld sentences, batch %lld, %.1f s\n",
+                (long long)st->done, (long long)st->sentences, (long long)st->batches, s);
+}
+
+int main(int argc, char **argv)
+{
+    enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION };
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, 'm'},
+        {"beam", required_argument, NULL, 'k'},
+        {"alpha", required_argument, NULL, 'a'},
+        {"max-len-b", required_argument, NULL, 'b'},
+        {"nbest", required_argument, NULL, 'n'},
+        {"text", no_argument, NULL, 't'},
+        {"sample", no_argument, NULL, 's'},
+        {"topk", required_argument, NULL, O_TOPK},
+        {"topp", required_argument, NULL, O_TOPP},
+        {"temperature", required_argument, NULL, O_TEMP},
+        {"seed", required_argument, NULL, O_SEED},
+        {"tokens", required_argument, NULL, O_TOKENS},
+        {"threads", required_argument, NULL, 'j'},
+        {"device", required_argument, NULL, O_DEVICE},
+        {"output", required_argument, NULL, 'o'},
+        {"progress", no_argument, NULL, 'p'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, O_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    struct tfm_decode_opts o;
+    tfm_decode_defaults(&o);
+    o.producer = "tfm-decode " TFM_VERSION;
+    const char *models[TFM_DECODE_MAX_MODELS];
+    int nmodels = 0, progress = isatty(2), quiet = 0, sampling_flag = 0;
+    const char *out = "-";
+    long long v;
+    double d;
+    int c;
+    while ((c = getopt_long(argc, argv, "m:k:a:b:n:tsj:o:pqh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (nmodels == TFM_DECODE_MAX_MODELS)
+                return usage_error("-m: at most %d models", TFM_DECODE_MAX_MODELS);
+            models[nmodels++] = optarg;
+            break;
+        case 'k':
+            if (parse_int("--beam", optarg, 1, 4096, &v))
+                return 2;
+            o.search.beam = (int)v;
+            o.beam_given = 1;
+            break;
+        case 'a':
+            if (parse_num("--alpha", optarg, -100, 100, 0, &d))
+                return 2;
+            o.search.alpha = d;
+            o.alpha_given = 1;
+            break;
+        case 'b':
+            if (parse_int("--max-len-b", optarg, 0, 1 << 20, &v))
+                return 2;
+            o.max_len_b = (int)v;
+            break;
+        case 'n':
+            if (parse_int("--nbest", optarg, 1, 4096, &v))
+                return 2;
+            o.search.nbest = (int)v;
+            break;
+        case 't': o.text = 1; break;
+        case 's': o.search.sample = 1; break;
+        case O_TOPK:
+            if (parse_int("--topk", optarg, 0, 1 << 30, &v))
+                return 2;
+            o.search.topk = (int)v;
+            sampling_flag = 1;
+            break;
+        case O_TOPP:
+            if (parse_num("--topp", optarg, 0, 1, 1, &d))
+                return 2;
+            o.search.topp = d;
+            sampling_flag = 1;
+            break;
+        case O_TEMP:
+            if (parse_num("--temperature", optarg, 0, 1e6, 1, &d))
+                return 2;
+            o.search.temperature = d;
+            sampling_flag = 1;
+            break;
+        case O_SEED:
+            if (parse_int("--seed", optarg, 0, (long long)(~0ULL >> 1), &v))
+                return 2;
+            o.search.seed = (uint64_t)v;
+            sampling_flag = 1;
+            break;
+        case O_TOKENS:
+            if (parse_int("--tokens", optarg, 1, 1LL << 40, &v))
+                return 2;
+            o.tokens = v;
+            break;
+        case 'j':
+            if (parse_int("--threads", optarg, 0, 4096, &v))
+                return 2;
+            o.threads = (int)v;
+            break;
+        case O_DEVICE:
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return usage_error("--device: '%s': expected auto, cpu or cuda", optarg);
+            o.device = optarg;
+            break;
+        case 'o': out = optarg; break;
+        case 'p': progress = 1; break;
+        case 'q': quiet = 1; break;
+        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
+        case O_VERSION: puts("tfm-decode " TFM_VERSION); return 0;
+        default: fputs(USAGE, stderr); return 2;
+        }
+    }
+    if (nmodels == 0)
+        return usage_error("a model is required (-m MODEL)");
+    if (optind + 1 < argc)
+        return usage_error("one input file at most ('%s' is extra)", argv[optind + 1]);
+    if (sampling_flag && !o.search.sample)
+        return usage_error("--topk, --topp, --temperature and --seed need --sample");
+    if (o.search.sample && o.beam_given)
+        return usage_error("--beam and --sample exclude each other");
+    if (!o.search.sample && o.beam_given && o.search.nbest > o.search.beam)
+        return usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
+    const char *in = optind < argc ? argv[optind] : "-";
+    struct progress pr = {progress && !quiet};
+    o.progress = report;
+    o.progress_ctx = &pr;
+    struct tfm_error err;
+    if (tfm_decode_run(models, nmodels, in, out, &o, &err)) {
+        fflush(stdout);
+        fprintf(stderr, "tfm-decode: %s\n", err.msg);
+        return 1;
+    }
+    if (!quiet && o.stats.truncated)
+        fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",
+                (long long)o.stats.truncated);
+    if (pr.on && o.stats.device[0])
+        fprintf(stderr, "tfm-decode: %s\n", o.stats.device);
+    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
+        perror("tfm-decode: write error");
+        return 1;
+    }
+    return 0;
+}

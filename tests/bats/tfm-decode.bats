@@ -1,0 +1,274 @@
+#!/usr/bin/env bats
+# tfm-decode: a tiny model trained for a few seconds on a copy task (made here with
+# tfm-tokenize, tfm-batch and tfm-train) must reproduce its input; every option and the
+# bad inputs (missing, corrupt or wrong models, vocabulary mismatch, wrong stream kind,
+# empty input).
+
+setup_file() {
+    M="$BATS_FILE_TMPDIR"
+    command -v tfm-batch > /dev/null && command -v tfm-train > /dev/null || return 0
+    # copy task: 1500 lines of 2..7 words from 24 words, deterministic
+    awk 'BEGIN {
+        split("red green blue cat dog bird one two three four five six sun moon star tree " \
+              "house car boat road hill lake rain snow", w, " ")
+        s = 7
+        for (i = 0; i < 1500; i++) {
+            s = (s * 1103515245 + 12345) % 2147483648; n = 2 + int(s / 65536) % 6; line = ""
+            for (j = 0; j < n; j++) {
+                s = (s * 1103515245 + 12345) % 2147483648
+                line = line (j ? " " : "") w[1 + int(s / 65536) % 24]
+            }
+            print line
+        }
+    }' > "$M/train.txt"
+    tfm-tokenize train -q -m "$M/spm.model" --vocab 100 -O hard_vocab_limit=false "$M/train.txt"
+    tfm-tokenize encode -m "$M/spm.model" --eos < "$M/train.txt" > "$M/train.tfm"
+    tfm-batch --tokens 600 --seed 1 "$M/train.tfm" "$M/train.tfm" > "$M/batches.tfm"
+    cat > "$M/copy.conf" <<'EOF'
+layers = 2
+d_model = 64
+d_ff = 128
+heads = 4
+max_len = 48
+dropout = 0
+label_smoothing = 0
+warmup = 100
+lr_scale = 0.3
+tokens = 600
+beam = 3
+alpha = 0.6
+max_len_b = 4
+EOF
+    tfm-train -q -c "$M/copy.conf" -o "$M/ckpt" --max-steps 700 --threads 2 "$M/batches.tfm"
+    cp -L "$M/ckpt/last.tfm" "$M/model.tfm"
+    # a stream and a model (one step) of another vocabulary
+    tfm-tokenize train -q -m "$M/other.model" --vocab 80 -O hard_vocab_limit=false "$M/train.txt"
+    tfm-tokenize encode -m "$M/other.model" --eos < "$M/train.txt" > "$M/other.tfm"
+    tfm-batch --tokens 600 "$M/other.tfm" "$M/other.tfm" > "$M/other-batches.tfm"
+    tfm-train -q -c "$M/copy.conf" -o "$M/other-ckpt" --max-steps 1 "$M/other-batches.tfm"
+    cp -L "$M/other-ckpt/last.tfm" "$M/other-model.tfm"
+    head -n 20 "$M/train.txt" > "$M/test.txt"
+    tfm-tokenize encode -m "$M/spm.model" < "$M/test.txt" > "$M/test.tfm"
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    command -v tfm-batch > /dev/null || skip "tfm-batch is not built yet"
+    command -v tfm-train > /dev/null || skip "tfm-train is not built yet"
+    M="$BATS_FILE_TMPDIR"
+    T="$BATS_TEST_TMPDIR"
+}
+
+# The values of record NAME of a stream, one line per chunk.
+values() {
+    tfm-cat --values "$1" | awk -v name="$2" '
+        /^record / { on = ($3 == name); next } on && /^\t/ { print substr($0, 2) }'
+}
+
+@test "tfm-decode reproduces the input of a model trained on a copy task" {
+    run tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm"
+    assert_success
+    diff <(echo "$output") "$M/test.txt"
+}
+
+@test "tfm-decode writes a hypothesis stream with the model's vocabulary, in input order" {
+    tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/h.tfm"
+    run tfm-cat --header "$T/h.tfm"
+    assert_line "meta kind=hypotheses"
+    assert_line "meta spm.crc32=$(tfm-cat --header "$M/test.tfm" | sed -n 's/^meta spm.crc32=//p')"
+    assert_line "meta beam=3"           # defaults from the model's config
+    assert_line "meta alpha=0.6"
+    assert_line "meta max_len_b=4"
+    assert_equal "$(values "$T/h.tfm" hyp.index)" "$(seq -s ' ' 0 19)"
+    # ids exclude bos and eos, and the stream decodes to the input text
+    assert_equal "$(values "$T/h.tfm" tokens.ids | tr ' ' '\n' | grep -cx '[23]')" "0"
+    run tfm-tokenize decode "$T/h.tfm"
+    assert_success
+    diff <(echo "$output") <(tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm")
+}
+
+@test "tfm-decode --nbest N writes N hypotheses per sentence, best first, as text too" {
+    tfm-decode -q -m "$M/model.tfm" --nbest 3 "$M/test.tfm" > "$T/h.tfm"
+    assert_equal "$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | uniq -c | awk '{print $1}' | sort -u)" "3"
+    values "$T/h.tfm" hyp.score | tr ' ' '\n' | awk 'NR % 3 != 1 && $1 > prev + 1e-6 { bad = 1 }
+        { prev = $1 } END { exit bad }'
+    run tfm-decode -q -m "$M/model.tfm" --nbest 3 --text "$M/test.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 60
+    assert_line --index 0 --regexp '^0 \|\|\| .* \|\|\| -[0-9]+\.[0-9]{6}$'
+    assert_line --index 59 --regexp '^19 \|\|\| .* \|\|\| -[0-9.]+$'
+}
+
+@test "tfm-decode --beam 1 is greedy; --beam and --alpha are recorded; --nbest above the beam fails" {
+    run tfm-decode -q -m "$M/model.tfm" --beam 1 --text "$M/test.tfm"
+    assert_success
+    diff <(echo "$output") <(tfm-decode -q -m "$M/model.tfm" --sample --topk 1 --text "$M/test.tfm")
+    tfm-decode -q -m "$M/model.tfm" --beam 5 --alpha 1.5 "$M/test.tfm" > "$T/h.tfm"
+    run tfm-cat --header "$T/h.tfm"
+    assert_line "meta beam=5"
+    assert_line "meta alpha=1.5"
+    assert_line "meta search=beam"
+    run tfm-decode -q -m "$M/model.tfm" --beam 2 --nbest 3 "$M/test.tfm"
+    assert_failure 2
+    assert_output --partial "tfm-decode: --nbest 3 exceeds --beam 2"
+    run tfm-decode -q -m "$M/model.tfm" --nbest 4 "$M/test.tfm"     # config beam 3
+    assert_failure 1
+    assert_output "tfm-decode: nbest 4 exceeds the beam (3)"
+}
+
+@test "tfm-decode --max-len-b bounds the output length by the source length" {
+    printf 'red green blue cat dog bird one\n' | tfm-tokenize encode -m "$M/spm.model" > "$T/one.tfm"
+    srclen=$(values "$T/one.tfm" tokens.ids | wc -w)
+    tfm-decode -q -m "$M/model.tfm" --max-len-b 0 --sample --seed 3 --nbest 20 "$T/one.tfm" > "$T/h.tfm"
+    values "$T/h.tfm" tokens.offsets | tr ' ' '\n' |
+        awk -v max="$srclen" 'NR > 1 && $1 - prev > max { bad = 1 } { prev = $1 } END { exit bad }'
+    run tfm-cat --header "$T/h.tfm"
+    assert_line "meta max_len_b=0"
+}
+
+@test "tfm-decode: batching (--tokens) and threads do not change the output" {
+    tfm-decode -q -m "$M/model.tfm" --nbest 2 "$M/test.tfm" > "$T/a.tfm"
+    tfm-decode -q -m "$M/model.tfm" --nbest 2 --tokens 1 --threads 1 "$M/test.tfm" > "$T/b.tfm"
+    assert_equal "$(values "$T/a.tfm" tokens.ids)" "$(values "$T/b.tfm" tokens.ids)"
+    assert_equal "$(values "$T/a.tfm" hyp.index)" "$(values "$T/b.tfm" hyp.index)"
+    paste <(values "$T/a.tfm" hyp.score | tr ' ' '\n') <(values "$T/b.tfm" hyp.score | tr ' ' '\n') |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4) exit 1 }'
+}
+
+@test "tfm-decode: an ensemble of a model with itself gives the model's output" {
+    tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/a.tfm"
+    tfm-decode -q -m "$M/model.tfm" -m "$M/model.tfm" "$M/test.tfm" > "$T/b.tfm"
+    assert_equal "$(values "$T/a.tfm" tokens.ids)" "$(values "$T/b.tfm" tokens.ids)"
+    run tfm-cat --header "$T/b.tfm"
+    assert_line "meta models=2"
+}
+
+@test "tfm-decode --sample: seeded and reproducible, top-k 1 is greedy" {
+    run tfm-decode -q -m "$M/model.tfm" --sample --nbest 4 --seed 7 --temperature 3 --text "$M/test.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 80
+    a="$output"
+    # the same draws in other batches (scores may differ in the last float bits)
+    run tfm-decode -q -m "$M/model.tfm" --sample --nbest 4 --seed 7 --temperature 3 --tokens 1 --text "$M/test.tfm"
+    assert_equal "$(echo "$output" | sed 's/ ||| [^|]*$//')" "$(echo "$a" | sed 's/ ||| [^|]*$//')"
+    paste -d' ' <(echo "$output" | sed 's/.* ||| //') <(echo "$a" | sed 's/.* ||| //') |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-4) exit 1 }'
+    run tfm-decode -q -m "$M/model.tfm" --sample --nbest 4 --seed 8 --temperature 3 --text "$M/test.tfm"
+    [ "$output" != "$a" ]
+    run tfm-decode -q -m "$M/model.tfm" --sample --topp 0.000001 --seed 2 --text "$M/test.tfm"
+    diff <(echo "$output") <(tfm-decode -q -m "$M/model.tfm" --beam 1 --text "$M/test.tfm")
+    tfm-decode -q -m "$M/model.tfm" --sample --topp 0.9 --topk 5 --seed 2 "$M/test.tfm" > "$T/h.tfm"
+    run tfm-cat --header "$T/h.tfm"
+    assert_line "meta search=sample"
+    assert_line "meta topk=5"
+    assert_line "meta topp=0.9"
+    assert_line "meta seed=2"
+}
+
+@test "tfm-decode reads a batch stream and writes its sentences in the order of their numbers" {
+    tfm-batch --tokens 40 --seed 5 "$M/test.tfm" > "$T/b.tfm"
+    tfm-decode -q -m "$M/model.tfm" --text "$T/b.tfm" > "$T/out.txt"
+    diff "$T/out.txt" <(tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm")
+}
+
+@test "tfm-decode: empty input gives an empty, valid hypothesis stream; an empty sentence decodes" {
+    : | tfm-tokenize encode -m "$M/spm.model" > "$T/empty.tfm"
+    tfm-decode -q -m "$M/model.tfm" "$T/empty.tfm" > "$T/h.tfm"
+    run tfm-cat "$T/h.tfm"
+    assert_success
+    assert_line "meta kind=hypotheses"
+    refute_line --regexp '^record '
+    assert_line --regexp "^end [0-9]+ records$"
+    printf 'red cat\n\nblue dog\n' | tfm-tokenize encode -m "$M/spm.model" > "$T/three.tfm"
+    tfm-decode -q -m "$M/model.tfm" "$T/three.tfm" > "$T/h.tfm"
+    assert_equal "$(values "$T/h.tfm" hyp.index)" "0 1 2"
+    # the empty sentence changes nothing for its neighbours
+    printf 'red cat\nblue dog\n' | tfm-tokenize encode -m "$M/spm.model" > "$T/two.tfm"
+    assert_equal "$(tfm-tokenize decode "$T/h.tfm" | wc -l)" 3
+    assert_equal "$(tfm-tokenize decode "$T/h.tfm" | sed -n '1p;3p')" \
+        "$(tfm-decode -q -m "$M/model.tfm" --text "$T/two.tfm")"
+}
+
+@test "tfm-decode reads stdin, from a pipe; -o writes a file" {
+    tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
+    run bash -c "tfm-tokenize encode -m '$M/spm.model' < '$M/test.txt' | tfm-decode -q -m '$M/model.tfm' --text"
+    assert_success
+    diff <(echo "$output") "$T/want.txt"
+    run tfm-decode -q -m "$M/model.tfm" -o "$T/out.tfm" - < "$M/test.tfm"
+    assert_success
+    assert_output ""
+    run tfm-tokenize decode "$T/out.tfm"
+    diff <(echo "$output") "$T/want.txt"
+}
+
+@test "tfm-decode refuses a stream of another vocabulary, naming both files" {
+    run tfm-decode -q -m "$M/model.tfm" "$M/other.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-decode: $M/other.tfm: vocabulary [0-9a-f]{8} differs from the model's \($M/model.tfm: [0-9a-f]{8}\)$"
+}
+
+@test "tfm-decode refuses a stream of the wrong kind" {
+    run tfm-decode -q -m "$M/model.tfm" "$M/model.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $M/model.tfm: a 'checkpoint' stream, expected tokens or batches"
+}
+
+@test "tfm-decode: missing, corrupt and non-checkpoint models fail with the file's name" {
+    run tfm-decode -m "$T/none.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/none.tfm: No such file or directory"
+    head -c $(($(wc -c < "$M/model.tfm") / 2)) "$M/model.tfm" > "$T/cut.tfm"
+    run tfm-decode -m "$T/cut.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-decode: $T/cut.tfm: record [0-9]+ .*truncated"
+    run tfm-decode -m "$M/test.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_output --partial "tfm-decode: $M/test.tfm: "
+    assert_output --partial "checkpoint"
+    # an ensemble member of another vocabulary
+    run tfm-decode -m "$M/model.tfm" -m "$M/other-model.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-decode: $M/other-model.tfm: vocabulary [0-9a-f]{8} differs from $M/model.tfm's"
+}
+
+@test "tfm-decode: usage errors exit 2 and name the flag" {
+    run tfm-decode "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: a model is required (-m MODEL)"
+    run tfm-decode -m "$M/model.tfm" --beam 0 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --beam: '0': expected an integer from 1 to 4096"
+    run tfm-decode -m "$M/model.tfm" --alpha x "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-decode: --alpha: 'x'"
+    run tfm-decode -m "$M/model.tfm" --sample --topp 1.5 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --topp: '1.5': expected a number in (0, 1]"
+    run tfm-decode -m "$M/model.tfm" --sample --temperature 0 "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode -m "$M/model.tfm" --topk 3 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --topk, --topp, --temperature and --seed need --sample"
+    run tfm-decode -m "$M/model.tfm" --tokens -1 "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode -m "$M/model.tfm" --device tpu "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode -m "$M/model.tfm" "$M/test.tfm" "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode --bogus
+    assert_failure 2
+}
+
+@test "tfm-decode --help, --version, --progress, --quiet, --device cpu" {
+    run tfm-decode --help
+    assert_success
+    assert_line --index 0 --partial "usage: tfm-decode -m MODEL [-m MODEL]..."
+    run tfm-decode --version
+    assert_output --regexp '^tfm-decode [0-9]+\.[0-9]+'
+    run bash -c "tfm-decode --progress --device cpu -m '$M/model.tfm' '$M/test.tfm' 2>&1 >/dev/null"
+    assert_success
+    assert_line --regexp '^tfm-decode: 20 sentences, 20 hypotheses, [0-9]+ tokens in '
+    run bash -c "tfm-decode --quiet -m '$M/model.tfm' '$M/test.tfm' 2>&1 >/dev/null"
+    assert_output ""
+}
