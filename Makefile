@@ -50,6 +50,7 @@ LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/src/%.o,$(LIB_C)) $(patsubst src/%.cc,$(
 TOOLS    := $(patsubst bin/%.c,$(BINDIR)/%,$(wildcard bin/tfm-*.c))
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 BENCHES  := $(patsubst tests/bench/%.c,$(BUILD)/bench/%,$(wildcard tests/bench/*.c))
+REFPROGS := $(patsubst tests/ref/%.c,$(BUILD)/ref/%,$(wildcard tests/ref/*.c))
 MANPAGES := $(wildcard man/*.1 man/*.5)
 LIB      := $(BUILD)/libtfm.a
 
@@ -90,11 +91,15 @@ $(BUILD)/bench/%: tests/bench/%.c $(LIB)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
+$(BUILD)/ref/%: tests/ref/%.c $(LIB)
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
+
 check: all
 	@TFM_BIN=$(abspath $(BINDIR)) tests/run $(TESTS)
 
-check-ref: all
-	@TFM_BIN=$(abspath $(BINDIR)) tests/ref/run
+check-ref: all $(REFPROGS)
+	@TFM_BIN=$(abspath $(BINDIR)) TFM_REF_BIN=$(abspath $(BUILD)/ref) tests/ref/run
 
 check-gpu: all
 	@TFM_BIN=$(abspath $(BINDIR)) tests/run --gpu $(TESTS)
