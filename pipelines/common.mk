@@ -1,0 +1,158 @@
+# pipelines/common.mk: the stages every tfm pipeline shares, as make rules over real files:
+#   text -> SentencePiece model -> token streams -> batches -> checkpoints -> averaged model
+#   -> hypotheses -> score
+# Included at the end of wmt_ende.mk, wmt_enfr.mk and wsj_parse.mk (rules expand W and the
+# corpus files when read), which set PIPE_ROOT, BIN, DATA, W, CONFIG, the corpus
+# (TRAIN_SRC ... TEST_TGT, the *_SEL line ranges, PREP), their defaults and the last stage.
+# Owner: the pipelines engineer.
+#
+# Stage files in $(W):
+#   train.src train.tgt valid.src valid.tgt test.src test.tgt   text, one sentence a line
+#   spm.model                     the shared SentencePiece model
+#   *.src.tfm *.tgt.tfm           token streams (eos on every sentence)
+#   train.batches.tfm valid.batches.tfm
+#   ckpt/step-NNNNNN.tfm, train.done, train.log
+#   model.tfm                     the average of the last $(AVG) checkpoints
+#   test.hyp.tfm test.hyp.txt     hypotheses as a stream and as text
+
+TFM = $(BIN)/tfm-
+
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+.DELETE_ON_ERROR:
+.SUFFIXES:
+
+# ---- the variables a user sets (`make -f ... help` lists them) ------------------------------
+THREADS     ?= $(shell nproc 2>/dev/null || echo 1)
+VOCAB       ?= 8000
+SPM_TYPE    ?= bpe
+SPM_SAMPLE  ?= 2000000
+SPM_FLAGS   ?= --coverage 1
+TOKENS      ?=
+MAX_LEN     ?=
+SET         ?=
+SEED        ?= 1
+MAX_STEPS   ?=
+MAX_TIME    ?=
+SAVE_EVERY  ?=
+VALID_EVERY ?= 500
+AVG         ?= 5
+BEAM        ?=
+ALPHA       ?=
+MAX_LEN_B   ?=
+DEVICE      ?= auto
+TRAIN_LINES ?=
+TEST_LINES  ?=
+SCORE_FLAGS ?=
+
+# Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
+SETS = $(if $(TOKENS),--set tokens=$(TOKENS)) $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) \
+       $(addprefix --set ,$(EXTRA_SET) $(SET))
+# A key of the effective config (shell code for a recipe).
+cfg = $$($(TFM)train -c $(CONFIG) $(SETS) --print-config | sed -n 's/^$(1) = //p')
+
+LIMITS = $(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(MAX_TIME),--max-time $(MAX_TIME)) \
+         $(foreach s,$(SAVE_EVERY),--save-every $(s))
+DECODE_FLAGS = $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha $(ALPHA)) \
+               $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B))
+
+# Lines kept of each split: sed programs, set by the corpus; TRAIN_LINES / TEST_LINES cut
+# the training set and the test set to their first N lines.
+TRAIN_SEL ?= p
+VALID_SEL ?= p
+TEST_SEL  ?= p
+PREP      ?= cat
+head_n     = $(if $(1),| awk 'NR <= $(1)')
+
+# ---- text ---------------------------------------------------------------------------------
+# A pipeline with its own text stage sets OWN_TEXT.
+ifndef OWN_TEXT
+# A missing corpus file stops the run with DATA_HELP (set by the corpus).
+$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALID_TGT) $(TEST_SRC) $(TEST_TGT)):
+	@printf '%s\n' "$(MAKEFILE_NAME): $@: no such file." $(DATA_HELP) >&2; exit 1
+
+# $(call text,FILE,SED,HEAD): decompress, select lines, clean (PREP), into $@ atomically.
+text = @mkdir -p $(@D); \
+       zcat -f $(1) | sed -n '$(2)' | $(PREP) $(call head_n,$(3)) > $@.tmp; mv $@.tmp $@
+
+$(W)/train.src: $(TRAIN_SRC) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/train.tgt: $(TRAIN_TGT) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/valid.src: $(VALID_SRC) ; $(call text,$<,$(VALID_SEL))
+$(W)/valid.tgt: $(VALID_TGT) ; $(call text,$<,$(VALID_SEL))
+$(W)/test.src:  $(TEST_SRC)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
+$(W)/test.tgt:  $(TEST_TGT)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
+endif
+
+# ---- SentencePiece model and token streams -------------------------------------------------
+$(W)/spm.model: $(W)/train.src $(W)/train.tgt
+	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
+	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $^
+
+$(W)/%.tfm: $(W)/% $(W)/spm.model
+	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
+
+# ---- batches: the budget and the length limit come from the effective config ---------------
+$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG)
+	$(TFM)batch --tokens $(call cfg,tokens) --max-len $(call cfg,max_len) --seed $(SEED) \
+	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
+
+# ---- training -------------------------------------------------------------------------------
+# An interrupted run resumes from its newest checkpoint; checkpoints older than the batches
+# belong to other data, and the run starts afresh.  `rm $(W)/train.done` and make again to
+# train further (with a larger MAX_STEPS or another MAX_TIME).
+$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
+	@if [ -n "$$(find $(W)/ckpt -name 'step-*.tfm' ! -newer $< 2>/dev/null)" ]; then \
+	    echo "$(W)/ckpt: checkpoints older than the batches: starting afresh" >&2; \
+	    rm -rf $(W)/ckpt; fi
+	$(TFM)train -c $(CONFIG) $(SETS) -o $(W)/ckpt --resume --valid $(W)/valid.batches.tfm \
+	    --valid-every $(VALID_EVERY) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
+	    --log $(W)/train.log --progress --report-every 100 $<
+	touch $@
+
+# The average of the last AVG checkpoints (fewer when fewer were written).
+$(W)/model.tfm: $(W)/train.done
+	n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); [ $$n -le $(AVG) ] || n=$(AVG); \
+	$(TFM)avg -n $$n -o $@ $(W)/ckpt
+
+# ---- decoding -------------------------------------------------------------------------------
+$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm
+	$(TFM)decode -m $< $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) --quiet \
+	    -o $@ $(W)/test.src.tfm
+
+$(W)/test.hyp.txt: $(W)/test.hyp.tfm
+	$(TFM)tokenize decode $< > $@.tmp; mv $@.tmp $@
+
+# ---- the score: sacreBLEU's BLEU of the detokenized hypotheses, printed and kept -------------
+ifndef OWN_SCORE
+$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt
+	$(TFM)score -r $(W)/test.tgt $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
+	@echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@
+endif
+
+# ---- housekeeping ---------------------------------------------------------------------------
+# Every stage file named, so that none is an intermediate file of make's: a deleted one is
+# made again (and what depends on it).
+stages: $(foreach s,train valid test,$(W)/$(s).src.tfm $(W)/$(s).tgt.tfm) \
+        $(W)/train.batches.tfm $(W)/valid.batches.tfm $(W)/test.hyp.txt
+
+score: $(W)/score.txt
+	@cat $<
+
+clean:
+	rm -rf $(W)
+
+help:
+	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|clean|help]"
+	@printf '  %s\n' $(HELP_CORPUS)
+	@echo "  W=$(W)  the work directory (clean removes it)"
+	@echo "  BIN=$(BIN)  the tools"
+	@echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"
+	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE)  the shared SentencePiece model"
+	@echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"
+	@echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"
+	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG)  checkpoint interval (time or updates), checkpoints averaged"
+	@echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"
+	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
+	@echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"
+
+.PHONY: all clean help score stages

@@ -1,0 +1,96 @@
+# pipelines/wsj_parse.mk: English constituency parsing as in Vaswani et al. (2017) §6.3:
+# trees are linearized (tfm-score --linearize), words are the source and linearized trees
+# the target of a Transformer (configs/parse.conf: beam 21, alpha 0.3, max length input +
+# 300), decoded trees are restored with the source words (tfm-score --restore) and scored
+# with EVALB's COLLINS.prm (tfm-score --metric f1).
+#   make -f pipelines/wsj_parse.mk                 the bundled NLTK WSJ sample, small model
+#   make -f pipelines/wsj_parse.mk SIZE=paper TRAIN_TREES=02-21 VALID_TREES=22 TEST_TREES=23
+#   make -f pipelines/wsj_parse.mk help
+# Owner: the pipelines engineer.
+
+MAKEFILE_NAME := wsj_parse.mk
+PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
+BIN       ?= $(PIPE_ROOT)/bin
+DATA      ?= $(PIPE_ROOT)/data
+
+# Trees, one a line or .mrg (several lines a tree).  The NLTK sample: 3253 training trees
+# (wsj_0001-0149) and 248 development trees (wsj_0150-0169), which serve for validation and
+# for the score, since its test files are held out.
+P           := $(DATA)/ptb-nltk-sample
+TRAIN_TREES ?= $(P)/wsj_0001-0149.train.oneline.txt
+VALID_TREES ?= $(P)/wsj_0150-0169.dev.oneline.txt
+TEST_TREES  ?= $(P)/wsj_0150-0169.dev.oneline.txt
+EVALB_PRM   ?= $(DATA)/evalb-fixtures/COLLINS.prm
+W           ?= work/wsj_parse
+CONFIG      ?= $(PIPE_ROOT)/configs/parse.conf
+
+# SIZE=small (the default) trains a 2-layer, 128-wide model that a CPU trains and decodes in
+# minutes; SIZE=paper the 4 x 1024 model of configs/parse.conf as it is (a GPU's job).
+SIZE ?= small
+ifeq ($(SIZE),small)
+EXTRA_SET := layers=2 d_model=128 d_ff=512 heads=4 dropout=0.2 attn_dropout=0.1 \
+             warmup=1000 tokens=4096
+MAX_TIME  ?= 10m
+SAVE_EVERY ?= 1m
+else ifneq ($(SIZE),paper)
+$(error $(MAKEFILE_NAME): SIZE=$(SIZE): use small or paper)
+endif
+
+# Linearized trees are one piece a token when pieces may mix brackets and letters.
+VOCAB     ?= 4000
+SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false
+HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf as it is)" \
+    "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
+    "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file"
+
+all: $(W)/score.txt $(W)/test.trees
+
+# ---- text: "words<TAB>linearized tree" per tree, split into source and target ---------------
+OWN_TEXT  := 1
+OWN_SCORE := 1
+$(sort $(TRAIN_TREES) $(VALID_TREES) $(TEST_TREES) $(EVALB_PRM)):
+	@echo "$(MAKEFILE_NAME): $@: no such file (set TRAIN_TREES, VALID_TREES, TEST_TREES, EVALB_PRM)" >&2; exit 1
+
+lin = @mkdir -p $(@D); $(TFM)score --linearize $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
+$(W)/train.lin: $(TRAIN_TREES) ; $(call lin,$<,$(TRAIN_LINES))
+$(W)/valid.lin: $(VALID_TREES) ; $(call lin,$<)
+$(W)/test.lin:  $(TEST_TREES)  ; $(call lin,$<,$(TEST_LINES))
+$(W)/%.src: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
+$(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
+
+# The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
+one_tree_a_line = awk '{ for (i = 1; i <= length($$0); i++) { c = substr($$0, i, 1); \
+    if (c == "(") d++; else if (c == ")") d--; } \
+    gsub(/^[ \t]+|[ \t]+$$/, ""); if ($$0 == "") next; \
+    t = t (t == "" ? "" : " ") $$0; if (d == 0) { print t; t = "" } }'
+$(W)/test.gold: $(TEST_TREES)
+	@mkdir -p $(@D)
+	$(one_tree_a_line) $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
+
+# ---- after decoding: restore the trees with the source words, and score them ----------------
+# The decoder's output is made one tree before restoring: tokens that are no part of a
+# linearized tree ((X, )X, XX) are dropped (an untrained model writes words where XX goes,
+# and a tag other than XX would not take the gold tag), an output that does not open a
+# constituent first gets (S, and what follows the close of the first tree is dropped.
+one_tree = awk '{ o = ""; d = 0; \
+    for (i = 1; i <= NF; i++) { t = $$i; \
+        if (t !~ /^[()]/ && t != "XX") continue; \
+        if (o == "" && t !~ /^\(/) { o = "(S"; d = 1 } \
+        if (t ~ /^\)/ && d == 0) continue; \
+        o = o (o == "" ? "" : " ") t; \
+        if (t ~ /^\(/) d++; else if (t ~ /^\)/ && --d == 0) break } \
+    print (o == "" ? "(S" : o) }'
+$(W)/test.hyp.lin: $(W)/test.hyp.txt
+	$(one_tree) $< > $@.tmp; mv $@.tmp $@
+
+# The restored trees, to read; the score restores them again, as they are here, and gives
+# their XX preterminals the gold tags so that punctuation is deleted alike on both sides.
+$(W)/test.trees: $(W)/test.hyp.lin $(W)/test.src
+	$(TFM)score --restore --source $(W)/test.src $< > $@.tmp; mv $@.tmp $@
+
+$(W)/score.txt: $(W)/test.hyp.lin $(W)/test.src $(W)/test.gold $(EVALB_PRM)
+	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src \
+	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
+	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
+
+include $(PIPE_ROOT)/pipelines/common.mk

@@ -1,0 +1,173 @@
+#!/usr/bin/env bats
+# pipelines/*.mk: the stages as real files, resuming, rerunning only what is out of date,
+# the score line; on a small budget (a few training steps on a few hundred sentences).
+# The end-to-end tests skip themselves until tfm-batch, tfm-train, tfm-avg and tfm-decode
+# are built.
+
+setup_file() {
+    export BATS_NO_PARALLELIZE_WITHIN_FILE=true
+    export BIN=${TFM_BIN:-$(dirname "$(command -v tfm-cat)")}
+    # A tiny budget: 400 pairs, 8 updates, 12 test sentences, short outputs, 1 thread each.
+    export ENDE="make -f $TFM_ROOT/pipelines/wmt_ende.mk BIN=$BIN CORPUS=multi30k
+        TRAIN_LINES=400 TEST_LINES=12 VOCAB=500 TOKENS=1024 MAX_STEPS=8 MAX_TIME=
+        SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1"
+    export PARSE="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
+        TEST_LINES=6 VOCAB=300 MAX_STEPS=4 MAX_TIME= SAVE_EVERY=0 VALID_EVERY=0
+        BEAM=2 MAX_LEN_B=12 THREADS=1"
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    bats_load_library bats-file
+    W="$BATS_FILE_TMPDIR/ende"
+}
+
+need_tools() {
+    local t
+    for t in tfm-batch tfm-train tfm-avg tfm-decode; do
+        [ -x "$BIN/$t" ] || skip "$t not built yet"
+    done
+}
+
+@test "help lists the variables and their values" {
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" help CORPUS=toy MAX_STEPS=77
+    assert_success
+    assert_line --partial "CORPUS=toy"
+    assert_line --partial "W=work/wmt_ende-toy"
+    assert_line --partial "MAX_STEPS=77 MAX_TIME=20m"
+    for v in CONFIG= VOCAB= TOKENS= SAVE_EVERY= AVG=5 BEAM= ALPHA= THREADS= TRAIN_LINES=; do
+        assert_output --partial "$v"
+    done
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" help
+    assert_success
+    assert_line --partial "SIZE=small"
+    assert_output --partial "EVALB_PRM="
+}
+
+@test "an unknown CORPUS is refused by name" {
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt15 help
+    assert_failure
+    assert_output --partial "wmt_ende.mk: CORPUS=wmt15: use multi30k, toy or wmt14"
+}
+
+@test "WMT14 without its data says which files to put where, and makes nothing" {
+    cd "$BATS_TEST_TMPDIR"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" CORPUS=wmt14 WMT14_DIR=none W=w
+    assert_failure
+    assert_line "wmt_ende.mk: none/train.en: no such file."
+    assert_output --partial "newstest2014.en newstest2014.de"
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w
+    assert_failure
+    assert_line "wmt_enfr.mk: wmt14-enfr/train.en: no such file."
+    assert_output --partial "train.en train.fr"
+    assert_output --partial "newstest2014.en newstest2014.fr"
+    assert_not_exist w
+}
+
+@test "wmt_ende: every stage's file, and the BLEU line printed and kept" {
+    need_tools
+    run $ENDE W="$W"
+    assert_success
+    for f in train.src train.tgt valid.src valid.tgt test.src test.tgt spm.model \
+             train.src.tfm train.tgt.tfm valid.src.tfm valid.tgt.tfm test.src.tfm \
+             train.batches.tfm valid.batches.tfm train.done train.log model.tfm \
+             test.hyp.tfm test.hyp.txt score.txt; do
+        assert_file_exist "$W/$f"
+    done
+    [ "$(wc -l < "$W/train.src")" -eq 400 ]
+    [ "$(wc -l < "$W/test.hyp.txt")" -eq 12 ]
+    assert_file_exist "$W/ckpt/step-000008.tfm"
+    assert_line --regexp '^BLEU = [0-9]+\.[0-9]{2} [0-9.]+/[0-9.]+/[0-9.]+/[0-9.]+ \(BP = '
+    assert_line --partial "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-"
+    grep -q '^BLEU = ' "$W/score.txt"
+    run tfm-cat --header "$W/model.tfm"
+    assert_output --partial "averaged=2"
+    run $ENDE W="$W" score
+    assert_success
+    assert_line --regexp '^BLEU = '
+}
+
+@test "wmt_ende: a second make does nothing" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the test before"
+    run $ENDE W="$W" -q
+    assert_success
+    run $ENDE W="$W"
+    assert_success
+    assert_output --partial "Nothing to be done"
+    refute_output --partial tfm-
+}
+
+@test "wmt_ende: without the hypotheses, only decoding and scoring run again" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the test before"
+    rm "$W/test.hyp.tfm"
+    local before; before=$(stat -c %.9Y "$W/model.tfm" "$W/train.batches.tfm" "$W/test.src.tfm")
+    run $ENDE W="$W"
+    assert_success
+    assert_output --partial "tfm-decode -m $W/model.tfm"
+    assert_output --partial "tfm-score -r $W/test.tgt"
+    assert_output --partial "tfm-tokenize decode $W/test.hyp.tfm"
+    refute_output --partial "tfm-train"
+    refute_output --partial "tfm-avg"
+    refute_output --partial "tfm-batch"
+    refute_output --partial "tfm-tokenize encode"
+    assert_line --regexp '^BLEU = '
+    [ "$(stat -c %.9Y "$W/model.tfm" "$W/train.batches.tfm" "$W/test.src.tfm")" = "$before" ]
+}
+
+@test "wmt_ende: an interrupted training resumes from its last checkpoint" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the test before"
+    rm "$W/train.done"          # as if killed after the checkpoint of update 8
+    run $ENDE W="$W" MAX_STEPS=11
+    assert_success
+    refute_output --partial "starting afresh"
+    assert_output --partial "tfm-train -c"
+    assert_file_exist "$W/ckpt/step-000011.tfm"
+    run tfm-cat --header "$W/model.tfm"
+    assert_output --partial "averaged.steps=9,11"
+    # New batches make the old checkpoints stale: the run starts afresh.
+    touch "$W/train.batches.tfm"
+    rm "$W/train.done"
+    run $ENDE W="$W" MAX_STEPS=3
+    assert_success
+    assert_output --partial "checkpoints older than the batches: starting afresh"
+    assert_file_not_exist "$W/ckpt/step-000011.tfm"
+    assert_file_exist "$W/ckpt/step-000003.tfm"
+}
+
+@test "wmt_ende: clean removes the work directory" {
+    need_tools
+    [ -d "$W" ] || skip "needs the run of the tests before"
+    run $ENDE W="$W" clean
+    assert_success
+    assert_not_exist "$W"
+}
+
+@test "wsj_parse: linearize, train, decode, restore the trees, print F1" {
+    need_tools
+    local P="$BATS_TEST_TMPDIR/parse"
+    run $PARSE W="$P"
+    assert_success
+    for f in train.lin train.src train.tgt spm.model train.batches.tfm valid.batches.tfm \
+             model.tfm test.hyp.tfm test.hyp.txt test.hyp.lin test.trees test.gold; do
+        assert_file_exist "$P/$f"
+    done
+    [ "$(wc -l < "$P/test.trees")" -eq 6 ]
+    [ "$(wc -l < "$P/test.gold")" -eq 6 ]
+    # The restored trees hold exactly the source words, in order.
+    local words
+    words=$(head -1 "$P/test.trees" | grep -o '([^ ()]* [^ ()]*)' | sed 's/^([^ ]* //; s/)$//' |
+            paste -sd ' ')
+    [ "$words" = "$(head -1 "$P/test.src")" ]
+    assert_line --regexp '^F1 = [0-9]+\.[0-9]{2} P = [0-9.]+ R = [0-9.]+ \(sentences = 6 valid = 6 errors = 0 '
+    assert_line --partial "evalb:COLLINS|labeled:yes|cutoff:40"
+    # Linearized trees on the target side, one piece per tree token.
+    [ "$(head -1 "$P/train.tgt" | cut -c1-9)" = "(S (NP (N" ]
+    run bash -c "echo '(S (NP XX )NP )S' | tfm-tokenize encode -m '$P/spm.model' | tfm-tokenize decode --ids"
+    assert_output --regexp '^[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$'
+    run $PARSE W="$P" -q
+    assert_success
+}
