@@ -7,6 +7,8 @@
 #   - the OpenBLAS sgemm peak (2048^3) on the same threads: tfm's matrix-product GFLOP/s
 #     as a fraction of it.
 # Goal (base): >= 1.5x PyTorch and >= 60% of the sgemm peak.
+# Other load on the machine shows in the timings: the load average is printed first, and
+# tfm's CPU seconds per step (all threads) beside its wall-clock figures.
 # Env: BENCH_THREADS (default: online CPUs), BENCH_STEPS (default 3).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
@@ -19,6 +21,7 @@ have_torch=1
 "$PY" -c 'import torch' 2>/dev/null || have_torch=0
 # torch with OpenMP OpenBLAS when installed (ENVIRONMENT.md: the pthread one fights torch's threads)
 OMPBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
+echo "   load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) on $(nproc) CPUs"
 for spec in "tiny 32 32 32" "base 16 32 32"; do
     set -- $spec
     name=$1 B=$2 S=$3 T=$4
@@ -27,8 +30,10 @@ for spec in "tiny 32 32 32" "base 16 32 32"; do
     gf=$(echo "$out" | sed -n 's/.*gflops=\([0-9.]*\) sgemm.*/\1/p')
     peak=$(echo "$out" | sed -n 's/.*sgemm_gflops=\([0-9.]*\).*/\1/p')
     mem=$(echo "$out" | sed -n 's/.*memory_mib=\([0-9.]*\).*/\1/p')
-    line=$(printf '%-5s B=%d S=%d T=%d threads=%d: tfm %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm %.1f GFLOP/s, %s MiB' \
-        "$name" "$B" "$S" "$T" "$TH" "$tps" "$gf" "$(echo "100*$gf/$peak" | bc -l)" "$peak" "$mem")
+    cpu=$(echo "$out" | sed -n 's/.*cpu_s=\([0-9.]*\).*/\1/p')
+    wall=$(echo "$out" | sed -n 's/.*step_s=\([0-9.]*\).*/\1/p')
+    line=$(printf '%-5s B=%d S=%d T=%d threads=%d: tfm %.1f tok/s (%.3f s/step, %.3f CPU s/step), %.1f GFLOP/s = %.0f%% of sgemm %.1f GFLOP/s, %s MiB' \
+        "$name" "$B" "$S" "$T" "$TH" "$tps" "$wall" "$cpu" "$gf" "$(echo "100*$gf/$peak" | bc -l)" "$peak" "$mem")
     if [ $have_torch = 1 ]; then
         lp=""
         [ -d "$OMPBLAS" ] && lp="$OMPBLAS"

@@ -3,10 +3,15 @@
  * Builds the model of CONFIG (vocab 8000 unless the file sets it), trains STEPS updates
  * (forward, backward, Adam) on one random batch of B x S source and B x T target tokens
  * after one warm-up update, and prints
- *   tokens_per_s=X step_s=X gflops=X sgemm_gflops=X memory_mib=X
- * gflops counts the matrix products of forward and backward (3x the forward's 2*m*n*k);
- * sgemm_gflops is a 2048^3 sgemm on the same threads (the peak the ops are held to).
+ *   tokens_per_s=X step_s=X cpu_s=X gflops=X sgemm_gflops=X memory_mib=X
+ * step_s is wall-clock seconds per update, cpu_s the process CPU seconds per update (all
+ * threads: on a loaded machine the steadier number; cpu_s / step_s near THREADS means
+ * the threads did not wait).  gflops counts the matrix products of forward and backward
+ * (3x the forward's 2*m*n*k); sgemm_gflops is the best 2048^3 sgemm on the same number
+ * of threads, either split by the backend or threaded by OpenBLAS itself (the peak the
+ * ops are held to).
  */
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -16,12 +21,14 @@
 #include "model.h"
 #include "optim.h"
 
-static double now(void)
+static double clock_s(clockid_t id)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(id, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
+
+static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv)
 {
@@ -56,10 +63,12 @@ int main(int argc, char **argv)
         tgt[i] = (i % T == T - 1) ? 3 : 4 + (int)((r = tfm_rng_mix(r)) % (uint64_t)(c.vocab - 4));
     struct tfm_loss l;
     struct tfm_optim_stats st;
-    double t0 = 0;
+    double t0 = 0, c0 = 0;
     for (int s = 0; s <= steps; s++) {
-        if (s == 1)
+        if (s == 1) {
             t0 = now();
+            c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+        }
         if (tfm_model_train_batch(m, B, S, T, src, tgt, (uint64_t)s, &l, &err) < 0 ||
             tfm_optim_step(m, s + 1, l.tokens, &st, &err) < 0) {
             fprintf(stderr, "train_step: %s\n", err.msg);
@@ -67,6 +76,7 @@ int main(int argc, char **argv)
         }
     }
     double dt = (now() - t0) / steps;
+    double dc = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps;
     /* matrix-product FLOPs of one forward (ns source, nt target rows) */
     double D = c.d_model, F = c.d_ff, V = c.vocab, N = c.layers, ns = B * S, nt = B * T;
     double fwd = N * (ns * (2 * 4 * D * D + 2 * 2 * D * F) + 2 * 2 * ns * S * D) +
@@ -81,14 +91,23 @@ int main(int argc, char **argv)
     for (int i = 0; i < n * n; i++)
         a[i] = b[i] = 0.001f * (i % 1000);
     double best = 1e30;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 8; k++) {
+        /* alternate: the backend's split, OpenBLAS's own threads */
+        if (k % 2)
+            openblas_set_num_threads(be->threads);
         double g0 = now();
-        be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, cc, n);
+        if (k % 2)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
+                        0.0f, cc, n);
+        else
+            be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, cc, n);
         double g = now() - g0;
+        openblas_set_num_threads(1);
         best = g < best ? g : best;
     }
-    printf("tokens_per_s=%.1f step_s=%.4f gflops=%.1f sgemm_gflops=%.1f memory_mib=%.1f loss=%.4f\n",
-           nt / dt, dt, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
+    printf("tokens_per_s=%.1f step_s=%.4f cpu_s=%.4f gflops=%.1f sgemm_gflops=%.1f "
+           "memory_mib=%.1f loss=%.4f\n",
+           nt / dt, dt, dc, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
            tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens);
     free(a); free(b); free(cc); free(src); free(tgt);
     tfm_model_free(m);
