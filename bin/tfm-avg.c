@@ -2,39 +2,25 @@
  * tfm_checkpoint_average (src/checkpoint.c); this main picks the files. */
 #include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "cli.h"
 
-static void usage(FILE *f)
-{
-    fputs("usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT...\n"
-          "Average checkpoints element-wise in fp32: the newest N of each DIR (step-*.tfm),\n"
-          "and each CHECKPOINT given.  Writes a checkpoint to OUT (default: stdout).\n"
-          "  -n, --last N          checkpoints taken from each DIR (default 5)\n"
-          "  -o, --output OUT      output file ('-': stdout)\n"
-          "  -k, --keep-optimizer  average the Adam moments too (dropped otherwise)\n"
-          "  -h, --help            this help\n"
-          "      --version         print the version\n",
-          f);
-}
+static const char USAGE[] =
+    "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT...\n";
 
-static int parse_int(const char *s, const char *flag, int lo, int hi, int *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < lo || x > hi) {
-        fprintf(stderr, "tfm-avg: %s: '%s' is not an integer in [%d, %d]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *v = (int)x;
-    return 0;
-}
+static const char HELP[] =
+    "Average checkpoints element-wise in fp32: the newest N of each DIR (step-*.tfm),\n"
+    "and each CHECKPOINT given.  Writes a checkpoint to OUT (default: stdout).\n"
+    "  -n, --last N          checkpoints taken from each DIR (default 5)\n"
+    "  -o, --output OUT      output file ('-': stdout)\n"
+    "  -k, --keep-optimizer  average the Adam moments too (dropped otherwise)\n"
+    "  -h, --help            this help\n"
+    "      --version         print the version\n";
 
 int main(int argc, char **argv)
 {
@@ -44,25 +30,25 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
     };
     int last = 5, keep = 0, c;
+    long long v;
     const char *out = "-";
+    tfm_cli_init("tfm-avg", USAGE);
     while ((c = getopt_long(argc, argv, "n:o:kh", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
-            if (parse_int(optarg, "-n", 1, 100000, &last))
+            if (tfm_cli_int("-n", optarg, 1, 100000, &v))
                 return 2;
+            last = (int)v;
             break;
         case 'o': out = optarg; break;
         case 'k': keep = 1; break;
-        case 'h': usage(stdout); return 0;
+        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
         case 'V': puts("tfm-avg " TFM_VERSION); return 0;
-        default: usage(stderr); return 2;
+        default: return tfm_cli_usage();
         }
     }
-    if (optind == argc) {
-        fprintf(stderr, "tfm-avg: no checkpoint or directory given\n");
-        usage(stderr);
-        return 2;
-    }
+    if (optind == argc)
+        return tfm_cli_usage_error("no checkpoint or directory given");
     struct tfm_error err;
     int nfiles = 0, cap = 0, status = 1;
     char **files = NULL;

@@ -1,15 +1,14 @@
 /* tfm-batch: token streams -> padded batches under a token budget (man/tfm-batch.1).
  * A thin main: options, then tfm_batch_run (src/batch.h) does the work. */
-#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "batch.h"
+#include "cli.h"
 
 static const char USAGE[] =
     "usage: tfm-batch [--tokens N] [--max-len N] [--seed N] [--compress] [-o OUT]\n"
@@ -27,31 +26,6 @@ static const char HELP[] =
     "  -p, --progress     show each phase on stderr (default: when stderr is a tty)\n"
     "  -q, --quiet        no report on stderr\n"
     "  -h, --help / --version\n";
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("tfm-batch: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fputs(USAGE, stderr);
-    return 2;
-}
-
-/* An integer flag in [lo, hi]; 0, or 2 (usage error printed). */
-static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi)
-        return usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s, lo, hi);
-    *v = x;
-    return 0;
-}
 
 static int close_stdout(void)
 {
@@ -85,20 +59,21 @@ int main(int argc, char **argv)
     const char *out = NULL;
     int show = isatty(2), quiet = 0, c;
     long long v;
+    tfm_cli_init("tfm-batch", USAGE);
     while ((c = getopt_long(argc, argv, "t:l:s:zo:pqh", opts, NULL)) != -1) {
         switch (c) {
         case 't':
-            if (parse_int("--tokens", optarg, 1, TFM_BATCH_MAX_TOKENS, &v))
+            if (tfm_cli_int("--tokens", optarg, 1, TFM_BATCH_MAX_TOKENS, &v))
                 return 2;
             o.tokens = v;
             break;
         case 'l':
-            if (parse_int("--max-len", optarg, 0, TFM_BATCH_MAX_TOKENS, &v))
+            if (tfm_cli_int("--max-len", optarg, 0, TFM_BATCH_MAX_TOKENS, &v))
                 return 2;
             o.max_len = v;
             break;
         case 's':
-            if (parse_int("--seed", optarg, 0, INT64_MAX, &v))
+            if (tfm_cli_int("--seed", optarg, 0, INT64_MAX, &v))
                 return 2;
             o.seed = (uint64_t)v;
             break;
@@ -111,18 +86,19 @@ int main(int argc, char **argv)
             fputs(HELP, stdout);
             return close_stdout();
         case OPT_VERSION: puts("tfm-batch " TFM_VERSION); return close_stdout();
-        default: fputs(USAGE, stderr); return 2;
+        default: return tfm_cli_usage();
         }
     }
     int nfiles = argc - optind;
     if (nfiles < 1 || nfiles > 2)
-        return usage_error(nfiles < 1 ? "SRC is needed (- for stdin)" : "at most SRC and TGT");
+        return tfm_cli_usage_error("%s", nfiles < 1 ? "SRC is needed (- for stdin)"
+                                                 : "at most SRC and TGT");
     const char *src = argv[optind], *tgt = nfiles == 2 ? argv[optind + 1] : NULL;
     if (tgt && strcmp(src, "-") == 0 && strcmp(tgt, "-") == 0)
-        return usage_error("SRC and TGT cannot both be stdin");
+        return tfm_cli_usage_error("SRC and TGT cannot both be stdin");
     if ((!out || strcmp(out, "-") == 0) && isatty(1))
-        return usage_error("refusing to write a binary stream to a terminal "
-                           "(redirect it or use -o OUT)");
+        return tfm_cli_usage_error("refusing to write a binary stream to a terminal "
+                                   "(redirect it or use -o OUT)");
     if (show) {
         o.progress = progress;
     }

@@ -1,14 +1,12 @@
 /* tfm-decode: translate token streams with trained models (man/tfm-decode.1).
  * A thin main: options, then src/decode.h does the work. */
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "decode.h"
 
 static const char USAGE[] =
@@ -37,43 +35,6 @@ static const char HELP[] =
     "  -o, --output OUT       write OUT (whole or not at all) instead of stdout\n"
     "  -p, --progress / -q, --quiet   progress on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("tfm-decode: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fputs(USAGE, stderr);
-    return 2;
-}
-
-static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi)
-        return usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s, lo, hi);
-    *v = x;
-    return 0;
-}
-
-static int parse_num(const char *flag, const char *s, double lo, double hi, int open_lo,
-                     double *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(x) || x < lo || x > hi || (open_lo && x == lo))
-        return usage_error("%s: '%s': expected a number in %c%g, %g]", flag, s,
-                           open_lo ? '(' : '[', lo, hi);
-    *v = x;
-    return 0;
-}
 
 struct progress {
     int on;
@@ -129,74 +90,75 @@ int main(int argc, char **argv)
     long long v;
     double d;
     int c;
+    tfm_cli_init("tfm-decode", USAGE);
     while ((c = getopt_long(argc, argv, "m:k:a:b:n:tsj:o:pqh", opts, NULL)) != -1) {
         switch (c) {
         case 'm':
             if (nmodels == TFM_DECODE_MAX_MODELS)
-                return usage_error("-m: at most %d models", TFM_DECODE_MAX_MODELS);
+                return tfm_cli_usage_error("-m: at most %d models", TFM_DECODE_MAX_MODELS);
             models[nmodels++] = optarg;
             break;
         case 'k':
-            if (parse_int("--beam", optarg, 1, 4096, &v))
+            if (tfm_cli_int("--beam", optarg, 1, 4096, &v))
                 return 2;
             o.search.beam = (int)v;
             o.beam_given = 1;
             break;
         case 'a':
-            if (parse_num("--alpha", optarg, -100, 100, 0, &d))
+            if (tfm_cli_double("--alpha", optarg, -100, 100, 0, &d))
                 return 2;
             o.search.alpha = d;
             o.alpha_given = 1;
             break;
         case 'b':
-            if (parse_int("--max-len-b", optarg, 0, 1 << 20, &v))
+            if (tfm_cli_int("--max-len-b", optarg, 0, 1 << 20, &v))
                 return 2;
             o.max_len_b = (int)v;
             break;
         case 'n':
-            if (parse_int("--nbest", optarg, 1, 4096, &v))
+            if (tfm_cli_int("--nbest", optarg, 1, 4096, &v))
                 return 2;
             o.search.nbest = (int)v;
             break;
         case 't': o.text = 1; break;
         case 's': o.search.sample = 1; break;
         case O_TOPK:
-            if (parse_int("--topk", optarg, 0, 1 << 30, &v))
+            if (tfm_cli_int("--topk", optarg, 0, 1 << 30, &v))
                 return 2;
             o.search.topk = (int)v;
             sampling_flag = 1;
             break;
         case O_TOPP:
-            if (parse_num("--topp", optarg, 0, 1, 1, &d))
+            if (tfm_cli_double("--topp", optarg, 0, 1, 1, &d))
                 return 2;
             o.search.topp = d;
             sampling_flag = 1;
             break;
         case O_TEMP:
-            if (parse_num("--temperature", optarg, 0, 1e6, 1, &d))
+            if (tfm_cli_double("--temperature", optarg, 0, 1e6, 1, &d))
                 return 2;
             o.search.temperature = d;
             sampling_flag = 1;
             break;
         case O_SEED:
-            if (parse_int("--seed", optarg, 0, (long long)(~0ULL >> 1), &v))
+            if (tfm_cli_int("--seed", optarg, 0, (long long)(~0ULL >> 1), &v))
                 return 2;
             o.search.seed = (uint64_t)v;
             sampling_flag = 1;
             break;
         case O_TOKENS:
-            if (parse_int("--tokens", optarg, 1, 1LL << 40, &v))
+            if (tfm_cli_int("--tokens", optarg, 1, 1LL << 40, &v))
                 return 2;
             o.tokens = v;
             break;
         case 'j':
-            if (parse_int("--threads", optarg, 0, 4096, &v))
+            if (tfm_cli_int("--threads", optarg, 0, 4096, &v))
                 return 2;
             o.threads = (int)v;
             break;
         case O_DEVICE:
             if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                return usage_error("--device: '%s': expected auto, cpu or cuda", optarg);
+                return tfm_cli_usage_error("--device: '%s': expected auto, cpu or cuda", optarg);
             o.device = optarg;
             break;
         case 'o': out = optarg; break;
@@ -204,19 +166,19 @@ int main(int argc, char **argv)
         case 'q': quiet = 1; break;
         case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
         case O_VERSION: puts("tfm-decode " TFM_VERSION); return 0;
-        default: fputs(USAGE, stderr); return 2;
+        default: return tfm_cli_usage();
         }
     }
     if (nmodels == 0)
-        return usage_error("a model is required (-m MODEL)");
+        return tfm_cli_usage_error("a model is required (-m MODEL)");
     if (optind + 1 < argc)
-        return usage_error("one input file at most ('%s' is extra)", argv[optind + 1]);
+        return tfm_cli_usage_error("one input file at most ('%s' is extra)", argv[optind + 1]);
     if (sampling_flag && !o.search.sample)
-        return usage_error("--topk, --topp, --temperature and --seed need --sample");
+        return tfm_cli_usage_error("--topk, --topp, --temperature and --seed need --sample");
     if (o.search.sample && o.beam_given)
-        return usage_error("--beam and --sample exclude each other");
+        return tfm_cli_usage_error("--beam and --sample exclude each other");
     if (!o.search.sample && o.beam_given && o.search.nbest > o.search.beam)
-        return usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
+        return tfm_cli_usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
     const char *in = optind < argc ? argv[optind] : "-";
     struct progress pr = {progress && !quiet};
     o.progress = report;

@@ -13,6 +13,7 @@
 
 #include "bleu.h"
 #include "chrf.h"
+#include "cli.h"
 #include "corpus.h"
 #include "evalb.h"
 #include "lines.h"
@@ -73,32 +74,6 @@ enum {
 };
 
 static int quiet;
-
-static int usage_error(const char *msg, const char *arg)
-{
-    if (msg) {
-        fprintf(stderr, PROG ": ");
-        fprintf(stderr, msg, arg);
-        fputc('\n', stderr);
-    }
-    fputs(USAGE, stderr);
-    return 2;
-}
-
-static int parse_int(const char *flag, const char *s, long lo, long hi, int *v)
-{
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, PROG ": %s: '%s': expected an integer from %ld to %ld\n", flag, s, lo,
-                hi);
-        fputs(USAGE, stderr);
-        return 2;
-    }
-    *v = (int)x;
-    return 0;
-}
 
 /* ---- reading ------------------------------------------------------------------------- */
 
@@ -800,7 +775,8 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": out of memory\n");
         return 1;
     }
-    int nrefs = 0, metric = MET_BLEU, json = 0, mode = MODE_SCORE, c, v;
+    int nrefs = 0, metric = MET_BLEU, json = 0, mode = MODE_SCORE, c;
+    long long v;
     int tok_set = 0, smooth_set = 0, chrf_set = 0;
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
@@ -809,6 +785,7 @@ int main(int argc, char **argv)
     tfm_bleu_opts_default(&bo);
     tfm_chrf_opts_default(&co);
     int st = 0;
+    tfm_cli_init(PROG, USAGE);
     while ((c = getopt_long(argc, argv, "r:m:t:lp:s:vjqh", opts, NULL)) != -1) {
         switch (c) {
         case 'r': refs[nrefs++] = optarg; break;
@@ -820,40 +797,39 @@ int main(int argc, char **argv)
             else if (strcmp(optarg, "f1") == 0)
                 metric = MET_F1;
             else
-                st = usage_error("--metric: '%s': expected bleu, chrf or f1", optarg);
+                st = tfm_cli_usage_error("--metric: '%s': expected bleu, chrf or f1", optarg);
             break;
         case 't':
             bo.tok = tfm_bleu_tok_parse(optarg);
             if (!bo.tok || bo.tok == TFM_TOK_TOKENIZED)
-                st = usage_error("--tok: '%s': expected 13a, intl or none", optarg);
+                st = tfm_cli_usage_error("--tok: '%s': expected 13a, intl or none", optarg);
             tok_set = 1;
             break;
         case 'l': bo.lowercase = co.lowercase = 1; break;
         case OPT_SMOOTH:
             if (!(bo.smooth = tfm_bleu_smooth_parse(optarg)))
-                st = usage_error("--smooth: '%s': expected exp, none, floor or add-k", optarg);
+                st = tfm_cli_usage_error("--smooth: '%s': expected exp, none, floor or add-k",
+                                         optarg);
             smooth_set = 1;
             break;
-        case OPT_SMOOTH_VALUE: {
-            char *end;
-            errno = 0;
-            bo.smooth_value = strtod(optarg, &end);
-            if (end == optarg || *end || errno || !(bo.smooth_value >= 0 && bo.smooth_value <= 1e6))
-                st = usage_error("--smooth-value: '%s': expected a number from 0 to 1e6", optarg);
+        case OPT_SMOOTH_VALUE:
+            st = tfm_cli_double("--smooth-value", optarg, 0, 1e6, 0, &bo.smooth_value);
             break;
-        }
         case OPT_TOKENIZED: bo.tok = TFM_TOK_TOKENIZED; break;
         case OPT_COMPOUND: bo.compound_split = 1; break;
         case OPT_CHAR_ORDER:
-            st = parse_int("--chrf-char-order", optarg, 1, TFM_CHRF_MAX_ORDER, &co.char_order);
+            if (!(st = tfm_cli_int("--chrf-char-order", optarg, 1, TFM_CHRF_MAX_ORDER, &v)))
+                co.char_order = (int)v;
             chrf_set = 1;
             break;
         case OPT_WORD_ORDER:
-            st = parse_int("--chrf-word-order", optarg, 0, TFM_CHRF_MAX_ORDER, &co.word_order);
+            if (!(st = tfm_cli_int("--chrf-word-order", optarg, 0, TFM_CHRF_MAX_ORDER, &v)))
+                co.word_order = (int)v;
             chrf_set = 1;
             break;
         case OPT_BETA:
-            st = parse_int("--chrf-beta", optarg, 1, 100, &co.beta);
+            if (!(st = tfm_cli_int("--chrf-beta", optarg, 1, 100, &v)))
+                co.beta = (int)v;
             chrf_set = 1;
             break;
         case OPT_WS: co.whitespace = 1, chrf_set = 1; break;
@@ -863,8 +839,8 @@ int main(int argc, char **argv)
         case OPT_LINEARIZED: fo.linearized = 1; break;
         case 'v': fo.per_sentence = 1; break;
         case OPT_MAX_ERROR:
-            st = parse_int("--max-error", optarg, 0, 1000000000, &v);
-            fo.max_error = v;
+            if (!(st = tfm_cli_int("--max-error", optarg, 0, 1000000000, &v)))
+                fo.max_error = (int)v;
             break;
         case 'j': json = 1; break;
         case OPT_LINEARIZE: mode = MODE_LINEARIZE; break;
@@ -881,7 +857,7 @@ int main(int argc, char **argv)
             puts(PROG " " TFM_VERSION);
             free(refs);
             return fclose(stdout) ? 1 : 0;
-        default: st = usage_error(NULL, NULL); break;
+        default: st = tfm_cli_usage(); break;
         }
         if (st) {
             free(refs);
@@ -890,7 +866,7 @@ int main(int argc, char **argv)
     }
     if (argc - optind > 1) {
         free(refs);
-        return usage_error("one input FILE at most ('%s' is extra)", argv[optind + 1]);
+        return tfm_cli_usage_error("one input FILE at most ('%s' is extra)", argv[optind + 1]);
     }
     const char *in = optind < argc ? argv[optind] : "-";
     const char *bad = NULL;
@@ -922,7 +898,7 @@ int main(int argc, char **argv)
     }
     if (bad) {
         free(refs);
-        return usage_error("%s", bad);
+        return tfm_cli_usage_error("%s", bad);
     }
     if (bo.tok == TFM_TOK_TOKENIZED && !smooth_set)
         bo.smooth = TFM_SMOOTH_NONE;    /* multi-bleu.perl */

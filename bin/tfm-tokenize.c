@@ -1,15 +1,14 @@
 /* tfm-tokenize: SentencePiece models and token streams (man/tfm-tokenize.1).
  * A thin main: options per subcommand, then src/tokenize.h does the work. */
-#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "stream.h"
 #include "tokenize.h"
 
@@ -47,50 +46,6 @@ static const char HELP[] =
     "common:\n"
     "  -p, --progress / -q, --quiet   summary on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
-
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("tfm-tokenize: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    fputs(USAGE, stderr);
-    return 2;
-}
-
-/* An integer flag in [lo, hi]; 0, or 2 (usage error printed). */
-static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi) {
-        fprintf(stderr, "tfm-tokenize: %s: '%s': expected an integer from %lld to %lld\n", flag,
-                s, lo, hi);
-        fputs(USAGE, stderr);
-        return 2;
-    }
-    *v = x;
-    return 0;
-}
-
-static int parse_double(const char *flag, const char *s, double lo, double hi, double *v)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (end == s || *end || errno || !(x > lo && x <= hi)) {
-        fprintf(stderr, "tfm-tokenize: %s: '%s': expected a number in (%g, %g]\n", flag, s, lo,
-                hi);
-        fputs(USAGE, stderr);
-        return 2;
-    }
-    *v = x;
-    return 0;
-}
 
 static double now(void)
 {
@@ -137,8 +92,9 @@ static const char *const SHORT[] = {"m:n:t:c:s:j:O:vpqh", "m:bej:zo:pqh", "m:ipq
 
 int main(int argc, char **argv)
 {
+    tfm_cli_init("tfm-tokenize", USAGE);
     if (argc < 2)
-        return usage_error("a subcommand is needed (train, encode or decode)");
+        return tfm_cli_usage_error("a subcommand is needed (train, encode or decode)");
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
         fputs(USAGE, stdout);
@@ -152,7 +108,7 @@ int main(int argc, char **argv)
     int sub = strcmp(cmd, "train") == 0 ? 0 : strcmp(cmd, "encode") == 0 ? 1
             : strcmp(cmd, "decode") == 0 ? 2 : -1;
     if (sub < 0)
-        return usage_error("'%s': unknown subcommand (train, encode or decode)", cmd);
+        return tfm_cli_usage_error("'%s': unknown subcommand (train, encode or decode)", cmd);
 
     struct tfm_spm_train_opts topt;
     tfm_spm_train_defaults(&topt);
@@ -170,48 +126,49 @@ int main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, NULL)) != -1) {
         /* a long option of another subcommand */
         if (c < 256 && c != '?' && !strchr(SHORT[sub], c))
-            return usage_error("%s: option '%s' is not one of %s's", cmd, argv[optind - 1], cmd);
+            return tfm_cli_usage_error("%s: option '%s' is not one of %s's", cmd,
+                                       argv[optind - 1], cmd);
         switch (c) {
         case 'm': model = optarg; break;
         case 'n':
-            if (parse_int("--vocab", optarg, 5, 1000000, &v))
+            if (tfm_cli_int("--vocab", optarg, 5, 1000000, &v))
                 return 2;
             topt.vocab_size = (int)v;
             break;
         case 't':
             if (strcmp(optarg, "bpe") != 0 && strcmp(optarg, "unigram") != 0)
-                return usage_error("--type: '%s': bpe or unigram expected", optarg);
+                return tfm_cli_usage_error("--type: '%s': bpe or unigram expected", optarg);
             topt.type = optarg;
             break;
         case 'c':
-            if (parse_double("--coverage", optarg, 0, 1, &d))
+            if (tfm_cli_double("--coverage", optarg, 0, 1, 1, &d))
                 return 2;
             topt.coverage = d;
             break;
         case 's':
-            if (parse_int("--max-sentences", optarg, 0, INT64_MAX / 2, &v))
+            if (tfm_cli_int("--max-sentences", optarg, 0, INT64_MAX / 2, &v))
                 return 2;
             if (v > 0 && v <= 100)      /* SentencePiece's own limit */
-                return usage_error("--max-sentences: '%s': 0 (all) or more than 100 expected",
-                                   optarg);
+                return tfm_cli_usage_error(
+                    "--max-sentences: '%s': 0 (all) or more than 100 expected", optarg);
             topt.max_sentences = v;
             break;
         case OPT_SEED:
             if (sub != 0)
-                return usage_error("--seed: only for train");
-            if (parse_int("--seed", optarg, 0, UINT_MAX - 1, &v))
+                return tfm_cli_usage_error("--seed: only for train");
+            if (tfm_cli_int("--seed", optarg, 0, UINT_MAX - 1, &v))
                 return 2;
             topt.seed = (unsigned)v;
             break;
         case 'j':
-            if (parse_int("--threads", optarg, 1, 256, &v))
+            if (tfm_cli_int("--threads", optarg, 1, 256, &v))
                 return 2;
             topt.threads = eopt.threads = (int)v;
             break;
         case 'O': {
             struct tfm_error err;
             if (tfm_spm_train_option_check(optarg, &err))
-                return usage_error("--trainer-option: %s", err.msg);
+                return tfm_cli_usage_error("--trainer-option: %s", err.msg);
             options[topt.noptions++] = optarg;
             break;
         }
@@ -228,7 +185,7 @@ int main(int argc, char **argv)
             fputs(HELP, stdout);
             return close_stdout();
         case OPT_VERSION: puts("tfm-tokenize " TFM_VERSION); return close_stdout();
-        default: fputs(USAGE, stderr); return 2;
+        default: return tfm_cli_usage();
         }
     }
     topt.options = options;
@@ -237,9 +194,9 @@ int main(int argc, char **argv)
 
     if (sub == 0) {     /* train */
         if (!model)
-            return usage_error("train: -m MODEL is needed");
+            return tfm_cli_usage_error("train: -m MODEL is needed");
         if (nfiles < 1)
-            return usage_error("train: at least one FILE is needed");
+            return tfm_cli_usage_error("train: at least one FILE is needed");
         double t0 = now();
         int vocab = 0;
         if (tfm_tokenize_train((const char *const *)argv + optind, nfiles, &topt, model,
@@ -255,11 +212,11 @@ int main(int argc, char **argv)
     }
 
     if (nfiles > 1)
-        return usage_error("%s: at most one FILE", cmd);
+        return tfm_cli_usage_error("%s: at most one FILE", cmd);
     const char *in = nfiles ? argv[optind] : "-";
     struct tfm_spm *s = NULL;
     if (sub == 1 && !model)
-        return usage_error("encode: -m MODEL is needed");
+        return tfm_cli_usage_error("encode: -m MODEL is needed");
     if (model && !(s = tfm_spm_load_file(model, &err))) {
         fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
         return 1;
@@ -268,8 +225,8 @@ int main(int argc, char **argv)
     if (sub == 1) {     /* encode */
         if ((!output || strcmp(output, "-") == 0) && isatty(1)) {
             tfm_spm_free(s);
-            return usage_error("encode: refusing to write a binary stream to a terminal "
-                               "(redirect it or use -o OUT)");
+            return tfm_cli_usage_error("encode: refusing to write a binary stream to a terminal "
+                                       "(redirect it or use -o OUT)");
         }
         double t0 = now();
         if (tfm_tokenize_encode(s, in, output, &eopt, &err)) {

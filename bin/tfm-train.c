@@ -11,63 +11,49 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "cli.h"
 #include "config.h"
 #include "device.h"
 #include "dist.h"
 #include "progress.h"
 #include "train.h"
 
-static void usage(FILE *f)
-{
-    fputs("usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
-          "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
-          "                 [--resume] [--device cpu|cuda|auto] [--threads N] [--ranks R]\n"
-          "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n"
-          "Train on the batch stream FILE (default stdin); checkpoints go to DIR.\n"
-          "  -c, --config FILE      config file (configs/*.conf; keys in tfm-config(5))\n"
-          "  -s, --set KEY=VALUE    override one config key (repeatable)\n"
-          "  -o, --output DIR       checkpoint directory: DIR/step-NNNNNN.tfm, DIR/last.tfm\n"
-          "  -V, --valid FILE       validation batch stream: loss and perplexity\n"
-          "      --valid-every N    updates between validations (default 1000; 0: at the end)\n"
-          "  -n, --max-steps N      stop after update N (config key max_steps)\n"
-          "  -t, --max-time DUR     stop after DUR of training in this run (90s, 10m, 2h)\n"
-          "  -S, --save-every DUR|N checkpoint every DUR of time or every N updates (default 10m)\n"
-          "  -k, --keep N           keep the newest N checkpoints (default all)\n"
-          "  -u, --update-freq K    accumulate K batches per update (default 1)\n"
-          "  -r, --resume           continue from the newest checkpoint of DIR\n"
-          "  -d, --device D         cpu, cuda or auto (default auto)\n"
-          "  -j, --threads N        CPU threads in all (default: online CPUs)\n"
-          "  -R, --ranks R          data-parallel ranks in this process (default 1)\n"
-          "  -p, --print-config     print the effective config and exit\n"
-          "  -l, --log FILE         append one tab-separated line per report to FILE\n"
-          "      --report-every N   updates between progress reports (default 100)\n"
-          "      --max-memory SIZE  memory the run may use (512M, 8G; default: physical)\n"
-          "  -P, --progress         progress lines on stderr even when it is not a terminal\n"
-          "  -q, --quiet            no progress lines or notes\n"
-          "  -h, --help             this help\n"
-          "      --version          print the version\n",
-          f);
-}
+static const char USAGE[] =
+    "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
+    "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
+    "                 [--resume] [--device cpu|cuda|auto] [--threads N] [--ranks R]\n"
+    "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n";
+
+static const char HELP[] =
+    "Train on the batch stream FILE (default stdin); checkpoints go to DIR.\n"
+    "  -c, --config FILE      config file (configs/*.conf; keys in tfm-config(5))\n"
+    "  -s, --set KEY=VALUE    override one config key (repeatable)\n"
+    "  -o, --output DIR       checkpoint directory: DIR/step-NNNNNN.tfm, DIR/last.tfm\n"
+    "  -V, --valid FILE       validation batch stream: loss and perplexity\n"
+    "      --valid-every N    updates between validations (default 1000; 0: at the end)\n"
+    "  -n, --max-steps N      stop after update N (config key max_steps)\n"
+    "  -t, --max-time DUR     stop after DUR of training in this run (90s, 10m, 2h)\n"
+    "  -S, --save-every DUR|N checkpoint every DUR of time or every N updates (default 10m)\n"
+    "  -k, --keep N           keep the newest N checkpoints (default all)\n"
+    "  -u, --update-freq K    accumulate K batches per update (default 1)\n"
+    "  -r, --resume           continue from the newest checkpoint of DIR\n"
+    "  -d, --device D         cpu, cuda or auto (default auto)\n"
+    "  -j, --threads N        CPU threads in all (default: online CPUs)\n"
+    "  -R, --ranks R          data-parallel ranks in this process (default 1)\n"
+    "  -p, --print-config     print the effective config and exit\n"
+    "  -l, --log FILE         append one tab-separated line per report to FILE\n"
+    "      --report-every N   updates between progress reports (default 100)\n"
+    "      --max-memory SIZE  memory the run may use (512M, 8G; default: physical)\n"
+    "  -P, --progress         progress lines on stderr even when it is not a terminal\n"
+    "  -q, --quiet            no progress lines or notes\n"
+    "  -h, --help             this help\n"
+    "      --version          print the version\n";
 
 static volatile sig_atomic_t stop_signal;
 
 static void on_signal(int sig)
 {
     stop_signal = sig;
-}
-
-static int parse_i64(const char *s, const char *flag, int64_t lo, int64_t hi, int64_t *v)
-{
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (errno || end == s || *end || x < lo || x > hi) {
-        fprintf(stderr, "tfm-train: %s: '%s' is not an integer in [%lld, %lld]\n", flag, s,
-                (long long)lo, (long long)hi);
-        return -1;
-    }
-    *v = x;
-    return 0;
 }
 
 static int parse_size(const char *s, double *bytes)
@@ -127,12 +113,14 @@ int main(int argc, char **argv)
     const char *config_path = NULL, *device = "auto";
     const char **sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0, print_config = 0, progress = 0, quiet = 0, save_given = 0, c;
-    int64_t v, max_steps = -1, save_steps = -1, keep = -1;
+    int64_t max_steps = -1, save_steps = -1, keep = -1;
+    long long v;
     if (!sets) {
         fprintf(stderr, "tfm-train: out of memory\n");
         return 1;
     }
     o.save_every_sec = 0;
+    tfm_cli_init("tfm-train", USAGE);
     while ((c = getopt_long(argc, argv, "c:s:o:V:n:t:S:k:u:rd:j:R:pl:Pqh", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config_path = optarg; break;
@@ -140,45 +128,45 @@ int main(int argc, char **argv)
         case 'o': o.out_dir = optarg; break;
         case 'V': o.valid_path = optarg; break;
         case 'n':
-            if (parse_i64(optarg, "--max-steps", 0, INT32_MAX, &max_steps))
+            if (tfm_cli_int("--max-steps", optarg, 0, INT32_MAX, &v))
                 return 2;
+            max_steps = v;
             break;
         case 't':
-            if (tfm_duration_parse(optarg, &o.max_time)) {
-                fprintf(stderr, "tfm-train: --max-time: '%s' is not a duration (90s, 10m, 2h)\n",
-                        optarg);
-                return 2;
-            }
+            if (tfm_duration_parse(optarg, &o.max_time))
+                return tfm_cli_usage_error("--max-time: '%s' is not a duration (90s, 10m, 2h)",
+                                           optarg);
             break;
         case 'S':
             save_given = 1;
             if (all_digits(optarg)) {
-                if (parse_i64(optarg, "--save-every", 0, INT32_MAX, &save_steps))
+                if (tfm_cli_int("--save-every", optarg, 0, INT32_MAX, &v))
                     return 2;
+                save_steps = v;
             } else if (tfm_duration_parse(optarg, &o.save_every_sec)) {
-                fprintf(stderr, "tfm-train: --save-every: '%s' is neither a number of updates "
-                        "nor a duration (90s, 10m, 2h)\n", optarg);
-                return 2;
+                return tfm_cli_usage_error("--save-every: '%s' is neither a number of updates "
+                                           "nor a duration (90s, 10m, 2h)", optarg);
             }
             break;
         case 'k':
-            if (parse_i64(optarg, "--keep", 0, 1000000, &keep))
+            if (tfm_cli_int("--keep", optarg, 0, 1000000, &v))
                 return 2;
+            keep = v;
             break;
         case 'u':
-            if (parse_i64(optarg, "--update-freq", 1, 65536, &v))
+            if (tfm_cli_int("--update-freq", optarg, 1, 65536, &v))
                 return 2;
             o.update_freq = (int)v;
             break;
         case 'r': o.resume = 1; break;
         case 'd': device = optarg; break;
         case 'j':
-            if (parse_i64(optarg, "--threads", 1, 4096, &v))
+            if (tfm_cli_int("--threads", optarg, 1, 4096, &v))
                 return 2;
             o.threads = (int)v;
             break;
         case 'R':
-            if (parse_i64(optarg, "--ranks", 1, TFM_DIST_MAX_LOCAL, &v))
+            if (tfm_cli_int("--ranks", optarg, 1, TFM_DIST_MAX_LOCAL, &v))
                 return 2;
             o.ranks = (int)v;
             break;
@@ -186,43 +174,34 @@ int main(int argc, char **argv)
         case 'l': o.log_path = optarg; break;
         case 'P': progress = 1; break;
         case 'q': quiet = 1; break;
-        case 'h': usage(stdout); return 0;
+        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
         case OPT_VERSION: puts("tfm-train " TFM_VERSION); return 0;
         case OPT_REPORT:
-            if (parse_i64(optarg, "--report-every", 1, INT64_MAX, &o.report_every))
+            if (tfm_cli_int("--report-every", optarg, 1, INT64_MAX, &v))
                 return 2;
+            o.report_every = v;
             break;
         case OPT_VALID_EVERY:
-            if (parse_i64(optarg, "--valid-every", 0, INT64_MAX, &o.valid_every))
+            if (tfm_cli_int("--valid-every", optarg, 0, INT64_MAX, &v))
                 return 2;
+            o.valid_every = v;
             break;
         case OPT_MAX_MEMORY:
-            if (parse_size(optarg, &o.memory_limit)) {
-                fprintf(stderr, "tfm-train: --max-memory: '%s' is not a size (512M, 8G)\n", optarg);
-                return 2;
-            }
+            if (parse_size(optarg, &o.memory_limit))
+                return tfm_cli_usage_error("--max-memory: '%s' is not a size (512M, 8G)", optarg);
             break;
-        default: usage(stderr); return 2;
+        default: return tfm_cli_usage();
         }
     }
-    if (optind < argc - 1) {
-        fprintf(stderr, "tfm-train: one batch stream at most (got %d)\n", argc - optind);
-        usage(stderr);
-        return 2;
-    }
+    if (optind < argc - 1)
+        return tfm_cli_usage_error("one batch stream at most (got %d)", argc - optind);
     o.train_path = optind < argc ? argv[optind] : "-";
-    if (strcmp(o.train_path, "-") == 0 && !print_config && isatty(0)) {
-        fprintf(stderr, "tfm-train: no batch stream: give FILE or a pipe (tfm-batch ... |)\n");
-        usage(stderr);
-        return 2;
-    }
+    if (strcmp(o.train_path, "-") == 0 && !print_config && isatty(0))
+        return tfm_cli_usage_error("no batch stream: give FILE or a pipe (tfm-batch ... |)");
     if (!save_given)
         o.save_every_sec = 600;     /* the paper's 10 minutes */
-    if (!o.out_dir && !print_config) {
-        fprintf(stderr, "tfm-train: -o DIR is required (where checkpoints go)\n");
-        usage(stderr);
-        return 2;
-    }
+    if (!o.out_dir && !print_config)
+        return tfm_cli_usage_error("-o DIR is required (where checkpoints go)");
 
     /* the config: defaults, then the file (or the checkpoint resumed), then overrides */
     struct tfm_error err;
@@ -248,9 +227,7 @@ int main(int argc, char **argv)
             return 2;
         }
     } else {
-        fprintf(stderr, "tfm-train: -c CONFIG is required (unless --resume finds a checkpoint)\n");
-        usage(stderr);
-        return 2;
+        return tfm_cli_usage_error("-c CONFIG is required (unless --resume finds a checkpoint)");
     }
     for (int i = 0; i < nsets; i++)
         if (tfm_config_set(&cfg, sets[i], "--set", &err)) {

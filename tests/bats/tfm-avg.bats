@@ -162,7 +162,7 @@ check_mean() {
     assert_output --partial "0 checkpoints"
     run tfm-avg -n 0 "$M/run"
     assert_failure 2
-    assert_output --partial "-n: '0' is not an integer"
+    assert_line --index 0 "tfm-avg: -n: '0': expected an integer from 1 to 100000"
     run tfm-avg
     assert_failure 2
     run tfm-avg -o /proc/tfm-avg.tfm "$M/run"

@@ -1,0 +1,32 @@
+/* cli.h: the command-line code the mains in bin/ share: their usage errors and the range
+ * checked parsing of numeric flags.
+ *
+ * This is the one src/ module that writes to stderr: it exists for the mains, whose job
+ * that is.  Library code never prints and never exits (src/error.h); it never calls this.
+ * Messages are "PROG: message" followed by the usage text, and the functions return 2 (the
+ * usage exit status), so a main can `return tfm_cli_...(...)` or test for nonzero.
+ * The state (program name, usage text) is process-global: set once by tfm_cli_init.
+ */
+#ifndef TFM_CLI_H
+#define TFM_CLI_H
+
+/* Program name for messages ("tfm-batch") and the usage text printed after a usage error
+ * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call. */
+void tfm_cli_init(const char *prog, const char *usage);
+
+/* "PROG: MESSAGE\n" (printf-style) and the usage text on stderr; returns 2. */
+int tfm_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The usage text alone on stderr (after getopt has named a bad option); returns 2. */
+int tfm_cli_usage(void);
+
+/* An integer flag FLAG (as written in messages: "--beam") with value S in [lo, hi]: 0 and
+ * *v set, or 2 after "PROG: FLAG: 'S': expected an integer from LO to HI" and the usage. */
+int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *v);
+
+/* A finite number in [lo, hi], or (lo, hi] when open_lo: 0 and *v set, or 2 after
+ * "PROG: FLAG: 'S': expected a number in [LO, HI]" (or "(LO, HI]") and the usage. */
+int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int open_lo,
+                   double *v);
+
+#endif
