@@ -32,6 +32,7 @@
 #include <immintrin.h>
 #endif
 #include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -71,22 +72,30 @@ static inline float fast_expf(float x)
 
 /* ---- memory ---------------------------------------------------------------------------- */
 
+/* Zero-filled through calloc, whose large blocks are fresh pages from the kernel that it
+ * does not clear again: memory is touched only where it is used, so an arena sized for the
+ * worst batch costs resident memory only for the batches that come.  calloc aligns to 16
+ * bytes; the block starts at the next multiple of 64 with calloc's pointer just before it. */
 static void *cpu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *err)
 {
     (void)be;
     size_t n = (bytes + 63) / 64 * 64;
-    if (n == 0)
-        n = 64;
-    void *p = aligned_alloc(64, n);
-    if (!p) {
+    char *raw = n + 64 + sizeof(void *) > n ? calloc(1, n + 64 + sizeof(void *)) : NULL;
+    if (!raw) {
         tfm_fail(err, "out of memory allocating %zu bytes", bytes);
         return NULL;
     }
-    memset(p, 0, n);
-    return p;
+    uintptr_t at = ((uintptr_t)raw + sizeof(void *) + 63) / 64 * 64;
+    ((void **)at)[-1] = raw;
+    return (void *)at;
 }
 
-static void cpu_free(struct tfm_backend *be, void *p) { (void)be; free(p); }
+static void cpu_free(struct tfm_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        free(((void **)p)[-1]);
+}
 
 static void cpu_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
 {
@@ -112,7 +121,7 @@ static int cpu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tf
     float *s = cpu_alloc(be, need * sizeof(float) * (size_t)c->threads, err);
     if (!s)
         return -1;
-    free(c->scratch);
+    cpu_free(be, c->scratch);
     c->scratch = s;
     c->scratch_floats = need;
     return 0;
@@ -456,22 +465,26 @@ static void cpu_attn_decode(struct tfm_backend *be, int R, int H, int dk, float 
         for (int j = 0; j < n; j++) {
             const float *kj = kb + (size_t)j * ld;
             float d = 0;
+#pragma omp simd reduction(+ : d)
             for (int x = 0; x < dk; x++)
                 d += qr[x] * kj[x];
             s[j] = d * scale;
             mx = s[j] > mx ? s[j] : mx;
         }
         float sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int j = 0; j < n; j++) {
-            s[j] = expf(s[j] - mx);
+            s[j] = fast_expf(s[j] - mx);
             sum += s[j];
         }
-        float *orow = o + (size_t)r * ldo + h * dk;
+        float *orow = o + (size_t)r * ldo + h * dk, inv = 1.0f / sum;
+#pragma omp simd
         for (int x = 0; x < dk; x++)
             orow[x] = 0;
         for (int j = 0; j < n; j++) {
-            float w = s[j] / sum;
+            float w = s[j] * inv;
             const float *vj = vb + (size_t)j * ld;
+#pragma omp simd
             for (int x = 0; x < dk; x++)
                 orow[x] += w * vj[x];
         }
@@ -722,7 +735,7 @@ static void cpu_destroy(struct tfm_backend *be)
         return;
     struct cpu *c = CPU(be);
     if (c)
-        free(c->scratch);
+        cpu_free(be, c->scratch);
     free(c);
     free(be);
 }

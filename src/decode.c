@@ -145,8 +145,8 @@ static int member_load(struct member *mb, const char *path, struct tfm_backend *
         goto done;
     }
     /* the activation arena serves the encoder only: groups of up to 1024 source tokens */
-    mb->model = tfm_model_create(&mb->cfg, be, mb->cfg.max_len > 1024 ? mb->cfg.max_len : 1024,
-                                 err);
+    mb->model = tfm_model_create_inference(&mb->cfg, be,
+                                           mb->cfg.max_len > 1024 ? mb->cfg.max_len : 1024, err);
     if (!mb->model) {
         tfm_error_prefix(err, "%s", path);
         goto done;

@@ -89,7 +89,8 @@ struct tfm_model {
     int np;
     struct tfm_param params[MAX_PARAMS];
     int64_t count;              /* floats per block */
-    float *arena;               /* 4 * count floats */
+    float *arena;               /* 4 * count floats (training) or count (inference) */
+    int inference;              /* parameters only: no gradients, no Adam moments */
     struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
     struct enc_p *enc;
     struct dec_p *dec;
@@ -407,8 +408,8 @@ void tfm_model_free(struct tfm_model *m)
     free(m);
 }
 
-struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_backend *be,
-                                   int64_t max_tokens, struct tfm_error *err)
+static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend *be,
+                                int64_t max_tokens, int inference, struct tfm_error *err)
 {
     if (tfm_config_check(cfg, 1, err) < 0)
         return NULL;
@@ -430,6 +431,7 @@ struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_back
     }
     m->cfg = *cfg;
     m->be = be;
+    m->inference = inference;
     m->D = cfg->d_model;
     m->F = cfg->d_ff;
     m->H = cfg->heads;
@@ -455,16 +457,18 @@ struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_back
                  (long long)np);
         goto fail;
     }
-    size_t pbytes = (size_t)m->count * 4 * sizeof(float);
+    size_t pbytes = (size_t)m->count * (inference ? 1 : 4) * sizeof(float);
     m->arena = be->alloc(be, pbytes, err);
     if (!m->arena)
         goto fail_mem;
     for (int i = 0; i < m->np; i++) {
         struct tfm_param *p = &m->params[i];
         p->data = m->arena + p->offset;
-        p->grad = m->arena + m->count + p->offset;
-        p->m = m->arena + 2 * m->count + p->offset;
-        p->v = m->arena + 3 * m->count + p->offset;
+        if (!inference) {
+            p->grad = m->arena + m->count + p->offset;
+            p->m = m->arena + 2 * m->count + p->offset;
+            p->v = m->arena + 3 * m->count + p->offset;
+        }
     }
     size_t abytes = carve(cfg, max_tokens, NULL, NULL);
     m->act_mem = be->alloc(be, abytes, err);
@@ -482,9 +486,12 @@ struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_back
         tfm_fail(err, "out of memory");
         goto fail;
     }
-    for (int i = 0; i < m->np; i++)
-        init_tensor(&m->params[i], i, (uint64_t)cfg->seed, m->D, host + m->params[i].offset);
-    be->upload(be, m->arena, host, (size_t)m->count * sizeof(float));
+    if (!inference) {
+        for (int i = 0; i < m->np; i++)
+            init_tensor(&m->params[i], i, (uint64_t)cfg->seed, m->D,
+                        host + m->params[i].offset);
+        be->upload(be, m->arena, host, (size_t)m->count * sizeof(float));
+    }
     if (cfg->pos == TFM_POS_SINUSOID) {
         m->pe = be->alloc(be, (size_t)m->L * m->D * sizeof(float), err);
         if (!m->pe) {
@@ -504,6 +511,19 @@ fail_mem:
 fail:
     tfm_model_free(m);
     return NULL;
+}
+
+struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_backend *be,
+                                   int64_t max_tokens, struct tfm_error *err)
+{
+    return create(cfg, be, max_tokens, 0, err);
+}
+
+struct tfm_model *tfm_model_create_inference(const struct tfm_config *cfg,
+                                             struct tfm_backend *be, int64_t max_tokens,
+                                             struct tfm_error *err)
+{
+    return create(cfg, be, max_tokens, 1, err);
 }
 
 const struct tfm_config *tfm_model_config(const struct tfm_model *m) { return &m->cfg; }
@@ -526,6 +546,8 @@ const struct tfm_param *tfm_model_find(const struct tfm_model *m, const char *na
 
 float *tfm_model_block(const struct tfm_model *m, enum tfm_block b)
 {
+    if (m->inference && b != TFM_PARAMS)
+        return NULL;
     return m->arena + (size_t)b * m->count;
 }
 
@@ -545,6 +567,8 @@ int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const
     const struct tfm_param *p = tfm_model_find(m, name);
     if (!p)
         return tfm_fail(err, "'%s': not a parameter of this model", name);
+    if (!tfm_model_block(m, b))
+        return tfm_fail(err, "'%s': an inference model keeps parameters only", name);
     if (p->count != count)
         return tfm_fail(err, "'%s': %lld values, the model has %lld", name, (long long)count,
                         (long long)p->count);
@@ -1015,6 +1039,8 @@ int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_
                           const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
                           struct tfm_error *err)
 {
+    if (m->inference)
+        return tfm_fail(err, "internal error: training an inference-only model");
     if (stage(m, B, S, T, src, tgt, out, err) < 0)
         return -1;
     struct fwd f = {1, rng_step, B, S, T};

@@ -83,6 +83,12 @@ size_t tfm_model_param_memory(const struct tfm_config *cfg);
  * until freed.  NULL with err. */
 struct tfm_model *tfm_model_create(const struct tfm_config *cfg, struct tfm_backend *be,
                                    int64_t max_tokens, struct tfm_error *err);
+/* The same for inference (evaluation, log-probabilities, decoding): the parameters alone,
+ * zero until set (tfm_model_set / tfm_model_upload of TFM_PARAMS); no gradients or Adam
+ * moments (their blocks are NULL), and tfm_model_train_batch refuses it. */
+struct tfm_model *tfm_model_create_inference(const struct tfm_config *cfg,
+                                             struct tfm_backend *be, int64_t max_tokens,
+                                             struct tfm_error *err);
 void tfm_model_free(struct tfm_model *m);
 const struct tfm_config *tfm_model_config(const struct tfm_model *m);
 struct tfm_backend *tfm_model_backend(const struct tfm_model *m);
@@ -99,7 +105,8 @@ const struct tfm_param *tfm_model_find(const struct tfm_model *m, const char *na
 int64_t tfm_model_count(const struct tfm_model *m);               /* floats per block */
 
 enum tfm_block { TFM_PARAMS = 0, TFM_GRADS = 1, TFM_ADAM_M = 2, TFM_ADAM_V = 3 };
-/* The device pointer to a whole block (tfm_model_count floats, tensors at their offsets). */
+/* The device pointer to a whole block (tfm_model_count floats, tensors at their offsets);
+ * NULL for all but TFM_PARAMS on an inference model. */
 float *tfm_model_block(const struct tfm_model *m, enum tfm_block b);
 /* Copy a whole block to host / from host (tfm_model_count floats). */
 void tfm_model_download(const struct tfm_model *m, enum tfm_block b, float *host);
