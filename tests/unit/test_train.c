@@ -384,7 +384,12 @@ static void test_train_resume(void)
 static void test_train_ranks(void)
 {
     /* Adam's first steps amplify tiny differences of near-zero gradients (m/sqrt(v) is
-     * about sign(g)); adam_eps = 1e-3 keeps the comparison about the gradients. */
+     * about sign(g)); adam_eps = 1e-3 keeps the comparison about the gradients.  Training
+     * is chaotic beyond a few steps: the float reassociation of the gradient sums (1e-8
+     * after one step) can tip a ReLU or a dropped unit's neighbour and then grows (with
+     * the vectorized cross-entropy: 6e-8 after 5 steps, 2e-5 after 10, 6e-4 after 20),
+     * so the runs are compared after 5 steps, where any real difference (a batch on the
+     * wrong rank, a wrong normalization) shows as 1e-3 or more: other data gives 7e-3. */
     const char *sub[4] = {"r4", "k4", "r2k2", "k2"};
     int ranks[4] = {4, 1, 2, 1}, freq[4] = {1, 4, 2, 2};
     struct tfm_checkpoint *ck[4] = {0};
@@ -394,20 +399,20 @@ static void test_train_ranks(void)
         struct tfm_train_result res;
         tiny(&c);
         c.adam_eps = 1e-3;
-        opts(&o, sub[i], 20);
+        opts(&o, sub[i], 5);
         o.ranks = ranks[i];
         o.update_freq = freq[i];
         CHECK(run(&c, &o, &res) == 0);
-        ck[i] = load(sub[i], 20);
+        ck[i] = load(sub[i], 5);
     }
     if (ck[0] && ck[1] && ck[2] && ck[3]) {
         double d01 = max_diff(ck[0], ck[1], "param."), d21 = max_diff(ck[2], ck[1], "param.");
         double d31 = max_diff(ck[3], ck[1], "param.");
         printf("# max |diff|: 4 ranks %.3g, 2 ranks x 2 %.3g, other data %.3g\n", d01, d21, d31);
-        CHECK(d01 >= 0 && d01 < 1e-5);
-        CHECK(d21 >= 0 && d21 < 1e-5);
+        CHECK(d01 >= 0 && d01 < 1e-6);
+        CHECK(d21 >= 0 && d21 < 1e-6);
         CHECK(d31 > 1e-3);      /* the comparison can fail: other batches differ */
-        CHECK(max_diff(ck[0], ck[1], "adam.") < 1e-5);
+        CHECK(max_diff(ck[0], ck[1], "adam.") < 1e-6);
         CHECK_STR(tfm_header_get(&ck[0]->header, "ranks"), "4");
     } else {
         CHECK(0);
