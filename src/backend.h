@@ -1,8 +1,8 @@
 /* backend.h: the table of operations the model is written against, once.
  *
  * A backend owns a device memory space and implements every op below on pointers into it.
- * The CPU backend (backend_cpu.c: fp32, OpenBLAS sgemm, OpenMP threads for the other
- * ops) is the reference; a CUDA twin (kernels/, one .cu file per op) implements the same table with the
+ * The CPU backend (backend_cpu.c: fp32, OpenBLAS sgemm, a work-claiming thread pool for
+ * every op) is the reference; a CUDA twin (kernels/, one .cu file per op) implements the same table with the
  * same semantics, and is tested op by op against the CPU.
  *
  * Conventions for every op:
@@ -210,8 +210,9 @@ struct tfm_backend {
     void (*destroy)(struct tfm_backend *be);
 };
 
-/* The CPU backend with threads OpenMP threads (0: the number of online CPUs).  The BLAS
- * runs single-threaded inside each op's own threads (one thread pool, no contention).
+/* The CPU backend with `threads` threads, the caller's included (0: the number of online
+ * CPUs).  The BLAS runs single-threaded inside the ops' ranges (one thread pool, pool.h,
+ * no contention).
  * Free with be->destroy(be).  NULL with err on failure. */
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
 

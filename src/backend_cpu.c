@@ -1,19 +1,19 @@
-/* backend_cpu.c: the CPU backend (backend.h): fp32, OpenBLAS sgemm, OpenMP threads.
+/* backend_cpu.c: the CPU backend (backend.h): fp32, OpenBLAS sgemm, our own threads.
  *
- * One thread pool: OpenBLAS is set to one thread and every op, the gemm included, splits
- * its work over this backend's OpenMP threads by fixed partitioning (static, or slices
- * fixed by the thread count that the threads take in turn: which thread computes a slice
- * does not change its bits).  Reductions whose
- * result is one number per column (bias, layer-norm and embedding gradients) give each
- * thread whole columns and run over the rows in order, so their bits do not depend on
- * the thread count; sumsq sums fixed chunks in order.  The reference for every other
- * backend.
+ * One thread pool (pool.h): OpenBLAS is set to one thread and every op, the gemm
+ * included, cuts its work into ranges fixed by the sizes and the thread count (rows,
+ * heads, elements, gemm slices) that the threads claim as they come: which thread
+ * computes a range does not change its bits, and a thread slowed by other load does
+ * less.  Reductions whose result is one number per column (bias, layer-norm and embedding
+ * gradients) give each range whole columns and run over the rows in order, so their bits
+ * do not depend on the thread count; sumsq sums fixed chunks in order.  The reference for
+ * every other backend.
  * Speed: the build is plain -O2 for a generic x86-64, where GCC vectorizes only loops that
- * are marked, so the element-wise loops carry `omp simd` (the order of a row's sums is then
- * fixed by the binary, not by the threads); the softmax exponentials (attention,
- * log_softmax) use fast_expf below, a branch-free polynomial that vectorizes (libm's expf
- * does not); Adam uses SSE directly; large products are cut into GEMM_BLOCKS slices per
- * thread that the threads take as they finish (a thread slowed by other load does less).
+ * are marked, so the element-wise loops carry `omp simd` (-fopenmp-simd: the hint only;
+ * the order of a row's sums is then fixed by the binary, not by the threads); the softmax
+ * exponentials (attention, log_softmax, cross-entropy) use fast_expf below, a branch-free
+ * polynomial that vectorizes (libm's expf does not); Adam uses SSE directly; large
+ * products are cut into GEMM_BLOCKS slices per thread.
  * Not here: the model (model.c).
  * Owner: the model engineer; speed (no change of results beyond rounding): the
  * performance engineer.
@@ -25,13 +25,13 @@
 #endif
 
 #include "backend.h"
+#include "pool.h"
 
 #include <cblas.h>
 #include <math.h>
 #ifdef __SSE2__
 #include <immintrin.h>
 #endif
-#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,14 +39,52 @@
 
 struct cpu {
     int threads;
+    struct tfm_pool *pool;      /* threads in all, the caller included */
     size_t scratch_floats;      /* per thread */
     float *scratch;             /* threads * scratch_floats */
 };
 
 static struct cpu *CPU(struct tfm_backend *be) { return be->impl; }
 
-/* Work below this many elements runs on one thread. */
+/* Work below this many elements runs on the calling thread. */
 #define PAR_MIN 16384
+/* Ranges per thread for loops over rows or elements: enough that a thread slowed by other
+ * load leaves part of its share to the others. */
+#define PAR_RANGES 4
+
+/* fn over items [0, n) (rows, heads, ...) on the pool when the work is worth it. */
+static void par(struct tfm_backend *be, int64_t n, double work, tfm_pool_fn *fn, void *ctx)
+{
+    struct cpu *c = CPU(be);
+    if (work <= PAR_MIN || c->threads == 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    tfm_pool_run(c->pool, n, tfm_pool_grain(c->pool, n, PAR_RANGES, 1, 1), fn, ctx);
+}
+
+/* fn over n elements in ranges of at least 4096, multiples of 16 (whole cache lines). */
+static void par_range(struct tfm_backend *be, int64_t n, tfm_pool_fn *fn, void *ctx)
+{
+    struct cpu *c = CPU(be);
+    if (n <= PAR_MIN || c->threads == 1) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    tfm_pool_run(c->pool, n, tfm_pool_grain(c->pool, n, PAR_RANGES, 4096, 16), fn, ctx);
+}
+
+/* fn over D columns, a range of columns (a multiple of 16) per item: for sums over rows
+ * whose order must not depend on the threads (each column adds its rows in order). */
+static void par_cols(struct tfm_backend *be, int64_t D, double work, tfm_pool_fn *fn, void *ctx)
+{
+    struct cpu *c = CPU(be);
+    if (work <= PAR_MIN || c->threads == 1) {
+        fn(ctx, 0, D, 0);
+        return;
+    }
+    tfm_pool_run(c->pool, D, tfm_pool_grain(c->pool, D, 2, 16, 16), fn, ctx);
+}
 
 /* e^x for float x with a relative error below 2e-7 (Cephes' expf polynomial), branch-free
  * so that loops calling it vectorize; 0 below -87.3 (no denormals), e^88 above 88, NaN
@@ -148,6 +186,30 @@ static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float
 #define GEMM_BLOCKS 2
 #endif
 
+struct gemm_job {
+    int ta, tb, M, N, K, lda, ldb, ldc, split_n, chunk, len;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+};
+
+static void gemm_slices(void *ctx, int64_t k0, int64_t k1, int thread)
+{
+    const struct gemm_job *j = ctx;
+    (void)thread;
+    for (int64_t k = k0; k < k1; k++) {
+        int a = (int)k * j->chunk, b = a + j->chunk < j->len ? a + j->chunk : j->len;
+        if (j->split_n)
+            sgemm1(j->ta, j->tb, j->M, b - a, j->K, j->alpha, j->A, j->lda,
+                   j->tb ? j->B + (size_t)a * j->ldb : j->B + a, j->ldb, j->beta, j->C + a,
+                   j->ldc);
+        else
+            sgemm1(j->ta, j->tb, b - a, j->N, j->K, j->alpha,
+                   j->ta ? j->A + a : j->A + (size_t)a * j->lda, j->lda, j->B, j->ldb, j->beta,
+                   j->C + (size_t)a * j->ldc, j->ldc);
+    }
+}
+
 static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc)
@@ -157,23 +219,30 @@ static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
         sgemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    /* Split the larger of M and N into GEMM_BLOCKS * T slices (multiples of 16), taken by
-     * the threads in turn as each finishes one.  The slices depend on T only, so the bits
-     * do too; which thread computes a slice does not matter. */
-    int split_n = N >= M;
-    int len = split_n ? N : M;
-    int chunk = ((len + GEMM_BLOCKS * T - 1) / (GEMM_BLOCKS * T) + 15) / 16 * 16;
-    int nb = (len + chunk - 1) / chunk;
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1)
-    for (int k = 0; k < nb; k++) {
-        int a = k * chunk, b = a + chunk < len ? a + chunk : len;
-        if (split_n)
-            sgemm1(ta, tb, M, b - a, K, alpha, A, lda, tb ? B + (size_t)a * ldb : B + a, ldb,
-                   beta, C + a, ldc);
-        else
-            sgemm1(ta, tb, b - a, N, K, alpha, ta ? A + a : A + (size_t)a * lda, lda, B, ldb,
-                   beta, C + (size_t)a * ldc, ldc);
-    }
+    /* Split the larger of M and N into GEMM_BLOCKS * T slices (multiples of 16), claimed
+     * by the threads as each finishes one.  The slices depend on T only, so the bits do
+     * too; which thread computes a slice does not matter. */
+    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, N >= M, 0, 0, alpha, beta, A, B, C};
+    j.len = j.split_n ? N : M;
+    j.chunk = ((j.len + GEMM_BLOCKS * T - 1) / (GEMM_BLOCKS * T) + 15) / 16 * 16;
+    tfm_pool_run(CPU(be)->pool, (j.len + j.chunk - 1) / j.chunk, 1, gemm_slices, &j);
+}
+
+struct gemm_batch_job {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    int64_t sa, sb, sc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+};
+
+static void gemm_batch_items(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct gemm_batch_job *j = ctx;
+    (void)thread;
+    for (int64_t i = i0; i < i1; i++)
+        sgemm1(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A + i * j->sa, j->lda,
+               j->B + i * j->sb, j->ldb, j->beta, j->C + i * j->sc, j->ldc);
 }
 
 static void cpu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
@@ -181,33 +250,32 @@ static void cpu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int 
                              int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
                              int batch)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if (batch > 1)
-    for (int i = 0; i < batch; i++)
-        sgemm1(ta, tb, M, N, K, alpha, A + i * sa, lda, B + i * sb, ldb, beta, C + i * sc, ldc);
-}
-
-/* ---- column-partitioned reductions ------------------------------------------------------ */
-
-/* Thread t of T owns columns [*c0, *c1) of D (multiples of 16 where possible). */
-static void col_range(int t, int T, int D, int *c0, int *c1)
-{
-    int chunk = ((D + T - 1) / T + 15) / 16 * 16;
-    *c0 = t * chunk < D ? t * chunk : D;
-    *c1 = *c0 + chunk < D ? *c0 + chunk : D;
+    struct gemm_batch_job j = {ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, alpha, beta,
+                               A, B, C};
+    par(be, batch, batch > 1 ? PAR_MIN + 1 : 0, gemm_batch_items, &j);
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
 
-static void cpu_embed_fwd(struct tfm_backend *be, float *out, const float *table,
-                          const int32_t *ids, int N, int D, float scale, const float *pos,
-                          int L, int pos0)
+struct embed_job {
+    float *out, *dtable, *dpos;
+    const float *table, *pos, *dout;
+    const int32_t *ids;
+    int N, D, L, pos0;
+    float scale;
+};
+
+static void embed_fwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if ((size_t)N * D > PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *e = table + (size_t)ids[n] * D;
-        float *o = out + (size_t)n * D;
-        if (pos) {
-            const float *p = pos + (size_t)(pos0 + n % L) * D;
+    const struct embed_job *j = ctx;
+    int D = j->D;
+    (void)thread;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *e = j->table + (size_t)j->ids[n] * D;
+        float *o = j->out + (size_t)n * D;
+        float scale = j->scale;
+        if (j->pos) {
+            const float *p = j->pos + (size_t)(j->pos0 + n % j->L) * D;
 #pragma omp simd
             for (int c = 0; c < D; c++)
                 o[c] = scale * e[c] + p[c];
@@ -219,42 +287,65 @@ static void cpu_embed_fwd(struct tfm_backend *be, float *out, const float *table
     }
 }
 
+static void cpu_embed_fwd(struct tfm_backend *be, float *out, const float *table,
+                          const int32_t *ids, int N, int D, float scale, const float *pos,
+                          int L, int pos0)
+{
+    struct embed_job j = {.out = out, .table = table, .pos = pos, .ids = ids, .N = N, .D = D,
+                          .L = L, .pos0 = pos0, .scale = scale};
+    par(be, N, (double)N * D, embed_fwd_rows, &j);
+}
+
+/* Columns [c0, c1) of every row: the rows of one table entry add up in row order. */
+static void embed_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
+{
+    const struct embed_job *j = ctx;
+    int D = j->D;
+    float scale = j->scale;
+    (void)thread;
+    for (int n = 0; n < j->N; n++) {
+        const float *g = j->dout + (size_t)n * D;
+        float *e = j->dtable + (size_t)j->ids[n] * D;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++)
+            e[c] += scale * g[c];
+        if (j->dpos) {
+            float *p = j->dpos + (size_t)(j->pos0 + n % j->L) * D;
+#pragma omp simd
+            for (int64_t c = c0; c < c1; c++)
+                p[c] += g[c];
+        }
+    }
+}
+
 static void cpu_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos,
                           const float *dout, const int32_t *ids, int N, int D, int V,
                           float scale, int L, int pos0)
 {
     (void)V;
-    int T = (size_t)N * D > PAR_MIN ? be->threads : 1;
-#pragma omp parallel num_threads(T)
-    {
-        int c0, c1;
-        col_range(omp_get_thread_num(), T, D, &c0, &c1);
-        for (int n = 0; n < N; n++) {
-            const float *g = dout + (size_t)n * D;
-            float *e = dtable + (size_t)ids[n] * D;
-#pragma omp simd
-            for (int c = c0; c < c1; c++)
-                e[c] += scale * g[c];
-            if (dpos) {
-                float *p = dpos + (size_t)(pos0 + n % L) * D;
-#pragma omp simd
-                for (int c = c0; c < c1; c++)
-                    p[c] += g[c];
-            }
-        }
-    }
+    struct embed_job j = {.dtable = dtable, .dpos = dpos, .dout = dout, .ids = ids, .N = N,
+                          .D = D, .L = L, .pos0 = pos0, .scale = scale};
+    par_cols(be, D, (double)N * D, embed_bwd_cols, &j);
 }
 
 /* ---- layer norm ------------------------------------------------------------------------ */
 
-static void cpu_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
-                              const float *x, const float *g, const float *b, int N, int D,
-                              float eps)
+struct ln_job {
+    float *y, *mean, *rstd, *dx, *dg, *db;
+    const float *x, *g, *b, *dy, *cmean, *crstd;
+    int N, D, accumulate;
+    float eps;
+};
+
+static void ln_fwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if ((size_t)N * D > PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *xr = x + (size_t)n * D;
-        float *yr = y + (size_t)n * D;
+    const struct ln_job *j = ctx;
+    int D = j->D;
+    const float *g = j->g, *b = j->b;
+    (void)thread;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *xr = j->x + (size_t)n * D;
+        float *yr = j->y + (size_t)n * D;
         float s = 0;
 #pragma omp simd reduction(+ : s)
         for (int c = 0; c < D; c++)
@@ -265,12 +356,66 @@ static void cpu_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, flo
             float d = xr[c] - mu;
             v += d * d;
         }
-        float rs = 1.0f / sqrtf(v / D + eps);
-        mean[n] = mu;
-        rstd[n] = rs;
+        float rs = 1.0f / sqrtf(v / D + j->eps);
+        j->mean[n] = mu;
+        j->rstd[n] = rs;
 #pragma omp simd
         for (int c = 0; c < D; c++)
             yr[c] = (xr[c] - mu) * rs * g[c] + b[c];
+    }
+}
+
+static void cpu_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                              const float *x, const float *g, const float *b, int N, int D,
+                              float eps)
+{
+    struct ln_job j = {.y = y, .mean = mean, .rstd = rstd, .x = x, .g = g, .b = b, .N = N,
+                       .D = D, .eps = eps};
+    par(be, N, (double)N * D, ln_fwd_rows, &j);
+}
+
+static void ln_bwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    const struct ln_job *j = ctx;
+    int D = j->D;
+    const float *g = j->g;
+    (void)thread;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *xr = j->x + (size_t)n * D, *dyr = j->dy + (size_t)n * D;
+        float *dxr = j->dx + (size_t)n * D;
+        float mu = j->cmean[n], rs = j->crstd[n], a = 0, bsum = 0;
+#pragma omp simd reduction(+ : a, bsum)
+        for (int c = 0; c < D; c++) {
+            float dh = dyr[c] * g[c];
+            a += dh;
+            bsum += dh * (xr[c] - mu) * rs;
+        }
+        a /= D;
+        bsum /= D;
+        int acc = j->accumulate;
+#pragma omp simd
+        for (int c = 0; c < D; c++) {
+            float xh = (xr[c] - mu) * rs;
+            float v = rs * (dyr[c] * g[c] - a - xh * bsum);
+            dxr[c] = acc ? dxr[c] + v : v;
+        }
+    }
+}
+
+static void ln_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
+{
+    const struct ln_job *j = ctx;
+    int D = j->D;
+    float *dg = j->dg, *db = j->db;
+    (void)thread;
+    for (int n = 0; n < j->N; n++) {
+        const float *xr = j->x + (size_t)n * D, *dyr = j->dy + (size_t)n * D;
+        float mu = j->cmean[n], rs = j->crstd[n];
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++) {
+            dg[c] += dyr[c] * (xr[c] - mu) * rs;
+            db[c] += dyr[c];
+        }
     }
 }
 
@@ -278,42 +423,10 @@ static void cpu_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, floa
                               const float *dy, const float *x, const float *mean,
                               const float *rstd, const float *g, int N, int D, int accumulate)
 {
-    /* One parallel region: each thread does its rows of dx, then its columns of dg and db
-     * (independent: dx does not alias dy, so no barrier between them). */
-#pragma omp parallel num_threads((size_t)N * D > PAR_MIN ? be->threads : 1)
-    {
-#pragma omp for schedule(static) nowait
-        for (int n = 0; n < N; n++) {
-            const float *xr = x + (size_t)n * D, *dyr = dy + (size_t)n * D;
-            float *dxr = dx + (size_t)n * D;
-            float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
-#pragma omp simd reduction(+ : a, bsum)
-            for (int c = 0; c < D; c++) {
-                float dh = dyr[c] * g[c];
-                a += dh;
-                bsum += dh * (xr[c] - mu) * rs;
-            }
-            a /= D;
-            bsum /= D;
-#pragma omp simd
-            for (int c = 0; c < D; c++) {
-                float xh = (xr[c] - mu) * rs;
-                float v = rs * (dyr[c] * g[c] - a - xh * bsum);
-                dxr[c] = accumulate ? dxr[c] + v : v;
-            }
-        }
-        int T1 = omp_get_num_threads(), c0, c1;
-        col_range(omp_get_thread_num(), T1, D, &c0, &c1);
-        for (int n = 0; n < N; n++) {
-            const float *xr = x + (size_t)n * D, *dyr = dy + (size_t)n * D;
-            float mu = mean[n], rs = rstd[n];
-#pragma omp simd
-            for (int c = c0; c < c1; c++) {
-                dg[c] += dyr[c] * (xr[c] - mu) * rs;
-                db[c] += dyr[c];
-            }
-        }
-    }
+    struct ln_job j = {.dx = dx, .dg = dg, .db = db, .x = x, .g = g, .dy = dy, .cmean = mean,
+                       .crstd = rstd, .N = N, .D = D, .accumulate = accumulate};
+    par(be, N, (double)N * D, ln_bwd_rows, &j);
+    par_cols(be, D, (double)N * D, ln_bwd_cols, &j);
 }
 
 /* ---- attention -------------------------------------------------------------------------- */
@@ -329,55 +442,132 @@ static int attn_keys(const struct tfm_attn *a, int b, int i)
     return n < 0 ? 0 : n;
 }
 
-static void cpu_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
-                         int ldq, const float *k, int ldk, const float *v, int ldv, float *o,
-                         int ldo, float *lse)
+struct attn_job {
+    struct cpu *c;
+    const struct tfm_attn *a;
+    const float *q, *k, *v, *o, *lse_in, *dout;
+    int ldq, ldk, ldv, ldo, lddo, lddq, lddk, lddv;
+    float *out, *lse, *dq, *dk, *dv;
+};
+
+static void attn_fwd_heads(void *ctx, int64_t bh0, int64_t bh1, int thread)
 {
-    struct cpu *c = CPU(be);
-    int B = a->B, H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk;
+    const struct attn_job *j = ctx;
+    const struct tfm_attn *a = j->a;
+    int H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk;
     float p = a->dropout, inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel for num_threads(c->threads) schedule(static) \
-    if ((double)B * H * Tq * Tk * dk > PAR_MIN)
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H;
-        float *S = c->scratch + (size_t)omp_get_thread_num() * c->scratch_floats;
-        const float *qb = q + (size_t)b * Tq * ldq + h * dk;
-        const float *kb = k + (size_t)b * Tk * ldk + h * dk;
-        const float *vb = v + (size_t)b * Tk * ldv + h * dk;
-        float *ob = o + (size_t)b * Tq * ldo + h * dk;
-        sgemm1(0, 1, Tq, Tk, dk, a->scale, qb, ldq, kb, ldk, 0, S, Tk);
+    float *S = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (Tq,Tk) */
+    for (int64_t bh = bh0; bh < bh1; bh++) {
+        int b = (int)(bh / H), h = (int)(bh % H);
+        const float *qb = j->q + (size_t)b * Tq * j->ldq + h * dk;
+        const float *kb = j->k + (size_t)b * Tk * j->ldk + h * dk;
+        const float *vb = j->v + (size_t)b * Tk * j->ldv + h * dk;
+        float *ob = j->out + (size_t)b * Tq * j->ldo + h * dk;
+        sgemm1(0, 1, Tq, Tk, dk, a->scale, qb, j->ldq, kb, j->ldk, 0, S, Tk);
         for (int i = 0; i < Tq; i++) {
             float *s = S + (size_t)i * Tk;
             int n = attn_keys(a, b, i);
-            float *l = lse + (size_t)bh * Tq + i;
+            float *l = j->lse + (size_t)bh * Tq + i;
             if (n == 0) {
                 memset(s, 0, sizeof(float) * Tk);
                 *l = -INFINITY;
                 continue;
             }
             float mx = s[0];
-            for (int j = 1; j < n; j++)
-                mx = s[j] > mx ? s[j] : mx;
+#pragma omp simd reduction(max : mx)
+            for (int t = 1; t < n; t++)
+                mx = s[t] > mx ? s[t] : mx;
             float sum = 0;
 #pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < n; j++) {
-                s[j] = fast_expf(s[j] - mx);
-                sum += s[j];
+            for (int t = 0; t < n; t++) {
+                s[t] = fast_expf(s[t] - mx);
+                sum += s[t];
             }
             float r = 1.0f / sum;
 #pragma omp simd
-            for (int j = 0; j < n; j++)
-                s[j] *= r;
-            for (int j = n; j < Tk; j++)
-                s[j] = 0;
+            for (int t = 0; t < n; t++)
+                s[t] *= r;
+            for (int t = n; t < Tk; t++)
+                s[t] = 0;
             *l = mx + logf(sum);
             if (p > 0) {
                 uint64_t e0 = ((uint64_t)bh * Tq + i) * Tk;
-                for (int j = 0; j < n; j++)
-                    s[j] = tfm_dropout_keep(a->key, e0 + j, p) ? s[j] * inv : 0;
+                for (int t = 0; t < n; t++)
+                    s[t] = tfm_dropout_keep(a->key, e0 + t, p) ? s[t] * inv : 0;
             }
         }
-        sgemm1(0, 0, Tq, dk, Tk, 1, S, Tk, vb, ldv, 0, ob, ldo);
+        sgemm1(0, 0, Tq, dk, Tk, 1, S, Tk, vb, j->ldv, 0, ob, j->ldo);
+    }
+}
+
+static void cpu_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
+                         int ldq, const float *k, int ldk, const float *v, int ldv, float *o,
+                         int ldo, float *lse)
+{
+    struct attn_job j = {.c = CPU(be), .a = a, .q = q, .k = k, .v = v, .ldq = ldq, .ldk = ldk,
+                         .ldv = ldv, .ldo = ldo, .out = o, .lse = lse};
+    par(be, (int64_t)a->B * a->H, (double)a->B * a->H * a->Tq * a->Tk * a->dk,
+        attn_fwd_heads, &j);
+}
+
+static void attn_bwd_heads(void *ctx, int64_t bh0, int64_t bh1, int thread)
+{
+    const struct attn_job *j = ctx;
+    const struct tfm_attn *a = j->a;
+    int H = a->H, Tq = a->Tq, Tk = a->Tk, dkh = a->dk;
+    float p = a->dropout, inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float *P = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (Tq,Tk) */
+    float *dP = P + (size_t)Tq * Tk;                                       /* (Tq,Tk) */
+    for (int64_t bh = bh0; bh < bh1; bh++) {
+        int b = (int)(bh / H), h = (int)(bh % H);
+        const float *qb = j->q + (size_t)b * Tq * j->ldq + h * dkh;
+        const float *kb = j->k + (size_t)b * Tk * j->ldk + h * dkh;
+        const float *vb = j->v + (size_t)b * Tk * j->ldv + h * dkh;
+        const float *gb = j->dout + (size_t)b * Tq * j->lddo + h * dkh;
+        sgemm1(0, 1, Tq, Tk, dkh, a->scale, qb, j->ldq, kb, j->ldk, 0, P, Tk);
+        sgemm1(0, 1, Tq, Tk, dkh, 1, gb, j->lddo, vb, j->ldv, 0, dP, Tk);
+        for (int i = 0; i < Tq; i++) {
+            float *pr = P + (size_t)i * Tk, *dpr = dP + (size_t)i * Tk;
+            int n = attn_keys(a, b, i);
+            float l = j->lse_in[(size_t)bh * Tq + i];
+            uint64_t e0 = ((uint64_t)bh * Tq + i) * Tk;
+            /* pr = P, dpr = dL/dP (through the dropout); D = sum_j P dL/dP, computed from
+             * the same values as dS below so that their common part cancels exactly. */
+            float d = 0;
+            if (p <= 0) {
+#pragma omp simd reduction(+ : d)
+                for (int t = 0; t < n; t++) {
+                    float pj = fast_expf(pr[t] - l);
+                    pr[t] = pj;
+                    d += pj * dpr[t];
+                }
+#pragma omp simd
+                for (int t = 0; t < n; t++)
+                    dpr[t] = pr[t] * (dpr[t] - d);
+            } else {
+                for (int t = 0; t < n; t++) {
+                    float pj = fast_expf(pr[t] - l), g = dpr[t];
+                    g = tfm_dropout_keep(a->key, e0 + t, p) ? g * inv : 0;
+                    pr[t] = pj;
+                    dpr[t] = g;
+                    d += pj * g;
+                }
+                for (int t = 0; t < n; t++) {
+                    float pj = pr[t];
+                    dpr[t] = pj * (dpr[t] - d);
+                    pr[t] = tfm_dropout_keep(a->key, e0 + t, p) ? pj * inv : 0;
+                }
+            }
+            for (int t = n; t < Tk; t++)
+                pr[t] = dpr[t] = 0;
+        }
+        /* P now holds P' (after dropout), dP holds dS (before the scale). */
+        sgemm1(1, 0, Tk, dkh, Tq, 1, P, Tk, gb, j->lddo, 0,
+               j->dv + (size_t)b * Tk * j->lddv + h * dkh, j->lddv);
+        sgemm1(0, 0, Tq, dkh, Tk, a->scale, dP, Tk, kb, j->ldk, 0,
+               j->dq + (size_t)b * Tq * j->lddq + h * dkh, j->lddq);
+        sgemm1(1, 0, Tk, dkh, Tq, a->scale, dP, Tk, qb, j->ldq, 0,
+               j->dk + (size_t)b * Tk * j->lddk + h * dkh, j->lddk);
     }
 }
 
@@ -388,63 +578,61 @@ static void cpu_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const
 {
     (void)o;
     (void)ldo;
-    struct cpu *c = CPU(be);
-    int B = a->B, H = a->H, Tq = a->Tq, Tk = a->Tk, dkh = a->dk;
-    float p = a->dropout, inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel for num_threads(c->threads) schedule(static) \
-    if ((double)B * H * Tq * Tk * dkh > PAR_MIN)
-    for (int bh = 0; bh < B * H; bh++) {
-        int b = bh / H, h = bh % H;
-        float *P = c->scratch + (size_t)omp_get_thread_num() * c->scratch_floats;
-        float *dP = P + (size_t)Tq * Tk;
-        const float *qb = q + (size_t)b * Tq * ldq + h * dkh;
-        const float *kb = k + (size_t)b * Tk * ldk + h * dkh;
-        const float *vb = v + (size_t)b * Tk * ldv + h * dkh;
-        const float *gb = dout + (size_t)b * Tq * lddo + h * dkh;
-        sgemm1(0, 1, Tq, Tk, dkh, a->scale, qb, ldq, kb, ldk, 0, P, Tk);
-        sgemm1(0, 1, Tq, Tk, dkh, 1, gb, lddo, vb, ldv, 0, dP, Tk);
-        for (int i = 0; i < Tq; i++) {
-            float *pr = P + (size_t)i * Tk, *dpr = dP + (size_t)i * Tk;
-            int n = attn_keys(a, b, i);
-            float l = lse[(size_t)bh * Tq + i];
-            uint64_t e0 = ((uint64_t)bh * Tq + i) * Tk;
-            /* pr = P, dpr = dL/dP (through the dropout); D = sum_j P dL/dP, computed from the
-             * same values as dS below so that their common part cancels exactly. */
+    struct attn_job j = {.c = CPU(be), .a = a, .q = q, .k = k, .v = v, .lse_in = lse,
+                         .dout = dout, .ldq = ldq, .ldk = ldk, .ldv = ldv, .lddo = lddo,
+                         .lddq = lddq, .lddk = lddk, .lddv = lddv, .dq = dq, .dk = dk,
+                         .dv = dv};
+    par(be, (int64_t)a->B * a->H, (double)a->B * a->H * a->Tq * a->Tk * a->dk,
+        attn_bwd_heads, &j);
+}
+
+struct attn_decode_job {
+    struct cpu *c;
+    int H, dk, ldq, ld, ldo;
+    float scale;
+    int64_t bstride;
+    const float *q, *k, *v;
+    const int32_t *blk, *len;
+    float *o;
+};
+
+static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, int thread)
+{
+    const struct attn_decode_job *j = ctx;
+    int H = j->H, dk = j->dk, ld = j->ld;
+    float *s = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (keys) */
+    for (int64_t rh = rh0; rh < rh1; rh++) {
+        int r = (int)(rh / H), h = (int)(rh % H), n = j->len[r];
+        const float *qr = j->q + (size_t)r * j->ldq + h * dk;
+        const float *kb = j->k + j->blk[r] * j->bstride + h * dk;
+        const float *vb = j->v + j->blk[r] * j->bstride + h * dk;
+        float mx = -INFINITY;
+        for (int t = 0; t < n; t++) {
+            const float *kt = kb + (size_t)t * ld;
             float d = 0;
-            if (p <= 0) {
 #pragma omp simd reduction(+ : d)
-                for (int j = 0; j < n; j++) {
-                    float pj = fast_expf(pr[j] - l);
-                    pr[j] = pj;
-                    d += pj * dpr[j];
-                }
-#pragma omp simd
-                for (int j = 0; j < n; j++)
-                    dpr[j] = pr[j] * (dpr[j] - d);
-            } else {
-                for (int j = 0; j < n; j++) {
-                    float pj = fast_expf(pr[j] - l), g = dpr[j];
-                    g = tfm_dropout_keep(a->key, e0 + j, p) ? g * inv : 0;
-                    pr[j] = pj;
-                    dpr[j] = g;
-                    d += pj * g;
-                }
-                for (int j = 0; j < n; j++) {
-                    float pj = pr[j];
-                    dpr[j] = pj * (dpr[j] - d);
-                    pr[j] = tfm_dropout_keep(a->key, e0 + j, p) ? pj * inv : 0;
-                }
-            }
-            for (int j = n; j < Tk; j++)
-                pr[j] = dpr[j] = 0;
+            for (int x = 0; x < dk; x++)
+                d += qr[x] * kt[x];
+            s[t] = d * j->scale;
+            mx = s[t] > mx ? s[t] : mx;
         }
-        /* P now holds P' (after dropout), dP holds dS (before the scale). */
-        sgemm1(1, 0, Tk, dkh, Tq, 1, P, Tk, gb, lddo, 0, dv + (size_t)b * Tk * lddv + h * dkh,
-               lddv);
-        sgemm1(0, 0, Tq, dkh, Tk, a->scale, dP, Tk, kb, ldk, 0,
-               dq + (size_t)b * Tq * lddq + h * dkh, lddq);
-        sgemm1(1, 0, Tk, dkh, Tq, a->scale, dP, Tk, qb, ldq, 0,
-               dk + (size_t)b * Tk * lddk + h * dkh, lddk);
+        float sum = 0;
+#pragma omp simd reduction(+ : sum)
+        for (int t = 0; t < n; t++) {
+            s[t] = fast_expf(s[t] - mx);
+            sum += s[t];
+        }
+        float *orow = j->o + (size_t)r * j->ldo + h * dk, inv = 1.0f / sum;
+#pragma omp simd
+        for (int x = 0; x < dk; x++)
+            orow[x] = 0;
+        for (int t = 0; t < n; t++) {
+            float w = s[t] * inv;
+            const float *vt = vb + (size_t)t * ld;
+#pragma omp simd
+            for (int x = 0; x < dk; x++)
+                orow[x] += w * vt[x];
+        }
     }
 }
 
@@ -453,91 +641,100 @@ static void cpu_attn_decode(struct tfm_backend *be, int R, int H, int dk, float 
                             int64_t bstride, const int32_t *blk, const int32_t *len, float *o,
                             int ldo)
 {
-    struct cpu *c = CPU(be);
-#pragma omp parallel for num_threads(c->threads) schedule(static) if (R * H * dk > 4096)
-    for (int rh = 0; rh < R * H; rh++) {
-        int r = rh / H, h = rh % H, n = len[r];
-        float *s = c->scratch + (size_t)omp_get_thread_num() * c->scratch_floats;
-        const float *qr = q + (size_t)r * ldq + h * dk;
-        const float *kb = k + blk[r] * bstride + h * dk;
-        const float *vb = v + blk[r] * bstride + h * dk;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            const float *kj = kb + (size_t)j * ld;
-            float d = 0;
-#pragma omp simd reduction(+ : d)
-            for (int x = 0; x < dk; x++)
-                d += qr[x] * kj[x];
-            s[j] = d * scale;
-            mx = s[j] > mx ? s[j] : mx;
-        }
-        float sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < n; j++) {
-            s[j] = fast_expf(s[j] - mx);
-            sum += s[j];
-        }
-        float *orow = o + (size_t)r * ldo + h * dk, inv = 1.0f / sum;
-#pragma omp simd
-        for (int x = 0; x < dk; x++)
-            orow[x] = 0;
-        for (int j = 0; j < n; j++) {
-            float w = s[j] * inv;
-            const float *vj = vb + (size_t)j * ld;
-#pragma omp simd
-            for (int x = 0; x < dk; x++)
-                orow[x] += w * vj[x];
-        }
-    }
+    struct attn_decode_job j = {CPU(be), H, dk, ldq, ld, ldo, scale, bstride, q, k, v, blk,
+                                len, o};
+    int64_t keys = 0;
+    for (int r = 0; r < R; r++)
+        keys += len[r];
+    par(be, (int64_t)R * H, (double)keys * H * dk * 4, attn_decode_heads, &j);
 }
 
 /* ---- element-wise -------------------------------------------------------------------- */
 
-static void cpu_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M,
-                         int relu)
+struct ew_job {
+    float *y, *dx;
+    const float *x, *a, *b, *dy;
+    int64_t N, M;
+    int relu;
+    float alpha, p, inv;
+    uint64_t key;
+};
+
+static void bias_act_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if ((size_t)N * M > PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        float *r = x + (size_t)n * M;
-        if (relu) {
+    const struct ew_job *j = ctx;
+    int64_t M = j->M;
+    const float *b = j->b;
+    (void)thread;
+    for (int64_t n = n0; n < n1; n++) {
+        float *r = j->y + (size_t)n * M;
+        if (j->relu) {
 #pragma omp simd
-            for (int j = 0; j < M; j++) {
-                float t = r[j] + b[j];
-                r[j] = t > 0 ? t : 0;
+            for (int64_t c = 0; c < M; c++) {
+                float t = r[c] + b[c];
+                r[c] = t > 0 ? t : 0;
             }
         } else {
 #pragma omp simd
-            for (int j = 0; j < M; j++)
-                r[j] += b[j];
+            for (int64_t c = 0; c < M; c++)
+                r[c] += b[c];
         }
+    }
+}
+
+static void cpu_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M,
+                         int relu)
+{
+    struct ew_job j = {.y = x, .b = b, .M = M, .relu = relu};
+    par(be, N, (double)N * M, bias_act_rows, &j);
+}
+
+/* Columns [c0, c1) of db: each adds its rows in row order. */
+static void bias_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
+{
+    const struct ew_job *j = ctx;
+    float *db = j->y;
+    (void)thread;
+    for (int64_t n = 0; n < j->N; n++) {
+        const float *r = j->dy + (size_t)n * j->M;
+#pragma omp simd
+        for (int64_t c = c0; c < c1; c++)
+            db[c] += r[c];
     }
 }
 
 static void cpu_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M)
 {
-    int T = (size_t)N * M > PAR_MIN ? be->threads : 1;
-#pragma omp parallel num_threads(T)
-    {
-        int c0, c1;
-        col_range(omp_get_thread_num(), T, M, &c0, &c1);
-        for (int n = 0; n < N; n++) {
-            const float *r = dy + (size_t)n * M;
+    struct ew_job j = {.y = db, .dy = dy, .N = N, .M = M};
+    par_cols(be, M, (double)N * M, bias_bwd_cols, &j);
+}
+
+static void relu_bwd_range(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct ew_job *j = ctx;
+    float *dx = j->dx, scale = j->alpha;
+    const float *dy = j->dy, *y = j->x;
+    (void)thread;
 #pragma omp simd
-            for (int j = c0; j < c1; j++)
-                db[j] += r[j];
-        }
+    for (int64_t i = i0; i < i1; i++) {
+        float g = dy[i] * scale;        /* loaded unconditionally, so that it vectorizes */
+        dx[i] = y[i] > 0 ? g : 0;
     }
 }
 
 static void cpu_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const float *y,
                          size_t n, float scale)
 {
-#pragma omp parallel for simd num_threads(be->threads) schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-    {
-        float g = dy[i] * scale;        /* loaded unconditionally, so that it vectorizes */
-        dx[i] = y[i] > 0 ? g : 0;
-    }
+    struct ew_job j = {.dx = dx, .dy = dy, .x = y, .alpha = scale};
+    par_range(be, (int64_t)n, relu_bwd_range, &j);
+}
+
+static void dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct ew_job *j = ctx;
+    (void)thread;
+    for (int64_t i = i0; i < i1; i++)
+        j->y[i] = tfm_dropout_keep(j->key, (uint64_t)i, j->p) ? j->x[i] * j->inv : 0;
 }
 
 static void cpu_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
@@ -547,41 +744,88 @@ static void cpu_dropout(struct tfm_backend *be, float *y, const float *x, size_t
         cpu_copy(be, y, x, n * sizeof(float));
         return;
     }
-    float inv = 1.0f / (1.0f - p);
-#pragma omp parallel for num_threads(be->threads) schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        y[i] = tfm_dropout_keep(key, i, p) ? x[i] * inv : 0;
+    struct ew_job j = {.y = y, .x = x, .p = p, .inv = 1.0f / (1.0f - p), .key = key};
+    par_range(be, (int64_t)n, dropout_range, &j);
+}
+
+static void add_dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct ew_job *j = ctx;
+    float *y = j->y, p = j->p, inv = j->inv;
+    const float *a = j->a, *b = j->b;
+    (void)thread;
+    if (p <= 0) {
+#pragma omp simd
+        for (int64_t i = i0; i < i1; i++)
+            y[i] = a[i] + b[i];
+        return;
+    }
+    for (int64_t i = i0; i < i1; i++)
+        y[i] = a[i] + (tfm_dropout_keep(j->key, (uint64_t)i, p) ? b[i] * inv : 0);
 }
 
 static void cpu_add_dropout(struct tfm_backend *be, float *y, const float *a, const float *b,
                             size_t n, float p, uint64_t key)
 {
-    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-#pragma omp parallel for num_threads(be->threads) schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        y[i] = a[i] + (p <= 0 ? b[i] : tfm_dropout_keep(key, i, p) ? b[i] * inv : 0);
+    struct ew_job j = {.y = y, .a = a, .b = b, .p = p, .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f,
+                       .key = key};
+    par_range(be, (int64_t)n, add_dropout_range, &j);
+}
+
+static void axpy_range(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct ew_job *j = ctx;
+    float *y = j->y, alpha = j->alpha;
+    const float *x = j->x;
+    (void)thread;
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++)
+        y[i] += alpha * x[i];
 }
 
 static void cpu_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n)
 {
-#pragma omp parallel for simd num_threads(be->threads) schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        y[i] += alpha * x[i];
+    struct ew_job j = {.y = y, .x = x, .alpha = alpha};
+    par_range(be, (int64_t)n, axpy_range, &j);
+}
+
+static void scale_range(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct ew_job *j = ctx;
+    float *x = j->y, alpha = j->alpha;
+    (void)thread;
+#pragma omp simd
+    for (int64_t i = i0; i < i1; i++)
+        x[i] *= alpha;
 }
 
 static void cpu_scale(struct tfm_backend *be, float *x, float alpha, size_t n)
 {
-#pragma omp parallel for simd num_threads(be->threads) schedule(static) if (n > PAR_MIN)
-    for (size_t i = 0; i < n; i++)
-        x[i] *= alpha;
+    struct ew_job j = {.y = x, .alpha = alpha};
+    par_range(be, (int64_t)n, scale_range, &j);
+}
+
+struct gather_job {
+    float *dst;
+    const float *src;
+    const int32_t *idx;
+    int64_t dstride, sstride, len;
+};
+
+static void gather_rows(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct gather_job *j = ctx;
+    (void)thread;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(j->dst + i * j->dstride, j->src + (j->idx ? j->idx[i] : i) * j->sstride,
+               (size_t)j->len * sizeof(float));
 }
 
 static void cpu_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
                        int64_t sstride, const int32_t *idx, int n, int64_t len)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if ((size_t)n * len > PAR_MIN)
-    for (int i = 0; i < n; i++)
-        memcpy(dst + i * dstride, src + (idx ? idx[i] : i) * sstride, (size_t)len * sizeof(float));
+    struct gather_job j = {dst, src, idx, dstride, sstride, len};
+    par(be, n, (double)n * len, gather_rows, &j);
 }
 
 /* ---- output layer ----------------------------------------------------------------------- */
@@ -590,6 +834,58 @@ static void cpu_gather(struct tfm_backend *be, float *dst, int64_t dstride, cons
  * across them. */
 #define XENT_BLOCK 256
 
+struct xent_job {
+    float *logits, *loss, *nll, *y;
+    const float *x;
+    const int32_t *labels;
+    int V, ignore;
+    float eps, grad_scale;
+};
+
+static void xent_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    const struct xent_job *j = ctx;
+    int V = j->V;
+    float eps = j->eps, grad_scale = j->grad_scale;
+    (void)thread;
+    for (int64_t n = n0; n < n1; n++) {
+        float *z = j->logits + (size_t)n * V;
+        int y = j->labels[n];
+        if (y == j->ignore) {
+            j->loss[n] = j->nll[n] = 0;
+            if (grad_scale != 0)
+                memset(z, 0, sizeof(float) * V);
+            continue;
+        }
+        float mx = z[0];
+#pragma omp simd reduction(max : mx)
+        for (int c = 1; c < V; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        double se = 0, sz = 0;
+        for (int c0 = 0; c0 < V; c0 += XENT_BLOCK) {
+            int c1 = V - c0 < XENT_BLOCK ? V : c0 + XENT_BLOCK;
+            float bs = 0, bz = 0;
+#pragma omp simd reduction(+ : bs, bz)
+            for (int c = c0; c < c1; c++) {
+                bs += fast_expf(z[c] - mx);
+                bz += z[c];
+            }
+            se += bs;
+            sz += bz;
+        }
+        double lse = mx + log(se);
+        j->nll[n] = (float)(lse - z[y]);
+        j->loss[n] = (float)(lse - (1.0 - eps) * z[y] - eps / V * sz);
+        if (grad_scale != 0) {
+            float u = eps / V, l = (float)lse;
+#pragma omp simd
+            for (int c = 0; c < V; c++)
+                z[c] = grad_scale * (fast_expf(z[c] - l) - u);
+            z[y] -= grad_scale * (1.0f - eps);
+        }
+    }
+}
+
 /* Label-smoothed cross-entropy and its gradient, a row at a time: the maximum, then the
  * sums of exp(z - max) and of z in float over blocks of XENT_BLOCK and in double across
  * them, then the gradient softmax - smoothed target with the same fast_expf as the
@@ -597,74 +893,68 @@ static void cpu_gather(struct tfm_backend *be, float *dst, int64_t dstride, cons
 static void cpu_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N,
                      int V, float eps, int ignore, float *loss, float *nll, float grad_scale)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if ((size_t)N * V > PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        float *z = logits + (size_t)n * V;
-        int y = labels[n];
-        if (y == ignore) {
-            loss[n] = nll[n] = 0;
-            if (grad_scale != 0)
-                memset(z, 0, sizeof(float) * V);
-            continue;
-        }
+    struct xent_job j = {.logits = logits, .loss = loss, .nll = nll, .labels = labels, .V = V,
+                         .ignore = ignore, .eps = eps, .grad_scale = grad_scale};
+    par(be, N, (double)N * V, xent_rows, &j);
+}
+
+static void log_softmax_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    const struct xent_job *j = ctx;
+    int V = j->V;
+    (void)thread;
+    for (int64_t n = n0; n < n1; n++) {
+        const float *z = j->x + (size_t)n * V;
+        float *o = j->y + (size_t)n * V;
         float mx = z[0];
 #pragma omp simd reduction(max : mx)
-        for (int j = 1; j < V; j++)
-            mx = z[j] > mx ? z[j] : mx;
-        double se = 0, sz = 0;
-        for (int j0 = 0; j0 < V; j0 += XENT_BLOCK) {
-            int j1 = V - j0 < XENT_BLOCK ? V : j0 + XENT_BLOCK;
-            float bs = 0, bz = 0;
-#pragma omp simd reduction(+ : bs, bz)
-            for (int j = j0; j < j1; j++) {
-                bs += fast_expf(z[j] - mx);
-                bz += z[j];
-            }
+        for (int c = 1; c < V; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        double se = 0;
+        for (int c0 = 0; c0 < V; c0 += XENT_BLOCK) {
+            int c1 = V - c0 < XENT_BLOCK ? V : c0 + XENT_BLOCK;
+            float bs = 0;
+#pragma omp simd reduction(+ : bs)
+            for (int c = c0; c < c1; c++)
+                bs += fast_expf(z[c] - mx);
             se += bs;
-            sz += bz;
         }
-        double lse = mx + log(se);
-        nll[n] = (float)(lse - z[y]);
-        loss[n] = (float)(lse - (1.0 - eps) * z[y] - eps / V * sz);
-        if (grad_scale != 0) {
-            float u = eps / V, l = (float)lse;
+        float l = (float)(mx + log(se));
 #pragma omp simd
-            for (int j = 0; j < V; j++)
-                z[j] = grad_scale * (fast_expf(z[j] - l) - u);
-            z[y] -= grad_scale * (1.0f - eps);
-        }
+        for (int c = 0; c < V; c++)
+            o[c] = z[c] - l;
     }
 }
 
 static void cpu_log_softmax(struct tfm_backend *be, float *y, const float *x, int N, int V)
 {
-#pragma omp parallel for num_threads(be->threads) schedule(static) if ((size_t)N * V > PAR_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *z = x + (size_t)n * V;
-        float *o = y + (size_t)n * V;
-        float mx = z[0];
-#pragma omp simd reduction(max : mx)
-        for (int j = 1; j < V; j++)
-            mx = z[j] > mx ? z[j] : mx;
-        double se = 0;
-        for (int j0 = 0; j0 < V; j0 += XENT_BLOCK) {
-            int j1 = V - j0 < XENT_BLOCK ? V : j0 + XENT_BLOCK;
-            float bs = 0;
-#pragma omp simd reduction(+ : bs)
-            for (int j = j0; j < j1; j++)
-                bs += fast_expf(z[j] - mx);
-            se += bs;
-        }
-        float l = (float)(mx + log(se));
-#pragma omp simd
-        for (int j = 0; j < V; j++)
-            o[j] = z[j] - l;
-    }
+    struct xent_job j = {.y = y, .x = x, .V = V};
+    par(be, N, (double)N * V, log_softmax_rows, &j);
 }
 
 /* ---- optimizer ------------------------------------------------------------------------- */
 
 #define SUMSQ_PARTS 1024
+
+struct sumsq_job {
+    const float *x;
+    size_t n, chunk;
+    double *part;
+};
+
+static void sumsq_parts(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct sumsq_job *j = ctx;
+    (void)thread;
+    for (int64_t i = i0; i < i1; i++) {
+        size_t a = (size_t)i * j->chunk, b = a + j->chunk < j->n ? a + j->chunk : j->n;
+        double s = 0;
+#pragma omp simd reduction(+ : s)
+        for (size_t k = a; k < b; k++)
+            s += (double)j->x[k] * j->x[k];
+        j->part[i] = s;
+    }
+}
 
 static double cpu_sumsq(struct tfm_backend *be, const float *x, size_t n)
 {
@@ -673,15 +963,8 @@ static double cpu_sumsq(struct tfm_backend *be, const float *x, size_t n)
     if (chunk < 4096)
         chunk = 4096;
     int parts = (int)((n + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(be->threads) schedule(static) if (parts > 1)
-    for (int i = 0; i < parts; i++) {
-        size_t a = (size_t)i * chunk, b = a + chunk < n ? a + chunk : n;
-        double s = 0;
-#pragma omp simd reduction(+ : s)
-        for (size_t j = a; j < b; j++)
-            s += (double)x[j] * x[j];
-        part[i] = s;
-    }
+    struct sumsq_job j = {x, n, chunk, part};
+    par(be, parts, parts > 1 ? PAR_MIN + 1 : 0, sumsq_parts, &j);
     double s = 0;
     for (int i = 0; i < parts; i++)
         s += part[i];
@@ -721,21 +1004,28 @@ static void adam_range(float *p, const float *grad, float *m, float *v, size_t i
     }
 }
 
+struct adam_job {
+    float *p, *m, *v;
+    const float *grad;
+    float lr, b1, b2, eps, gscale, a1, a2;
+};
+
+static void adam_elems(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct adam_job *j = ctx;
+    (void)thread;
+    adam_range(j->p, j->grad, j->m, j->v, (size_t)i0, (size_t)i1, j->lr, j->b1, j->b2, j->eps,
+               j->gscale, j->a1, j->a2);
+}
+
 static void cpu_adam(struct tfm_backend *be, float *p, const float *grad, float *m, float *v,
                      size_t n, float lr, float b1, float b2, float eps, float gscale,
                      int64_t step)
 {
     double c1 = 1.0 - pow(b1, (double)step), c2 = 1.0 - pow(b2, (double)step);
-    float a1 = (float)(1.0 / c1), a2 = (float)(1.0 / c2);
-    int T = n > PAR_MIN ? be->threads : 1;
-    size_t chunk = ((n + T - 1) / T + 15) / 16 * 16;
-#pragma omp parallel num_threads(T)
-    {
-        size_t i0 = (size_t)omp_get_thread_num() * chunk;
-        size_t i1 = i0 + chunk < n ? i0 + chunk : n;
-        if (i0 < i1)
-            adam_range(p, grad, m, v, i0, i1, lr, b1, b2, eps, gscale, a1, a2);
-    }
+    struct adam_job j = {p, m, v, grad, lr, b1, b2, eps, gscale, (float)(1.0 / c1),
+                         (float)(1.0 / c2)};
+    par_range(be, (int64_t)n, adam_elems, &j);
 }
 
 /* ---- lifetime ---------------------------------------------------------------------------- */
@@ -745,8 +1035,10 @@ static void cpu_destroy(struct tfm_backend *be)
     if (!be)
         return;
     struct cpu *c = CPU(be);
-    if (c)
+    if (c) {
         cpu_free(be, c->scratch);
+        tfm_pool_free(c->pool);
+    }
     free(c);
     free(be);
 }
@@ -771,6 +1063,11 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     }
     openblas_set_num_threads(1);
     c->threads = threads;
+    if (!(c->pool = tfm_pool_create(threads, err))) {
+        free(be);
+        free(c);
+        return NULL;
+    }
     be->name = "cpu";
     be->kind = TFM_BACKEND_CPU;
     be->threads = threads;
