@@ -491,6 +491,10 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
             init_tensor(&m->params[i], i, (uint64_t)cfg->seed, m->D,
                         host + m->params[i].offset);
         be->upload(be, m->arena, host, (size_t)m->count * sizeof(float));
+        /* Touch the gradients and moments now: the allocator's pages are mapped lazily,
+         * and Adam's first read-then-write of a page would otherwise cost a copy-on-write
+         * fault with a TLB shootdown across the threads inside the first steps. */
+        be->zero(be, m->arena + m->count, (size_t)m->count * 3 * sizeof(float));
     }
     if (cfg->pos == TFM_POS_SINUSOID) {
         m->pe = be->alloc(be, (size_t)m->L * m->D * sizeof(float), err);
