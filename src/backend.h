@@ -91,6 +91,8 @@ struct tfm_backend {
     const char *name;                 /* "cpu", "cuda" */
     enum tfm_backend_kind kind;
     int threads;                      /* CPU threads used by the ops */
+    int host_memory;                  /* device pointers are host pointers (the CPU):
+                                       * an op may write host memory directly */
     void *impl;                       /* the backend's private state */
 
     /* All-reduce hook (sum over ranks, in place), set by the trainer; NULL: one rank.

@@ -46,6 +46,16 @@ struct cpu {
 
 static struct cpu *CPU(struct tfm_backend *be) { return be->impl; }
 
+/* The vectorized loops are compiled twice, for AVX2 and for the x86-64 baseline (SSE2),
+ * and the loader picks the one the CPU runs (GCC function multiversioning): the build
+ * stays portable and twice as wide where it can.  The results may then differ between
+ * machines in the last bits (sums in other orders), never between runs on one. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SIMD_CLONES
+#endif
+
 /* Work below this many elements runs on the calling thread. */
 #define PAR_MIN 16384
 /* Ranges per thread for loops over rows or elements: enough that a thread slowed by other
@@ -265,7 +275,7 @@ struct embed_job {
     float scale;
 };
 
-static void embed_fwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+SIMD_CLONES static void embed_fwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct embed_job *j = ctx;
     int D = j->D;
@@ -297,7 +307,7 @@ static void cpu_embed_fwd(struct tfm_backend *be, float *out, const float *table
 }
 
 /* Columns [c0, c1) of every row: the rows of one table entry add up in row order. */
-static void embed_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
+SIMD_CLONES static void embed_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
 {
     const struct embed_job *j = ctx;
     int D = j->D;
@@ -337,7 +347,7 @@ struct ln_job {
     float eps;
 };
 
-static void ln_fwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+SIMD_CLONES static void ln_fwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct ln_job *j = ctx;
     int D = j->D;
@@ -374,7 +384,7 @@ static void cpu_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, flo
     par(be, N, (double)N * D, ln_fwd_rows, &j);
 }
 
-static void ln_bwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+SIMD_CLONES static void ln_bwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct ln_job *j = ctx;
     int D = j->D;
@@ -402,7 +412,7 @@ static void ln_bwd_rows(void *ctx, int64_t n0, int64_t n1, int thread)
     }
 }
 
-static void ln_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
+SIMD_CLONES static void ln_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
 {
     const struct ln_job *j = ctx;
     int D = j->D;
@@ -450,7 +460,7 @@ struct attn_job {
     float *out, *lse, *dq, *dk, *dv;
 };
 
-static void attn_fwd_heads(void *ctx, int64_t bh0, int64_t bh1, int thread)
+SIMD_CLONES static void attn_fwd_heads(void *ctx, int64_t bh0, int64_t bh1, int thread)
 {
     const struct attn_job *j = ctx;
     const struct tfm_attn *a = j->a;
@@ -510,7 +520,7 @@ static void cpu_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const
         attn_fwd_heads, &j);
 }
 
-static void attn_bwd_heads(void *ctx, int64_t bh0, int64_t bh1, int thread)
+SIMD_CLONES static void attn_bwd_heads(void *ctx, int64_t bh0, int64_t bh1, int thread)
 {
     const struct attn_job *j = ctx;
     const struct tfm_attn *a = j->a;
@@ -596,7 +606,7 @@ struct attn_decode_job {
     float *o;
 };
 
-static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, int thread)
+SIMD_CLONES static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, int thread)
 {
     const struct attn_decode_job *j = ctx;
     int H = j->H, dk = j->dk, ld = j->ld;
@@ -660,7 +670,7 @@ struct ew_job {
     uint64_t key;
 };
 
-static void bias_act_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+SIMD_CLONES static void bias_act_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct ew_job *j = ctx;
     int64_t M = j->M;
@@ -690,7 +700,7 @@ static void cpu_bias_act(struct tfm_backend *be, float *x, const float *b, int N
 }
 
 /* Columns [c0, c1) of db: each adds its rows in row order. */
-static void bias_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
+SIMD_CLONES static void bias_bwd_cols(void *ctx, int64_t c0, int64_t c1, int thread)
 {
     const struct ew_job *j = ctx;
     float *db = j->y;
@@ -709,7 +719,7 @@ static void cpu_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int
     par_cols(be, M, (double)N * M, bias_bwd_cols, &j);
 }
 
-static void relu_bwd_range(void *ctx, int64_t i0, int64_t i1, int thread)
+SIMD_CLONES static void relu_bwd_range(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct ew_job *j = ctx;
     float *dx = j->dx, scale = j->alpha;
@@ -748,7 +758,7 @@ static void cpu_dropout(struct tfm_backend *be, float *y, const float *x, size_t
     par_range(be, (int64_t)n, dropout_range, &j);
 }
 
-static void add_dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
+SIMD_CLONES static void add_dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct ew_job *j = ctx;
     float *y = j->y, p = j->p, inv = j->inv;
@@ -772,7 +782,7 @@ static void cpu_add_dropout(struct tfm_backend *be, float *y, const float *a, co
     par_range(be, (int64_t)n, add_dropout_range, &j);
 }
 
-static void axpy_range(void *ctx, int64_t i0, int64_t i1, int thread)
+SIMD_CLONES static void axpy_range(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct ew_job *j = ctx;
     float *y = j->y, alpha = j->alpha;
@@ -789,7 +799,7 @@ static void cpu_axpy(struct tfm_backend *be, float *y, float alpha, const float 
     par_range(be, (int64_t)n, axpy_range, &j);
 }
 
-static void scale_range(void *ctx, int64_t i0, int64_t i1, int thread)
+SIMD_CLONES static void scale_range(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct ew_job *j = ctx;
     float *x = j->y, alpha = j->alpha;
@@ -842,7 +852,7 @@ struct xent_job {
     float eps, grad_scale;
 };
 
-static void xent_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+SIMD_CLONES static void xent_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct xent_job *j = ctx;
     int V = j->V;
@@ -898,7 +908,7 @@ static void cpu_xent(struct tfm_backend *be, float *logits, const int32_t *label
     par(be, N, (double)N * V, xent_rows, &j);
 }
 
-static void log_softmax_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+SIMD_CLONES static void log_softmax_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct xent_job *j = ctx;
     int V = j->V;
@@ -942,7 +952,7 @@ struct sumsq_job {
     double *part;
 };
 
-static void sumsq_parts(void *ctx, int64_t i0, int64_t i1, int thread)
+SIMD_CLONES static void sumsq_parts(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct sumsq_job *j = ctx;
     (void)thread;
@@ -1071,6 +1081,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->name = "cpu";
     be->kind = TFM_BACKEND_CPU;
     be->threads = threads;
+    be->host_memory = 1;
     be->impl = c;
     be->alloc = cpu_alloc;
     be->free = cpu_free;

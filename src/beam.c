@@ -212,6 +212,10 @@ static int banned(const struct search *S, int v)
     return v == S->o->pad || v == S->o->bos;
 }
 
+/* Vocabulary entries scanned as a block: one vectorized maximum decides whether the block
+ * can hold a candidate at all (after the first few blocks it almost never does). */
+#define SCAN_BLOCK 32
+
 /* Beam search step for sentence si (K >= 2). */
 static void step_beam(struct search *S, int si, int t)
 {
@@ -230,18 +234,31 @@ static void step_beam(struct search *S, int si, int t)
     for (int r = row0; r < row0 + n; r++) {
         const float *lp = S->logp + (size_t)r * V;
         double base = S->a.lp[r];
-        for (int v = 0; v < V; v++) {
-            double x = base + lp[v];
-            if (!(x > -INFINITY) || banned(S, v))
-                continue;
-            if (nc == C && !(x > c[C - 1].lp))
-                continue;
-            int p = nc < C ? nc++ : C - 1;
-            while (p > 0 && c[p - 1].lp < x) {
-                c[p] = c[p - 1];
-                p--;
+        for (int v0 = 0; v0 < V; v0 += SCAN_BLOCK) {
+            int v1 = V - v0 < SCAN_BLOCK ? V : v0 + SCAN_BLOCK;
+            if (nc == C) {
+                /* base + lp is monotone in lp: when the block's largest value does not
+                 * beat the last candidate, no value of the block does */
+                float bm = -INFINITY;
+#pragma omp simd reduction(max : bm)
+                for (int v = v0; v < v1; v++)
+                    bm = lp[v] > bm ? lp[v] : bm;
+                if (!(base + bm > c[C - 1].lp))
+                    continue;
             }
-            c[p] = (struct cand){x, r, v};
+            for (int v = v0; v < v1; v++) {
+                double x = base + lp[v];
+                if (!(x > -INFINITY) || banned(S, v))
+                    continue;
+                if (nc == C && !(x > c[C - 1].lp))
+                    continue;
+                int p = nc < C ? nc++ : C - 1;
+                while (p > 0 && c[p - 1].lp < x) {
+                    c[p] = c[p - 1];
+                    p--;
+                }
+                c[p] = (struct cand){x, r, v};
+            }
         }
     }
     double best_live = 0;

@@ -86,9 +86,11 @@ void tfm_checkpoint_free(struct tfm_checkpoint *c)
         return;
     for (int i = 0; i < c->ntensors; i++) {
         free(c->tensors[i].name);
-        free(c->tensors[i].data);
+        if (c->tensors[i].owned)
+            free(c->tensors[i].data);
     }
     free(c->tensors);
+    tfm_reader_close(c->map);
     free(c->config);
     tfm_header_free(&c->header);
     free(c);
@@ -133,6 +135,12 @@ static int read_state(struct tfm_reader *r, const struct tfm_record *rec,
     return 0;
 }
 
+static int is_adam(const char *name, void *ctx)
+{
+    (void)ctx;
+    return is_prefixed(name, TFM_CKPT_ADAM_M) || is_prefixed(name, TFM_CKPT_ADAM_V);
+}
+
 struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct tfm_error *err)
 {
     struct tfm_reader *r = tfm_reader_open(path, err);
@@ -153,6 +161,8 @@ struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct t
         tfm_fail(err, "%s: not a checkpoint (stream kind '%s')", path, h->kind);
         goto fail;
     }
+    if (flags & TFM_CKPT_NO_OPTIMIZER)
+        tfm_reader_skip(r, is_adam, NULL);
     int cap = 0, have_state = 0, ret;
     struct tfm_record rec;
     while ((ret = tfm_reader_next(r, &rec, err)) == 1) {
@@ -211,14 +221,17 @@ struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct t
         struct tfm_ckpt_tensor *t = &c->tensors[c->ntensors];
         memset(t, 0, sizeof *t);
         t->name = strdup(rec.name);
-        t->data = malloc(rec.nbytes ? rec.nbytes : 1);
+        t->owned = !((flags & TFM_CKPT_MAPPED) && rec.mapped);
+        t->data = t->owned ? malloc(rec.nbytes ? rec.nbytes : 1) : (float *)rec.data;
         if (!t->name || !t->data) {
             free(t->name);
-            free(t->data);
+            if (t->owned)
+                free(t->data);
             goto oom;
         }
         c->ntensors++;
-        memcpy(t->data, rec.data, rec.nbytes);
+        if (t->owned)
+            memcpy(t->data, rec.data, rec.nbytes);
         t->rank = rec.rank;
         memcpy(t->dims, rec.dims, sizeof t->dims);
         t->count = rec.count;
@@ -233,7 +246,10 @@ struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct t
         tfm_fail(err, "%s: no state record", path);
         goto fail;
     }
-    tfm_reader_close(r);
+    if (flags & TFM_CKPT_MAPPED)
+        c->map = r;                 /* closed by tfm_checkpoint_free */
+    else
+        tfm_reader_close(r);
     return c;
 oom:
     tfm_fail(err, "out of memory");

@@ -52,7 +52,8 @@ struct tfm_ckpt_tensor {
     int rank;
     int64_t dims[TFM_MAX_RANK];
     int64_t count;          /* elements */
-    float *data;            /* [count], owned */
+    float *data;            /* [count]: owned, or (TFM_CKPT_MAPPED) read-only in the map */
+    int owned;
 };
 
 struct tfm_checkpoint {
@@ -61,6 +62,7 @@ struct tfm_checkpoint {
     struct tfm_ckpt_state state;
     int ntensors;
     struct tfm_ckpt_tensor *tensors;    /* in file order */
+    struct tfm_reader *map;     /* TFM_CKPT_MAPPED: the open reader the tensors point into */
 };
 
 /* ---- writing ---------------------------------------------------------------------- */
@@ -78,7 +80,10 @@ int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *nam
 
 /* ---- reading ---------------------------------------------------------------------- */
 
-#define TFM_CKPT_NO_OPTIMIZER 1     /* skip the adam.* records (decoding, averaging) */
+#define TFM_CKPT_NO_OPTIMIZER 1     /* pass over the adam.* records, unread (decoding,
+                                     * averaging) */
+#define TFM_CKPT_MAPPED 2           /* tensors of a regular file point into its memory map
+                                     * instead of copies: read-only (decoding) */
 
 /* Load a checkpoint (a regular file is memory-mapped by the reader).  Checks the kind,
  * the config and state records, f32 dtype of every tensor, duplicate names.  NULL with

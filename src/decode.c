@@ -130,7 +130,7 @@ static int member_load(struct member *mb, const char *path, struct tfm_backend *
                        struct tfm_header *hdr, struct tfm_error *err)
 {
     mb->path = path;
-    struct tfm_checkpoint *ck = tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, err);
+    struct tfm_checkpoint *ck = tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER | TFM_CKPT_MAPPED, err);
     if (!ck)
         return -1;
     int rc = -1;

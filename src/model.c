@@ -1328,8 +1328,12 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         y = d->u;
     }
     be->gemm(be, 0, 1, R, m->V, D, 1.0f, y, D, DATA(m->emb_out), D, 0.0f, d->logits, m->V);
-    be->log_softmax(be, d->logits, d->logits, R, m->V);
-    be->download(be, logp, d->logits, (size_t)R * m->V * sizeof(float));
+    if (be->host_memory) {                      /* straight into the caller's rows */
+        be->log_softmax(be, logp, d->logits, R, m->V);
+    } else {
+        be->log_softmax(be, d->logits, d->logits, R, m->V);
+        be->download(be, logp, d->logits, (size_t)R * m->V * sizeof(float));
+    }
     d->rows = R;
     d->t++;
     return 0;

@@ -339,6 +339,8 @@ struct tfm_reader {
     size_t zbuf_cap;
     int pending;                /* a record already read, to be returned next */
     struct tfm_record pending_rec;
+    int (*skip)(const char *name, void *ctx);   /* records passed over, or NULL */
+    void *skip_ctx;
 };
 
 const struct tfm_header *tfm_reader_header(const struct tfm_reader *r) { return &r->header; }
@@ -554,6 +556,28 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
             return rfail(r, idx, r->rname, off, err, "padding is not zero");
 
     uint64_t payload_off = r->pos;
+    if (r->skip && strncmp(r->rname, "tfm.", 4) != 0 && r->skip(r->rname, r->skip_ctx)) {
+        /* passed over unread: from a file by moving on, from a pipe by reading it */
+        if (r->map) {
+            uint64_t avail = r->map_size - r->start - r->pos;
+            if (stored > avail)
+                return rfail(r, idx, r->rname, off, err,
+                             "truncated payload (%llu bytes expected, %llu left)",
+                             (unsigned long long)stored, (unsigned long long)avail);
+            r->pos += stored;
+        } else {
+            for (uint64_t left = stored; left > 0;) {
+                unsigned char sink[1 << 14];
+                size_t want = left < sizeof sink ? (size_t)left : sizeof sink;
+                size_t k = src_read(r, sink, want, &ioerr);
+                if (k < want)
+                    return rfail(r, idx, r->rname, off, err, "%s payload", eof_reason(ioerr));
+                left -= k;
+            }
+        }
+        r->index++;
+        return 2;
+    }
     const unsigned char *stored_ptr;
     if (r->map) {
         uint64_t avail = r->map_size - r->start - r->pos;
@@ -607,8 +631,15 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     if (tfm_crc32(0, data, rec->nbytes) != get32(fixed + 12))
         return rfail(r, idx, r->rname, payload_off, err, "crc mismatch");
     rec->data = data;
+    rec->mapped = data == stored_ptr && r->map != NULL;
     r->index++;
     return 1;
+}
+
+void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx)
+{
+    r->skip = skip;
+    r->skip_ctx = ctx;
 }
 
 int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err)
@@ -620,7 +651,10 @@ int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_err
     }
     if (r->done)
         return 0;
-    if (reader_next_raw(r, rec, err) < 0)
+    int k;
+    while ((k = reader_next_raw(r, rec, err)) == 2)
+        ;
+    if (k < 0)
         return -1;
     if (strcmp(rec->name, "tfm.end") == 0) {
         if (rec->dtype != TFM_I64 || rec->rank != 1 || rec->dims[0] != 1)

@@ -94,6 +94,8 @@ struct tfm_record {
     const void *data;
     uint64_t index;     /* record number in the stream; 0 is the header */
     uint64_t offset;    /* byte offset of the record's start in the stream */
+    int mapped;         /* data points into the memory-mapped file and stays valid (read
+                         * only) until tfm_reader_close; else only until the next read */
 };
 
 struct tfm_reader;
@@ -122,6 +124,10 @@ int tfm_reader_expect(struct tfm_reader *r, struct tfm_record *rec, const char *
 int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
                     struct tfm_error *err, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Pass over the records whose name skip(name, ctx) accepts (never the tfm.* ones): they
+ * are not returned, and their payload is neither verified nor, from a file, read.  Their
+ * headers are checked and they count toward the end record's total.  NULL: none. */
+void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx);
 void tfm_reader_close(struct tfm_reader *r);
 
 /* Writer flags. */

@@ -97,6 +97,71 @@ static void test_round_trip(void)
     c = tfm_checkpoint_load(p, TFM_CKPT_NO_OPTIMIZER, &err);
     CHECK(c && c->ntensors == 2 && !tfm_checkpoint_find(c, "adam.m.w"));
     tfm_checkpoint_free(c);
+    /* mapped: the same values, pointing into the file's map, not copies */
+    c = tfm_checkpoint_load(p, TFM_CKPT_NO_OPTIMIZER | TFM_CKPT_MAPPED, &err);
+    w = c ? tfm_checkpoint_find(c, "param.w") : NULL;
+    CHECK(c && c->map && c->ntensors == 2 && w && !w->owned && w->data[5] == 6.5f);
+    CHECK(c && tfm_checkpoint_find(c, "param.b")->data[2] == -3.5f);
+    tfm_checkpoint_free(c);
+}
+
+static int skip_adam(const char *name, void *ctx)
+{
+    (void)ctx;
+    return strncmp(name, "adam.", 5) == 0;
+}
+
+/* With TFM_CKPT_NO_OPTIMIZER the Adam records are passed over unread: a corrupt Adam
+ * payload goes unnoticed (and costs nothing), while a full load still refuses it; a
+ * corrupt parameter is refused either way. */
+static void test_skip_optimizer(void)
+{
+    struct tfm_error err;
+    const char *p = path_in("adam.tfm"), *bad = path_in("adam-bad.tfm");
+    CHECK(write_ckpt(p, 3, 2.0f, CONFIG, 1) == 0);
+    FILE *f = fopen(p, "rb");
+    static char buf[65536];
+    size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+        fclose(f);
+    /* the last tensor (adam.v.w, 24 bytes of floats 2..7) before the end record: find
+     * its payload by value and flip a bit */
+    float want[6] = {2, 3, 4, 5, 6, 7};
+    size_t at = 0;
+    for (size_t i = 0; i + sizeof want <= n; i += 4)
+        if (memcmp(buf + i, want, sizeof want) == 0)
+            at = i;                 /* the last match: adam.v.w */
+    CHECK(at > 0);
+    buf[at + 4] ^= 0x01;
+    f = fopen(bad, "wb");
+    fwrite(buf, 1, n, f);
+    fclose(f);
+    struct tfm_checkpoint *c = tfm_checkpoint_load(bad, 0, &err);
+    CHECK(c == NULL && strstr(err.msg, "'adam.v.w'") && strstr(err.msg, "crc mismatch"));
+    tfm_checkpoint_free(c);
+    c = tfm_checkpoint_load(bad, TFM_CKPT_NO_OPTIMIZER, &err);
+    CHECK(c != NULL && c->ntensors == 2);
+    tfm_checkpoint_free(c);
+    /* the same through a pipe (no map: the skipped payloads are read and dropped) */
+    int fds[2];
+    CHECK(pipe(fds) == 0 && n < 65536 && write(fds[1], buf, n) == (ssize_t)n);
+    close(fds[1]);
+    struct tfm_reader *r = tfm_reader_open_fd(fds[0], "pipe", &err);
+    CHECK(r != NULL);
+    if (r) {
+        tfm_reader_skip(r, skip_adam, NULL);
+        struct tfm_record rec;
+        int k, params = 0, adam = 0;
+        while ((k = tfm_reader_next(r, &rec, &err)) == 1) {
+            params += strncmp(rec.name, "param.", 6) == 0;
+            adam += strncmp(rec.name, "adam.", 5) == 0;
+            CHECK(!rec.mapped);
+        }
+        CHECK(k == 0);              /* the end record counted the skipped ones too */
+        CHECK(params == 2 && adam == 0);
+        tfm_reader_close(r);
+    }
+    close(fds[0]);
 }
 
 static void test_poison_refused(void)
@@ -287,6 +352,7 @@ int main(void)
     }
     t_run("checkpoint round trip", test_round_trip);
     t_run("NaN and Inf are refused", test_poison_refused);
+    t_run("optimizer records passed over unread", test_skip_optimizer);
     t_run("wrong kind, truncated, corrupt, missing", test_refusals);
     t_run("compatibility", test_compatible);
     t_run("directory list, last.tfm, prune", test_directory);
