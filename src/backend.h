@@ -155,14 +155,17 @@ struct tfm_backend {
                      int ldq, const float *k, int ldk, const float *v, int ldv,
                      const float *o, int ldo, const float *lse, const float *dout, int lddo,
                      float *dq, int lddq, float *dk, int lddk, float *dv, int lddv);
-    /* Incremental decoding: R query rows, each attending to its own block of keys.
-     * q (R,H*dk) ld ldq; row r attends to keys k + blk[r]*bstride + j*ld, j < len[r]
-     * (values at v + the same offset), no mask otherwise; o (R,H*dk) ld ldo.
-     * blk, len (R) device; len[r] >= 1.  No dropout. */
+    /* Incremental decoding: R query rows, each attending to its own keys.
+     * q (R,H*dk) ld ldq; row r attends to keys j < len[r] at k + b*bstride + j*ld, where
+     * b = slot[r*sstride + j] when slot is given (each key of each row in a block of its
+     * own: a beam's cache shared with the rows it was copied from), else b = blk[r] (one
+     * block per row: the source sentence); values at v + the same offset; no mask
+     * otherwise; o (R,H*dk) ld ldo.  blk, len (R), slot (R,sstride) device; len[r] >= 1.
+     * No dropout. */
     void (*attn_decode)(struct tfm_backend *be, int R, int H, int dk, float scale,
                         const float *q, int ldq, const float *k, const float *v, int ld,
-                        int64_t bstride, const int32_t *blk, const int32_t *len, float *o,
-                        int ldo);
+                        int64_t bstride, const int32_t *blk, const int32_t *slot,
+                        int sstride, const int32_t *len, float *o, int ldo);
 
     /* -- element-wise ---------------------------------------------------------------------- */
     /* x (N,M) += b broadcast over rows; then relu when relu. */

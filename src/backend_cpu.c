@@ -598,11 +598,11 @@ static void cpu_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const
 
 struct attn_decode_job {
     struct cpu *c;
-    int H, dk, ldq, ld, ldo;
+    int H, dk, ldq, ld, ldo, sstride;
     float scale;
     int64_t bstride;
     const float *q, *k, *v;
-    const int32_t *blk, *len;
+    const int32_t *blk, *slot, *len;
     float *o;
 };
 
@@ -614,11 +614,14 @@ SIMD_CLONES static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, i
     for (int64_t rh = rh0; rh < rh1; rh++) {
         int r = (int)(rh / H), h = (int)(rh % H), n = j->len[r];
         const float *qr = j->q + (size_t)r * j->ldq + h * dk;
-        const float *kb = j->k + j->blk[r] * j->bstride + h * dk;
-        const float *vb = j->v + j->blk[r] * j->bstride + h * dk;
+        const int32_t *sl = j->slot ? j->slot + (size_t)r * j->sstride : NULL;
+        int64_t b0 = sl ? 0 : j->blk[r] * j->bstride;
+        const float *kb = j->k + b0 + h * dk;
+        const float *vb = j->v + b0 + h * dk;
+#define KEY_AT(base, t) ((base) + (size_t)(t) * ld + (sl ? sl[t] * j->bstride : 0))
         float mx = -INFINITY;
         for (int t = 0; t < n; t++) {
-            const float *kt = kb + (size_t)t * ld;
+            const float *kt = KEY_AT(kb, t);
             float d = 0;
 #pragma omp simd reduction(+ : d)
             for (int x = 0; x < dk; x++)
@@ -638,21 +641,22 @@ SIMD_CLONES static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, i
             orow[x] = 0;
         for (int t = 0; t < n; t++) {
             float w = s[t] * inv;
-            const float *vt = vb + (size_t)t * ld;
+            const float *vt = KEY_AT(vb, t);
 #pragma omp simd
             for (int x = 0; x < dk; x++)
                 orow[x] += w * vt[x];
         }
     }
+#undef KEY_AT
 }
 
 static void cpu_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
                             const float *q, int ldq, const float *k, const float *v, int ld,
-                            int64_t bstride, const int32_t *blk, const int32_t *len, float *o,
-                            int ldo)
+                            int64_t bstride, const int32_t *blk, const int32_t *slot,
+                            int sstride, const int32_t *len, float *o, int ldo)
 {
-    struct attn_decode_job j = {CPU(be), H, dk, ldq, ld, ldo, scale, bstride, q, k, v, blk,
-                                len, o};
+    struct attn_decode_job j = {CPU(be), H, dk, ldq, ld, ldo, sstride, scale, bstride, q, k,
+                                v, blk, slot, len, o};
     int64_t keys = 0;
     for (int r = 0; r < R; r++)
         keys += len[r];

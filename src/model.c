@@ -1096,10 +1096,16 @@ struct tfm_decoder {
     int max_sent, max_src, max_rows, max_steps;
     int B, S;                   /* sources of this call */
     int rows, t;                /* live rows, steps taken */
-    float **kvc, **kvc2;        /* per layer (max_rows, max_steps, 2D) self K|V, and spare */
+    /* Self-attention keys and values, per layer (max_steps, max_rows, 2D): at [j][s] the
+     * K|V of position j of the row that was in slot s at step j.  A row's history is the
+     * slot of each of its positions, anc (max_rows, max_steps): selecting rows copies
+     * these indexes, never the keys and values. */
+    float **kvc;
     float **ckv;                /* per layer (B*S, 2D) encoder K|V */
     float *x, *u, *qkv, *o, *tmp, *q, *h, *logits, *mean, *rstd;
-    int32_t *tok, *pos_blk, *self_len, *row_src, *cross_len, *keep;   /* device (max_rows) */
+    int32_t *tok, *self_len, *row_src, *cross_len;   /* device (max_rows) */
+    int32_t *anc;               /* device (max_rows, max_steps) */
+    int32_t *anc_host, *anc_next;   /* host (max_rows, max_steps): now, and for select */
     int32_t *src_len_host;      /* (max_sent) */
     int32_t *hbuf;              /* host staging (max_rows) */
     void *mem;
@@ -1112,7 +1118,8 @@ void tfm_decoder_free(struct tfm_decoder *d)
     if (d->mem)
         d->m->be->free(d->m->be, d->mem);
     free(d->kvc);
-    free(d->kvc2);
+    free(d->anc_host);
+    free(d->anc_next);
     free(d->ckv);
     free(d->src_len_host);
     free(d->hbuf);
@@ -1133,7 +1140,6 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     } while (0)
     for (int l = 0; l < m->N; l++) {
         TAKE(d->kvc[l], float, R * d->max_steps * 2 * D);
-        TAKE(d->kvc2[l], float, R * d->max_steps * 2 * D);
         TAKE(d->ckv[l], float, (int64_t)d->max_sent * d->max_src * 2 * D);
     }
     TAKE(d->x, float, R * D);
@@ -1147,11 +1153,10 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     TAKE(d->mean, float, R);
     TAKE(d->rstd, float, R);
     TAKE(d->tok, int32_t, R);
-    TAKE(d->pos_blk, int32_t, R);
     TAKE(d->self_len, int32_t, R);
     TAKE(d->row_src, int32_t, R);
     TAKE(d->cross_len, int32_t, R);
-    TAKE(d->keep, int32_t, R);
+    TAKE(d->anc, int32_t, R * d->max_steps);
 #undef TAKE
     return off;
 }
@@ -1184,11 +1189,12 @@ struct tfm_decoder *tfm_decoder_create(struct tfm_model *m, int max_sent, int ma
     d->max_rows = max_rows;
     d->max_steps = max_steps;
     d->kvc = calloc((size_t)m->N + 1, sizeof *d->kvc);
-    d->kvc2 = calloc((size_t)m->N + 1, sizeof *d->kvc2);
+    d->anc_host = calloc((size_t)max_rows * max_steps, sizeof(int32_t));
+    d->anc_next = calloc((size_t)max_rows * max_steps, sizeof(int32_t));
     d->ckv = calloc((size_t)m->N + 1, sizeof *d->ckv);
     d->src_len_host = calloc((size_t)max_sent, sizeof(int32_t));
     d->hbuf = calloc((size_t)max_rows * 2, sizeof(int32_t));
-    if (!d->kvc || !d->kvc2 || !d->ckv || !d->src_len_host || !d->hbuf) {
+    if (!d->kvc || !d->anc_host || !d->anc_next || !d->ckv || !d->src_len_host || !d->hbuf) {
         tfm_fail(err, "out of memory");
         tfm_decoder_free(d);
         return NULL;
@@ -1282,9 +1288,9 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
     }
     be->upload(be, d->tok, last_tok, (size_t)R * sizeof(int32_t));
     be->upload(be, d->row_src, row_src, (size_t)R * sizeof(int32_t));
-    for (int r = 0; r < R; r++)
-        h[r] = r;
-    be->upload(be, d->pos_blk, h, (size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++)             /* this step's keys go to slot r */
+        d->anc_host[(size_t)r * d->max_steps + d->t] = r;
+    be->upload(be, d->anc, d->anc_host, (size_t)R * d->max_steps * sizeof(int32_t));
     for (int r = 0; r < R; r++)
         h[r] = d->t + 1;
     be->upload(be, d->self_len, h, (size_t)R * sizeof(int32_t));
@@ -1295,23 +1301,22 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
     be->embed_fwd(be, d->x, DATA(m->emb_tgt), d->tok, R, D, sqrtf((float)D),
                   m->pos_dec ? DATA(m->pos_dec) : m->pe, 1, d->t);
     float scale = 1.0f / sqrtf((float)m->dk);
-    int64_t cstride = (int64_t)d->max_steps * 2 * D;
+    int64_t pstride = (int64_t)d->max_rows * 2 * D;   /* one position of the cache */
     for (int l = 0; l < m->N; l++) {
         struct dec_p *P = &m->dec[l];
         /* self-attention: this step's K, V into the cache, then attend to steps 0..t */
         const float *u = dstep_in(d, &P->ln1, R);
         linear(m, d->qkv, 3 * D, u, D, R, P->self.wqkv, P->self.bqkv);
-        be->gather(be, d->kvc[l] + (int64_t)d->t * 2 * D, cstride, d->qkv + D, 3 * D, NULL, R,
-                   2 * D);
+        be->gather(be, d->kvc[l] + d->t * pstride, 2 * D, d->qkv + D, 3 * D, NULL, R, 2 * D);
         be->attn_decode(be, R, m->H, m->dk, scale, d->qkv, 3 * D, d->kvc[l], d->kvc[l] + D,
-                        2 * D, cstride, d->pos_blk, d->self_len, d->o, D);
+                        (int)pstride, 2 * D, NULL, d->anc, d->max_steps, d->self_len, d->o, D);
         linear(m, d->tmp, D, d->o, D, R, P->self.wo, P->self.bo);
         dstep_out(d, &P->ln1, R);
         /* encoder-decoder attention */
         u = dstep_in(d, &P->ln2, R);
         linear(m, d->q, D, u, D, R, P->cross.wq, P->cross.bq);
         be->attn_decode(be, R, m->H, m->dk, scale, d->q, D, d->ckv[l], d->ckv[l] + D, 2 * D,
-                        (int64_t)d->S * 2 * D, d->row_src, d->cross_len, d->o, D);
+                        (int64_t)d->S * 2 * D, d->row_src, NULL, 0, d->cross_len, d->o, D);
         linear(m, d->tmp, D, d->o, D, R, P->cross.wo, P->cross.bo);
         dstep_out(d, &P->ln2, R);
         /* FFN */
@@ -1342,8 +1347,6 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
 int tfm_decoder_select(struct tfm_decoder *d, int nrows, const int32_t *keep,
                        struct tfm_error *err)
 {
-    struct tfm_model *m = d->m;
-    struct tfm_backend *be = m->be;
     if (nrows < 0 || nrows > d->max_rows)
         return tfm_fail(err, "decoder: select of %d rows: outside 0..%d", nrows, d->max_rows);
     for (int i = 0; i < nrows; i++)
@@ -1351,15 +1354,13 @@ int tfm_decoder_select(struct tfm_decoder *d, int nrows, const int32_t *keep,
             return tfm_fail(err, "decoder: select: row %d keeps row %d of %d", i, keep[i],
                             d->rows);
     if (nrows > 0 && d->t > 0) {
-        be->upload(be, d->keep, keep, (size_t)nrows * sizeof(int32_t));
-        int64_t stride = (int64_t)d->max_steps * 2 * m->D;
-        for (int l = 0; l < m->N; l++) {
-            be->gather(be, d->kvc2[l], stride, d->kvc[l], stride, d->keep, nrows,
-                       (int64_t)d->t * 2 * m->D);
-            float *t = d->kvc[l];
-            d->kvc[l] = d->kvc2[l];
-            d->kvc2[l] = t;
-        }
+        size_t len = (size_t)d->t * sizeof(int32_t);
+        for (int i = 0; i < nrows; i++)
+            memcpy(d->anc_next + (size_t)i * d->max_steps,
+                   d->anc_host + (size_t)keep[i] * d->max_steps, len);
+        int32_t *t = d->anc_host;
+        d->anc_host = d->anc_next;
+        d->anc_next = t;
     }
     d->rows = nrows;
     return 0;

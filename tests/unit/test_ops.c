@@ -312,7 +312,25 @@ static void test_attn_decode(void)
         blk[r] = r / T;
         len[r] = r % T + 1;
     }
-    be->attn_decode(be, R, AH, ADK, 0.4f, a_q, D, a_k, a_v, D, (int64_t)T * D, blk, len, o, D);
+    be->attn_decode(be, R, AH, ADK, 0.4f, a_q, D, a_k, a_v, D, (int64_t)T * D, blk, NULL, 0,
+                    len, o, D);
+    for (int i = 0; i < R * D; i++)
+        CHECK_NEAR(o[i], a_o[i], 1e-6);
+    /* each key through a slot of its own: the keys and values stored in reverse order, row
+     * r's key j found at slot N-1-(b*T+j) (ld 0: the slot alone places it) */
+    enum { N = AB * 5 };
+    static float ks[N * 6], vs[N * 6];
+    int32_t slot[AB * 5 * 5];
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < D; c++) {
+            ks[(size_t)(N - 1 - n) * D + c] = a_k[(size_t)n * D + c];
+            vs[(size_t)(N - 1 - n) * D + c] = a_v[(size_t)n * D + c];
+        }
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < T; j++)
+            slot[r * T + j] = N - 1 - ((r / T) * T + j);
+    memset(o, 0, sizeof o);
+    be->attn_decode(be, R, AH, ADK, 0.4f, a_q, D, ks, vs, 0, D, NULL, slot, T, len, o, D);
     for (int i = 0; i < R * D; i++)
         CHECK_NEAR(o[i], a_o[i], 1e-6);
 }
