@@ -10,6 +10,7 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -17,8 +18,12 @@
 #define IDX_MASK ((UINT64_C(1) << GEN_SHIFT) - 1)
 #define GEN_MASK ((UINT64_C(1) << (64 - GEN_SHIFT)) - 1)
 /* Polls of the generation word before a worker sleeps, and of `done` before the caller
- * does: about 20-50 microseconds, enough to catch the next op's job. */
-#define SPIN 4000
+ * does: SPIN busy polls (tens of microseconds), then up to YIELDS polls that give the CPU
+ * to any other runnable thread first (about a millisecond when there is none): a worker
+ * catches the next op's job without a wake-up, and on a loaded machine it does not hold
+ * a CPU that others need. */
+#define SPIN 2000
+#define YIELDS 200
 
 struct tfm_pool {
     int threads;
@@ -88,6 +93,9 @@ static void *worker_main(void *arg)
         for (int s = 0; s < SPIN && atomic_load_explicit(&p->gen, memory_order_acquire) == seen;
              s++)
             cpu_relax();
+        for (int s = 0; s < YIELDS && atomic_load_explicit(&p->gen, memory_order_acquire) == seen;
+             s++)
+            sched_yield();
         pthread_mutex_lock(&p->mu);
         p->sleepers++;
         while (!p->stop && atomic_load_explicit(&p->gen, memory_order_relaxed) == seen)
