@@ -196,11 +196,13 @@ static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float
 #define GEMM_BLOCKS 2
 #endif
 
+/* A product cut into slices (gemm) or a batch of products (gemm_batched). */
 struct gemm_job {
     int ta, tb, M, N, K, lda, ldb, ldc, split_n, chunk, len;
     float alpha, beta;
     const float *A, *B;
     float *C;
+    int64_t sa, sb, sc;         /* batch strides */
 };
 
 static void gemm_slices(void *ctx, int64_t k0, int64_t k1, int thread)
@@ -232,23 +234,16 @@ static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     /* Split the larger of M and N into GEMM_BLOCKS * T slices (multiples of 16), claimed
      * by the threads as each finishes one.  The slices depend on T only, so the bits do
      * too; which thread computes a slice does not matter. */
-    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, N >= M, 0, 0, alpha, beta, A, B, C};
+    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, N >= M, 0, 0, alpha, beta, A, B, C,
+                         0, 0, 0};
     j.len = j.split_n ? N : M;
     j.chunk = ((j.len + GEMM_BLOCKS * T - 1) / (GEMM_BLOCKS * T) + 15) / 16 * 16;
     tfm_pool_run(CPU(be)->pool, (j.len + j.chunk - 1) / j.chunk, 1, gemm_slices, &j);
 }
 
-struct gemm_batch_job {
-    int ta, tb, M, N, K, lda, ldb, ldc;
-    int64_t sa, sb, sc;
-    float alpha, beta;
-    const float *A, *B;
-    float *C;
-};
-
 static void gemm_batch_items(void *ctx, int64_t i0, int64_t i1, int thread)
 {
-    const struct gemm_batch_job *j = ctx;
+    const struct gemm_job *j = ctx;
     (void)thread;
     for (int64_t i = i0; i < i1; i++)
         sgemm1(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A + i * j->sa, j->lda,
@@ -260,8 +255,8 @@ static void cpu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int 
                              int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
                              int batch)
 {
-    struct gemm_batch_job j = {ta, tb, M, N, K, lda, ldb, ldc, sa, sb, sc, alpha, beta,
-                               A, B, C};
+    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, 0, 0, 0, alpha, beta, A, B, C,
+                         sa, sb, sc};
     par(be, batch, batch > 1 ? PAR_MIN + 1 : 0, gemm_batch_items, &j);
 }
 

@@ -476,6 +476,20 @@ static const char *eof_reason(int ioerr)
     return ioerr ? strerror(ioerr) : "truncated";
 }
 
+/* The next `stored` payload bytes of a mapped stream: *p and the position past them. */
+static int map_take(struct tfm_reader *r, uint64_t stored, uint64_t idx, uint64_t off,
+                    const unsigned char **p, struct tfm_error *err)
+{
+    uint64_t avail = r->map_size - r->start - r->pos;
+    if (stored > avail)
+        return rfail(r, idx, r->rname, off, err,
+                     "truncated payload (%llu bytes expected, %llu left)",
+                     (unsigned long long)stored, (unsigned long long)avail);
+    *p = r->map + r->start + r->pos;
+    r->pos += stored;
+    return 0;
+}
+
 static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err)
 {
     uint64_t off = r->pos, idx = r->index;
@@ -556,15 +570,12 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
             return rfail(r, idx, r->rname, off, err, "padding is not zero");
 
     uint64_t payload_off = r->pos;
+    const unsigned char *stored_ptr = NULL;
     if (r->skip && strncmp(r->rname, "tfm.", 4) != 0 && r->skip(r->rname, r->skip_ctx)) {
         /* passed over unread: from a file by moving on, from a pipe by reading it */
         if (r->map) {
-            uint64_t avail = r->map_size - r->start - r->pos;
-            if (stored > avail)
-                return rfail(r, idx, r->rname, off, err,
-                             "truncated payload (%llu bytes expected, %llu left)",
-                             (unsigned long long)stored, (unsigned long long)avail);
-            r->pos += stored;
+            if (map_take(r, stored, idx, off, &stored_ptr, err) < 0)
+                return -1;
         } else {
             for (uint64_t left = stored; left > 0;) {
                 unsigned char sink[1 << 14];
@@ -578,15 +589,9 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         r->index++;
         return 2;
     }
-    const unsigned char *stored_ptr;
     if (r->map) {
-        uint64_t avail = r->map_size - r->start - r->pos;
-        if (stored > avail)
-            return rfail(r, idx, r->rname, off, err,
-                         "truncated payload (%llu bytes expected, %llu left)",
-                         (unsigned long long)stored, (unsigned long long)avail);
-        stored_ptr = r->map + r->start + r->pos;
-        r->pos += stored;
+        if (map_take(r, stored, idx, off, &stored_ptr, err) < 0)
+            return -1;
     } else {
         void **b = codec == CODEC_RAW ? &r->buf : &r->zbuf;
         size_t *cap = codec == CODEC_RAW ? &r->buf_cap : &r->zbuf_cap;
