@@ -27,10 +27,10 @@
 static const char USAGE[] =
     "usage: tfm-score -r REF [-r REF]... [--metric bleu|chrf|f1] [--tok 13a|intl|none]\n"
     "                 [--lowercase] [--tokenized [--compound-split]] [--json]\n"
-    "                 [--param FILE.prm] [--source FILE | --linearized] [--per-sentence]\n"
-    "                 [FILE]\n"
+    "                 [--param FILE.prm] [--source FILE | --linearized] [--keep-tags]\n"
+    "                 [--root LABEL] [--per-sentence] [FILE]\n"
     "       tfm-score --linearize [--keep-tags] [--keep-function-tags] [FILE]\n"
-    "       tfm-score --restore --source FILE [FILE]\n";
+    "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n";
 
 static const char HELP[] =
     "Score hypotheses (a tfm hypotheses/tokens stream, detokenized with its embedded\n"
@@ -57,7 +57,11 @@ static const char HELP[] =
     "      --max-error N       f1: override MAX_ERROR\n"
     "  -j, --json              print the result as JSON\n"
     "      --linearize         print \"WORDS<TAB>LINEARIZED\" for each tree of FILE\n"
-    "      --keep-tags         --linearize: write POS tags instead of XX\n"
+    "      --keep-tags         --linearize: write POS tags instead of XX; f1 with\n"
+    "                          --source or --linearized: the model writes POS tags, give\n"
+    "                          only XX preterminals the gold tags (default: all)\n"
+    "      --root LABEL        label of the root that restoration opens when the output\n"
+    "                          does not open one first (" TFM_TREE_ROOT ")\n"
     "      --keep-function-tags  --linearize: keep NP-SBJ and the like\n"
     "      --restore           print the trees restored from linearized lines + --source\n"
     "  -q, --quiet             no warnings on stderr\n"
@@ -70,7 +74,7 @@ enum { MET_BLEU, MET_CHRF, MET_F1 };
 enum {
     OPT_SMOOTH = 256, OPT_SMOOTH_VALUE, OPT_TOKENIZED, OPT_COMPOUND, OPT_CHAR_ORDER,
     OPT_WORD_ORDER, OPT_BETA, OPT_WS, OPT_EPS, OPT_LINEARIZED, OPT_MAX_ERROR, OPT_LINEARIZE,
-    OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_RESTORE, OPT_VERSION,
+    OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_RESTORE, OPT_ROOT, OPT_VERSION,
 };
 
 static int quiet;
@@ -468,6 +472,8 @@ struct f1_opts {
     int linearized;
     int per_sentence;
     int max_error;      /* < 0: the .prm's */
+    int keep_tags;      /* restored trees: only XX preterminals get the gold tags */
+    const char *root;   /* restored trees: the label of a root restoration opens */
 };
 
 static int run_f1(const struct f1_opts *fo, const struct text *test, const struct text *gold,
@@ -540,9 +546,13 @@ static int run_f1(const struct f1_opts *fo, const struct text *test, const struc
                 w = words;
                 wl = strlen(words);
             }
+            /* every preterminal takes the gold tag, so that EVALB deletes the same
+             * punctuation on both sides: a model without tags writes XX, or, when
+             * imperfect, a word or a stray label in its place */
             const char *wrap = NULL;
-            if (tfm_tree_restore(&t, test->line[i], test->len[i], w, wl, NULL, &err) < 0 ||
-                tfm_tree_retag(&t, &g, "XX", &err) < 0 ||
+            if (tfm_tree_restore(&t, test->line[i], test->len[i], w, wl, fo->root, NULL,
+                                 &err) < 0 ||
+                tfm_tree_retag(&t, &g, fo->keep_tags ? "XX" : NULL, &err) < 0 ||
                 (tfm_tree_wrapper(&g, &wrap) >= 0 && t.first >= 0 &&
                  tfm_tree_wrap(&t, wrap, &err) < 0)) {
                 fprintf(stderr, PROG ": %s\n", err.msg);
@@ -700,7 +710,7 @@ static int run_linearize(const char *path, const struct tfm_linearize_opts *lo)
     return rc;
 }
 
-static int run_restore(const char *path, const char *source)
+static int run_restore(const char *path, const char *source, const char *root)
 {
     struct tfm_error err;
     struct text in = {0}, src = {0};
@@ -721,8 +731,8 @@ static int run_restore(const char *path, const char *source)
     rc = 0;
     for (int64_t i = 0; i < in.n && rc == 0; i++) {
         struct tfm_restore_stats st = {0};
-        if (tfm_tree_restore(&t, in.line[i], in.len[i], src.line[i], src.len[i], &st, &err) <
-                0 ||
+        if (tfm_tree_restore(&t, in.line[i], in.len[i], src.line[i], src.len[i], root, &st,
+                             &err) < 0 ||
             tfm_tree_format(&t, &out, &ocap, &err) < 0) {
             fprintf(stderr, PROG ": line %lld: %s\n", (long long)i + 1, err.msg);
             rc = 1;
@@ -765,6 +775,7 @@ int main(int argc, char **argv)
         {"keep-tags", no_argument, NULL, OPT_KEEP_TAGS},
         {"keep-function-tags", no_argument, NULL, OPT_KEEP_FTAGS},
         {"restore", no_argument, NULL, OPT_RESTORE},
+        {"root", required_argument, NULL, OPT_ROOT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
@@ -780,7 +791,7 @@ int main(int argc, char **argv)
     int tok_set = 0, smooth_set = 0, chrf_set = 0;
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
-    struct f1_opts fo = {NULL, NULL, 0, 0, -1};
+    struct f1_opts fo = {NULL, NULL, 0, 0, -1, 0, NULL};
     struct tfm_linearize_opts lo = {0, 0};
     tfm_bleu_opts_default(&bo);
     tfm_chrf_opts_default(&co);
@@ -844,9 +855,15 @@ int main(int argc, char **argv)
             break;
         case 'j': json = 1; break;
         case OPT_LINEARIZE: mode = MODE_LINEARIZE; break;
-        case OPT_KEEP_TAGS: lo.keep_tags = 1; break;
+        case OPT_KEEP_TAGS: lo.keep_tags = fo.keep_tags = 1; break;
         case OPT_KEEP_FTAGS: lo.keep_function_tags = 1; break;
         case OPT_RESTORE: mode = MODE_RESTORE; break;
+        case OPT_ROOT:
+            if (!*optarg || strpbrk(optarg, " \t\n\r\f\v()"))
+                st = tfm_cli_usage_error("--root: '%s': expected a label (no space or "
+                                         "bracket)", optarg);
+            fo.root = optarg;
+            break;
         case 'q': quiet = 1; break;
         case 'h':
             fputs(USAGE, stdout);
@@ -889,12 +906,19 @@ int main(int argc, char **argv)
             bad = "--metric f1 takes one -r (the gold trees) and no --lowercase";
         else if (fo.source && fo.linearized)
             bad = "--source and --linearized exclude each other";
+        else if ((fo.keep_tags || fo.root) && !fo.source && !fo.linearized)
+            bad = "--keep-tags and --root are for --linearize, --restore or --metric f1 with "
+                  "--source or --linearized";
+        else if (lo.keep_function_tags)
+            bad = "--keep-function-tags is for --linearize";
     } else if (nrefs || metric != MET_BLEU || json) {
         bad = "--linearize and --restore take no -r, --metric or --json";
     } else if (mode == MODE_RESTORE && !fo.source) {
         bad = "--restore needs --source FILE";
-    } else if (mode == MODE_LINEARIZE && fo.source) {
-        bad = "--linearize takes no --source";
+    } else if (mode == MODE_RESTORE && (lo.keep_tags || lo.keep_function_tags)) {
+        bad = "--restore takes no --keep-tags or --keep-function-tags";
+    } else if (mode == MODE_LINEARIZE && (fo.source || fo.root)) {
+        bad = "--linearize takes no --source or --root";
     }
     if (bad) {
         free(refs);
@@ -907,7 +931,7 @@ int main(int argc, char **argv)
     if (mode == MODE_LINEARIZE) {
         rc = run_linearize(in, &lo);
     } else if (mode == MODE_RESTORE) {
-        rc = run_restore(in, fo.source);
+        rc = run_restore(in, fo.source, fo.root);
     } else {
         struct tfm_error err;
         struct text hyp = {0};

@@ -43,7 +43,7 @@ HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf a
     "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
     "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file"
 
-all: $(W)/score.txt $(W)/test.trees
+all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin
 
 # ---- text: "words<TAB>linearized tree" per tree, split into source and target ---------------
 OWN_TEXT  := 1
@@ -68,27 +68,23 @@ $(W)/test.gold: $(TEST_TREES)
 	$(one_tree_a_line) $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
 
 # ---- after decoding: restore the trees with the source words, and score them ----------------
-# The decoder's output is made one tree before restoring: tokens that are no part of a
-# linearized tree ((X, )X, XX) are dropped (an untrained model writes words where XX goes,
-# and a tag other than XX would not take the gold tag), an output that does not open a
-# constituent first gets (S, and what follows the close of the first tree is dropped.
-one_tree = awk '{ o = ""; d = 0; \
-    for (i = 1; i <= NF; i++) { t = $$i; \
-        if (t !~ /^[()]/ && t != "XX") continue; \
-        if (o == "" && t !~ /^\(/) { o = "(S"; d = 1 } \
-        if (t ~ /^\)/ && d == 0) continue; \
-        o = o (o == "" ? "" : " ") t; \
-        if (t ~ /^\(/) d++; else if (t ~ /^\)/ && --d == 0) break } \
-    print (o == "" ? "(S" : o) }'
-$(W)/test.hyp.lin: $(W)/test.hyp.txt
-	$(one_tree) $< > $@.tmp; mv $@.tmp $@
+# The decoder's text output (test.hyp.txt) is restored as it is: tfm-score makes one tree of
+# every line with exactly the source words (an early close of the outermost constituent is
+# deferred, preterminals before the first constituent get a root S, words where XX goes
+# are preterminals like XX), and the score gives every preterminal the gold tag, so that
+# punctuation is deleted alike on both sides (see tfm-score(1), Restoration).
 
-# The restored trees, to read; the score restores them again, as they are here, and gives
-# their XX preterminals the gold tags so that punctuation is deleted alike on both sides.
-$(W)/test.trees: $(W)/test.hyp.lin $(W)/test.src
+# The restored trees, to read; the score restores them again by the same rule (root S).
+$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.src
 	$(TFM)score --restore --source $(W)/test.src $< > $@.tmp; mv $@.tmp $@
 
-$(W)/score.txt: $(W)/test.hyp.lin $(W)/test.src $(W)/test.gold $(EVALB_PRM)
+# The restored trees linearized again: the decoder's output as restoration repaired it, in
+# the form of test.tgt, to compare with it line by line.
+$(W)/test.hyp.lin: $(W)/test.trees
+	$(TFM)score --linearize $(filter --keep-tags,$(SCORE_FLAGS)) $< | cut -f2 > $@.tmp
+	mv $@.tmp $@
+
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM)
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@

@@ -377,84 +377,136 @@ static const char *next_tok(const char *s, size_t len, size_t *i, size_t *tl)
     return s + b;
 }
 
+/* An opening token "(X" or a preterminal: a token that adds to the tree. */
+static int adds_content(const char *tok, size_t tl)
+{
+    return tok[0] == '(' ? tl > 1 : tok[0] != ')';
+}
+
+/* The constituents open during restoration: node and last child per level, and the last
+ * top-level node. */
+struct open_stack {
+    int32_t *node, *last;
+    size_t depth, cap;
+    int32_t top_last;
+};
+
+/* Link nd as the last child of the innermost open constituent, or at top level. */
+static void add_child(struct tfm_tree *t, struct open_stack *s, int32_t nd)
+{
+    if (s->depth)
+        link_child(t, s->node[s->depth - 1], &s->last[s->depth - 1], nd);
+    else
+        link_child(t, -1, &s->top_last, nd);
+}
+
+/* Make node nd, whose last child is last, the innermost open constituent. */
+static int push_open(struct open_stack *s, int32_t nd, int32_t last, struct tfm_error *err)
+{
+    if (s->depth == s->cap) {
+        size_t c = s->cap ? s->cap * 2 : 64;
+        int32_t *nn = realloc(s->node, c * sizeof *nn);
+        if (!nn)
+            return tfm_fail(err, "out of memory");
+        s->node = nn;
+        int32_t *nl = realloc(s->last, c * sizeof *nl);
+        if (!nl)
+            return tfm_fail(err, "out of memory");
+        s->last = nl;
+        s->cap = c;
+    }
+    s->node[s->depth] = nd;
+    s->last[s->depth] = last;
+    s->depth++;
+    return 0;
+}
+
+/* Open a constituent labelled lab[0..len) inside the innermost open one. */
+static int open_phrase(struct tfm_tree *t, struct open_stack *s, const char *lab, size_t len,
+                       struct tfm_error *err)
+{
+    int32_t l = add_str(t, lab, len, err);
+    int32_t nd = l < 0 ? -1 : add_node(t, l, -1, err);
+    if (nd < 0)
+        return -1;
+    add_child(t, s, nd);
+    return push_open(s, nd, -1, err);
+}
+
 int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const char *words,
-                     size_t words_len, struct tfm_restore_stats *st, struct tfm_error *err)
+                     size_t words_len, const char *root, struct tfm_restore_stats *st,
+                     struct tfm_error *err)
 {
     struct tfm_restore_stats dummy;
     if (!st) {
         memset(&dummy, 0, sizeof dummy);
         st = &dummy;
     }
+    if (!root)
+        root = TFM_TREE_ROOT;
     tfm_tree_clear(t);
-    int32_t *stack = NULL, *last = NULL;
-    size_t cap = 0;
-    int32_t top_last = -1;
-    size_t depth = 0, li = 0, wi = 0, tl, wl;
+    struct open_stack s = {NULL, NULL, 0, 0, -1};
+    size_t li = 0, wi = 0, tl, wl;
     int rc = -1;
     int32_t xx = add_str(t, "XX", 2, err);
     if (xx < 0)
         return -1;
+    /* where the last token that adds to the tree ends: a close of the outermost
+     * constituent before it is deferred */
+    size_t content_end = 0;
     const char *tok;
+    while ((tok = next_tok(lin, lin_len, &li, &tl)) != NULL)
+        if (adds_content(tok, tl))
+            content_end = li;
+    li = 0;
     while ((tok = next_tok(lin, lin_len, &li, &tl)) != NULL) {
         if (tok[0] == '(') {
-            if (tl == 1) {
+            if (tl == 1)
                 st->dropped_open++;
-                continue;
-            }
-            if (depth == cap) {
-                size_t c = cap ? cap * 2 : 64;
-                int32_t *ns = realloc(stack, c * sizeof *ns), *nl;
-                if (!ns)
-                    goto oom;
-                stack = ns;
-                nl = realloc(last, c * sizeof *nl);
-                if (!nl)
-                    goto oom;
-                last = nl;
-                cap = c;
-            }
-            int32_t lab = add_str(t, tok + 1, tl - 1, err);
-            if (lab < 0)
+            else if (open_phrase(t, &s, tok + 1, tl - 1, err) < 0)
                 goto done;
-            int32_t nd = add_node(t, lab, -1, err);
-            if (nd < 0)
-                goto done;
-            link_child(t, depth ? stack[depth - 1] : -1, depth ? &last[depth - 1] : &top_last,
-                       nd);
-            stack[depth] = nd;
-            last[depth] = -1;
-            depth++;
         } else if (tok[0] == ')') {
-            if (depth == 0)
+            if (s.depth == 0)
                 st->dropped_close++;
+            else if (s.depth == 1 && li < content_end)
+                st->deferred_close++;
             else
-                depth--;
+                s.depth--;
         } else {
             const char *w = next_tok(words, words_len, &wi, &wl);
             if (!w) {
                 st->dropped_tags++;
                 continue;
             }
+            if (s.depth == 0) {
+                if (open_phrase(t, &s, root, strlen(root), err) < 0)
+                    goto done;
+                st->opened_root++;
+            }
             int32_t lab = add_str(t, tok, tl, err);
             int32_t wo = lab < 0 ? -1 : add_str(t, w, wl, err);
             int32_t nd = wo < 0 ? -1 : add_node(t, lab, wo, err);
             if (nd < 0)
                 goto done;
-            link_child(t, depth ? stack[depth - 1] : -1, depth ? &last[depth - 1] : &top_last,
-                       nd);
+            add_child(t, &s, nd);
         }
     }
-    /* unused source words: into the innermost open constituent, else the last top-level
-     * constituent, else top level */
-    int32_t parent = -1, *plast = &top_last, tail = -1;
-    if (depth > 0) {
-        parent = stack[depth - 1];
-        plast = &last[depth - 1];
-    } else if (top_last >= 0 && t->nodes[top_last].word < 0) {
-        parent = top_last;
-        for (int32_t c = t->nodes[parent].first; c >= 0; c = t->nodes[c].next)
-            tail = c;
-        plast = &tail;
+    st->closed_at_end += (int64_t)s.depth;
+    /* unused source words: into the innermost open constituent, else the top-level one
+     * (preterminals never stand at top level), else a root opened for them */
+    size_t wpeek = wi;
+    if (s.depth == 0 && next_tok(words, words_len, &wpeek, &wl) != NULL) {
+        if (s.top_last >= 0) {
+            int32_t tail = -1;
+            for (int32_t c = t->nodes[s.top_last].first; c >= 0; c = t->nodes[c].next)
+                tail = c;
+            if (push_open(&s, s.top_last, tail, err) < 0)
+                goto done;
+        } else {
+            if (open_phrase(t, &s, root, strlen(root), err) < 0)
+                goto done;
+            st->opened_root++;
+        }
     }
     const char *w;
     while ((w = next_tok(words, words_len, &wi, &wl)) != NULL) {
@@ -462,18 +514,14 @@ int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const 
         int32_t nd = wo < 0 ? -1 : add_node(t, xx, wo, err);
         if (nd < 0)
             goto done;
-        link_child(t, parent, plast, nd);
+        add_child(t, &s, nd);
         st->added_words++;
     }
-    st->closed_at_end += (int64_t)depth;
     st->removed_empty += prune(t, &t->first, 0);
     rc = 0;
-    goto done;
-oom:
-    tfm_fail(err, "out of memory");
 done:
-    free(stack);
-    free(last);
+    free(s.node);
+    free(s.last);
     return rc;
 }
 

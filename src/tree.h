@@ -19,20 +19,28 @@
  *   - "-NONE-" preterminals (traces) are dropped, with every constituent left without
  *     words; the source side never contains trace words;
  *   - an outer wrapper (a top-level bracket labelled "", TOP or ROOT) is not written.
- * RESTORATION (decoder output + the source words -> a tree), one pass, left to right:
+ * RESTORATION (decoder output + the source words -> one tree), one pass, left to right:
  *   - "(X" opens a constituent X (a bare "(" is dropped);
  *   - ")..." closes the innermost open constituent, whatever label it carries (the
- *     opening token decides the label); with none open it is dropped;
+ *     opening token decides the label); with none open it is dropped; a close of the
+ *     outermost open constituent while an opening token or a preterminal token still
+ *     follows somewhere later is deferred: not applied, so the outermost constituent stays
+ *     open and what follows goes inside it ("(S (NP XX )NP )S (VP XX )VP" -> one S over
+ *     NP and VP, not two trees);
  *   - any other token is a preterminal: the tag is the token, the word is the next unused
- *     source word; when the source words are used up it is dropped;
+ *     source word; when the source words are used up it is dropped; with no constituent
+ *     open (before the first opening token), a root constituent labelled root is opened
+ *     first, and what follows goes inside it ("XX (NP XX )NP" -> (S (XX a) (NP (XX b))));
  *   - at the end, unused source words are appended as (XX word) to the innermost open
- *     constituent (or, with none open, at the end of the last top-level constituent, or
- *     at top level); constituents still open are closed; constituents without words are
- *     removed.
- *   So the restored tree always holds exactly the source words, in order, and is
- *   balanced.  The result is a forest (usually one tree); tfm-score wraps it in the gold
- *   tree's outer wrapper when the gold has one.
- *
+ *     constituent, else (all closed) to the end of the top-level constituent, else (the
+ *     output opened none: empty, only closes and bare "(") to a root constituent labelled
+ *     root opened for them; constituents still open are closed; constituents without
+ *     words are removed.
+ *   So the restored tree always holds exactly the source words, in order, is balanced, and
+ *   is a single tree: once a constituent is open the top level never gets a second one
+ *   (an empty sentence gives an empty forest).  The first constituent the output opens is
+ *   the root when it opens one before any preterminal, even when it is not S.
+ *   tfm-score wraps the tree in the gold tree's outer wrapper when the gold has one.
  * Not here: scoring (evalb.h).  Library code: no printing.  Owner: the scoring engineer.
  */
 #ifndef TFM_TREE_H
@@ -105,21 +113,30 @@ struct tfm_restore_stats {
     int64_t dropped_tags;   /* preterminals beyond the source words */
     int64_t dropped_open;   /* bare "(" */
     int64_t added_words;    /* source words the output had no preterminal for */
-    int64_t closed_at_end;  /* constituents left open */
+    int64_t closed_at_end;  /* constituents left open (an opened root included) */
     int64_t removed_empty;  /* constituents without words */
+    int64_t deferred_close; /* closes of the outermost constituent with more output after */
+    int64_t opened_root;    /* roots opened because the output did not open one first */
 };
 
-/* Restore a forest from linearized tokens lin[0..lin_len) and the source words
- * words[0..words_len) (both whitespace-separated), by the rule above.  Repairs are added
- * to *st (may be NULL).  Never fails on bad bracketing; -1 only when out of memory. */
+/* The root label tfm-score uses when none is given. */
+#define TFM_TREE_ROOT "S"
+
+/* Restore one tree from linearized tokens lin[0..lin_len) and the source words
+ * words[0..words_len) (both whitespace-separated), by the rule above; root labels the
+ * root constituent restoration opens itself (NULL: TFM_TREE_ROOT).  Repairs are added to
+ * *st (may be NULL).  Never fails on bad bracketing; -1 only when out of memory. */
 int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const char *words,
-                     size_t words_len, struct tfm_restore_stats *st, struct tfm_error *err);
+                     size_t words_len, const char *root, struct tfm_restore_stats *st,
+                     struct tfm_error *err);
 
 /* Give the preterminals of t tagged only_tag ("XX"; NULL: all) the tags of the non-trace
  * preterminals of from, position by position, when both trees have the same number of
  * them.  Returns 1 when retagged, 0 when the numbers differ, -1 when out of memory.
  * tfm-score uses it on restored trees so that EVALB deletes the same punctuation in
- * gold and test (XX says nothing about punctuation). */
+ * gold and test: XX says nothing about punctuation, and neither does a word or a stray
+ * label that an imperfect model writes where XX goes (so all preterminals by default;
+ * only XX ones with --keep-tags, when the model predicts real tags). */
 int tfm_tree_retag(struct tfm_tree *t, const struct tfm_tree *from, const char *only_tag,
                    struct tfm_error *err);
 

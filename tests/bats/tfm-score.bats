@@ -253,6 +253,86 @@ setup() {
     assert_output --partial "tree starting on line 1: column"
 }
 
+@test "f1 restoration: every preterminal takes the gold tag; --keep-tags only XX ones" {
+    # An imperfect model writes words and stray labels where XX goes.  The gold trees have
+    # punctuation (. and ,), which COLLINS.prm deletes by its tag.
+    printf '%s\n' '(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))' \
+        '(S (NP (PRP It)) (VP (VBD ran) (, ,) (ADVP (RB fast))) (. !))' > "$BATS_TEST_TMPDIR/g"
+    printf '%s\n' 'The cat sat .' 'It ran , fast !' > "$BATS_TEST_TMPDIR/src"
+    # "." takes the tag "sat" in line 1, "," the tag "ran" in line 2
+    printf '%s\n' '(S (NP The cat )NP (VP sat )VP sat )S' \
+        '(S (NP XX )NP (VP XX ran (ADVP NP )ADVP )VP XX )S' > "$BATS_TEST_TMPDIR/h"
+    # By default all take the gold tags: punctuation is deleted alike, the brackets match.
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line -n 0 "F1 = 100.00 P = 100.00 R = 100.00 (sentences = 2 valid = 2 errors = 0 skipped = 0 matched = 7 gold = 7 test = 7)"
+    refute_output --partial "mismatch"
+    run tfm-score -m f1 -v -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_line "   1    4    0  100.00 100.00     3      3    3      0      3     3   100.00"
+    assert_line "   2    5    0  100.00 100.00     4      4    4      0      3     3   100.00"
+    # --keep-tags (the model writes real tags): only XX is retagged, as before; "sat" and
+    # "ran" are no punctuation tags, so the test keeps a word the gold deletes.
+    run tfm-score -m f1 --keep-tags -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/h: line 1: length mismatch (3|4)"
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/h: line 2: length mismatch (3|4)"
+    assert_line --partial "(sentences = 2 valid = 0 errors = 2 skipped = 0"
+    run tfm-score -m f1 -q -v --keep-tags -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_line "   1    4    1    0.00   0.00     0      0    0      0      3     0     0.00"
+}
+
+@test "f1 restoration: a forest output scores as one tree" {
+    printf '%s\n%s\n' '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' \
+        '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' > "$BATS_TEST_TMPDIR/g"
+    printf 'The cat sat on the mat .\nThe cat sat on the mat .\n' > "$BATS_TEST_TMPDIR/src"
+    # Line 1 closes S early and goes on; line 2 opens no constituent before its first words.
+    printf '%s\n' '(S (NP XX XX )NP )S (VP XX XX (NP XX XX )NP )VP XX' \
+        'XX XX (VP XX XX (NP XX XX )NP )VP XX' > "$BATS_TEST_TMPDIR/h"
+    run tfm-score --restore --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line -n 0 "(S (NP (XX The) (XX cat)) (VP (XX sat) (XX on) (NP (XX the) (XX mat))) (XX .))"
+    assert_line -n 1 "(S (XX The) (XX cat) (VP (XX sat) (XX on) (NP (XX the) (XX mat))) (XX .))"
+    run tfm-score --restore --root FRAG --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_line -n 1 "(FRAG (XX The) (XX cat) (VP (XX sat) (XX on) (NP (XX the) (XX mat))) (XX .))"
+    # Gold brackets without "." (deleted): S(0,6) NP(0,2) VP(2,6) PP(3,6) NP(4,6), 5 each.
+    # Line 1 restores to S(0,6) NP(0,2) VP(2,6) NP(4,6): 4 test, 4 matched: R 80, P 100.
+    # Line 2 to S(0,6) VP(2,6) NP(4,6) (S the root opened): 3 and 3: R 60, P 100.
+    # Together 7 matched of 10 gold and 7 test: R 70.00, P 100.00, F1 2*.7/1.7 = 82.35.
+    # (As the forests (S NP) VP (XX .) and XX XX VP XX they scored 60/75 and 40/100.)
+    run tfm-score -m f1 -v -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line "   1    7    0   80.00 100.00     4      5    4      0      6     6   100.00"
+    assert_line "   2    7    0   60.00 100.00     3      5    3      0      6     6   100.00"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_line -n 0 "F1 = 82.35 P = 100.00 R = 70.00 (sentences = 2 valid = 2 errors = 0 skipped = 0 matched = 7 gold = 10 test = 7)"
+    # --root FRAG: line 2's root no longer matches the gold S: 6 matched, 7 test.
+    run tfm-score -m f1 --root FRAG -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_line -n 0 --partial "P = 85.71 R = 60.00 (sentences = 2 valid = 2 errors = 0 skipped = 0 matched = 6 gold = 10 test = 7)"
+    # An output without any opening token: the root holds every word.
+    printf '\n' > "$BATS_TEST_TMPDIR/empty"
+    printf 'a b\n' > "$BATS_TEST_TMPDIR/ab"
+    run tfm-score --restore --source "$BATS_TEST_TMPDIR/ab" "$BATS_TEST_TMPDIR/empty"
+    assert_output "(S (XX a) (XX b))"
+}
+
+@test "--keep-tags, --root, --keep-function-tags: usage errors where they mean nothing" {
+    run tfm-score -m f1 --keep-tags -r "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --keep-tags and --root are for --linearize, --restore or --metric f1 with --source or --linearized"
+    run tfm-score -r "$REF" --root S "$FBK"
+    assert_failure 2
+    run tfm-score -m f1 --keep-function-tags --linearized -r "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --keep-function-tags is for --linearize"
+    run tfm-score --restore --keep-tags --source "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_failure 2
+    run tfm-score --linearize --root S "$E/bug/bug.gld"
+    assert_failure 2
+    run tfm-score --restore --root 'A B' --source "$E/bug/bug.gld" "$E/bug/bug.tst"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --root: 'A B': expected a label (no space or bracket)"
+}
+
 @test "a token stream is detokenized with its embedded model" {
     command -v tfm-tokenize > /dev/null || skip "tfm-tokenize not built"
     head -n 300 "$REF" > "$BATS_TEST_TMPDIR/r"

@@ -74,13 +74,25 @@ static void test_linearize(void)
     CHECK_STR(linearize("(S (-LRB- -LRB-) (NP (NN x)))", 0), "-LRB- x | (S XX (NP XX )NP )S");
 }
 
-static const char *restore(const char *lin_, const char *words_, struct tfm_restore_stats *st)
+static const char *restore_root(const char *lin_, const char *words_, const char *root_,
+                                struct tfm_restore_stats *st)
 {
     memset(st, 0, sizeof *st);
-    if (tfm_tree_restore(&T, lin_, strlen(lin_), words_, strlen(words_), st, &err) < 0)
+    if (tfm_tree_restore(&T, lin_, strlen(lin_), words_, strlen(words_), root_, st, &err) < 0)
         return err.msg;
     tfm_tree_format(&T, &out, &ocap, &err);
     return out;
+}
+
+static const char *restore(const char *lin_, const char *words_, struct tfm_restore_stats *st)
+{
+    return restore_root(lin_, words_, NULL, st);
+}
+
+static int64_t repairs(const struct tfm_restore_stats *st)
+{
+    return st->dropped_close + st->dropped_tags + st->dropped_open + st->added_words +
+           st->closed_at_end + st->removed_empty + st->deferred_close + st->opened_root;
 }
 
 static void test_restore(void)
@@ -88,28 +100,106 @@ static void test_restore(void)
     struct tfm_restore_stats st;
     CHECK_STR(restore("(S (NP XX XX )NP (VP XX )VP XX )S", "The cat sat .", &st),
               "(S (NP (XX The) (XX cat)) (VP (XX sat)) (XX .))");
-    CHECK_EQ_INT(st.added_words + st.dropped_tags + st.dropped_close + st.closed_at_end, 0);
+    CHECK_EQ_INT(repairs(&st), 0);
     /* the closing label is not checked: the opening token decides */
     CHECK_STR(restore("(S (NP XX )VP )S", "a", &st), "(S (NP (XX a)))");
     /* missing XX: words go to the innermost open constituent; open ones are closed */
     CHECK_STR(restore("(S (NP XX XX", "a b c d", &st), "(S (NP (XX a) (XX b) (XX c) (XX d)))");
     CHECK_EQ_INT(st.added_words, 2);
     CHECK_EQ_INT(st.closed_at_end, 2);
-    /* all closed: words go to the end of the last top-level constituent */
+    /* all closed: words go to the end of the top-level constituent */
     CHECK_STR(restore("(S (NP XX )NP )S", "a b", &st), "(S (NP (XX a)) (XX b))");
     CHECK_EQ_INT(st.added_words, 1);
-    /* extra XX and extra ')' are dropped; empty constituents removed; bare '(' dropped */
+    CHECK_EQ_INT(repairs(&st), 1);
+    /* extra XX and extra ')' are dropped; empty constituents removed; bare '(' dropped;
+     * the ")S" before the last is applied: only closes follow it */
     CHECK_STR(restore(")S ( (S (NP XX XX XX )NP (VP )VP )S )S", "a b", &st),
               "(S (NP (XX a) (XX b)))");
     CHECK_EQ_INT(st.dropped_tags, 1);
     CHECK_EQ_INT(st.dropped_close, 2);
     CHECK_EQ_INT(st.dropped_open, 1);
     CHECK_EQ_INT(st.removed_empty, 1);
-    /* nothing but words */
-    CHECK_STR(restore("", "a b", &st), "(XX a) (XX b)");
+    CHECK_EQ_INT(st.deferred_close, 0);
+    CHECK_EQ_INT(repairs(&st), 5);
+    /* no words, nothing left: an empty forest */
     CHECK_STR(restore("(S )S", "", &st), "");
+    CHECK_STR(restore("", "", &st), "");
+    CHECK_EQ_INT(repairs(&st), 0);
     /* tags other than XX are kept */
     CHECK_STR(restore("(S NN VBZ )S", "it is", &st), "(S (NN it) (VBZ is))");
+}
+
+/* The output closes its outermost constituent early and goes on, or starts with
+ * preterminals, or opens nothing: always one tree. */
+static void test_restore_one_tree(void)
+{
+    struct tfm_restore_stats st;
+    /* early close: ")S" is deferred, VP goes into S; S is closed at the end */
+    CHECK_STR(restore("(S (NP XX )NP )S (VP XX )VP", "a b", &st),
+              "(S (NP (XX a)) (VP (XX b)))");
+    CHECK_EQ_INT(st.deferred_close, 1);
+    CHECK_EQ_INT(st.closed_at_end, 1);
+    CHECK_EQ_INT(repairs(&st), 2);
+    /* deferred twice, the last ")S" closes it; a trailing preterminal goes in too */
+    CHECK_STR(restore("(S (NP XX XX )NP )S (VP XX (NP XX )NP )VP )S XX )S", "The cat sat it .",
+                      &st),
+              "(S (NP (XX The) (XX cat)) (VP (XX sat) (NP (XX it))) (XX .))");
+    CHECK_EQ_INT(st.deferred_close, 2);
+    CHECK_EQ_INT(st.closed_at_end, 0);
+    CHECK_EQ_INT(st.dropped_close, 0);
+    CHECK_EQ_INT(repairs(&st), 2);
+    /* a close of an inner constituent is applied as before; only the outermost waits */
+    CHECK_STR(restore("(S (NP XX )NP (VP XX )VP )S (S XX )S", "a b c", &st),
+              "(S (NP (XX a)) (VP (XX b)) (S (XX c)))");
+    CHECK_EQ_INT(st.deferred_close, 1);
+    CHECK_EQ_INT(st.closed_at_end, 1);  /* the last ")S" closed the inner S */
+    CHECK_EQ_INT(repairs(&st), 2);
+    /* the first constituent opened is the root, whatever its label */
+    CHECK_STR(restore("(NP XX )NP (VP XX )VP", "a b", &st), "(NP (XX a) (VP (XX b)))");
+    CHECK_EQ_INT(st.deferred_close, 1);
+    CHECK_EQ_INT(st.closed_at_end, 1);
+    /* preterminals before the first opening token: the root is opened first */
+    CHECK_STR(restore("XX (NP XX )NP", "a b", &st), "(S (XX a) (NP (XX b)))");
+    CHECK_EQ_INT(st.opened_root, 1);
+    CHECK_EQ_INT(st.closed_at_end, 1);
+    CHECK_EQ_INT(repairs(&st), 2);
+    /* ... with the label given, and a closing token for it at the end */
+    CHECK_STR(restore_root("XX XX (VP XX )VP )X", "a b c", "FRAG", &st),
+              "(FRAG (XX a) (XX b) (VP (XX c)))");
+    CHECK_EQ_INT(st.opened_root, 1);
+    CHECK_EQ_INT(st.closed_at_end, 0);
+    CHECK_EQ_INT(repairs(&st), 1);
+    /* a close inside the opened root before more output is deferred */
+    CHECK_STR(restore("NN )NP (VP XX )VP", "a b", &st), "(S (NN a) (VP (XX b)))");
+    CHECK_EQ_INT(st.opened_root, 1);
+    CHECK_EQ_INT(st.deferred_close, 1);
+    /* leading closes and bare '(' are dropped before the root is opened */
+    CHECK_STR(restore(")S ( XX", "a", &st), "(S (XX a))");
+    CHECK_EQ_INT(st.dropped_close, 1);
+    CHECK_EQ_INT(st.dropped_open, 1);
+    CHECK_EQ_INT(st.opened_root, 1);
+    /* no opening token at all: a root holding every word as (XX w) (was: a forest of
+     * top-level preterminals) */
+    CHECK_STR(restore("", "a b", &st), "(S (XX a) (XX b))");
+    CHECK_EQ_INT(st.opened_root, 1);
+    CHECK_EQ_INT(st.added_words, 2);
+    CHECK_EQ_INT(st.closed_at_end, 0);
+    CHECK_EQ_INT(repairs(&st), 3);
+    CHECK_STR(restore_root(")S ( )NP", "a b", "X", &st), "(X (XX a) (XX b))");
+    CHECK_EQ_INT(st.opened_root, 1);
+    CHECK_EQ_INT(st.dropped_close, 2);
+    CHECK_STR(restore("XX XX XX", "a b", &st), "(S (XX a) (XX b))");
+    CHECK_EQ_INT(st.opened_root, 1);
+    CHECK_EQ_INT(st.dropped_tags, 1);
+    CHECK_EQ_INT(st.closed_at_end, 1);
+    /* preterminals beyond the words still defer a close (they are output), then drop */
+    CHECK_STR(restore("(S XX )S XX", "a", &st), "(S (XX a))");
+    CHECK_EQ_INT(st.deferred_close, 1);
+    CHECK_EQ_INT(st.dropped_tags, 1);
+    /* NULL stats */
+    CHECK(tfm_tree_restore(&T, "XX )S (NP XX", 12, "a b", 3, "S", NULL, &err) == 0);
+    tfm_tree_format(&T, &out, &ocap, &err);
+    CHECK_STR(out, "(S (XX a) (NP (XX b)))");
 }
 
 static void test_retag_wrap(void)
@@ -130,6 +220,15 @@ static void test_retag_wrap(void)
     CHECK_STR(out, "( (S (NN a) (, ,) (NN b)))");
     restore("(S XX )S", "a", &st);
     CHECK_EQ_INT(tfm_tree_retag(&T, &g, "XX", &err), 0);   /* counts differ: unchanged */
+    /* only_tag NULL: every preterminal, a word or a label written where XX goes too */
+    restore("(S (NP a )NP NP VP )S", "a , b", &st);
+    CHECK_EQ_INT(tfm_tree_retag(&T, &g, NULL, &err), 1);
+    tfm_tree_format(&T, &out, &ocap, &err);
+    CHECK_STR(out, "(S (NP (NN a)) (, ,) (VB b))");
+    restore("(S (NP a )NP NP VP )S", "a , b", &st);
+    CHECK_EQ_INT(tfm_tree_retag(&T, &g, "XX", &err), 1);
+    tfm_tree_format(&T, &out, &ocap, &err);
+    CHECK_STR(out, "(S (NP (a a)) (NP ,) (VP b))");
     tfm_tree_free(&g);
 }
 
@@ -171,7 +270,7 @@ static void test_ptb_sample(void)
             ok = 0;
         struct tfm_linearize_opts lo = {0, 0};
         tfm_tree_linearize(&T, &lo, &words, &wcap, &lin, &lcap, &err);
-        tfm_tree_restore(&back, lin, strlen(lin), words, strlen(words), NULL, &err);
+        tfm_tree_restore(&back, lin, strlen(lin), words, strlen(words), NULL, NULL, &err);
         tfm_tree_linearize(&back, &lo, &w1, &w1c, &l1, &l1c, &err);
         if (strcmp(w1, words) != 0 || strcmp(l1, lin) != 0)
             ok = 0;
@@ -195,6 +294,7 @@ int main(void)
     t_run("parse and print, errors with columns", test_parse);
     t_run("linearize", test_linearize);
     t_run("restore with repairs", test_restore);
+    t_run("restore: one tree (deferred close, opened root)", test_restore_one_tree);
     t_run("retag and wrap", test_retag_wrap);
     t_run("PTB sample: mrg = one-line, restore(linearize) = identity", test_ptb_sample);
     tfm_tree_free(&T);
