@@ -50,16 +50,36 @@ static inline uint64_t tfm_rng_key(uint64_t seed, uint64_t step, uint64_t site)
     return tfm_rng_mix(tfm_rng_mix(tfm_rng_mix(seed) ^ step) ^ (site * 0xd1b54a32d192ed03ULL));
 }
 
+/* 24 random bits for element i of the tensor keyed key. */
+static inline uint32_t tfm_rng_bits24(uint64_t key, uint64_t i)
+{
+    return (uint32_t)(tfm_rng_mix(key ^ (i * 0x9e3779b97f4a7c15ULL)) >> 40);
+}
+
 /* A uniform number in [0, 1) with 24 random bits for element i of the tensor keyed key. */
 static inline float tfm_rng_uniform(uint64_t key, uint64_t i)
 {
-    return (float)(tfm_rng_mix(key ^ (i * 0x9e3779b97f4a7c15ULL)) >> 40) * (1.0f / 16777216.0f);
+    return (float)tfm_rng_bits24(key, i) * (1.0f / 16777216.0f);
 }
 
 /* Dropout with probability p keeps element i iff its uniform number is >= p. */
 static inline int tfm_dropout_keep(uint64_t key, uint64_t i, float p)
 {
     return tfm_rng_uniform(key, i) >= p;
+}
+
+/* The same test on integers, for vector loops: tfm_dropout_keep(key, i, p) iff
+ * tfm_rng_bits24(key, i) >= tfm_dropout_threshold(p).  bits * 2^-24 is exact, so u >= p
+ * iff bits >= p * 2^24 (exact too: a power-of-two scaling) iff bits >= ceil(p * 2^24). */
+static inline uint32_t tfm_dropout_threshold(float p)
+{
+    if (!(p > 0))
+        return 0;
+    if (p >= 1)
+        return 1u << 24;
+    float t = p * 16777216.0f;
+    uint32_t u = (uint32_t)t;
+    return u + ((float)u < t);
 }
 
 /* ---- attention shape ------------------------------------------------------------------ */
@@ -207,8 +227,10 @@ struct tfm_backend {
     double (*sumsq)(struct tfm_backend *be, const float *x, size_t n);
     /* Adam with bias correction, for every i < n, with g = gscale * grad[i]:
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-     *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)      (t = step >= 1) */
-    void (*adam)(struct tfm_backend *be, float *p, const float *grad, float *m, float *v,
+     *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)      (t = step >= 1)
+     * then grad[i] = 0, ready for the next step's accumulation (one pass over memory
+     * instead of two: the update is memory-bound). */
+    void (*adam)(struct tfm_backend *be, float *p, float *grad, float *m, float *v,
                  size_t n, float lr, float b1, float b2, float eps, float gscale, int64_t step);
 
     /* -- lifetime ------------------------------------------------------------------- */

@@ -396,7 +396,46 @@ static void test_dropout(void)
     CHECK(same);
     be->dropout(be, z, x, n, 0.0f, 5);
     CHECK(memcmp(z, x, n * 4) == 0);
+    /* element by element the mask is tfm_dropout_keep's (the contract every backend
+     * shares), at an odd length, and a dropped Inf or NaN becomes 0 */
+    size_t odd = 1000003;
+    for (size_t i = 0; i < odd; i++)
+        x[i] = i % 7 == 0 ? INFINITY : i % 11 == 0 ? NAN : -1.0f - (float)(i % 5);
+    uint64_t key = tfm_rng_key(7, 8, 9);
+    be->dropout(be, y, x, odd, 0.1f, key);
+    be->add_dropout(be, z, y, x, odd, 0.1f, key);
+    size_t bad = 0;
+    for (size_t i = 0; i < odd; i++) {
+        int keep = tfm_dropout_keep(key, i, 0.1f);
+        float want = keep ? x[i] * (1 / 0.9f) : 0.0f;
+        if (memcmp(&y[i], &want, 4) != 0 && !(isnan(want) && isnan(y[i])))
+            bad++;
+        float want2 = y[i] + want;
+        if (memcmp(&z[i], &want2, 4) != 0 && !(isnan(want2) && isnan(z[i])))
+            bad++;
+    }
+    CHECK(bad == 0);
     free(x); free(y); free(z);
+}
+
+/* The integer form of the keep test agrees with the float form at the threshold's edges. */
+static void test_dropout_threshold(void)
+{
+    const float ps[] = {0.0f, 1e-9f, 5.9604645e-8f, 1e-7f, 0.1f, 0.3f, 1.0f / 3, 0.5f,
+                        0.9999999f, 1.0f};
+    for (size_t k = 0; k < sizeof ps / sizeof ps[0]; k++) {
+        float p = ps[k];
+        uint32_t thr = tfm_dropout_threshold(p);
+        for (int64_t d = -2; d <= 2; d++) {
+            int64_t b = (int64_t)thr + d;
+            if (b < 0 || b >= (1 << 24))
+                continue;
+            int by_float = (float)b * (1.0f / 16777216.0f) >= p;
+            CHECK(by_float == (b >= (int64_t)thr));
+        }
+    }
+    CHECK(tfm_dropout_threshold(0.5f) == 1u << 23);
+    CHECK(tfm_dropout_threshold(0.1f) == 1677722u);   /* ceil(0.1f * 2^24), 0.1f > 0.1 */
 }
 
 static void test_misc(void)
@@ -414,6 +453,16 @@ static void test_misc(void)
     CHECK(dst[0] == 9 && dst[1] == 10 && dst[3] == 3 && dst[4] == 4);
     double s = be->sumsq(be, x, 5);
     CHECK_NEAR(s, 8, 0);
+    /* a long odd-length vector against a plain double sum */
+    size_t n = 3000017;
+    float *big = malloc(n * sizeof(float));
+    double want = 0;
+    for (size_t i = 0; i < n; i++) {
+        big[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+        want += (double)big[i] * big[i];
+    }
+    CHECK_NEAR(be->sumsq(be, big, n) / want, 1.0, 1e-12);
+    free(big);
 }
 
 /* ---- output layer -------------------------------------------------------------------------- */
@@ -476,10 +525,30 @@ static void test_adam(void)
     CHECK_NEAR(m[0], 0.05, 1e-7);
     CHECK_NEAR(v[1], 0.02 * 4, 1e-7);
     /* step 2 by hand, gscale 0.5 */
+    CHECK(g[0] == 0 && g[1] == 0);      /* the gradient is cleared for the next step */
+    g[0] = 0.5f;
+    g[1] = -2;
     double mm = 0.9 * 0.05 + 0.1 * 0.25, vv = 0.98 * 0.005 + 0.02 * 0.0625;
     double upd = 0.1 * (mm / (1 - 0.81)) / (sqrt(vv / (1 - 0.98 * 0.98)) + 1e-9);
     be->adam(be, p, g, m, v, 2, 0.1f, 0.9f, 0.98f, 1e-9f, 0.5f, 2);
     CHECK_NEAR(p[0], 0.9 - upd, 1e-6);
+    /* the vector path (groups of 4) and its tail agree with the formula, step 3 */
+    enum { AN = 11 };
+    float ap[AN], ag[AN], am[AN], av[AN];
+    double want[AN];
+    for (int i = 0; i < AN; i++) {
+        ap[i] = 0.1f * i - 0.5f;
+        ag[i] = 0.3f * (i % 4) - 0.4f;
+        am[i] = 0.01f * i;
+        av[i] = 0.001f * (i + 1);
+        double gg = 2.0 * ag[i], mi = 0.9 * am[i] + 0.1 * gg, vi = 0.98 * av[i] + 0.02 * gg * gg;
+        want[i] = ap[i] - 0.01 * (mi / (1 - 0.729)) / (sqrt(vi / (1 - pow(0.98, 3))) + 1e-9);
+    }
+    be->adam(be, ap, ag, am, av, AN, 0.01f, 0.9f, 0.98f, 1e-9f, 2.0f, 3);
+    for (int i = 0; i < AN; i++) {
+        CHECK_NEAR(ap[i], want[i], 1e-6);
+        CHECK(ag[i] == 0);
+    }
 }
 
 /* ---- determinism --------------------------------------------------------------------------- */
@@ -532,6 +601,7 @@ int main(void)
     t_run("incremental attention equals full causal attention", test_attn_decode);
     t_run("bias, ReLU and dropout gradients", test_bias_relu_dropout);
     t_run("dropout keep rate, scaling and reproducibility", test_dropout);
+    t_run("dropout's integer threshold equals its float test", test_dropout_threshold);
     t_run("axpy, scale, gather, sumsq", test_misc);
     t_run("label-smoothed cross-entropy: known value and gradient", test_xent);
     t_run("Adam update by hand", test_adam);
