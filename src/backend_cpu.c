@@ -52,8 +52,12 @@ static struct cpu *CPU(struct tfm_backend *be) { return be->impl; }
  * machines in the last bits (sums in other orders), never between runs on one. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+/* Dropout's hash multiplies 64-bit integers: AVX-512DQ has that instruction, AVX2 builds
+ * it from three 32-bit ones.  The masks are integer work, the same in every clone. */
+#define DROP_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define SIMD_CLONES
+#define DROP_CLONES
 #endif
 
 /* Work below this many elements runs on the calling thread. */
@@ -750,7 +754,7 @@ static inline void dropout_mul(float *mul, uint64_t key, int64_t i0, int n, uint
         mul[k] = tfm_rng_bits24(key, (uint64_t)(i0 + k)) >= thr ? inv : 0.0f;
 }
 
-SIMD_CLONES static void dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
+DROP_CLONES static void dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct ew_job *j = ctx;
     uint32_t thr = tfm_dropout_threshold(j->p);
@@ -778,7 +782,7 @@ static void cpu_dropout(struct tfm_backend *be, float *y, const float *x, size_t
     par_range(be, (int64_t)n, dropout_range, &j);
 }
 
-SIMD_CLONES static void add_dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
+DROP_CLONES static void add_dropout_range(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct ew_job *j = ctx;
     float *y = j->y, p = j->p, inv = j->inv;
