@@ -34,8 +34,15 @@
 
 /* ---- counter-based random numbers (shared by all backends, identical bits) ---------- */
 
+/* Compiled for the GPU too when included from CUDA (kernels/). */
+#ifdef __CUDACC__
+#define TFM_HD __host__ __device__
+#else
+#define TFM_HD
+#endif
+
 /* splitmix64's finalizer: a bijective 64-bit mix. */
-static inline uint64_t tfm_rng_mix(uint64_t z)
+TFM_HD static inline uint64_t tfm_rng_mix(uint64_t z)
 {
     z += 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -45,25 +52,25 @@ static inline uint64_t tfm_rng_mix(uint64_t z)
 
 /* A key for one random tensor: seed (the config's), step (the caller's counter: one value
  * per forward pass, e.g. the micro-batch number), site (which tensor in the model). */
-static inline uint64_t tfm_rng_key(uint64_t seed, uint64_t step, uint64_t site)
+TFM_HD static inline uint64_t tfm_rng_key(uint64_t seed, uint64_t step, uint64_t site)
 {
     return tfm_rng_mix(tfm_rng_mix(tfm_rng_mix(seed) ^ step) ^ (site * 0xd1b54a32d192ed03ULL));
 }
 
 /* 24 random bits for element i of the tensor keyed key. */
-static inline uint32_t tfm_rng_bits24(uint64_t key, uint64_t i)
+TFM_HD static inline uint32_t tfm_rng_bits24(uint64_t key, uint64_t i)
 {
     return (uint32_t)(tfm_rng_mix(key ^ (i * 0x9e3779b97f4a7c15ULL)) >> 40);
 }
 
 /* A uniform number in [0, 1) with 24 random bits for element i of the tensor keyed key. */
-static inline float tfm_rng_uniform(uint64_t key, uint64_t i)
+TFM_HD static inline float tfm_rng_uniform(uint64_t key, uint64_t i)
 {
     return (float)tfm_rng_bits24(key, i) * (1.0f / 16777216.0f);
 }
 
 /* Dropout with probability p keeps element i iff its uniform number is >= p. */
-static inline int tfm_dropout_keep(uint64_t key, uint64_t i, float p)
+TFM_HD static inline int tfm_dropout_keep(uint64_t key, uint64_t i, float p)
 {
     return tfm_rng_uniform(key, i) >= p;
 }
@@ -71,7 +78,7 @@ static inline int tfm_dropout_keep(uint64_t key, uint64_t i, float p)
 /* The same test on integers, for vector loops: tfm_dropout_keep(key, i, p) iff
  * tfm_rng_bits24(key, i) >= tfm_dropout_threshold(p).  bits * 2^-24 is exact, so u >= p
  * iff bits >= p * 2^24 (exact too: a power-of-two scaling) iff bits >= ceil(p * 2^24). */
-static inline uint32_t tfm_dropout_threshold(float p)
+TFM_HD static inline uint32_t tfm_dropout_threshold(float p)
 {
     if (!(p > 0))
         return 0;
@@ -242,5 +249,10 @@ struct tfm_backend {
  * no contention).
  * Free with be->destroy(be).  NULL with err on failure. */
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
+
+/* The CUDA backend on GPU `device` (kernels/backend_cuda.cu): fp32, cuBLAS, one stream.
+ * Every op as described above, tested op by op against the CPU (make check-gpu).  NULL with
+ * err in a build without CUDA or when the device cannot be used. */
+struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
 
 #endif

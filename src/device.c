@@ -4,8 +4,18 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend.h"
+
 #ifdef TFM_CUDA
 int tfm_cuda_probe(int *count, char *msg, size_t n);   /* kernels/device.cu */
+#else
+/* kernels/backend_cuda.cu in a CUDA build */
+struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err)
+{
+    (void)device;
+    tfm_fail(err, "the CUDA backend: built without CUDA");
+    return NULL;
+}
 #endif
 
 int tfm_device_cuda_count(char *msg, size_t n)

@@ -1,0 +1,257 @@
+// backend_cuda.cu: the CUDA backend's table (src/backend.h): device memory, matrix
+// products through cuBLAS, one stream that every op is issued on, the workspace shared by
+// the ops, and the constructor.  The ops themselves are in cuda_ops.cu and cuda_attn.cu.
+//
+// Precision: fp32 throughout, cuBLAS in its default math mode (no TF32), so a product
+// differs from the CPU's only in the order of its sums.  This is the backend the
+// tensor-core (bf16) paths will be tested against, as it is tested against the CPU.
+#include "cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void tfm_cuda_fail(const char *what, const char *msg, const char *file, int line)
+{
+    fprintf(stderr, "tfm: CUDA backend: %s: %s (%s:%d)\n", what, msg, file, line);
+    abort();
+}
+
+#define BLAS_CHECK(x)                                                                    \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            tfm_cuda_fail(#x, cublasGetStatusString(s_), __FILE__, __LINE__);            \
+    } while (0)
+
+void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
+{
+    tfm_cuda *c = CU(be);
+    if (bytes <= c->work_bytes)
+        return c->work;
+    size_t want = (bytes + bytes / 4 + 255) / 256 * 256;   // headroom: few regrowths
+    if (c->work)
+        CUDA_CHECK(cudaFree(c->work));                     // waits for ops still using it
+    c->work = NULL;
+    c->work_bytes = 0;
+    cudaError_t e = cudaMalloc(&c->work, want);
+    if (e != cudaSuccess) {
+        char m[160];
+        snprintf(m, sizeof m, "workspace of %zu bytes: %s", want, cudaGetErrorString(e));
+        tfm_cuda_fail("cudaMalloc", m, __FILE__, __LINE__);
+    }
+    c->work_bytes = want;
+    return c->work;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+static void *cu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *err)
+{
+    void *p = NULL;
+    size_t n = bytes ? bytes : 256;            // a valid pointer even for nothing
+    cudaError_t e = cudaMalloc(&p, n);         // 256-byte aligned
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        tfm_fail(err, "GPU %d: cannot allocate %.1f MiB (%.1f MiB free of %.1f): %s",
+                 CU(be)->device, n / 1048576.0, free_b / 1048576.0, total_b / 1048576.0,
+                 cudaGetErrorString(e));
+        return NULL;
+    }
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n, STREAM(be)));
+    return p;
+}
+
+static void cu_free(struct tfm_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        CUDA_CHECK(cudaFree(p));
+}
+
+// From pageable host memory the call returns once the data is staged, so the caller may
+// reuse `host` at once; the copy itself is ordered on the stream like any op.
+static void cu_upload(struct tfm_backend *be, void *dst, const void *host, size_t bytes)
+{
+    if (bytes)
+        CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, STREAM(be)));
+}
+
+static void cu_download(struct tfm_backend *be, void *host, const void *src, size_t bytes)
+{
+    if (!bytes)
+        return;
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, STREAM(be)));
+    CUDA_CHECK(cudaStreamSynchronize(STREAM(be)));
+}
+
+static void cu_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, STREAM(be)));
+}
+
+static void cu_zero(struct tfm_backend *be, void *dst, size_t bytes)
+{
+    if (bytes)
+        CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, STREAM(be)));
+}
+
+static void cu_sync(struct tfm_backend *be) { CUDA_CHECK(cudaStreamSynchronize(STREAM(be))); }
+
+static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err)
+{
+    (void)err;
+    tfm_cuda *c = CU(be);
+    if (max_tq > c->max_tq)
+        c->max_tq = max_tq;
+    if (max_tk > c->max_tk)
+        c->max_tk = max_tk;
+    return 0;
+}
+
+// ---- matrix products ---------------------------------------------------------------------
+//
+// cuBLAS is column-major.  A row-major matrix with row stride ld is, read column-major,
+// its transpose with the same ld; so the row-major C = op(A) op(B) is the column-major
+// C^T = op(B)^T op(A)^T: the operands swap places and keep their transpose flags.
+
+static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+static void cu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) {                        // C = beta C; C is not read when beta == 0
+        if (beta == 0) {
+            CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
+                                         (size_t)N * sizeof(float), (size_t)M, STREAM(be)));
+        } else if (beta != 1) {
+            const float zero = 0;        // in place: C = beta C + 0 C
+            BLAS_CHECK(cublasSgeam(CU(be)->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, &beta, C, ldc,
+                                   &zero, C, ldc, C, ldc));
+        }
+        return;
+    }
+    BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta,
+                           C, ldc));
+}
+
+static void cu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                            float alpha, const float *A, int lda, int64_t sa, const float *B,
+                            int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
+                            int batch)
+{
+    if (M <= 0 || N <= 0 || batch <= 0)
+        return;
+    if (K <= 0) {
+        for (int i = 0; i < batch; i++)
+            cu_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C + i * sc, ldc);
+        return;
+    }
+    BLAS_CHECK(cublasSgemmStridedBatched(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb,
+                                         sb, A, lda, sa, &beta, C, ldc, sc, batch));
+}
+
+// ---- lifetime ---------------------------------------------------------------------------
+
+static void cu_destroy(struct tfm_backend *be)
+{
+    if (!be)
+        return;
+    tfm_cuda *c = CU(be);
+    if (c) {
+        if (c->stream)
+            cudaStreamSynchronize(c->stream);
+        if (c->blas)
+            cublasDestroy(c->blas);
+        if (c->work)
+            cudaFree(c->work);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+extern "C" struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        tfm_fail(err, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none");
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        tfm_fail(err, "GPU %d: no such device (%d visible)", device, n);
+        return NULL;
+    }
+    if ((e = cudaSetDevice(device)) != cudaSuccess) {
+        tfm_fail(err, "GPU %d: %s", device, cudaGetErrorString(e));
+        return NULL;
+    }
+    struct tfm_backend *be = (struct tfm_backend *)calloc(1, sizeof *be);
+    tfm_cuda *c = (tfm_cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    be->impl = c;
+    c->device = device;
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        tfm_fail(err, "GPU %d: creating a stream: %s", device, cudaGetErrorString(e));
+        cu_destroy(be);
+        return NULL;
+    }
+    cublasStatus_t s = cublasCreate(&c->blas);
+    if (s != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+        tfm_fail(err, "GPU %d: cuBLAS: %s", device, cublasGetStatusString(s));
+        if (s != CUBLAS_STATUS_SUCCESS)
+            c->blas = NULL;
+        cu_destroy(be);
+        return NULL;
+    }
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);   // fp32 products, no TF32
+
+    be->name = "cuda";
+    be->kind = TFM_BACKEND_CUDA;
+    be->threads = 1;
+    be->host_memory = 0;
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->upload = cu_upload;
+    be->download = cu_download;
+    be->copy = cu_copy;
+    be->zero = cu_zero;
+    be->sync = cu_sync;
+    be->reserve = cu_reserve;
+    be->gemm = cu_gemm;
+    be->gemm_batched = cu_gemm_batched;
+    be->embed_fwd = cuda_embed_fwd;
+    be->embed_bwd = cuda_embed_bwd;
+    be->layernorm_fwd = cuda_layernorm_fwd;
+    be->layernorm_bwd = cuda_layernorm_bwd;
+    be->attn_fwd = cuda_attn_fwd;
+    be->attn_bwd = cuda_attn_bwd;
+    be->attn_decode = cuda_attn_decode;
+    be->bias_act = cuda_bias_act;
+    be->bias_bwd = cuda_bias_bwd;
+    be->relu_bwd = cuda_relu_bwd;
+    be->dropout = cuda_dropout;
+    be->add_dropout = cuda_add_dropout;
+    be->axpy = cuda_axpy;
+    be->scale = cuda_scale;
+    be->gather = cuda_gather;
+    be->xent = cuda_xent;
+    be->log_softmax = cuda_log_softmax;
+    be->sumsq = cuda_sumsq;
+    be->adam = cuda_adam;
+    be->destroy = cu_destroy;
+    return be;
+}

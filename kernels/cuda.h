@@ -1,0 +1,102 @@
+// cuda.h: what the CUDA backend's files share (kernels/*.cu only; the library's C code
+// sees only tfm_backend_cuda in backend.h).
+//
+//   backend_cuda.cu  the table: memory, gemm (cuBLAS), sync, reserve, lifetime, workspace
+//   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
+//                    sumsq, Adam
+//   cuda_attn.cu     attention: forward, backward, incremental decoding
+//
+// Every op has the signature and the semantics of its slot in struct tfm_backend
+// (src/backend.h); the CPU backend (src/backend_cpu.c) is the reference it is tested
+// against (tests/unit/test_gpu_ops.c, `make check-gpu`).  All ops are issued on the
+// backend's one stream, in order, so a later op sees an earlier op's results without any
+// synchronization.  Ops are deterministic: no atomics, reductions in a fixed order.
+#ifndef TFM_KERNELS_CUDA_H
+#define TFM_KERNELS_CUDA_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+struct tfm_cuda {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *work;             // workspace (tfm_cuda_work), grows only
+    size_t work_bytes;
+    int max_tq, max_tk;     // attention sizes promised by reserve()
+};
+
+static inline tfm_cuda *CU(struct tfm_backend *be) { return (tfm_cuda *)be->impl; }
+static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->stream; }
+
+// Device workspace of at least `bytes` (256-byte aligned), for use by one op: the next op
+// may reuse it.  Grows with cudaMalloc when too small (which waits for earlier ops), so
+// sizes seen in the first training step are the only allocations.  A failed allocation
+// is fatal (ops do not fail, backend.h): the message names the size.
+void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
+
+// A CUDA or cuBLAS call that fails inside an op is a lost device or a bug: print what and
+// where on stderr and abort.
+void tfm_cuda_fail(const char *what, const char *msg, const char *file, int line);
+#define CUDA_CHECK(x)                                                                    \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess)                                                           \
+            tfm_cuda_fail(#x, cudaGetErrorString(e_), __FILE__, __LINE__);               \
+    } while (0)
+#define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+
+// Blocks of `threads` covering n items.
+static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    return (unsigned)(b > 0 ? (b < 2147483647u ? b : 2147483647u) : 1);
+}
+
+// ---- cuda_ops.cu ------------------------------------------------------------------------
+void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, const int32_t *ids,
+                    int N, int D, float scale, const float *pos, int L, int pos0);
+void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
+                    const int32_t *ids, int N, int D, int V, float scale, int L, int pos0);
+void cuda_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                        const float *x, const float *g, const float *b, int N, int D, float eps);
+void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
+                        const float *x, const float *mean, const float *rstd, const float *g,
+                        int N, int D, int accumulate);
+void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu);
+void cuda_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M);
+void cuda_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const float *y, size_t n,
+                   float scale);
+void cuda_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
+                  uint64_t key);
+void cuda_add_dropout(struct tfm_backend *be, float *y, const float *a, const float *b, size_t n,
+                      float p, uint64_t key);
+void cuda_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n);
+void cuda_scale(struct tfm_backend *be, float *x, float alpha, size_t n);
+void cuda_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
+                 int64_t sstride, const int32_t *idx, int n, int64_t len);
+void cuda_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
+               float eps, int ignore, float *loss, float *nll, float grad_scale);
+void cuda_log_softmax(struct tfm_backend *be, float *y, const float *x, int N, int V);
+double cuda_sumsq(struct tfm_backend *be, const float *x, size_t n);
+void cuda_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,
+               float lr, float b1, float b2, float eps, float gscale, int64_t step);
+
+// ---- cuda_attn.cu -----------------------------------------------------------------------
+void cuda_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
+                   const float *k, int ldk, const float *v, int ldv, float *o, int ldo,
+                   float *lse);
+void cuda_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
+                   const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,
+                   const float *lse, const float *dout, int lddo, float *dq, int lddq,
+                   float *dk, int lddk, float *dv, int lddv);
+void cuda_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale, const float *q,
+                      int ldq, const float *k, const float *v, int ld, int64_t bstride,
+                      const int32_t *blk, const int32_t *slot, int sstride, const int32_t *len,
+                      float *o, int ldo);
+
+#endif

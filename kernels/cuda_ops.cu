@@ -1,0 +1,698 @@
+// cuda_ops.cu: the CUDA backend's ops other than gemm and attention (cuda.h), each with
+// the semantics of its slot in struct tfm_backend (backend.h) and the CPU backend
+// (backend_cpu.c) as the reference:
+//
+//   cuda_embed_fwd, cuda_embed_bwd        token (+ position) embeddings; the backward sorts
+//                                         the ids (CUB radix sort, stable) so that each table
+//                                         row adds its tokens' gradients in token order
+//   cuda_layernorm_fwd, _bwd              a block per row; dg, db by column sums
+//   cuda_bias_act, cuda_bias_bwd          bias (+ ReLU); its gradient by column sums
+//   cuda_relu_bwd, cuda_dropout, cuda_add_dropout, cuda_axpy, cuda_scale, cuda_gather
+//                                         element-wise, grid-stride loops
+//   cuda_xent, cuda_log_softmax           a block per row
+//   cuda_sumsq, cuda_adam                 the optimizer's
+//
+// Determinism (no atomics, a fixed order for every sum):
+//  - sums along a row: each thread adds its strided elements in order, then block_reduce
+//    combines the threads in a fixed tree;
+//  - sums down columns (bias, layer-norm gains): fixed chunks of rows, each summed by a
+//    block in a fixed tree into a partial row of the workspace, then one thread per column
+//    adds the partials in chunk order (colsum_*);
+//  - embedding gradients: each table row (and each position row) is owned by one block,
+//    which adds its tokens in token order: the CPU's order, so the CPU's bits.
+// Element-wise ops that have no sum write their products and sums with __fmul_rn,
+// __fadd_rn (...) so that nvcc cannot contract them into an FMA: they give the CPU's bits
+// (its build has no FMA).  Row ops (layer norm, softmax) round differently from the CPU
+// (other summation orders, libm's expf for the CPU's polynomial): agreement to rounding.
+//
+// Every kernel is launched on the backend's stream; indices into N*D or n elements are
+// 64-bit.  An op with nothing to do launches nothing.
+#include "cuda.h"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr unsigned THREADS = 256;         // threads per block, every kernel but column sums
+
+// ---- helpers ----------------------------------------------------------------------------
+
+// Grid-stride loops over 64-bit element counts.
+__device__ __forceinline__ size_t thread_index()
+{
+    return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ size_t thread_count() { return (size_t)gridDim.x * blockDim.x; }
+
+struct SumOp {
+    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// op over the 32 lanes of a warp in a fixed butterfly; every lane gets lane 0's result.
+template <typename T, typename Op> __device__ T warp_reduce(T v, Op op)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+// op over every thread of the block (blockDim.x a multiple of 32, every thread calling):
+// warps first, then every warp reduces the warps' results the same way, so all threads
+// return the same bits.  `identity` fills the lanes beyond the block's warps.
+template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T identity)
+{
+    __shared__ T part[32];
+    unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    v = warp_reduce(v, op);
+    __syncthreads();                    // an earlier call may still be reading part
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    return warp_reduce(lane < blockDim.x / 32 ? part[lane] : identity, op);
+}
+
+__device__ float block_sum(float v) { return block_reduce(v, SumOp(), 0.0f); }
+__device__ double block_sum(double v) { return block_reduce(v, SumOp(), 0.0); }
+__device__ float block_max(float v) { return block_reduce(v, MaxOp(), -INFINITY); }
+
+// ---- column sums: out (M) += sums over the rows of an (N,M) matrix -----------------------
+//
+// Pass 1: a block of COL_TILE columns x COL_ROWS threads per column sums one chunk of rows
+// (thread y takes rows y, y + COL_ROWS, ... of the chunk; then a tree over y) into row
+// `chunk` of a (chunks, M) workspace.  Pass 2 (colsum_finish): one thread per column adds
+// the chunks in order.  The chunks depend on N only.
+
+constexpr int COL_TILE = 32, COL_ROWS = 8;
+constexpr int COL_MAX_CHUNKS = 256, COL_MIN_ROWS = 64;
+
+struct col_plan {
+    int rows;       // rows per chunk
+    int chunks;
+};
+
+col_plan plan_columns(int N)
+{
+    int64_t rows = ((int64_t)N + COL_MAX_CHUNKS - 1) / COL_MAX_CHUNKS;
+    if (rows < COL_MIN_ROWS)
+        rows = COL_MIN_ROWS;
+    return {(int)rows, (int)((N + rows - 1) / rows)};
+}
+
+dim3 col_grid(int M, const col_plan &pl)
+{
+    return dim3((unsigned)(((int64_t)M + COL_TILE - 1) / COL_TILE), (unsigned)pl.chunks);
+}
+
+// Sum of v over threadIdx.y in a fixed tree, valid where threadIdx.y == 0.
+__device__ float column_tree(float v, float (*sh)[COL_TILE])
+{
+    unsigned x = threadIdx.x, y = threadIdx.y;
+    sh[y][x] = v;
+    __syncthreads();
+    for (unsigned h = COL_ROWS / 2; h > 0; h /= 2) {
+        if (y < h)
+            sh[y][x] += sh[y + h][x];
+        __syncthreads();
+    }
+    return sh[0][x];
+}
+
+// out[c] += part[0][c] + part[1][c] + ... (chunks rows of M), in order.
+__global__ void colsum_finish(float *out, const float *part, int chunks, int M)
+{
+    for (size_t c = thread_index(); c < (size_t)M; c += thread_count()) {
+        float s = 0;
+        for (int k = 0; k < chunks; k++)
+            s += part[(size_t)k * M + c];
+        out[c] += s;
+    }
+}
+
+void launch_colsum_finish(struct tfm_backend *be, float *out, const float *part, int chunks,
+                          int M)
+{
+    colsum_finish<<<tfm_cuda_blocks((size_t)M, THREADS), THREADS, 0, STREAM(be)>>>(
+        out, part, chunks, M);
+    LAUNCH_CHECK();
+}
+
+// ---- embeddings ----------------------------------------------------------------------------
+
+// out[n][c] = scale * table[ids[n]][c] (+ pos[pos0 + n % L][c]).
+__global__ void embed_fwd_elems(float *out, const float *table, const int32_t *ids,
+                                size_t total, int D, float scale, const float *pos, int L,
+                                int pos0)
+{
+    for (size_t i = thread_index(); i < total; i += thread_count()) {
+        size_t n = i / (size_t)D, c = i - n * (size_t)D;
+        float e = __fmul_rn(scale, table[(size_t)ids[n] * D + c]);
+        if (pos)
+            e = __fadd_rn(e, pos[(size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c]);
+        out[i] = e;
+    }
+}
+
+// dpos[pos0 + l] += dout[l] + dout[l + L] + ... in row order: block l owns position row l.
+__global__ void embed_bwd_pos(float *dpos, const float *dout, int N, int D, int L, int pos0)
+{
+    int l = blockIdx.x;
+    float *row = dpos + (size_t)(pos0 + l) * D;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float acc = row[c];
+        for (int64_t n = l; n < N; n += L)
+            acc = __fadd_rn(acc, dout[(size_t)n * D + c]);
+        row[c] = acc;
+    }
+}
+
+// v[i] = i: the token numbers that the sort carries along with the ids.
+__global__ void iota(int32_t *v, int n)
+{
+    for (size_t i = thread_index(); i < (size_t)n; i += thread_count())
+        v[i] = (int32_t)i;
+}
+
+// The end of the run of `key` in sorted keys that starts at s: a block-wide window at a
+// time, counting the window's threads that still see key (a prefix of the window, since the
+// keys are sorted).  Every thread of the block calls it and gets the same end.
+__device__ int64_t run_end(const uint32_t *keys, int64_t s, int N, uint32_t key)
+{
+    int64_t e = s + 1;
+    for (;;) {
+        int64_t k = e + threadIdx.x;
+        int same = __syncthreads_count(k < N && keys[k] == key);
+        e += same;
+        if (same < (int)blockDim.x)
+            return e;
+    }
+}
+
+// Block s handles sorted position s when it starts a run of equal ids: table row keys[s]
+// adds scale * dout[order[k]] for k over the run, in order (order is the stable sort's
+// permutation, so token order): the CPU's operations in the CPU's order.
+__global__ void embed_bwd_runs(float *dtable, const float *dout, const uint32_t *keys,
+                               const int32_t *order, int N, int D, float scale)
+{
+    int64_t s = blockIdx.x;
+    uint32_t id = keys[s];
+    if (s > 0 && keys[s - 1] == id)
+        return;                         // inside a run: its first block does it
+    int64_t e = run_end(keys, s, N, id);
+    float *row = dtable + (size_t)id * D;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float acc = row[c];
+        for (int64_t k = s; k < e; k++)
+            acc = __fadd_rn(acc, __fmul_rn(scale, dout[(size_t)order[k] * D + c]));
+        row[c] = acc;
+    }
+}
+
+// Bits that hold every id in [0, V).
+int id_bits(int V)
+{
+    int bits = 1;
+    while (bits < 32 && ((uint64_t)1 << bits) < (uint64_t)(V > 0 ? V : 0))
+        bits++;
+    return V > 0 ? bits : 32;
+}
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// ---- layer norm ---------------------------------------------------------------------------
+
+// Block n normalizes row n: mean, biased variance (each a strided sum per thread, then the
+// block tree), y = (x - mean) * rstd * g + b.  Each thread reads and writes only its own
+// columns, so y may equal x.
+__global__ void ln_fwd_rows(float *y, float *mean, float *rstd, const float *x, const float *g,
+                            const float *b, int D, float eps)
+{
+    size_t n = blockIdx.x;
+    const float *xr = x + n * D;
+    float *yr = y + n * D;
+    float s = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x)
+        s += xr[c];
+    float mu = block_sum(s) / D;
+    float v = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float d = xr[c] - mu;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(block_sum(v) / D + eps);
+    if (threadIdx.x == 0) {
+        mean[n] = mu;
+        rstd[n] = rs;
+    }
+    for (int c = threadIdx.x; c < D; c += blockDim.x)
+        yr[c] = (xr[c] - mu) * rs * g[c] + b[c];
+}
+
+// Block n: dx row n = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), added to dx
+// when accumulate.
+__global__ void ln_bwd_rows(float *dx, const float *dy, const float *x, const float *mean,
+                            const float *rstd, const float *g, int D, int accumulate)
+{
+    size_t n = blockIdx.x;
+    const float *xr = x + n * D, *dyr = dy + n * D;
+    float *dxr = dx + n * D;
+    float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float dh = dyr[c] * g[c];
+        a += dh;
+        bsum += dh * (xr[c] - mu) * rs;
+    }
+    a = block_sum(a) / D;
+    bsum = block_sum(bsum) / D;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float xh = (xr[c] - mu) * rs;
+        float v = rs * (dyr[c] * g[c] - a - xh * bsum);
+        dxr[c] = accumulate ? dxr[c] + v : v;
+    }
+}
+
+// Pass 1 of dg += sum_n dy * xhat and db += sum_n dy (column sums above).
+__global__ void ln_bwd_partial(float *part_g, float *part_b, const float *dy, const float *x,
+                               const float *mean, const float *rstd, int N, int D, int rows)
+{
+    __shared__ float sh_g[COL_ROWS][COL_TILE], sh_b[COL_ROWS][COL_TILE];
+    int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
+    int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    float sg = 0, sb = 0;
+    if (c < D)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS) {
+            float d = dy[r * D + c];
+            sg += d * (x[r * D + c] - mean[r]) * rstd[r];
+            sb += d;
+        }
+    sg = column_tree(sg, sh_g);
+    sb = column_tree(sb, sh_b);
+    if (threadIdx.y == 0 && c < D) {
+        part_g[(size_t)blockIdx.y * D + c] = sg;
+        part_b[(size_t)blockIdx.y * D + c] = sb;
+    }
+}
+
+// ---- element-wise ---------------------------------------------------------------------------
+
+// x[n][c] += b[c]; then relu.
+__global__ void bias_act_elems(float *x, const float *b, size_t total, int M, int relu)
+{
+    for (size_t i = thread_index(); i < total; i += thread_count()) {
+        float t = __fadd_rn(x[i], b[i % (size_t)M]);
+        x[i] = relu ? (t > 0 ? t : 0.0f) : t;
+    }
+}
+
+// Pass 1 of db += column sums of dy.
+__global__ void bias_bwd_partial(float *part, const float *dy, int N, int M, int rows)
+{
+    __shared__ float sh[COL_ROWS][COL_TILE];
+    int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
+    int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
+    float s = 0;
+    if (c < M)
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS)
+            s += dy[r * M + c];
+    s = column_tree(s, sh);
+    if (threadIdx.y == 0 && c < M)
+        part[(size_t)blockIdx.y * M + c] = s;
+}
+
+__global__ void relu_bwd_elems(float *dx, const float *dy, const float *y, size_t n,
+                               float scale)
+{
+    for (size_t i = thread_index(); i < n; i += thread_count()) {
+        float g = __fmul_rn(dy[i], scale);
+        dx[i] = y[i] > 0 ? g : 0.0f;
+    }
+}
+
+// Dropout's multiplier for element i, as the CPU's dropout_mul: inv when kept (its 24 random
+// bits >= thr, thr = tfm_dropout_threshold(p); thr 0 keeps all without hashing), else 0.
+__device__ __forceinline__ float dropout_mul(uint64_t key, size_t i, uint32_t thr, float inv)
+{
+    return thr == 0 || tfm_rng_bits24(key, i) >= thr ? inv : 0.0f;
+}
+
+// y = x * mul; a dropped element is +0 even when x is Inf or NaN.
+__global__ void dropout_elems(float *y, const float *x, size_t n, uint32_t thr, float inv,
+                              uint64_t key)
+{
+    for (size_t i = thread_index(); i < n; i += thread_count()) {
+        float mul = dropout_mul(key, i, thr, inv);
+        y[i] = mul > 0 ? __fmul_rn(x[i], mul) : 0.0f;
+    }
+}
+
+__global__ void add_dropout_elems(float *y, const float *a, const float *b, size_t n,
+                                  uint32_t thr, float inv, uint64_t key)
+{
+    for (size_t i = thread_index(); i < n; i += thread_count()) {
+        float mul = dropout_mul(key, i, thr, inv);
+        y[i] = __fadd_rn(a[i], mul > 0 ? __fmul_rn(b[i], mul) : 0.0f);
+    }
+}
+
+__global__ void axpy_elems(float *y, float alpha, const float *x, size_t n)
+{
+    for (size_t i = thread_index(); i < n; i += thread_count())
+        y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+}
+
+__global__ void scale_elems(float *x, float alpha, size_t n)
+{
+    for (size_t i = thread_index(); i < n; i += thread_count())
+        x[i] = __fmul_rn(x[i], alpha);
+}
+
+// Element c of row i: dst[i*dstride + c] = src[(idx ? idx[i] : i)*sstride + c].
+__global__ void gather_elems(float *dst, int64_t dstride, const float *src, int64_t sstride,
+                             const int32_t *idx, size_t total, int64_t len)
+{
+    for (size_t k = thread_index(); k < total; k += thread_count()) {
+        int64_t i = (int64_t)(k / (size_t)len), c = (int64_t)k - i * len;
+        int64_t r = idx ? idx[i] : i;
+        dst[i * dstride + c] = src[r * sstride + c];
+    }
+}
+
+// ---- output layer ------------------------------------------------------------------------
+
+// Block n: the row's maximum; the sums of exp(z - max) and of z, in float per thread and
+// in double across threads (the CPU: float within blocks, double across); then the
+// losses and, when grad_scale != 0, the gradient over the logits.  Each thread writes only
+// the columns it read; z[label] is read by all before the first block_reduce's barrier.
+__global__ void xent_rows(float *logits, const int32_t *labels, int V, float eps, int ignore,
+                          float *loss, float *nll, float grad_scale)
+{
+    size_t n = blockIdx.x;
+    float *z = logits + n * V;
+    int y = labels[n];
+    if (y == ignore) {
+        if (threadIdx.x == 0)
+            loss[n] = nll[n] = 0;
+        if (grad_scale != 0)
+            for (int c = threadIdx.x; c < V; c += blockDim.x)
+                z[c] = 0;
+        return;
+    }
+    float zy = z[y];
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        mx = fmaxf(mx, z[c]);
+    mx = block_max(mx);
+    float se = 0, sz = 0;
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+        se += expf(z[c] - mx);
+        sz += z[c];
+    }
+    double sum_e = block_sum((double)se), sum_z = block_sum((double)sz);
+    double lse = mx + log(sum_e);
+    if (threadIdx.x == 0) {
+        nll[n] = (float)(lse - zy);
+        loss[n] = (float)(lse - (1.0 - eps) * zy - eps / V * sum_z);
+    }
+    if (grad_scale == 0)
+        return;
+    float u = eps / V, l = (float)lse;
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+        float d = grad_scale * (expf(z[c] - l) - u);
+        if (c == y)
+            d -= grad_scale * (1.0f - eps);
+        z[c] = d;
+    }
+}
+
+// Block n: y = z - (max + log sum exp(z - max)), sums as in xent_rows.  y may equal x.
+__global__ void log_softmax_rows(float *y, const float *x, int V)
+{
+    size_t n = blockIdx.x;
+    const float *z = x + n * V;
+    float *o = y + n * V;
+    float mx = -INFINITY;
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        mx = fmaxf(mx, z[c]);
+    mx = block_max(mx);
+    float se = 0;
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        se += expf(z[c] - mx);
+    float l = (float)(mx + log(block_sum((double)se)));
+    for (int c = threadIdx.x; c < V; c += blockDim.x)
+        o[c] = z[c] - l;
+}
+
+// ---- optimizer --------------------------------------------------------------------------
+
+// At most SUMSQ_PARTS chunks of at least SUMSQ_MIN_CHUNK elements: block k sums chunk k
+// (a double per thread, then the block tree) into part[k]; the host adds the parts.
+constexpr size_t SUMSQ_PARTS = 1024, SUMSQ_MIN_CHUNK = 4096;
+
+__global__ void sumsq_parts(double *part, const float *x, size_t n, size_t chunk)
+{
+    size_t a = (size_t)blockIdx.x * chunk, b = n - a < chunk ? n : a + chunk;
+    double s = 0;
+    for (size_t i = a + threadIdx.x; i < b; i += blockDim.x)
+        s += (double)x[i] * x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+// The CPU's adam_range, operation for operation (a1, a2: the bias corrections).
+__global__ void adam_elems(float *p, float *grad, float *m, float *v, size_t n, float lr,
+                           float b1, float b2, float eps, float gscale, float a1, float a2)
+{
+    for (size_t i = thread_index(); i < n; i += thread_count()) {
+        float g = __fmul_rn(gscale, grad[i]);
+        grad[i] = 0;
+        float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, g));
+        float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
+        m[i] = mi;
+        v[i] = vi;
+        float num = __fmul_rn(lr, __fmul_rn(mi, a1));
+        float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, a2)), eps);
+        p[i] = __fsub_rn(p[i], __fdiv_rn(num, den));
+    }
+}
+
+} // namespace
+
+// ---- the ops -----------------------------------------------------------------------------
+
+void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, const int32_t *ids,
+                    int N, int D, float scale, const float *pos, int L, int pos0)
+{
+    size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(D > 0 ? D : 0);
+    if (total == 0)
+        return;
+    embed_fwd_elems<<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+        out, table, ids, total, D, scale, pos, L, pos0);
+    LAUNCH_CHECK();
+}
+
+// dpos: a block per position row.  dtable: the ids are sorted with their token numbers
+// (stable, so equal ids keep token order), then the first block of each run of equal ids
+// adds the run's rows to its table row.  Workspace: sorted ids, token numbers before and
+// after the sort, CUB's temporary storage.
+void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
+                    const int32_t *ids, int N, int D, int V, float scale, int L, int pos0)
+{
+    if (N <= 0 || D <= 0)
+        return;
+    cudaStream_t s = STREAM(be);
+    if (dpos && L > 0) {
+        embed_bwd_pos<<<(unsigned)(N < L ? N : L), THREADS, 0, s>>>(dpos, dout, N, D, L, pos0);
+        LAUNCH_CHECK();
+    }
+    const uint32_t *keys_in = reinterpret_cast<const uint32_t *>(ids);  // ids >= 0
+    int bits = id_bits(V);
+    size_t temp = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys_in, (uint32_t *)nullptr,
+                                               (const int32_t *)nullptr, (int32_t *)nullptr,
+                                               N, 0, bits, s));
+    size_t arr = align256((size_t)N * sizeof(int32_t));
+    char *w = (char *)tfm_cuda_work(be, 3 * arr + temp);
+    uint32_t *keys = (uint32_t *)w;
+    int32_t *order_in = (int32_t *)(w + arr), *order = (int32_t *)(w + 2 * arr);
+    iota<<<tfm_cuda_blocks((size_t)N, THREADS), THREADS, 0, s>>>(order_in, N);
+    LAUNCH_CHECK();
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w + 3 * arr, temp, keys_in, keys, order_in,
+                                               order, N, 0, bits, s));
+    embed_bwd_runs<<<(unsigned)N, THREADS, 0, s>>>(dtable, dout, keys, order, N, D, scale);
+    LAUNCH_CHECK();
+}
+
+void cuda_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                        const float *x, const float *g, const float *b, int N, int D, float eps)
+{
+    if (N <= 0 || D <= 0)
+        return;
+    ln_fwd_rows<<<(unsigned)N, THREADS, 0, STREAM(be)>>>(y, mean, rstd, x, g, b, D, eps);
+    LAUNCH_CHECK();
+}
+
+// dg, db first (column sums), then dx.
+void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
+                        const float *x, const float *mean, const float *rstd, const float *g,
+                        int N, int D, int accumulate)
+{
+    if (N <= 0 || D <= 0)
+        return;
+    cudaStream_t s = STREAM(be);
+    col_plan pl = plan_columns(N);
+    size_t part_n = (size_t)pl.chunks * D;
+    float *part = (float *)tfm_cuda_work(be, 2 * part_n * sizeof(float));
+    ln_bwd_partial<<<col_grid(D, pl), dim3(COL_TILE, COL_ROWS), 0, s>>>(
+        part, part + part_n, dy, x, mean, rstd, N, D, pl.rows);
+    LAUNCH_CHECK();
+    launch_colsum_finish(be, dg, part, pl.chunks, D);
+    launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
+    ln_bwd_rows<<<(unsigned)N, THREADS, 0, s>>>(dx, dy, x, mean, rstd, g, D, accumulate);
+    LAUNCH_CHECK();
+}
+
+void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu)
+{
+    size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(M > 0 ? M : 0);
+    if (total == 0)
+        return;
+    bias_act_elems<<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(x, b, total, M,
+                                                                                relu);
+    LAUNCH_CHECK();
+}
+
+void cuda_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M)
+{
+    if (N <= 0 || M <= 0)
+        return;
+    col_plan pl = plan_columns(N);
+    float *part = (float *)tfm_cuda_work(be, (size_t)pl.chunks * M * sizeof(float));
+    bias_bwd_partial<<<col_grid(M, pl), dim3(COL_TILE, COL_ROWS), 0, STREAM(be)>>>(
+        part, dy, N, M, pl.rows);
+    LAUNCH_CHECK();
+    launch_colsum_finish(be, db, part, pl.chunks, M);
+}
+
+void cuda_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const float *y, size_t n,
+                   float scale)
+{
+    if (n == 0)
+        return;
+    relu_bwd_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(dx, dy, y, n, scale);
+    LAUNCH_CHECK();
+}
+
+// p <= 0 copies; otherwise the CPU's threshold and 1/(1-p) (p >= 1 drops everything).
+void cuda_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
+                  uint64_t key)
+{
+    if (n == 0)
+        return;
+    if (p <= 0) {
+        if (y != x)
+            CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       STREAM(be)));
+        return;
+    }
+    dropout_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        y, x, n, tfm_dropout_threshold(p), 1.0f / (1.0f - p), key);
+    LAUNCH_CHECK();
+}
+
+// p <= 0: threshold 0 and multiplier 1, y = a + b (as the CPU).
+void cuda_add_dropout(struct tfm_backend *be, float *y, const float *a, const float *b, size_t n,
+                      float p, uint64_t key)
+{
+    if (n == 0)
+        return;
+    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    add_dropout_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        y, a, b, n, tfm_dropout_threshold(p), inv, key);
+    LAUNCH_CHECK();
+}
+
+void cuda_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n)
+{
+    if (n == 0)
+        return;
+    axpy_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(y, alpha, x, n);
+    LAUNCH_CHECK();
+}
+
+void cuda_scale(struct tfm_backend *be, float *x, float alpha, size_t n)
+{
+    if (n == 0)
+        return;
+    scale_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(x, alpha, n);
+    LAUNCH_CHECK();
+}
+
+void cuda_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
+                 int64_t sstride, const int32_t *idx, int n, int64_t len)
+{
+    if (n <= 0 || len <= 0)
+        return;
+    size_t total = (size_t)n * (size_t)len;
+    gather_elems<<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+        dst, dstride, src, sstride, idx, total, len);
+    LAUNCH_CHECK();
+}
+
+void cuda_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
+               float eps, int ignore, float *loss, float *nll, float grad_scale)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    xent_rows<<<(unsigned)N, THREADS, 0, STREAM(be)>>>(logits, labels, V, eps, ignore, loss, nll,
+                                                       grad_scale);
+    LAUNCH_CHECK();
+}
+
+void cuda_log_softmax(struct tfm_backend *be, float *y, const float *x, int N, int V)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    log_softmax_rows<<<(unsigned)N, THREADS, 0, STREAM(be)>>>(y, x, V);
+    LAUNCH_CHECK();
+}
+
+// The parts come back to the host (the op's one synchronization) and add up there in order.
+double cuda_sumsq(struct tfm_backend *be, const float *x, size_t n)
+{
+    if (n == 0)
+        return 0;
+    cudaStream_t s = STREAM(be);
+    size_t chunk = (n + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
+    if (chunk < SUMSQ_MIN_CHUNK)
+        chunk = SUMSQ_MIN_CHUNK;
+    unsigned parts = (unsigned)((n + chunk - 1) / chunk);
+    double *part = (double *)tfm_cuda_work(be, parts * sizeof(double));
+    sumsq_parts<<<parts, THREADS, 0, s>>>(part, x, n, chunk);
+    LAUNCH_CHECK();
+    double host[SUMSQ_PARTS];
+    CUDA_CHECK(cudaMemcpyAsync(host, part, parts * sizeof(double), cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    double sum = 0;
+    for (unsigned k = 0; k < parts; k++)
+        sum += host[k];
+    return sum;
+}
+
+// Bias corrections as cpu_adam: 1 / (1 - b^t) in double, then float.
+void cuda_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,
+               float lr, float b1, float b2, float eps, float gscale, int64_t step)
+{
+    if (n == 0)
+        return;
+    double c1 = 1.0 - pow((double)b1, (double)step), c2 = 1.0 - pow((double)b2, (double)step);
+    adam_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        p, grad, m, v, n, lr, b1, b2, eps, gscale, (float)(1.0 / c1), (float)(1.0 / c2));
+    LAUNCH_CHECK();
+}
