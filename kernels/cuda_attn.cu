@@ -685,8 +685,8 @@ size_t tiled_smem(int dk, int per_warp)
     return sizeof(float) * ((size_t)2 * TILE * (dk | 1) + (size_t)per_warp * ROWS * dk);
 }
 
-// Opt in to more than the default 48 KiB of dynamic shared memory where needed (dk > 160
-// or so; the tiled kernels need at most about 82 KiB).
+// Opt in to more than the default 48 KiB of dynamic shared memory where needed (dk > 150
+// or so; the tiled kernels need at most about 80 KiB: dk = 256, backward).
 template <typename K>
 void allow_smem(K *kernel, size_t bytes)
 {
