@@ -190,6 +190,55 @@ __device__ __forceinline__ float online_step(float sc, bool valid, float &m, flo
     return pj;
 }
 
+// Row r of sentence b (T rows per sentence, row stride ld), at head h's columns.
+template <typename F>
+__device__ __forceinline__ F *head_row(F *x, int b, int T, int r, int64_t ld, int h, int dk)
+{
+    return x + ((int64_t)b * T + r) * ld + (int64_t)h * dk;
+}
+
+// Tiled kernels: acc[c] += w_t * tile[t][lane + 32c] for rows t = 0 .. cnt-1 in order,
+// w_t the value `w` of lane t (columns lane + 32c < dk only).
+template <int C>
+__device__ __forceinline__ void tile_axpy(float (&acc)[C], float w, const float *tile, int ldt,
+                                          int cnt, int dk)
+{
+    const int lane = lane_id();
+    for (int t = 0; t < cnt; t++) {
+        float wt = __shfl_sync(FULL, w, t);
+        const float *r = tile + t * ldt + lane;
+#pragma unroll
+        for (int c = 0; c < C; c++)
+            if (lane + WARP * c < dk)
+                acc[c] += wt * r[WARP * c];
+    }
+}
+
+// Tiled kernels: out[lane + 32c] = scale * acc[c] (columns < dk).
+template <int C>
+__device__ __forceinline__ void tile_store(float *out, const float (&acc)[C], float scale,
+                                           int dk)
+{
+    const int lane = lane_id();
+#pragma unroll
+    for (int c = 0; c < C; c++)
+        if (lane + WARP * c < dk)
+            out[lane + WARP * c] = scale * acc[c];
+}
+
+// Rows kernels: row[x] = alpha row[x] + sum_t w[t] src[(r0 + t) ld + x], t in order (lanes
+// over columns x; w: the warp's weights in shared memory).
+__device__ __forceinline__ void rows_axpy(float *row, float alpha, const float *w,
+                                          const float *src, int64_t ld, int r0, int cnt, int dk)
+{
+    for (int x = lane_id(); x < dk; x += WARP) {
+        float a = row[x] * alpha;
+        for (int t = 0; t < cnt; t++)
+            a += w[t] * src[(int64_t)(r0 + t) * ld + x];
+        row[x] = a;
+    }
+}
+
 // ---- forward ----------------------------------------------------------------------------
 
 // Tiled forward.  Block: ROWS warps on query rows i0 .. i0+ROWS-1 of head bh; grid: B*H *
@@ -212,10 +261,10 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int n = active ? row_keys(s, kl, i) : 0;
     const int last = (i0 + ROWS < s.Tq ? i0 + ROWS : s.Tq) - 1;
     const int nmax = row_keys(s, kl, last);   // the block's last row has the most keys
-    const float *kb = k + (int64_t)b * s.Tk * ldk + (int64_t)h * dk;
-    const float *vb = v + (int64_t)b * s.Tk * ldv + (int64_t)h * dk;
+    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
     if (active)
-        row_copy(qs, q + ((int64_t)b * s.Tq + i) * ldq + (int64_t)h * dk, dk);
+        row_copy(qs, head_row(q, b, s.Tq, i, ldq, h, dk), dk);
 
     float m = -INFINITY, l = 0, acc[C];
 #pragma unroll
@@ -237,23 +286,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
 #pragma unroll
         for (int c = 0; c < C; c++)
             acc[c] *= alpha;
-        for (int t = 0; t < cnt; t++) {
-            float wt = __shfl_sync(FULL, pj, t);
-            const float *vr = vs + t * ldt + lane;
-#pragma unroll
-            for (int c = 0; c < C; c++)
-                if (lane + WARP * c < dk)
-                    acc[c] += wt * vr[WARP * c];
-        }
+        tile_axpy(acc, pj, vs, ldt, cnt, dk);
     }
     if (!active)
         return;
     float sum = warp_sum(l), r = n > 0 ? 1.0f / sum : 0.0f;
-    float *orow = o + ((int64_t)b * s.Tq + i) * ldo + (int64_t)h * dk;
-#pragma unroll
-    for (int c = 0; c < C; c++)
-        if (lane + WARP * c < dk)
-            orow[lane + WARP * c] = acc[c] * r;
+    tile_store(head_row(o, b, s.Tq, i, ldo, h, dk), acc, r, dk);
     if (lane == 0)
         lse[bh * s.Tq + i] = n > 0 ? m + logf(sum) : -INFINITY;
 }
@@ -285,10 +323,10 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int64_t bh = row / s.Tq;
     const int i = (int)(row % s.Tq), b = (int)(bh / s.H), h = (int)(bh % s.H);
     float *pw = smem() + warp_id() * TILE;
-    const float *qr = q + ((int64_t)b * s.Tq + i) * ldq + (int64_t)h * dk;
-    const float *kb = k + (int64_t)b * s.Tk * ldk + (int64_t)h * dk;
-    const float *vb = v + (int64_t)b * s.Tk * ldv + (int64_t)h * dk;
-    float *orow = o + ((int64_t)b * s.Tq + i) * ldo + (int64_t)h * dk;
+    const float *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
+    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
+    float *orow = head_row(o, b, s.Tq, i, ldo, h, dk);
     const int n = row_keys(s, key_limit(s, b), i);
 
     for (int x = lane; x < dk; x += WARP)
@@ -304,12 +342,7 @@ __global__ void __launch_bounds__(ROWS * WARP)
         __syncwarp();      // every lane is done reading the previous chunk's weights
         pw[lane] = pj;
         __syncwarp();
-        for (int x = lane; x < dk; x += WARP) {
-            float a = orow[x] * alpha;
-            for (int t = 0; t < cnt; t++)
-                a += pw[t] * vb[(int64_t)(j0 + t) * ldv + x];
-            orow[x] = a;
-        }
+        rows_axpy(orow, alpha, pw, vb, ldv, j0, cnt, dk);
     }
     float sum = warp_sum(l), r = n > 0 ? 1.0f / sum : 0.0f;
     for (int x = lane; x < dk; x += WARP)
@@ -350,12 +383,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int n = active ? row_keys(s, kl, i) : 0;
     const int last = (i0 + ROWS < s.Tq ? i0 + ROWS : s.Tq) - 1;
     const int nmax = row_keys(s, kl, last);
-    const float *kb = k + (int64_t)b * s.Tk * ldk + (int64_t)h * dk;
-    const float *vb = v + (int64_t)b * s.Tk * ldv + (int64_t)h * dk;
+    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
     const float L = n > 0 ? lse[bh * s.Tq + i] : 0.0f;   // finite when n > 0
     if (active) {
-        row_copy(qs, q + ((int64_t)b * s.Tq + i) * ldq + (int64_t)h * dk, dk);
-        row_copy(gs, dout + ((int64_t)b * s.Tq + i) * lddo + (int64_t)h * dk, dk);
+        row_copy(qs, head_row(q, b, s.Tq, i, ldq, h, dk), dk);
+        row_copy(gs, head_row(dout, b, s.Tq, i, lddo, h, dk), dk);
     }
 
     // pass 1: D = sum_j P_ij g_ij, per lane over its keys in order, then the butterfly
@@ -395,22 +428,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
                       dot_seq(gs, vs + lane * ldt, dk), L, P, g);
             ds = P * (g - D);
         }
-        for (int t = 0; t < cnt; t++) {
-            float wt = __shfl_sync(FULL, ds, t);
-            const float *kr = ks + t * ldt + lane;
-#pragma unroll
-            for (int c = 0; c < C; c++)
-                if (lane + WARP * c < dk)
-                    acc[c] += wt * kr[WARP * c];
-        }
+        tile_axpy(acc, ds, ks, ldt, cnt, dk);
     }
     if (!active)
         return;
-    float *dqrow = dq + ((int64_t)b * s.Tq + i) * lddq + (int64_t)h * dk;
-#pragma unroll
-    for (int c = 0; c < C; c++)
-        if (lane + WARP * c < dk)
-            dqrow[lane + WARP * c] = s.scale * acc[c];
+    tile_store(head_row(dq, b, s.Tq, i, lddq, h, dk), acc, s.scale, dk);
     if (lane == 0)
         Dw[bh * s.Tq + i] = D;
 }
@@ -434,11 +456,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
 
     const int kl = key_limit(s, b);
     const bool attended = j < kl;   // j < Tk too: some query may attend to key j
-    const float *qb = q + (int64_t)b * s.Tq * ldq + (int64_t)h * dk;
-    const float *gb = dout + (int64_t)b * s.Tq * lddo + (int64_t)h * dk;
+    const float *qb = head_row(q, b, s.Tq, 0, ldq, h, dk);
+    const float *gb = head_row(dout, b, s.Tq, 0, lddo, h, dk);
     if (attended) {
-        row_copy(kw, k + ((int64_t)b * s.Tk + j) * ldk + (int64_t)h * dk, dk);
-        row_copy(vw, v + ((int64_t)b * s.Tk + j) * ldv + (int64_t)h * dk, dk);
+        row_copy(kw, head_row(k, b, s.Tk, j, ldk, h, dk), dk);
+        row_copy(vw, head_row(v, b, s.Tk, j, ldv, h, dk), dk);
     }
 
     float ak[C], av[C];
@@ -464,27 +486,13 @@ __global__ void __launch_bounds__(ROWS * WARP)
             ds = P * (g - Dw[bh * s.Tq + i]);
             pd = drop(s, bh, i, j, P);
         }
-        for (int t = 0; t < cnt; t++) {
-            float ws = __shfl_sync(FULL, ds, t), wp = __shfl_sync(FULL, pd, t);
-            const float *qr = qt + t * ldt + lane, *gr = gt + t * ldt + lane;
-#pragma unroll
-            for (int c = 0; c < C; c++)
-                if (lane + WARP * c < dk) {
-                    ak[c] += ws * qr[WARP * c];
-                    av[c] += wp * gr[WARP * c];
-                }
-        }
+        tile_axpy(ak, ds, qt, ldt, cnt, dk);
+        tile_axpy(av, pd, gt, ldt, cnt, dk);
     }
     if (j >= s.Tk)
         return;
-    float *dkrow = dk_ + ((int64_t)b * s.Tk + j) * lddk + (int64_t)h * dk;
-    float *dvrow = dv + ((int64_t)b * s.Tk + j) * lddv + (int64_t)h * dk;
-#pragma unroll
-    for (int c = 0; c < C; c++)
-        if (lane + WARP * c < dk) {
-            dkrow[lane + WARP * c] = s.scale * ak[c];
-            dvrow[lane + WARP * c] = av[c];
-        }
+    tile_store(head_row(dk_, b, s.Tk, j, lddk, h, dk), ak, s.scale, dk);
+    tile_store(head_row(dv, b, s.Tk, j, lddv, h, dk), av, 1.0f, dk);
 }
 
 // Backward for query rows, any dk: one warp per query row (bh*Tq + i), ROWS per block;
@@ -501,11 +509,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int64_t bh = row / s.Tq;
     const int i = (int)(row % s.Tq), b = (int)(bh / s.H), h = (int)(bh % s.H);
     float *pw = smem() + warp_id() * TILE;
-    const float *qr = q + ((int64_t)b * s.Tq + i) * ldq + (int64_t)h * dk;
-    const float *gr = dout + ((int64_t)b * s.Tq + i) * lddo + (int64_t)h * dk;
-    const float *kb = k + (int64_t)b * s.Tk * ldk + (int64_t)h * dk;
-    const float *vb = v + (int64_t)b * s.Tk * ldv + (int64_t)h * dk;
-    float *dqrow = dq + ((int64_t)b * s.Tq + i) * lddq + (int64_t)h * dk;
+    const float *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
+    const float *gr = head_row(dout, b, s.Tq, i, lddo, h, dk);
+    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
+    float *dqrow = head_row(dq, b, s.Tq, i, lddq, h, dk);
     const int n = row_keys(s, key_limit(s, b), i);
     const float L = n > 0 ? lse[row] : 0.0f;
 
@@ -539,12 +547,7 @@ __global__ void __launch_bounds__(ROWS * WARP)
         __syncwarp();
         pw[lane] = ds;
         __syncwarp();
-        for (int x = lane; x < dk; x += WARP) {
-            float a = dqrow[x];
-            for (int t = 0; t < cnt; t++)
-                a += pw[t] * kb[(int64_t)(j0 + t) * ldk + x];
-            dqrow[x] = a;
-        }
+        rows_axpy(dqrow, 1.0f, pw, kb, ldk, j0, cnt, dk);
     }
     for (int x = lane; x < dk; x += WARP)
         dqrow[x] *= s.scale;
@@ -566,12 +569,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int64_t bh = row / s.Tk;
     const int j = (int)(row % s.Tk), b = (int)(bh / s.H), h = (int)(bh % s.H);
     float *pw = smem() + warp_id() * 2 * TILE, *dw = pw + TILE;
-    const float *kr = k + ((int64_t)b * s.Tk + j) * ldk + (int64_t)h * dk;
-    const float *vr = v + ((int64_t)b * s.Tk + j) * ldv + (int64_t)h * dk;
-    const float *qb = q + (int64_t)b * s.Tq * ldq + (int64_t)h * dk;
-    const float *gb = dout + (int64_t)b * s.Tq * lddo + (int64_t)h * dk;
-    float *dkrow = dk_ + ((int64_t)b * s.Tk + j) * lddk + (int64_t)h * dk;
-    float *dvrow = dv + ((int64_t)b * s.Tk + j) * lddv + (int64_t)h * dk;
+    const float *kr = head_row(k, b, s.Tk, j, ldk, h, dk);
+    const float *vr = head_row(v, b, s.Tk, j, ldv, h, dk);
+    const float *qb = head_row(q, b, s.Tq, 0, ldq, h, dk);
+    const float *gb = head_row(dout, b, s.Tq, 0, lddo, h, dk);
+    float *dkrow = head_row(dk_, b, s.Tk, j, lddk, h, dk);
+    float *dvrow = head_row(dv, b, s.Tk, j, lddv, h, dk);
 
     for (int x = lane; x < dk; x += WARP)
         dkrow[x] = dvrow[x] = 0;
@@ -592,15 +595,8 @@ __global__ void __launch_bounds__(ROWS * WARP)
         dw[lane] = ds;
         pw[lane] = pd;
         __syncwarp();
-        for (int x = lane; x < dk; x += WARP) {
-            float a = dkrow[x], c = dvrow[x];
-            for (int t = 0; t < cnt; t++) {
-                a += dw[t] * qb[(int64_t)(i0 + t) * ldq + x];
-                c += pw[t] * gb[(int64_t)(i0 + t) * lddo + x];
-            }
-            dkrow[x] = a;
-            dvrow[x] = c;
-        }
+        rows_axpy(dkrow, 1.0f, dw, qb, ldq, i0, cnt, dk);
+        rows_axpy(dvrow, 1.0f, pw, gb, lddo, i0, cnt, dk);
     }
     for (int x = lane; x < dk; x += WARP)
         dkrow[x] *= s.scale;

@@ -1022,9 +1022,10 @@ static double cpu_sumsq(struct tfm_backend *be, const float *x, size_t n)
     return s;
 }
 
-/* Adam on elements [i0, i1), zeroing their gradient.  Four at a time with SSE where there is SSE: GCC does not
- * vectorize sqrtf without -fno-math-errno, and this is the optimizer's whole cost.  The
- * same operations in the same order as the scalar loop, so the same bits. */
+/* Adam on elements [i0, i1), zeroing their gradient.  Four at a time with SSE where there
+ * is SSE: GCC does not vectorize sqrtf without -fno-math-errno, and this is the
+ * optimizer's whole cost.  The same operations in the same order as the scalar loop, so
+ * the same bits. */
 static void adam_range(float *p, float *grad, float *m, float *v, size_t i0, size_t i1,
                        float lr, float b1, float b2, float eps, float gscale, float a1, float a2)
 {
