@@ -982,28 +982,69 @@ struct sumsq_job {
     const float *x;
     size_t n, chunk;
     double *part;
+    int avx512;
 };
 
-SIMD_CLONES static void sumsq_parts(void *ctx, int64_t i0, int64_t i1, int thread)
+/* Sum of squares of x[a, b) in double: SUMSQ_LANES independent sums, so that the
+ * additions' latency does not bound the loop (one chain ran at a quarter of the memory's
+ * speed), then added up in lane order. */
+SIMD_CLONES static double sumsq_range(const float *x, size_t a, size_t b)
+{
+    double acc[SUMSQ_LANES] = {0};
+    size_t k = a;
+    for (; k + SUMSQ_LANES <= b; k += SUMSQ_LANES)
+#pragma omp simd
+        for (int l = 0; l < SUMSQ_LANES; l++)
+            acc[l] += (double)x[k + l] * x[k + l];
+    double s = 0;
+    for (int l = 0; l < SUMSQ_LANES; l++)
+        s += acc[l];
+    for (; k < b; k++)
+        s += (double)x[k] * x[k];
+    return s;
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* The same sums in the same order with AVX-512: GCC keeps the array of lanes above in
+ * memory, a chain of stores and loads (9 GB/s on one core); here they are four registers
+ * (14 GB/s, the core's memory bandwidth). */
+__attribute__((target("avx512f"))) static double sumsq_range512(const float *x, size_t a,
+                                                                 size_t b)
+{
+    __m512d acc[SUMSQ_LANES / 8];
+    for (int v = 0; v < SUMSQ_LANES / 8; v++)
+        acc[v] = _mm512_setzero_pd();
+    size_t k = a;
+    for (; k + SUMSQ_LANES <= b; k += SUMSQ_LANES)
+        for (int v = 0; v < SUMSQ_LANES / 8; v++) {
+            __m512d d = _mm512_cvtps_pd(_mm256_loadu_ps(x + k + 8 * v));
+            acc[v] = _mm512_add_pd(acc[v], _mm512_mul_pd(d, d));
+        }
+    double lane[SUMSQ_LANES], s = 0;
+    for (int v = 0; v < SUMSQ_LANES / 8; v++)
+        _mm512_storeu_pd(lane + 8 * v, acc[v]);
+    for (int l = 0; l < SUMSQ_LANES; l++)
+        s += lane[l];
+    for (; k < b; k++)
+        s += (double)x[k] * x[k];
+    return s;
+}
+#define HAVE_SUMSQ512 1
+#endif
+
+static void sumsq_parts(void *ctx, int64_t i0, int64_t i1, int thread)
 {
     const struct sumsq_job *j = ctx;
     (void)thread;
     for (int64_t i = i0; i < i1; i++) {
         size_t a = (size_t)i * j->chunk, b = a + j->chunk < j->n ? a + j->chunk : j->n;
-        /* SUMSQ_LANES independent sums, so that the additions' latency does not bound the
-         * loop (one chain ran at a quarter of the memory's speed); added up in order. */
-        double acc[SUMSQ_LANES] = {0};
-        size_t k = a;
-        for (; k + SUMSQ_LANES <= b; k += SUMSQ_LANES)
-#pragma omp simd
-            for (int l = 0; l < SUMSQ_LANES; l++)
-                acc[l] += (double)j->x[k + l] * j->x[k + l];
-        double s = 0;
-        for (int l = 0; l < SUMSQ_LANES; l++)
-            s += acc[l];
-        for (; k < b; k++)
-            s += (double)j->x[k] * j->x[k];
-        j->part[i] = s;
+#ifdef HAVE_SUMSQ512
+        if (j->avx512) {
+            j->part[i] = sumsq_range512(j->x, a, b);
+            continue;
+        }
+#endif
+        j->part[i] = sumsq_range(j->x, a, b);
     }
 }
 
@@ -1014,7 +1055,10 @@ static double cpu_sumsq(struct tfm_backend *be, const float *x, size_t n)
     if (chunk < 4096)
         chunk = 4096;
     int parts = (int)((n + chunk - 1) / chunk);
-    struct sumsq_job j = {x, n, chunk, part};
+    struct sumsq_job j = {x, n, chunk, part, 0};
+#ifdef HAVE_SUMSQ512
+    j.avx512 = __builtin_cpu_supports("avx512f");
+#endif
     par(be, parts, parts > 1 ? PAR_MIN + 1 : 0, sumsq_parts, &j);
     double s = 0;
     for (int i = 0; i < parts; i++)

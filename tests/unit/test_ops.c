@@ -462,6 +462,23 @@ static void test_misc(void)
         want += (double)big[i] * big[i];
     }
     CHECK_NEAR(be->sumsq(be, big, n) / want, 1.0, 1e-12);
+    /* and bit for bit the documented order (every code path of the backend keeps it):
+     * chunks of 4096, each in 32 lanes added up in lane order, then its tail; the chunks'
+     * sums in order */
+    double exact = 0;
+    for (size_t a = 0; a < n; a += 4096) {
+        size_t b = a + 4096 < n ? a + 4096 : n, k = a;
+        double lane[32] = {0}, part = 0;
+        for (; k + 32 <= b; k += 32)
+            for (int l = 0; l < 32; l++)
+                lane[l] += (double)big[k + l] * big[k + l];
+        for (int l = 0; l < 32; l++)
+            part += lane[l];
+        for (; k < b; k++)
+            part += (double)big[k] * big[k];
+        exact += part;
+    }
+    CHECK(be->sumsq(be, big, n) == exact);
     free(big);
 }
 
