@@ -31,7 +31,7 @@ static const char HELP[] =
     "      --seed N           sampling seed (1)\n"
     "      --tokens N         batch budget in token positions (16384)\n"
     "  -j, --threads N        CPU threads (0: all online CPUs)\n"
-    "      --device DEV       auto, cpu or cuda (auto)\n"
+    "      --device DEV       auto, cpu, cuda or sim (auto)\n"
     "  -o, --output OUT       write OUT (whole or not at all) instead of stdout\n"
     "  -p, --progress / -q, --quiet   progress on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
@@ -157,8 +157,10 @@ int main(int argc, char **argv)
             o.threads = (int)v;
             break;
         case O_DEVICE:
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                return tfm_cli_usage_error("--device: '%s': expected auto, cpu or cuda", optarg);
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
+                strcmp(optarg, "sim"))
+                return tfm_cli_usage_error("--device: '%s': expected auto, cpu, cuda or sim",
+                                           optarg);
             o.device = optarg;
             break;
         case 'o': out = optarg; break;

@@ -21,7 +21,7 @@
 static const char USAGE[] =
     "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
     "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
-    "                 [--resume] [--device cpu|cuda|auto] [--threads N] [--ranks R]\n"
+    "                 [--resume] [--device cpu|cuda|sim|auto] [--threads N] [--ranks R]\n"
     "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n";
 
 static const char HELP[] =
@@ -37,7 +37,7 @@ static const char HELP[] =
     "  -k, --keep N           keep the newest N checkpoints (default all)\n"
     "  -u, --update-freq K    accumulate K batches per update (default 1)\n"
     "  -r, --resume           continue from the newest checkpoint of DIR\n"
-    "  -d, --device D         cpu, cuda or auto (default auto)\n"
+    "  -d, --device D         cpu, cuda, sim or auto (default auto)\n"
     "  -j, --threads N        CPU threads in all (default: online CPUs)\n"
     "  -R, --ranks R          data-parallel ranks in this process (default 1)\n"
     "  -p, --print-config     print the effective config and exit\n"
@@ -259,22 +259,21 @@ int main(int argc, char **argv)
     FILE *notes = quiet ? NULL : stderr;
     o.notes = notes;
     o.progress = !quiet && (progress || isatty(2)) ? stderr : NULL;
-    struct tfm_device dev;
-    if (tfm_device_choose(device, &dev, &err)) {
+    char where[1024];
+    struct tfm_backend *gpu = NULL;
+    if (tfm_device_open_gpu(device, o.threads, &gpu, where, sizeof where, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return strncmp(err.msg, "unknown device", 14) == 0 ? 2 : 1;
     }
     if (notes)
-        fprintf(notes, "tfm-train: %s\n", dev.note);
-    if (dev.kind == TFM_DEVICE_CUDA) {
-        if (strcmp(device, "cuda") == 0) {
-            fprintf(stderr, "tfm-train: --device cuda: training on CUDA is not built yet; "
-                    "use --device cpu\n");
-            return 1;
-        }
-        if (notes)
-            fprintf(notes, "tfm-train: training on the cpu: no CUDA trainer yet\n");
+        fprintf(notes, "tfm-train: %s\n", where);
+    if (gpu && o.ranks > 1) {
+        fprintf(stderr, "tfm-train: --ranks %d on GPUs: the all-reduce between GPUs needs "
+                "NCCL (not built yet); use one GPU with --update-freq %d\n", o.ranks, o.ranks);
+        gpu->destroy(gpu);
+        return 1;
     }
+    o.backend = gpu;
     struct tfm_dist_env env;
     if (tfm_dist_env_read(&env, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
@@ -296,7 +295,10 @@ int main(int argc, char **argv)
     o.stop = &stop_signal;
 
     struct tfm_train_result res;
-    if (tfm_train_run(&cfg, &o, &res, &err)) {
+    int failed = tfm_train_run(&cfg, &o, &res, &err);
+    if (gpu)
+        gpu->destroy(gpu);
+    if (failed) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return 1;
     }

@@ -112,7 +112,7 @@ struct tfm_attn {
 
 /* ---- the table ------------------------------------------------------------------------- */
 
-enum tfm_backend_kind { TFM_BACKEND_CPU = 0, TFM_BACKEND_CUDA = 1 };
+enum tfm_backend_kind { TFM_BACKEND_CPU = 0, TFM_BACKEND_CUDA = 1, TFM_BACKEND_SIM = 2 };
 
 struct tfm_backend {
     const char *name;                 /* "cpu", "cuda" */
@@ -254,5 +254,10 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
  * Every op as described above, tested op by op against the CPU (make check-gpu).  NULL with
  * err in a build without CUDA or when the device cannot be used. */
 struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
+
+/* A stand-in for a GPU (backend_sim.c): the CPU backend's ops and bits on memory the host
+ * cannot touch between ops, and that aborts when an op is handed host memory; for testing
+ * the device paths of the model and the tools on any machine.  NULL with err. */
+struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err);
 
 #endif

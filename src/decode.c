@@ -637,16 +637,10 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     struct run R;
     memset(&R, 0, sizeof R);
     int rc = -1;
-    struct tfm_device dev;
-    if (tfm_device_choose(o->device ? o->device : "auto", &dev, err))
+    if (tfm_device_open_gpu(o->device ? o->device : "auto", o->threads, &R.be, o->stats.device,
+                            sizeof o->stats.device, err))
         return -1;
-    if (dev.kind == TFM_DEVICE_CUDA)
-        snprintf(o->stats.device, sizeof o->stats.device,
-                 "%s; decoding on the CPU: the CUDA backend is not in this build", dev.note);
-    else
-        snprintf(o->stats.device, sizeof o->stats.device, "%s", dev.note);
-    R.be = tfm_backend_cpu(o->threads, err);
-    if (!R.be)
+    if (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))
         return -1;
     R.ens.m = calloc((size_t)n, sizeof *R.ens.m);
     if (!R.ens.m) {

@@ -8,7 +8,9 @@
 
 #include "error.h"
 
-enum tfm_device_kind { TFM_DEVICE_CPU = 0, TFM_DEVICE_CUDA = 1 };
+/* SIM: the CPU behind device memory (tfm_backend_sim), asked for by name only: tests the
+ * GPU paths of the tools on any machine. */
+enum tfm_device_kind { TFM_DEVICE_CPU = 0, TFM_DEVICE_CUDA = 1, TFM_DEVICE_SIM = 2 };
 
 struct tfm_device {
     enum tfm_device_kind kind;
@@ -16,8 +18,27 @@ struct tfm_device {
     char note[512];         /* what was found and chosen, one line, for the log */
 };
 
-/* want: "auto", "cpu" or "cuda".  Returns 0 and fills dev, or -1 with err. */
+/* want: "auto", "cpu", "cuda" or "sim".  Returns 0 and fills dev, or -1 with err. */
 int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error *err);
+/* Check backend be against the CPU backend before trusting it: a small model (2 layers,
+ * d_model 32, dropout on, padded sentences) built on both from the same seed must have the
+ * same parameters after upload and download, and agree on one training batch (the loss to
+ * 1e-5, every gradient to 1e-4), one Adam step (1e-5) and three incremental decoding steps
+ * (log-probabilities to 1e-4); differences relative where a value exceeds 1.  Milliseconds.
+ * Why: a GPU, driver or build the project's GPU tests have not run on must not train or
+ * decode wrongly in silence.  Returns 0 with a one-line summary in note, or -1 with err
+ * naming what differs and by how much. */
+struct tfm_backend;
+int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_error *err);
+
+/* Choose as tfm_device_choose and, for a GPU, open GPU 0's backend (for "sim", the
+ * stand-in on `threads` CPU threads, 0: all) and check it (tfm_device_check).  0: *gpu is the checked backend, or NULL for "compute on the CPU"
+ * (no GPU, or "auto" with a GPU that failed to open or to pass the check); note says
+ * what was found and chosen, and why.  -1 with err: an unknown name, or "cuda" that cannot
+ * be had. */
+int tfm_device_open_gpu(const char *want, int threads, struct tfm_backend **gpu, char *note,
+                        size_t n, struct tfm_error *err);
+
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU); msg gets a
  * description of the CUDA runtime and libraries, or "built without CUDA". */
 int tfm_device_cuda_count(char *msg, size_t n);

@@ -628,9 +628,9 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     if (!(u->config_text = tfm_config_format(cfg)))
         return tfm_fail(err, "out of memory");
 
-    /* memory: R replicas and the checkpoint staging buffer */
+    /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging buffer */
     double limit = o->memory_limit > 0 ? o->memory_limit : physical_memory();
-    double need = (double)tfm_model_memory(cfg, cfg->tokens) * u->R +
+    double need = (o->backend ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * u->R) +
                   (double)tfm_model_param_memory(cfg) / 4;
     if (limit > 0 && need > limit)
         return tfm_fail(err, "the model with a batch budget of tokens=%d needs %.2f GiB "
@@ -651,14 +651,24 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         struct replica *p = &u->rep[r];
         p->run = u;
         p->rank = r;
-        if (!(p->be = tfm_backend_cpu(per, err)))
+        if (o->backend) {
+            if (u->R > 1)
+                return tfm_fail(err, "%d ranks on one %s backend", u->R, o->backend->name);
+            p->be = o->backend;
+        } else if (!(p->be = tfm_backend_cpu(per, err))) {
             return -1;
+        }
         if (u->R > 1) {
             p->be->all_reduce = all_reduce;
             p->be->all_reduce_ctx = p;
         }
-        if (!(p->m = tfm_model_create(cfg, p->be, cfg->tokens, err)))
+        if (!(p->m = tfm_model_create(cfg, p->be, cfg->tokens, err))) {
+            if (o->backend)
+                return tfm_error_prefix(err, "the model with a batch budget of tokens=%d on "
+                                        "the %s (lower it with --set tokens=N and tfm-batch "
+                                        "--tokens N)", cfg->tokens, o->backend->name);
             return -1;
+        }
         if (*ck && tfm_train_load_params(p->m, *ck, 1, err))
             return tfm_error_prefix(err, "%s", resume_path);
     }
@@ -747,7 +757,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     }
     for (int r = 0; u.rep && r < u.R; r++) {
         tfm_model_free(u.rep[r].m);
-        if (u.rep[r].be)
+        if (u.rep[r].be && u.rep[r].be != o->backend)
             u.rep[r].be->destroy(u.rep[r].be);
     }
     for (int i = 0; u.slots && i < u.R * u.K; i++) {
