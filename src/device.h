@@ -24,7 +24,7 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
  * d_model 32, dropout on, padded sentences) built on both from the same seed must have the
  * same parameters after upload and download, and agree on one training batch (the loss to
  * 1e-5, every gradient to 1e-4), one Adam step (1e-5) and three incremental decoding steps
- * (log-probabilities to 1e-4); differences relative where a value exceeds 1.  Milliseconds.
+ * (log-probabilities to 1e-4); differences relative where a value exceeds 1.
  * Why: a GPU, driver or build the project's GPU tests have not run on must not train or
  * decode wrongly in silence.  Returns 0 with a one-line summary in note, or -1 with err
  * naming what differs and by how much. */

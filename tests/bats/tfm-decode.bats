@@ -262,6 +262,17 @@ values() {
     assert_failure 2
 }
 
+@test "tfm-decode --device sim: through device memory, the same output as the CPU" {
+    tfm-decode -q -m "$M/model.tfm" --device cpu --nbest 2 "$M/test.tfm" > "$T/cpu.tfm"
+    run bash -c "tfm-decode --progress -m '$M/model.tfm' --device sim --nbest 2 '$M/test.tfm' 2>&1 > '$T/sim.tfm'"
+    assert_success
+    assert_line --partial "tfm-decode: device: sim (the CPU behind device memory, as asked); sim checked against the CPU"
+    cmp "$T/cpu.tfm" "$T/sim.tfm"
+    run tfm-decode -q -m "$M/model.tfm" --device sim --text "$M/test.tfm"
+    assert_success
+    diff <(echo "$output") <(tfm-decode -q -m "$M/model.tfm" --device cpu --text "$M/test.tfm")
+}
+
 @test "tfm-decode --help, --version, --progress, --quiet, --device cpu" {
     run tfm-decode --help
     assert_success

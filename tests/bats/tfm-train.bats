@@ -375,16 +375,42 @@ max_diff() {
     assert_output ""
 }
 
-@test "--device cuda is refused on this build/machine; other processes need NCCL" {
+@test "--device cuda without a GPU is an error saying why; other processes need NCCL" {
+    if tfm-train "${SMALL[@]}" -o "$T/auto" --max-steps 1 "$M/b.tfm" 2>&1 | grep -q "device: cuda"; then
+        skip "this machine has a GPU"
+    fi
     run tfm-train "${SMALL[@]}" -o "$T/d" --device cuda --max-steps 1 "$M/b.tfm"
     assert_failure 1
-    assert_output --partial "cuda"
+    assert_output --partial "tfm-train: --device cuda: no CUDA device ("
+    [ ! -e "$T/d/last.tfm" ]
     run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${SMALL[@]}" -o "$T/d" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "TFM_RANK: 2 processes: training across processes needs NCCL"
     run env TFM_RANK=3 TFM_WORLD_SIZE=2 tfm-train "${SMALL[@]}" -o "$T/d" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "TFM_RANK=3 outside TFM_WORLD_SIZE=2"
+}
+
+@test "--device sim: through device memory, the same bits as the CPU, resume included" {
+    # sim keeps the model where the host cannot read it (as on a GPU): training, validation,
+    # checkpoints and resume must all go through uploads and downloads
+    run tfm-train "${SMALL[@]}" -o "$T/cpu" --device cpu --max-steps 12 --save-every 4 \
+        --valid "$M/v.tfm" --valid-every 6 "$M/b500.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" -o "$T/sim" --device sim --max-steps 8 --save-every 4 \
+        --valid "$M/v.tfm" --valid-every 6 "$M/b500.tfm"
+    assert_success
+    assert_line --regexp "^tfm-train: device: sim \(the CPU behind device memory, as asked\); sim checked against the CPU on a 2-layer model: loss, gradients, an Adam step and 3 decoding steps within 0, 0, 0, 0$"
+    run tfm-train "${SMALL[@]}" -o "$T/sim" --device sim --max-steps 12 --save-every 4 \
+        --valid "$M/v.tfm" --valid-every 6 --resume "$M/b500.tfm"
+    assert_success
+    assert_line --partial "resuming from $T/sim/step-000008.tfm"
+    diff <(params "$T/cpu/step-000012.tfm") <(params "$T/sim/step-000012.tfm")
+    ! diff -q <(params "$T/cpu/step-000012.tfm") <(params "$T/sim/step-000008.tfm")
+    # one GPU per process for now: ranks would need NCCL
+    run tfm-train "${SMALL[@]}" -o "$T/r2" --device sim --ranks 2 --max-steps 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "--ranks 2 on GPUs: the all-reduce between GPUs needs NCCL"
 }
 
 @test "convergence: configs/tiny.conf on 3000 multi30k pairs gets below loss 5.6 in 150 updates" {
