@@ -39,7 +39,8 @@ static const char HELP[] =
     "  -r, --resume           continue from the newest checkpoint of DIR\n"
     "  -d, --device D         cpu, cuda, sim or auto (default auto)\n"
     "  -j, --threads N        CPU threads in all (default: online CPUs)\n"
-    "  -R, --ranks R          data-parallel ranks in this process (default 1)\n"
+    "  -R, --ranks R          data-parallel ranks in this process, one per GPU\n"
+    "                         (default: every GPU, or 1 on the CPU)\n"
     "  -p, --print-config     print the effective config and exit\n"
     "  -l, --log FILE         append one tab-separated line per report to FILE\n"
     "      --report-every N   updates between progress reports (default 100)\n"
@@ -112,7 +113,7 @@ int main(int argc, char **argv)
     tfm_train_defaults(&o);
     const char *config_path = NULL, *device = "auto";
     const char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0, print_config = 0, progress = 0, quiet = 0, save_given = 0, c;
+    int nsets = 0, print_config = 0, progress = 0, quiet = 0, save_given = 0, ranks_given = 0, c;
     int64_t max_steps = -1, save_steps = -1, keep = -1;
     long long v;
     if (!sets) {
@@ -169,6 +170,7 @@ int main(int argc, char **argv)
             if (tfm_cli_int("--ranks", optarg, 1, TFM_DIST_MAX_LOCAL, &v))
                 return 2;
             o.ranks = (int)v;
+            ranks_given = 1;
             break;
         case 'p': print_config = 1; break;
         case 'l': o.log_path = optarg; break;
@@ -260,20 +262,19 @@ int main(int argc, char **argv)
     o.notes = notes;
     o.progress = !quiet && (progress || isatty(2)) ? stderr : NULL;
     char where[1024];
-    struct tfm_backend *gpu = NULL;
-    if (tfm_device_open_gpu(device, o.threads, &gpu, where, sizeof where, &err)) {
+    struct tfm_backend *gpus[TFM_DEVICE_MAX];
+    int ngpus = 0;
+    if (tfm_device_open_gpus(device, o.threads, ranks_given ? o.ranks : 0, gpus, &ngpus, where,
+                             sizeof where, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return strncmp(err.msg, "unknown device", 14) == 0 ? 2 : 1;
     }
     if (notes)
         fprintf(notes, "tfm-train: %s\n", where);
-    if (gpu && o.ranks > 1) {
-        fprintf(stderr, "tfm-train: --ranks %d on GPUs: the all-reduce between GPUs needs "
-                "NCCL (not built yet); use one GPU with --update-freq %d\n", o.ranks, o.ranks);
-        gpu->destroy(gpu);
-        return 1;
+    if (ngpus) {
+        o.backends = gpus;
+        o.ranks = ngpus;
     }
-    o.backend = gpu;
     struct tfm_dist_env env;
     if (tfm_dist_env_read(&env, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
@@ -296,8 +297,8 @@ int main(int argc, char **argv)
 
     struct tfm_train_result res;
     int failed = tfm_train_run(&cfg, &o, &res, &err);
-    if (gpu)
-        gpu->destroy(gpu);
+    for (int i = 0; i < ngpus; i++)
+        gpus[i]->destroy(gpus[i]);
     if (failed) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return 1;

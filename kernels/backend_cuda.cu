@@ -158,12 +158,15 @@ static void cu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N
 
 // ---- lifetime ---------------------------------------------------------------------------
 
+static void cu_bind(struct tfm_backend *be) { CUDA_CHECK(cudaSetDevice(CU(be)->device)); }
+
 static void cu_destroy(struct tfm_backend *be)
 {
     if (!be)
         return;
     tfm_cuda *c = CU(be);
     if (c) {
+        cudaSetDevice(c->device);
         if (c->stream)
             cudaStreamSynchronize(c->stream);
         if (c->blas)
@@ -230,6 +233,7 @@ extern "C" struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *er
     be->copy = cu_copy;
     be->zero = cu_zero;
     be->sync = cu_sync;
+    be->bind = cu_bind;
     be->reserve = cu_reserve;
     be->gemm = cu_gemm;
     be->gemm_batched = cu_gemm_batched;

@@ -137,6 +137,10 @@ struct tfm_backend {
     void (*zero)(struct tfm_backend *be, void *dst, size_t bytes);
     /* Wait until every op issued so far is complete (a no-op on the CPU). */
     void (*sync)(struct tfm_backend *be);
+    /* Make the calling thread's work go to this backend's device (CUDA: cudaSetDevice),
+     * before a thread first uses it; NULL where there is nothing to do.  Needed when one
+     * process drives several GPUs from several threads. */
+    void (*bind)(struct tfm_backend *be);
     /* Prepare workspace for attention calls with up to max_tq queries and max_tk keys per
      * sentence (called once, by tfm_model_create and tfm_decoder_create; grows only). */
     int (*reserve)(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err);

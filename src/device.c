@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "model.h"
@@ -209,30 +210,60 @@ done:
     return rc;
 }
 
-int tfm_device_open_gpu(const char *want, int threads, struct tfm_backend **gpu, char *note,
-                        size_t n, struct tfm_error *err)
+int tfm_device_open_gpus(const char *want, int threads, int n, struct tfm_backend **gpus,
+                         int *count, char *note, size_t len, struct tfm_error *err)
 {
     struct tfm_device dev;
-    *gpu = NULL;
+    *count = 0;
     if (tfm_device_choose(want, &dev, err))
         return -1;
     if (dev.kind == TFM_DEVICE_CPU) {
-        snprintf(note, n, "%s", dev.note);
+        snprintf(note, len, "%s", dev.note);
         return 0;
     }
-    char checked[256];
-    struct tfm_backend *be = dev.kind == TFM_DEVICE_SIM ? tfm_backend_sim(threads, err)
-                                                        : tfm_backend_cuda(0, err);
-    if (be && tfm_device_check(be, checked, sizeof checked, err) == 0) {
-        snprintf(note, n, "%s; %s %s", dev.note, dev.kind == TFM_DEVICE_SIM ? "sim" : "GPU 0",
-                 checked);
-        *gpu = be;
+    int sim = dev.kind == TFM_DEVICE_SIM, have = sim ? TFM_DEVICE_MAX : dev.count;
+    if (n > TFM_DEVICE_MAX || n > have) {
+        tfm_fail(err, "%d GPUs wanted, %d %s", n, have < TFM_DEVICE_MAX ? have : TFM_DEVICE_MAX,
+                 have < TFM_DEVICE_MAX ? "visible" : "at most");
+        return tfm_error_prefix(err, "--device %s", want);
+    }
+    if (n < 1)
+        n = sim ? 1 : have < TFM_DEVICE_MAX ? have : TFM_DEVICE_MAX;
+    if (threads < 1) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cpus > 0 ? (int)cpus : 1;
+    }
+    char checked[256] = "";
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        struct tfm_backend *be = sim ? tfm_backend_sim(threads / n > 0 ? threads / n : 1, err)
+                                     : tfm_backend_cuda(i, err);
+        if (be && be->bind)
+            be->bind(be);
+        if (be && tfm_device_check(be, checked, sizeof checked, err) == 0) {
+            gpus[(*count)++] = be;
+            continue;
+        }
+        if (be) {
+            tfm_error_prefix(err, "%s %d", sim ? "sim" : "GPU", i);
+            be->destroy(be);
+        }
+        ok = 0;
+    }
+    if (ok) {
+        if (n == 1)
+            snprintf(note, len, "%s; %s %s", dev.note, sim ? "sim" : "GPU 0", checked);
+        else
+            snprintf(note, len, "%s; %d %s, each %s", dev.note, n,
+                     sim ? "sim devices" : "GPUs", checked);
         return 0;
     }
-    if (be)
+    while (*count > 0) {
+        struct tfm_backend *be = gpus[--*count];
         be->destroy(be);
+    }
     if (strcmp(want, "auto") != 0)
         return tfm_error_prefix(err, "--device %s", want);
-    snprintf(note, n, "%s; computing on the cpu instead: %s", dev.note, err->msg);
+    snprintf(note, len, "%s; computing on the cpu instead: %s", dev.note, err->msg);
     return 0;
 }

@@ -246,6 +246,7 @@ struct replica {
     int rank;
     struct tfm_backend *be;
     struct tfm_model *m;
+    float *stage;               /* host copy of the gradients for the all-reduce (GPUs) */
     struct tfm_error err;
 };
 
@@ -283,10 +284,19 @@ static double elapsed(const struct run *u)
     return u->elapsed0 + (now_s() - u->t0);
 }
 
+/* Sum the ranks' gradients in place.  Device memory (GPUs) goes through a host buffer of
+ * the rank's: the same sums in the same order as on the CPU, at the cost of two copies
+ * over the bus (NCCL, which would sum on the GPUs, is not built yet). */
 static int all_reduce(void *ctx, float *buf, size_t n, struct tfm_error *err)
 {
     struct replica *p = ctx;
-    return tfm_comm_sum_f32(p->run->comm, p->rank, buf, n, err);
+    if (p->be->host_memory)
+        return tfm_comm_sum_f32(p->run->comm, p->rank, buf, n, err);
+    p->be->download(p->be, p->stage, buf, n * sizeof *buf);
+    if (tfm_comm_sum_f32(p->run->comm, p->rank, p->stage, n, err))
+        return -1;
+    p->be->upload(p->be, buf, p->stage, n * sizeof *buf);
+    return 0;
 }
 
 static int save_checkpoint(struct run *u, struct tfm_error *err)
@@ -460,6 +470,8 @@ static int rank_main(int r, void *arg)
     struct replica *p = arg;
     struct run *u = p->run;
     const int N = u->R;
+    if (p->be->bind)
+        p->be->bind(p->be);
     for (;;) {
         if (r == 0)
             plan_update(u);
@@ -630,7 +642,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
 
     /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging buffer */
     double limit = o->memory_limit > 0 ? o->memory_limit : physical_memory();
-    double need = (o->backend ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * u->R) +
+    double need = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * u->R) +
                   (double)tfm_model_param_memory(cfg) / 4;
     if (limit > 0 && need > limit)
         return tfm_fail(err, "the model with a batch budget of tokens=%d needs %.2f GiB "
@@ -651,10 +663,10 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         struct replica *p = &u->rep[r];
         p->run = u;
         p->rank = r;
-        if (o->backend) {
-            if (u->R > 1)
-                return tfm_fail(err, "%d ranks on one %s backend", u->R, o->backend->name);
-            p->be = o->backend;
+        if (o->backends) {
+            p->be = o->backends[r];
+            if (p->be->bind)
+                p->be->bind(p->be);
         } else if (!(p->be = tfm_backend_cpu(per, err))) {
             return -1;
         }
@@ -663,14 +675,17 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
             p->be->all_reduce_ctx = p;
         }
         if (!(p->m = tfm_model_create(cfg, p->be, cfg->tokens, err))) {
-            if (o->backend)
+            if (o->backends)
                 return tfm_error_prefix(err, "the model with a batch budget of tokens=%d on "
-                                        "the %s (lower it with --set tokens=N and tfm-batch "
-                                        "--tokens N)", cfg->tokens, o->backend->name);
+                                        "%s %d (lower it with --set tokens=N and tfm-batch "
+                                        "--tokens N)", cfg->tokens, p->be->name, r);
             return -1;
         }
         if (*ck && tfm_train_load_params(p->m, *ck, 1, err))
             return tfm_error_prefix(err, "%s", resume_path);
+        if (u->R > 1 && !p->be->host_memory &&
+            !(p->stage = malloc((size_t)tfm_model_count(p->m) * sizeof *p->stage)))
+            return tfm_fail(err, "out of memory");
     }
     if (!(u->host = malloc((size_t)tfm_model_count(u->rep[0].m) * sizeof *u->host)))
         return tfm_fail(err, "out of memory");
@@ -756,8 +771,11 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
             rc = -1;
     }
     for (int r = 0; u.rep && r < u.R; r++) {
+        if (u.rep[r].be && u.rep[r].be->bind)
+            u.rep[r].be->bind(u.rep[r].be);
         tfm_model_free(u.rep[r].m);
-        if (u.rep[r].be && u.rep[r].be != o->backend)
+        free(u.rep[r].stage);
+        if (u.rep[r].be && !o->backends)
             u.rep[r].be->destroy(u.rep[r].be);
     }
     for (int i = 0; u.slots && i < u.R * u.K; i++) {

@@ -52,8 +52,8 @@ struct tfm_train_opts {
     const char *log_path;       /* --log, or NULL */
     volatile sig_atomic_t *stop;    /* non-zero: finish the update, save, return */
     double memory_limit;        /* bytes the run may use (0: physical memory) */
-    struct tfm_backend *backend;    /* a GPU's (the caller's; ranks must be 1), or NULL:
-                                     * CPU backends, threads split over the ranks */
+    struct tfm_backend **backends;  /* ranks GPU backends (the caller's), or NULL: CPU
+                                     * backends, threads split over the ranks */
 };
 
 void tfm_train_defaults(struct tfm_train_opts *o);

@@ -407,10 +407,16 @@ max_diff() {
     assert_line --partial "resuming from $T/sim/step-000008.tfm"
     diff <(params "$T/cpu/step-000012.tfm") <(params "$T/sim/step-000012.tfm")
     ! diff -q <(params "$T/cpu/step-000012.tfm") <(params "$T/sim/step-000008.tfm")
-    # one GPU per process for now: ranks would need NCCL
-    run tfm-train "${SMALL[@]}" -o "$T/r2" --device sim --ranks 2 --max-steps 1 "$M/b.tfm"
+    # two devices: the gradients summed through host buffers, the CPU's sums bit for bit
+    run tfm-train "${SMALL[@]}" -o "$T/r2" --device sim --ranks 2 --max-steps 6 "$M/b500.tfm"
+    assert_success
+    assert_line --partial "tfm-train: device: sim (the CPU behind device memory, as asked); 2 sim devices, each checked"
+    run tfm-train "${SMALL[@]}" -o "$T/c2" --device cpu --ranks 2 --max-steps 6 "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/c2/step-000006.tfm") <(params "$T/r2/step-000006.tfm")
+    run tfm-train "${SMALL[@]}" -o "$T/r65" --device sim --ranks 65 --max-steps 1 "$M/b.tfm"
     assert_failure 1
-    assert_output --partial "--ranks 2 on GPUs: the all-reduce between GPUs needs NCCL"
+    assert_output --partial "tfm-train: --device sim: 65 GPUs wanted, 64 at most"
 }
 
 @test "convergence: configs/tiny.conf on 3000 multi30k pairs gets below loss 5.6 in 150 updates" {
