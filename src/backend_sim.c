@@ -93,32 +93,33 @@ static void sim_free(struct tfm_backend *be, void *p)
         }
 }
 
-static void sim_upload(struct tfm_backend *be, void *dst, const void *host, size_t bytes)
+/* memmove between device and host (which sides are device memory: dev_dst, dev_src). */
+static void move(struct tfm_backend *be, void *dst, int dev_dst, const void *src, int dev_src,
+                 size_t bytes, const char *op)
 {
     OPEN(be);
-    DEV(dst);
-    if (bytes)
-        memcpy(dst, host, bytes);
+    if (dev_dst)
+        dev(s, dst, "dst", op);
+    if (dev_src)
+        dev(s, src, "src", op);
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
     CLOSE();
+}
+
+static void sim_upload(struct tfm_backend *be, void *dst, const void *host, size_t bytes)
+{
+    move(be, dst, 1, host, 0, bytes, __func__);
 }
 
 static void sim_download(struct tfm_backend *be, void *host, const void *src, size_t bytes)
 {
-    OPEN(be);
-    DEV(src);
-    if (bytes)
-        memcpy(host, src, bytes);
-    CLOSE();
+    move(be, host, 0, src, 1, bytes, __func__);
 }
 
 static void sim_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
 {
-    OPEN(be);
-    DEV(dst);
-    DEV(src);
-    if (bytes && dst != src)
-        memmove(dst, src, bytes);
-    CLOSE();
+    move(be, dst, 1, src, 1, bytes, __func__);
 }
 
 static void sim_zero(struct tfm_backend *be, void *dst, size_t bytes)

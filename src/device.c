@@ -67,9 +67,7 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
 
 /* ---- a backend checked against the CPU ---------------------------------------------------- */
 
-/* Largest difference of a from the reference b, relative where |b| > 1; NaN when one has
- * a NaN or Inf where the other does not. */
-static double worst(const float *a, const float *b, size_t n)
+double tfm_device_diff(const float *a, const float *b, size_t n)
 {
     double e = 0;
     for (size_t i = 0; i < n; i++) {
@@ -151,7 +149,7 @@ int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_er
     double eg = 0;
     for (int i = 0; i < tfm_model_nparams(mc); i++) {
         const struct tfm_param *p = tfm_model_param(mc, i);
-        double e = worst(hb + p->offset, hc + p->offset, (size_t)p->count);
+        double e = tfm_device_diff(hb + p->offset, hc + p->offset, (size_t)p->count);
         if (!(e <= BOUND_GRAD)) {
             tfm_fail(err, "%s: the gradient of %s differs from the CPU's by %.3g (bound %g)",
                      be->name, p->name, e, BOUND_GRAD);
@@ -164,7 +162,7 @@ int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_er
         goto done;
     tfm_model_download(mc, TFM_PARAMS, hc);
     tfm_model_download(mb, TFM_PARAMS, hb);
-    double ep = worst(hb, hc, cnt);
+    double ep = tfm_device_diff(hb, hc, cnt);
     if (!(ep <= BOUND_STEP)) {
         tfm_fail(err, "%s: the parameters after an Adam step differ from the CPU's by %.3g "
                  "(bound %g)", be->name, ep, BOUND_STEP);
@@ -181,7 +179,7 @@ int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_er
         if (tfm_decoder_step(dc, CB, tok, rows, hc, err) ||
             tfm_decoder_step(db, CB, tok, rows, hb, err))
             goto done;
-        double e = worst(hb, hc, (size_t)CB * c.vocab);
+        double e = tfm_device_diff(hb, hc, (size_t)CB * c.vocab);
         if (!(e <= BOUND_LOGP)) {
             tfm_fail(err, "%s: decoding step %d: log-probabilities differ from the CPU's by "
                      "%.3g (bound %g)", be->name, s + 1, e, BOUND_LOGP);

@@ -20,6 +20,10 @@ struct tfm_device {
 
 /* want: "auto", "cpu", "cuda" or "sim".  Returns 0 and fills dev, or -1 with err. */
 int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error *err);
+/* How far a device's result a is from the CPU's b (n floats): the largest difference,
+ * relative where |b| > 1; NaN when one has a NaN or an Inf where the other does not. */
+double tfm_device_diff(const float *a, const float *b, size_t n);
+
 /* Check backend be against the CPU backend before trusting it: a small model (2 layers,
  * d_model 32, dropout on, padded sentences) built on both from the same seed must have the
  * same parameters after upload and download, and agree on one training batch (the loss to
