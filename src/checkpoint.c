@@ -399,7 +399,8 @@ int tfm_checkpoint_list(const char *dir, char ***paths_out, int64_t **steps_out,
         n++;
     }
     closedir(d);
-    qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_i64_idx);
+    if (n > 0)                  /* qsort must not get the NULL of an empty list */
+        qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_i64_idx);
     char **paths = calloc((size_t)n + 1, sizeof *paths);
     int64_t *steps = malloc(((size_t)n + 1) * sizeof *steps);
     if (!paths || !steps)

@@ -166,7 +166,8 @@ static void test_open(void)
     }
 }
 
-/* Run fn in a child; its termination signal (0: exited). */
+/* Run fn in a child: the signal that ended it, or 0 when it exited with status 0, -1 when
+ * with another (a sanitizer's handler turns the expected SIGSEGV into exit status 1). */
 static int child_signal(void (*fn)(struct tfm_backend *), struct tfm_backend *be)
 {
     fflush(stdout);
@@ -177,13 +178,14 @@ static int child_signal(void (*fn)(struct tfm_backend *), struct tfm_backend *be
     }
     int st = 0;
     waitpid(pid, &st, 0);
-    return WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    return WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 static void host_reads_device(struct tfm_backend *be)
 {
     struct tfm_error err;
     volatile float *x = be->alloc(be, 1024, &err);
+    freopen("/dev/null", "w", stderr);      /* a sanitizer's report of the fault */
     (void)x[3];
 }
 
@@ -216,8 +218,10 @@ static void test_sim(void)
     CHECK_STR(be->name, "sim");
     CHECK_EQ_INT(be->host_memory, 0);
     CHECK_EQ_INT(child_signal(op_gets_device, be), 0);      /* the device path works */
-    CHECK_EQ_INT(child_signal(host_reads_device, be), SIGSEGV);
-    CHECK_EQ_INT(child_signal(op_gets_host, be), SIGABRT);
+    int sig = child_signal(host_reads_device, be);
+    CHECK(sig == SIGSEGV || sig == -1);
+    sig = child_signal(op_gets_host, be);
+    CHECK(sig == SIGABRT || sig == -1);
     be->destroy(be);
 }
 
