@@ -261,11 +261,33 @@ int main(int argc, char **argv)
     FILE *notes = quiet ? NULL : stderr;
     o.notes = notes;
     o.progress = !quiet && (progress || isatty(2)) ? stderr : NULL;
+    /* processes: one rank each, on the GPU of its place on the node */
+    struct tfm_dist_env env;
+    if (tfm_dist_env_read(&env, &err)) {
+        fprintf(stderr, "tfm-train: %s\n", err.msg);
+        return 1;
+    }
+    if (env.world > 1) {
+        if (o.ranks > 1) {
+            fprintf(stderr, "tfm-train: %s: %d processes: one rank each (--ranks 1); start a "
+                    "process per GPU\n", env.source, env.world);
+            return 2;
+        }
+        o.world = env.world;
+        o.world_rank = env.rank;
+        if (env.rank != 0) {            /* process 0 reports for the run */
+            notes = NULL;
+            o.notes = NULL;
+            o.progress = NULL;
+            o.log_path = NULL;
+        }
+    }
     char where[1024];
     struct tfm_backend *gpus[TFM_DEVICE_MAX];
     int ngpus = 0;
-    if (tfm_device_open_gpus(device, o.threads, ranks_given ? o.ranks : 0, gpus, &ngpus, where,
-                             sizeof where, &err)) {
+    if (tfm_device_open_gpus(device, o.threads, env.world > 1 ? env.local_rank : 0,
+                             env.world > 1 ? 1 : ranks_given ? o.ranks : 0, gpus, &ngpus,
+                             where, sizeof where, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return strncmp(err.msg, "unknown device", 14) == 0 ? 2 : 1;
     }
@@ -274,16 +296,6 @@ int main(int argc, char **argv)
     if (ngpus) {
         o.backends = gpus;
         o.ranks = ngpus;
-    }
-    struct tfm_dist_env env;
-    if (tfm_dist_env_read(&env, &err)) {
-        fprintf(stderr, "tfm-train: %s\n", err.msg);
-        return 1;
-    }
-    if (env.world > 1) {
-        fprintf(stderr, "tfm-train: %s: %d processes: training across processes needs NCCL "
-                "(not built yet); use --ranks R in one process\n", env.source, env.world);
-        return 1;
     }
 
     struct sigaction sa;
@@ -309,7 +321,7 @@ int main(int argc, char **argv)
         fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n", why[res.end],
                 (long long)res.step, res.last_checkpoint[0] ? res.last_checkpoint : "(none)");
     }
-    if (res.end == TFM_TRAIN_STOPPED)
+    if (res.end == TFM_TRAIN_STOPPED && stop_signal)   /* 0: a signal to another process */
         return 128 + (int)stop_signal;
     return 0;
 }

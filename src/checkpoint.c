@@ -465,8 +465,11 @@ int tfm_checkpoint_dir_ready(const char *dir, struct tfm_error *err)
 {
     struct stat st;
     if (stat(dir, &st) != 0) {
-        if (errno != ENOENT || mkdir(dir, 0777) != 0)
+        /* EEXIST: another process of the run made it between the two calls */
+        if (errno != ENOENT || (mkdir(dir, 0777) != 0 && errno != EEXIST))
             return tfm_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return tfm_fail(err, "%s: not a directory", dir);
     } else if (!S_ISDIR(st.st_mode)) {
         return tfm_fail(err, "%s: not a directory", dir);
     }

@@ -638,7 +638,7 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     memset(&R, 0, sizeof R);
     int rc = -1;
     int gpus = 0;
-    if (tfm_device_open_gpus(o->device ? o->device : "auto", o->threads, 1, &R.be, &gpus,
+    if (tfm_device_open_gpus(o->device ? o->device : "auto", o->threads, 0, 1, &R.be, &gpus,
                              o->stats.device, sizeof o->stats.device, err))
         return -1;
     if (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))

@@ -208,8 +208,9 @@ done:
     return rc;
 }
 
-int tfm_device_open_gpus(const char *want, int threads, int n, struct tfm_backend **gpus,
-                         int *count, char *note, size_t len, struct tfm_error *err)
+int tfm_device_open_gpus(const char *want, int threads, int first, int n,
+                         struct tfm_backend **gpus, int *count, char *note, size_t len,
+                         struct tfm_error *err)
 {
     struct tfm_device dev;
     *count = 0;
@@ -219,9 +220,10 @@ int tfm_device_open_gpus(const char *want, int threads, int n, struct tfm_backen
         snprintf(note, len, "%s", dev.note);
         return 0;
     }
-    int sim = dev.kind == TFM_DEVICE_SIM, have = sim ? TFM_DEVICE_MAX : dev.count;
-    if (n > TFM_DEVICE_MAX || n > have) {
-        tfm_fail(err, "%d GPUs wanted, %d %s", n, have < TFM_DEVICE_MAX ? have : TFM_DEVICE_MAX,
+    int sim = dev.kind == TFM_DEVICE_SIM, have = sim ? TFM_DEVICE_MAX : dev.count - first;
+    if (n > TFM_DEVICE_MAX || n > have || have < 1) {
+        tfm_fail(err, "%d GPU%s wanted from GPU %d on, %d %s", n > 0 ? n : 1, n > 1 ? "s" : "",
+                 first, have < TFM_DEVICE_MAX ? (have > 0 ? have : 0) : TFM_DEVICE_MAX,
                  have < TFM_DEVICE_MAX ? "visible" : "at most");
         return tfm_error_prefix(err, "--device %s", want);
     }
@@ -235,7 +237,7 @@ int tfm_device_open_gpus(const char *want, int threads, int n, struct tfm_backen
     int ok = 1;
     for (int i = 0; i < n && ok; i++) {
         struct tfm_backend *be = sim ? tfm_backend_sim(threads / n > 0 ? threads / n : 1, err)
-                                     : tfm_backend_cuda(i, err);
+                                     : tfm_backend_cuda(first + i, err);
         if (be && be->bind)
             be->bind(be);
         if (be && tfm_device_check(be, checked, sizeof checked, err) == 0) {
@@ -243,14 +245,16 @@ int tfm_device_open_gpus(const char *want, int threads, int n, struct tfm_backen
             continue;
         }
         if (be) {
-            tfm_error_prefix(err, "%s %d", sim ? "sim" : "GPU", i);
+            tfm_error_prefix(err, "%s %d", sim ? "sim" : "GPU", first + i);
             be->destroy(be);
         }
         ok = 0;
     }
     if (ok) {
-        if (n == 1)
-            snprintf(note, len, "%s; %s %s", dev.note, sim ? "sim" : "GPU 0", checked);
+        if (n == 1 && sim)
+            snprintf(note, len, "%s; sim %s", dev.note, checked);
+        else if (n == 1)
+            snprintf(note, len, "%s; GPU %d %s", dev.note, first, checked);
         else
             snprintf(note, len, "%s; %d %s, each %s", dev.note, n,
                      sim ? "sim devices" : "GPUs", checked);

@@ -35,16 +35,17 @@ double tfm_device_diff(const float *a, const float *b, size_t n);
 struct tfm_backend;
 int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_error *err);
 
-/* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs 0 .. n-1; n 0: every
- * visible GPU, up to TFM_DEVICE_MAX; for "sim", n stand-ins, 1 for n 0, sharing `threads`
- * CPU threads, 0: all) into gpus, each bound to the calling thread in turn and checked
- * (tfm_device_check).  0: *count backends opened, or 0 for "compute on the CPU" (no GPU,
- * or "auto" with a GPU that failed to open or to pass the check); note says what was
- * found and chosen, and why.  -1 with err: an unknown name, more GPUs than there are, or
- * "cuda"/"sim" that cannot be had. */
+/* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1;
+ * n 0: every visible GPU from first on, up to TFM_DEVICE_MAX; for "sim", n stand-ins, 1
+ * for n 0, sharing `threads` CPU threads, 0: all) into gpus, each bound to the calling
+ * thread in turn and checked (tfm_device_check).  0: *count backends opened, or 0 for
+ * "compute on the CPU" (no GPU, or "auto" with a GPU that failed to open or to pass the
+ * check); note says what was found and chosen, and why.  -1 with err: an unknown name,
+ * more GPUs than there are, or "cuda"/"sim" that cannot be had. */
 enum { TFM_DEVICE_MAX = 64 };
-int tfm_device_open_gpus(const char *want, int threads, int n, struct tfm_backend **gpus,
-                         int *count, char *note, size_t len, struct tfm_error *err);
+int tfm_device_open_gpus(const char *want, int threads, int first, int n,
+                         struct tfm_backend **gpus, int *count, char *note, size_t len,
+                         struct tfm_error *err);
 
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU); msg gets a
  * description of the CUDA runtime and libraries, or "built without CUDA". */

@@ -1,14 +1,27 @@
-/* dist.c: rank placement from the environment and the in-process all-reduce (dist.h).
- * The reduction: each rank sums its own slice of the elements over all ranks' buffers in
- * rank order and writes the result to every buffer, between two barriers.
+/* dist.c: rank placement from the environment and the all-reduce (dist.h).
+ * Threads: each rank sums its own slice of the elements over all ranks' buffers in rank
+ * order and writes the result to every buffer, between two barriers.
+ * Processes: TCP through process 0 (a star): chunk by chunk, every other process sends
+ * its chunk, process 0 adds them in rank order and sends the sum back; the next chunk
+ * waits for that, so no socket buffer can fill up while both sides write.  Process 0
+ * receives and sends (W-1) times the gradients per update: simple and exact, fine for a
+ * few processes; NCCL (GPUs) would replace it.
  * Owner: the trainer engineer. */
 #include "dist.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- environment ------------------------------------------------------------------ */
 
@@ -35,7 +48,17 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     };
     e->rank = 0;
     e->world = 1;
+    e->local_rank = 0;
     snprintf(e->source, sizeof e->source, "none");
+    static const char *const local[] = {"TFM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                        "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof local / sizeof *local; i++) {
+        int k = env_int(local[i], &e->local_rank, TFM_DIST_MAX_WORLD - 1, err);
+        if (k < 0)
+            return -1;
+        if (k > 0)
+            break;
+    }
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         int r = 0, w = 0;
         int hr = env_int(vars[i][0], &r, TFM_DIST_MAX_WORLD - 1, err);
@@ -61,6 +84,10 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
 
 struct tfm_comm {
     int n;
+    /* processes (tfm_comm_procs): this one's rank, a socket per peer (process 0: fd[w]
+     * for every w > 0; the others: fd[0]), -1 where none */
+    int procs, rank, *fd;
+    char *chunk;        /* process 0: one peer's chunk */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int arrived;
@@ -92,6 +119,11 @@ void tfm_comm_free(struct tfm_comm *c)
 {
     if (!c)
         return;
+    for (int w = 0; c->fd && w < c->n; w++)
+        if (c->fd[w] >= 0)
+            close(c->fd[w]);
+    free(c->fd);
+    free(c->chunk);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->bufs);
@@ -105,6 +137,10 @@ int tfm_comm_size(const struct tfm_comm *c)
 
 void tfm_comm_abort(struct tfm_comm *c, const char *why)
 {
+    /* the other processes see their sockets close and stop too */
+    for (int w = 0; c->procs && w < c->n; w++)
+        if (c->fd[w] >= 0)
+            shutdown(c->fd[w], SHUT_RDWR);
     pthread_mutex_lock(&c->mu);
     if (!c->aborted)
         snprintf(c->why, sizeof c->why, "%.900s", why ? why : "a rank failed");
@@ -133,9 +169,16 @@ static int barrier(struct tfm_comm *c, struct tfm_error *err)
     return aborted ? -1 : 0;
 }
 
+static int procs_sum(struct tfm_comm *c, void *buf, size_t n, size_t size, int f64,
+                     struct tfm_error *err);
+
 int tfm_comm_barrier(struct tfm_comm *c, int rank, struct tfm_error *err)
 {
     (void)rank;
+    if (c->procs) {
+        double x = 0;
+        return procs_sum(c, &x, 1, sizeof x, 1, err);
+    }
     return barrier(c, err);
 }
 
@@ -158,6 +201,8 @@ int tfm_comm_sum_f32(struct tfm_comm *c, int rank, float *buf, size_t n, struct 
 {
     if (c->n == 1)
         return 0;
+    if (c->procs)
+        return procs_sum(c, buf, n, sizeof *buf, 0, err);
     SUM_BODY(float)
 }
 
@@ -165,7 +210,299 @@ int tfm_comm_sum_f64(struct tfm_comm *c, int rank, double *buf, size_t n, struct
 {
     if (c->n == 1)
         return 0;
+    if (c->procs)
+        return procs_sum(c, buf, n, sizeof *buf, 1, err);
     SUM_BODY(double)
+}
+
+/* ---- processes ----------------------------------------------------------------------- */
+
+#define CHUNK (1u << 22)                    /* bytes a process sends at a time */
+#define MAGIC 0x524d4654u                   /* "TFMR" */
+
+static int lost(struct tfm_comm *c, int peer, struct tfm_error *err)
+{
+    if (c->aborted)
+        return tfm_fail(err, "ranks stopped: %.900s", c->why);
+    return tfm_fail(err, "process %d of %d left the run (see its messages)", peer, c->n);
+}
+
+static int send_all(struct tfm_comm *c, int peer, const void *p, size_t n,
+                    struct tfm_error *err)
+{
+    const char *s = p;
+    while (n > 0) {
+        ssize_t k = send(c->fd[peer], s, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return lost(c, peer, err);
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int recv_all(struct tfm_comm *c, int peer, void *p, size_t n, struct tfm_error *err)
+{
+    char *s = p;
+    while (n > 0) {
+        ssize_t k = recv(c->fd[peer], s, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return lost(c, peer, err);
+        s += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int procs_sum(struct tfm_comm *c, void *buf, size_t n, size_t size, int f64,
+                     struct tfm_error *err)
+{
+    size_t per = CHUNK / size;
+    for (size_t i0 = 0; i0 < n; i0 += per) {
+        size_t m = n - i0 < per ? n - i0 : per, bytes = m * size;
+        char *b = (char *)buf + i0 * size;
+        if (c->rank != 0) {
+            if (send_all(c, 0, b, bytes, err) || recv_all(c, 0, b, bytes, err))
+                return -1;
+            continue;
+        }
+        for (int w = 1; w < c->n; w++) {            /* ((b0 + b1) + b2) + ... */
+            if (recv_all(c, w, c->chunk, bytes, err))
+                return -1;
+            if (f64) {
+                double *acc = (double *)(void *)b, *x = (double *)(void *)c->chunk;
+                for (size_t i = 0; i < m; i++)
+                    acc[i] += x[i];
+            } else {
+                float *acc = (float *)(void *)b, *x = (float *)(void *)c->chunk;
+                for (size_t i = 0; i < m; i++)
+                    acc[i] += x[i];
+            }
+        }
+        for (int w = 1; w < c->n; w++)
+            if (send_all(c, w, b, bytes, err))
+                return -1;
+    }
+    return 0;
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void nodelay(int fd)
+{
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* Where process 0 listens: TFM_MASTER_ADDR and TFM_MASTER_PORT, or the file named by
+ * TFM_RENDEZVOUS ("HOST PORT", written by process 0 once it listens). */
+struct where {
+    char host[256];
+    int port;           /* 0: any (process 0 with a file) */
+    const char *file;
+};
+
+static int where_from_env(struct where *w, struct tfm_error *err)
+{
+    memset(w, 0, sizeof *w);
+    const char *addr = getenv("TFM_MASTER_ADDR"), *port = getenv("TFM_MASTER_PORT");
+    w->file = getenv("TFM_RENDEZVOUS");
+    if (addr && port) {
+        char *end;
+        long p = strtol(port, &end, 10);
+        if (end == port || *end || p < 1 || p > 65535)
+            return tfm_fail(err, "environment TFM_MASTER_PORT='%s': not a port", port);
+        snprintf(w->host, sizeof w->host, "%s", addr);
+        w->port = (int)p;
+        w->file = NULL;
+        return 0;
+    }
+    if (w->file && *w->file)
+        return 0;
+    return tfm_fail(err, "several processes need to find process 0: set TFM_MASTER_ADDR and "
+                    "TFM_MASTER_PORT, or TFM_RENDEZVOUS to a file on a shared file system");
+}
+
+static int listen_on(const struct where *w, int *port, struct tfm_error *err)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0)
+        return tfm_fail(err, "socket: %s", strerror(errno));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)w->port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof a;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128) ||
+        getsockname(fd, (struct sockaddr *)&a, &len)) {
+        tfm_fail(err, "listening on port %d: %s", w->port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int publish(const struct where *w, int port, struct tfm_error *err)
+{
+    char host[256], tmp[4096];
+    if (gethostname(host, sizeof host))
+        snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    const char *addr = getenv("TFM_MASTER_ADDR");
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", w->file, (long)getpid()) >= (int)sizeof tmp)
+        return tfm_fail(err, "TFM_RENDEZVOUS: path too long");
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", tmp, strerror(errno));
+    int bad = fprintf(f, "%s %d\n", addr ? addr : host, port) < 0;
+    if (fclose(f) || bad || rename(tmp, w->file)) {
+        unlink(tmp);
+        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", w->file, strerror(errno));
+    }
+    return 0;
+}
+
+/* A worker's connection to process 0, retried until `deadline` (process 0 may start
+ * later, or a file may still name an earlier run's port). */
+static int connect_to_0(const struct where *w0, double timeout, struct tfm_error *err)
+{
+    double deadline = seconds() + timeout;
+    for (;;) {
+        struct where w = *w0;
+        int ready = 1;
+        if (w.file) {
+            FILE *f = fopen(w.file, "r");
+            ready = f && fscanf(f, "%255s %d", w.host, &w.port) == 2;
+            if (f)
+                fclose(f);
+        }
+        if (ready) {
+            char port[16];
+            snprintf(port, sizeof port, "%d", w.port);
+            struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+            if (getaddrinfo(w.host, port, &hints, &ai) == 0) {
+                for (struct addrinfo *p = ai; p; p = p->ai_next) {
+                    int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, 0);
+                    if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen) == 0) {
+                        freeaddrinfo(ai);
+                        return fd;
+                    }
+                    if (fd >= 0)
+                        close(fd);
+                }
+                freeaddrinfo(ai);
+            }
+        }
+        if (seconds() > deadline)
+            return tfm_fail(err, "no process 0 at %s%s%s:%d after %.0f s (TFM_RENDEZVOUS_TIMEOUT)",
+                            w.file ? w.file : "", w.file ? ": " : "",
+                            w.host[0] ? w.host : "(not written yet)", w.port, timeout);
+        struct timespec nap = {0, 100000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err)
+{
+    if (world < 2 || rank < 0 || rank >= world || world > TFM_DIST_MAX_WORLD) {
+        tfm_fail(err, "process %d of %d", rank, world);
+        return NULL;
+    }
+    struct where w;
+    if (where_from_env(&w, err))
+        return NULL;
+    const char *t = getenv("TFM_RENDEZVOUS_TIMEOUT");
+    double timeout = t && atof(t) > 0 ? atof(t) : 300, deadline = seconds() + timeout;
+    struct tfm_comm *c = tfm_comm_threads(1, err);
+    if (!c)
+        return NULL;
+    c->procs = 1;
+    c->n = world;
+    c->rank = rank;
+    if (!(c->fd = malloc((size_t)world * sizeof *c->fd)) ||
+        (rank == 0 && !(c->chunk = malloc(CHUNK)))) {
+        tfm_comm_free(c);
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < world; i++)
+        c->fd[i] = -1;
+    uint32_t hello[3] = {MAGIC, (uint32_t)rank, (uint32_t)world};
+    if (rank != 0) {
+        if ((c->fd[0] = connect_to_0(&w, timeout, err)) < 0 ||
+            send_all(c, 0, hello, sizeof hello, err)) {
+            tfm_comm_free(c);
+            return NULL;
+        }
+        nodelay(c->fd[0]);
+        return c;
+    }
+    int port = 0, lfd = listen_on(&w, &port, err);
+    if (lfd < 0 || (w.file && publish(&w, port, err))) {
+        if (lfd >= 0)
+            close(lfd);
+        tfm_comm_free(c);
+        return NULL;
+    }
+    int bad = 0;
+    for (int joined = 1; joined < world && !bad;) {
+        struct pollfd pf = {.fd = lfd, .events = POLLIN};
+        int left = (int)((deadline - seconds()) * 1000);
+        int k = left > 0 ? poll(&pf, 1, left) : 0;
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            bad = tfm_fail(err, "%d of %d processes joined within %.0f s "
+                           "(TFM_RENDEZVOUS_TIMEOUT)", joined, world, timeout);
+            break;
+        }
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EINTR && errno != ECONNABORTED)
+                bad = tfm_fail(err, "accepting process connections: %s", strerror(errno));
+            continue;
+        }
+        uint32_t h[3];
+        size_t got = 0;
+        while (got < sizeof h) {
+            ssize_t r = recv(fd, (char *)h + got, sizeof h - got, 0);
+            if (r <= 0)
+                break;
+            got += (size_t)r;
+        }
+        if (got < sizeof h || h[0] != MAGIC) {     /* not one of ours: ignore it */
+            close(fd);
+            continue;
+        }
+        if (h[2] != (uint32_t)world || h[1] == 0 || h[1] >= (uint32_t)world ||
+            c->fd[h[1]] >= 0) {
+            bad = tfm_fail(err, "a process says it is %u of %u; this run has %d processes%s",
+                           h[1], h[2], world, h[2] == (uint32_t)world && h[1] ? ", and that "
+                           "one has joined already" : "");
+            close(fd);
+            break;
+        }
+        nodelay(fd);
+        c->fd[h[1]] = fd;
+        joined++;
+    }
+    close(lfd);
+    if (w.file)
+        unlink(w.file);
+    if (bad) {
+        tfm_comm_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 /* ---- threads ---------------------------------------------------------------------- */

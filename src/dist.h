@@ -6,8 +6,9 @@
  * every rank's buffer the element-wise sum over ranks.  The sum is taken in rank order,
  * ((b0 + b1) + b2) + ..., and is the same bits on every rank and in every run, so
  * training is deterministic for a fixed R.
- * The in-process implementation (threads) is here; the NCCL one goes here too, behind
- * the same calls: nothing else in tfm knows how ranks talk.
+ * The in-process implementation (threads) and the one between processes (TCP sockets) are
+ * here; NCCL would go here too, behind the same calls: nothing else in tfm knows how
+ * ranks talk.
  * Not here: which batches a rank reads (batch.h shards at read time), the training loop.
  * Owner: the trainer engineer.
  */
@@ -26,6 +27,8 @@
 struct tfm_dist_env {
     int rank;
     int world;
+    int local_rank;     /* among the processes of this node: TFM_LOCAL_RANK, else
+                         * OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID, else 0 (which GPU) */
     char source[64];    /* which variables said so ("TFM_RANK", "none", ...) */
 };
 int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);
@@ -33,6 +36,14 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);
 /* A communicator among nranks ranks of this process. */
 struct tfm_comm;
 struct tfm_comm *tfm_comm_threads(int nranks, struct tfm_error *err);
+/* A communicator among the world processes of a run, one rank each (rank = this process's):
+ * TCP through process 0, which listens on TFM_MASTER_PORT (with TFM_MASTER_ADDR set for the
+ * others), or on a free port that it writes to the file TFM_RENDEZVOUS ("HOST PORT"; on a
+ * file system every process sees; removed once all have joined).  The others connect,
+ * retrying for TFM_RENDEZVOUS_TIMEOUT seconds (default 300).  Its collectives take the
+ * local rank 0.  A process that fails or calls tfm_comm_abort closes its sockets, and
+ * the others' collectives fail saying which process left. */
+struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err);
 void tfm_comm_free(struct tfm_comm *c);
 int tfm_comm_size(const struct tfm_comm *c);
 

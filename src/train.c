@@ -27,6 +27,7 @@ void tfm_train_defaults(struct tfm_train_opts *o)
     o->save_every_sec = 600;
     o->update_freq = 1;
     o->ranks = 1;
+    o->world = 1;
     o->report_every = 100;
     o->valid_every = 1000;
 }
@@ -255,6 +256,7 @@ struct run {
     struct tfm_config *cfg;
     struct tfm_train_result *res;
     int R, K;
+    int W, g;                       /* processes, and this one's place (0 reports, saves) */
     struct tfm_comm *comm;
     struct replica *rep;            /* [R] */
     struct batch *slots;            /* [K*R] the batches of the update in progress */
@@ -456,6 +458,8 @@ static int after_update(struct run *u, const double *sums, struct tfm_error *err
     u->iv_tokens += (int64_t)sums[2];
     if (u->step % o->report_every == 0 && report(u, err))
         return -1;
+    if (u->g != 0)              /* process 0 validates and saves for the run */
+        return 0;
     if (o->valid_path && o->valid_every > 0 && u->step % o->valid_every == 0 && validate(u, err))
         return -1;
     if (((o->save_every_steps > 0 && u->step % o->save_every_steps == 0) ||
@@ -465,26 +469,46 @@ static int after_update(struct run *u, const double *sums, struct tfm_error *err
     return 0;
 }
 
+/* Processes, after each one's plan_update: stop together, for the first reason any of
+ * them has (a signal, the time limit, the data's end), or because one failed. */
+static int agree(struct run *u, struct tfm_error *err)
+{
+    double v[6] = {0};          /* [reason] = 1, [5] = failed */
+    if (u->end > 0 && u->end < 5)
+        v[u->end] = 1;
+    v[5] = u->failed;
+    if (tfm_comm_sum_f64(u->comm, 0, v, 6, err))
+        return -1;
+    if (v[5] > 0 && !u->failed) {
+        u->failed = 1;
+        tfm_fail(&u->err, "another process of the run failed (see its messages)");
+    }
+    for (int k = 1; k < 5 && !u->end; k++)
+        if (v[k] > 0)
+            u->end = k;
+    return 0;
+}
+
 static int rank_main(int r, void *arg)
 {
     struct replica *p = arg;
     struct run *u = p->run;
-    const int N = u->R;
+    const int N = u->R * u->W, gr = u->g * u->R + r;      /* ranks in all, this one's */
     if (p->be->bind)
         p->be->bind(p->be);
     for (;;) {
         if (r == 0)
             plan_update(u);
-        if (tfm_comm_barrier(u->comm, r, &p->err))
+        if (u->W > 1 ? agree(u, &p->err) : tfm_comm_barrier(u->comm, r, &p->err))
             return -1;
         if (u->end || u->failed)
             return 0;
         /* sums over this rank's batches: loss, nll, tokens, src tokens, failures */
         double sums[5] = {0};
         for (int j = 0; j < u->K && !sums[4]; j++) {
-            const struct batch *b = &u->slots[j * N + r];
+            const struct batch *b = &u->slots[j * u->R + r];
             struct tfm_loss l;
-            uint64_t rng_step = (uint64_t)(u->counter + j * N + r);
+            uint64_t rng_step = (uint64_t)(u->counter + j * N + gr);
             if (tfm_model_train_batch(p->m, b->B, b->S, b->T, b->src, b->tgt, rng_step, &l,
                                       &p->err)) {
                 tfm_error_prefix(&p->err, "%s: batch %lld", data_name(&u->train),
@@ -518,7 +542,7 @@ static int rank_main(int r, void *arg)
         }
         if (r == 0) {
             u->step = step;
-            u->counter += (int64_t)u->K * N;
+            u->counter += (int64_t)u->K * N;       /* micro-batches of all processes */
             if (after_update(u, sums, &p->err)) {
                 tfm_comm_abort(u->comm, p->err.msg);
                 return -1;
@@ -557,7 +581,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     char resume_path[4096] = "";
     if (tfm_checkpoint_dir_ready(o->out_dir, err))
         return -1;
-    int removed = tfm_checkpoint_clean(o->out_dir, err);
+    int removed = u->g == 0 ? tfm_checkpoint_clean(o->out_dir, err) : 0;
     if (removed < 0)
         return -1;
     if (removed > 0 && o->notes)
@@ -577,7 +601,11 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     /* the training stream and its vocabulary */
     u->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
     u->train.repeat = u->train.path != NULL;
-    u->train.world = 1;
+    u->train.world = u->W;
+    u->train.rank = u->g;
+    if (u->W > 1 && !u->train.path)
+        return tfm_fail(err, "%d processes: each reads its own shard of the batch stream, so "
+                        "it must be a file, not standard input", u->W);
     if (data_open(&u->train, err))
         return -1;
     const struct tfm_header *h = &u->train.header;
@@ -634,7 +662,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     tfm_header_init(&u->ck_header, TFM_KIND_CHECKPOINT);
     if ((h->spm && tfm_header_set_spm(&u->ck_header, h->spm, h->spm_size, err)) ||
         tfm_header_set(&u->ck_header, "producer", "tfm-train " TFM_VERSION, err) ||
-        tfm_header_setf(&u->ck_header, err, "ranks", "%d", u->R) ||
+        tfm_header_setf(&u->ck_header, err, "ranks", "%d", u->R * u->W) ||
         tfm_header_setf(&u->ck_header, err, "update_freq", "%d", u->K))
         return -1;
     if (!(u->config_text = tfm_config_format(cfg)))
@@ -654,7 +682,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     /* ranks: a backend and a model replica each */
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     int per = threads / u->R > 0 ? threads / u->R : 1;
-    if (!(u->comm = tfm_comm_threads(u->R, err)))
+    if (!(u->comm = u->W > 1 ? tfm_comm_procs(u->g, u->W, err) : tfm_comm_threads(u->R, err)))
         return -1;
     if (!(u->rep = calloc((size_t)u->R, sizeof *u->rep)) ||
         !(u->slots = calloc((size_t)u->R * (size_t)u->K, sizeof *u->slots)))
@@ -670,7 +698,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         } else if (!(p->be = tfm_backend_cpu(per, err))) {
             return -1;
         }
-        if (u->R > 1) {
+        if (u->R * u->W > 1) {
             p->be->all_reduce = all_reduce;
             p->be->all_reduce_ctx = p;
         }
@@ -683,7 +711,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         }
         if (*ck && tfm_train_load_params(p->m, *ck, 1, err))
             return tfm_error_prefix(err, "%s", resume_path);
-        if (u->R > 1 && !p->be->host_memory &&
+        if (u->R * u->W > 1 && !p->be->host_memory &&
             !(p->stage = malloc((size_t)tfm_model_count(p->m) * sizeof *p->stage)))
             return tfm_fail(err, "out of memory");
     }
@@ -723,7 +751,11 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
         return tfm_fail(err, "bad update_freq %d, ranks %d or report interval", o->update_freq,
                         o->ranks);
     struct run u = {.o = o, .cfg = cfg, .res = res, .R = o->ranks, .K = o->update_freq,
+                    .W = o->world > 1 ? o->world : 1, .g = o->world_rank,
                     .saved_step = -1, .valid_step = -1};
+    if (u.g < 0 || u.g >= u.W || (u.W > 1 && u.R != 1))
+        return tfm_fail(err, "process %d of %d with %d ranks: several processes take one rank "
+                        "each", u.g, u.W, u.R);
     struct tfm_checkpoint *ck = NULL;
     int rc = setup(&u, &ck, err);
     tfm_checkpoint_free(ck);
@@ -761,9 +793,9 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
             res->end = u.end;
             if (u.step % o->report_every != 0)
                 rc = report(&u, err);
-            if (rc == 0 && o->valid_path && u.valid_step != u.step)
+            if (rc == 0 && u.g == 0 && o->valid_path && u.valid_step != u.step)
                 rc = validate(&u, err);
-            if (rc == 0 && u.saved_step != u.step)
+            if (rc == 0 && u.g == 0 && u.saved_step != u.step)
                 rc = save_checkpoint(&u, err);
         }
         res->step = u.step;

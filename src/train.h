@@ -43,6 +43,8 @@ struct tfm_train_opts {
     int keep;                   /* checkpoints kept; 0: all */
     int update_freq;            /* K >= 1 */
     int ranks;                  /* R >= 1 in-process ranks */
+    int world, world_rank;      /* processes of the run (1: this one alone) and this one's
+                                 * place; several take one rank each (dist.h) */
     int threads;                /* CPU threads in all (0: online CPUs), split over ranks */
     int resume;                 /* continue from the newest checkpoint of out_dir if any */
     int64_t report_every;       /* updates between progress reports (>= 1) */

@@ -375,7 +375,7 @@ max_diff() {
     assert_output ""
 }
 
-@test "--device cuda without a GPU is an error saying why; other processes need NCCL" {
+@test "--device cuda without a GPU is an error saying why; a bad process place too" {
     if tfm-train "${SMALL[@]}" -o "$T/auto" --max-steps 1 "$M/b.tfm" 2>&1 | grep -q "device: cuda"; then
         skip "this machine has a GPU"
     fi
@@ -383,9 +383,6 @@ max_diff() {
     assert_failure 1
     assert_output --partial "tfm-train: --device cuda: no CUDA device ("
     [ ! -e "$T/d/last.tfm" ]
-    run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${SMALL[@]}" -o "$T/d" "$M/b.tfm"
-    assert_failure 1
-    assert_output --partial "TFM_RANK: 2 processes: training across processes needs NCCL"
     run env TFM_RANK=3 TFM_WORLD_SIZE=2 tfm-train "${SMALL[@]}" -o "$T/d" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "TFM_RANK=3 outside TFM_WORLD_SIZE=2"
@@ -417,6 +414,62 @@ max_diff() {
     run tfm-train "${SMALL[@]}" -o "$T/r65" --device sim --ranks 65 --max-steps 1 "$M/b.tfm"
     assert_failure 1
     assert_output --partial "tfm-train: --device sim: 65 GPUs wanted, 64 at most"
+}
+
+@test "processes (TFM_RANK, TFM_WORLD_SIZE): two are one process of --ranks 2, bit for bit" {
+    export TFM_RENDEZVOUS_TIMEOUT=60
+    two() {     # two processes, a rendezvous file; rank 1's messages in $T/e1
+        rm -f "$T/rv"
+        TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_RENDEZVOUS="$T/rv" tfm-train "$@" 2> "$T/e1" &
+        TFM_RANK=0 TFM_WORLD_SIZE=2 TFM_RENDEZVOUS="$T/rv" tfm-train "$@"
+        local rc=$?
+        wait $! || return 1
+        return $rc
+    }
+    run two "${SMALL[@]}" -o "$T/p" --max-steps 4 --save-every 2 --valid "$M/v.tfm" "$M/b500.tfm"
+    assert_success
+    assert_line --partial "tfm-train: saved $T/p/step-000004.tfm"
+    assert_line --regexp "^tfm-train: valid step 4 loss "
+    [ ! -s "$T/e1" ]            # process 0 reports for the run
+    [ ! -e "$T/rv" ]            # the rendezvous file is gone once all joined
+    run tfm-train "${SMALL[@]}" -o "$T/r" --ranks 2 --max-steps 6 --save-every 2 -q "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/p/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    # resumed by two processes, over TCP to a fixed port this time
+    export TFM_MASTER_ADDR=127.0.0.1 TFM_MASTER_PORT=$((20000 + RANDOM % 20000))
+    run two "${SMALL[@]}" -o "$T/p" --max-steps 6 --save-every 2 --resume -q "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/p/step-000006.tfm") <(params "$T/r/step-000006.tfm")
+    ! diff -q <(params "$T/p/step-000006.tfm") <(params "$T/p/step-000004.tfm")
+}
+
+@test "processes: a lost process stops the run, naming it; bad setups are errors" {
+    export TFM_RENDEZVOUS_TIMEOUT=60 TFM_WORLD_SIZE=2 TFM_RENDEZVOUS="$T/rv"
+    TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/k" --max-steps 1000000 --save-every 0 -q "$M/b.tfm" 2> "$T/e0" &
+    p0=$!
+    TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/k" --max-steps 1000000 --save-every 0 -q "$M/b.tfm" &
+    p1=$!
+    sleep 2
+    kill -KILL $p1
+    rc=0
+    wait $p0 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_output "tfm-train: process 1 of 2 left the run (see its messages)"
+    # no way to find process 0; one rank per process; a file to shard
+    run env -u TFM_RENDEZVOUS TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "several processes need to find process 0: set TFM_MASTER_ADDR and TFM_MASTER_PORT, or TFM_RENDEZVOUS"
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/x" --ranks 2 "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "2 processes: one rank each (--ranks 1)"
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/x" - < "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "2 processes: each reads its own shard of the batch stream, so it must be a file"
+    # a process that never comes: process 0 gives up after the timeout
+    run env TFM_RANK=0 TFM_RENDEZVOUS_TIMEOUT=1 tfm-train "${SMALL[@]}" -o "$T/y" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "1 of 2 processes joined within 1 s (TFM_RENDEZVOUS_TIMEOUT)"
 }
 
 @test "convergence: configs/tiny.conf on 3000 multi30k pairs gets below loss 5.6 in 150 updates" {

@@ -135,12 +135,12 @@ static void test_open(void)
     char note[1024];
     struct tfm_backend *gpus[4];
     int n = -1;
-    CHECK(tfm_device_open_gpus("cpu", 1, 0, gpus, &n, note, sizeof note, &err) == 0);
+    CHECK(tfm_device_open_gpus("cpu", 1, 0, 0, gpus, &n, note, sizeof note, &err) == 0);
     CHECK_EQ_INT(n, 0);
-    CHECK(tfm_device_open_gpus("tpu", 1, 0, gpus, &n, note, sizeof note, &err) == -1);
+    CHECK(tfm_device_open_gpus("tpu", 1, 0, 0, gpus, &n, note, sizeof note, &err) == -1);
     CHECK(strstr(err.msg, "unknown device 'tpu' (auto, cpu, cuda or sim)") != NULL);
     /* sim: one by default, or as many as asked, each checked */
-    CHECK(tfm_device_open_gpus("sim", 1, 0, gpus, &n, note, sizeof note, &err) == 0);
+    CHECK(tfm_device_open_gpus("sim", 1, 0, 0, gpus, &n, note, sizeof note, &err) == 0);
     CHECK_EQ_INT(n, 1);
     printf("# %s\n", note);
     CHECK(strstr(note, "; sim checked against the CPU") != NULL);
@@ -148,20 +148,20 @@ static void test_open(void)
         CHECK(gpus[i]->host_memory == 0);
         gpus[i]->destroy(gpus[i]);
     }
-    CHECK(tfm_device_open_gpus("sim", 2, 3, gpus, &n, note, sizeof note, &err) == 0);
+    CHECK(tfm_device_open_gpus("sim", 2, 0, 3, gpus, &n, note, sizeof note, &err) == 0);
     CHECK_EQ_INT(n, 3);
     CHECK(strstr(note, "3 sim devices, each checked") != NULL);
     for (int i = 0; i < n; i++)
         gpus[i]->destroy(gpus[i]);
-    CHECK(tfm_device_open_gpus("sim", 1, TFM_DEVICE_MAX + 1, gpus, &n, note, sizeof note,
+    CHECK(tfm_device_open_gpus("sim", 1, 0, TFM_DEVICE_MAX + 1, gpus, &n, note, sizeof note,
                                &err) == -1);
     CHECK(strstr(err.msg, "GPUs wanted") != NULL);
     char msg[384];
     if (tfm_device_cuda_count(msg, sizeof msg) == 0) {
-        CHECK(tfm_device_open_gpus("auto", 1, 0, gpus, &n, note, sizeof note, &err) == 0);
+        CHECK(tfm_device_open_gpus("auto", 1, 0, 0, gpus, &n, note, sizeof note, &err) == 0);
         CHECK_EQ_INT(n, 0);
         CHECK(strstr(note, "device: cpu, no GPU found") != NULL);
-        CHECK(tfm_device_open_gpus("cuda", 1, 0, gpus, &n, note, sizeof note, &err) == -1);
+        CHECK(tfm_device_open_gpus("cuda", 1, 0, 0, gpus, &n, note, sizeof note, &err) == -1);
         CHECK(strstr(err.msg, "--device cuda: no CUDA device") != NULL);
     }
 }
