@@ -413,7 +413,7 @@ max_diff() {
     diff <(params "$T/c2/step-000006.tfm") <(params "$T/r2/step-000006.tfm")
     run tfm-train "${SMALL[@]}" -o "$T/r65" --device sim --ranks 65 --max-steps 1 "$M/b.tfm"
     assert_failure 1
-    assert_output --partial "tfm-train: --device sim: 65 GPUs wanted, 64 at most"
+    assert_output --partial "tfm-train: --device sim: 65 GPUs wanted from GPU 0 on, 64 at most"
 }
 
 @test "processes (TFM_RANK, TFM_WORLD_SIZE): two are one process of --ranks 2, bit for bit" {
