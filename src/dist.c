@@ -227,12 +227,13 @@ static int lost(struct tfm_comm *c, int peer, struct tfm_error *err)
     return tfm_fail(err, "process %d of %d left the run (see its messages)", peer, c->n);
 }
 
-static int send_all(struct tfm_comm *c, int peer, const void *p, size_t n,
+/* All n bytes to (out) or from a peer. */
+static int transfer(struct tfm_comm *c, int peer, void *p, size_t n, int out,
                     struct tfm_error *err)
 {
-    const char *s = p;
+    char *s = p;
     while (n > 0) {
-        ssize_t k = send(c->fd[peer], s, n, MSG_NOSIGNAL);
+        ssize_t k = out ? send(c->fd[peer], s, n, MSG_NOSIGNAL) : recv(c->fd[peer], s, n, 0);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -243,19 +244,15 @@ static int send_all(struct tfm_comm *c, int peer, const void *p, size_t n,
     return 0;
 }
 
+static int send_all(struct tfm_comm *c, int peer, const void *p, size_t n,
+                    struct tfm_error *err)
+{
+    return transfer(c, peer, (void *)(uintptr_t)p, n, 1, err);
+}
+
 static int recv_all(struct tfm_comm *c, int peer, void *p, size_t n, struct tfm_error *err)
 {
-    char *s = p;
-    while (n > 0) {
-        ssize_t k = recv(c->fd[peer], s, n, 0);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return lost(c, peer, err);
-        s += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return transfer(c, peer, p, n, 0, err);
 }
 
 static int procs_sum(struct tfm_comm *c, void *buf, size_t n, size_t size, int f64,
