@@ -455,7 +455,7 @@ max_diff() {
     wait $p0 || rc=$?
     [ "$rc" = 1 ]
     run cat "$T/e0"
-    assert_output "tfm-train: process 1 of 2 left the run (see its messages)"
+    assert_output --regexp "^tfm-train: (update [0-9]+: [a-z -]+: )?process 1 of 2 left the run \(see its messages\)"
     # no way to find process 0; one rank per process; a file to shard
     run env -u TFM_RENDEZVOUS TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
