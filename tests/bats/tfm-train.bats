@@ -449,7 +449,10 @@ max_diff() {
     p0=$!
     TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/k" --max-steps 1000000 --save-every 0 -q "$M/b.tfm" &
     p1=$!
-    sleep 2
+    # once both have joined (process 0 removes the rendezvous file then), kill process 1
+    for i in $(seq 600); do [ -e "$T/rv" ] && break; sleep 0.05; done
+    for i in $(seq 600); do [ -e "$T/rv" ] || break; sleep 0.05; done
+    sleep 0.5
     kill -KILL $p1
     rc=0
     wait $p0 || rc=$?
