@@ -469,6 +469,33 @@ static int after_update(struct run *u, const double *sums, struct tfm_error *err
     return 0;
 }
 
+/* Processes, before the first update: every one must have the same config, stream and
+ * place in it (the same resume point), or their sums would mix different models. */
+static int same_start(struct run *u, struct tfm_error *err)
+{
+    uint64_t h = 1469598103934665603ull;             /* FNV-1a */
+    const char *t = u->config_text;
+    for (; *t; t++)
+        h = (h ^ (unsigned char)*t) * 1099511628211ull;
+    int64_t v[] = {u->step, u->counter, u->tokens, u->train.epoch, u->train.pos, u->K,
+                   (int64_t)tfm_header_vocab_id(&u->train.header)};
+    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
+        for (int b = 0; b < 64; b += 8)
+            h = (h ^ (uint64_t)((v[i] >> b) & 0xff)) * 1099511628211ull;
+    double *all = calloc((size_t)u->W, sizeof *all);
+    if (!all)
+        return tfm_fail(err, "out of memory");
+    all[u->g] = (double)(h >> 12);                    /* 52 bits: exact in a double */
+    int rc = tfm_comm_sum_f64(u->comm, 0, all, (size_t)u->W, err);
+    for (int w = 0; rc == 0 && w < u->W; w++)
+        if (all[w] != all[0])
+            rc = tfm_fail(err, "process %d does not start where process 0 does (config, batch "
+                          "stream or resume point differ): give every process the same options "
+                          "and files, and a checkpoint directory they all see", w);
+    free(all);
+    return rc;
+}
+
 /* Processes, after each one's plan_update: stop together, for the first reason any of
  * them has (a signal, the time limit, the data's end), or because one failed. */
 static int agree(struct run *u, struct tfm_error *err)
@@ -759,6 +786,8 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     struct tfm_checkpoint *ck = NULL;
     int rc = setup(&u, &ck, err);
     tfm_checkpoint_free(ck);
+    if (rc == 0 && u.W > 1)
+        rc = same_start(&u, err);
     if (rc == 0)
         rc = tfm_progress_open(&u.prog, o->prog, o->progress, o->log_path, err);
     if (rc == 0) {

@@ -459,6 +459,14 @@ max_diff() {
     [ "$rc" = 1 ]
     run cat "$T/e0"
     assert_output --regexp "^tfm-train: (update [0-9]+: [a-z -]+: )?process 1 of 2 left the run \(see its messages\)"
+    # processes that would train different models
+    rm -f "$T/rv"
+    TFM_RANK=1 tfm-train "${SMALL[@]}" --set dropout=0.2 -o "$T/d2" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d2" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does (config, batch stream or resume point differ)"
+    [ ! -e "$T/d2/last.tfm" ]
     # no way to find process 0; one rank per process; a file to shard
     run env -u TFM_RENDEZVOUS TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
