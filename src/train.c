@@ -1,7 +1,10 @@
 /* train.c: the training loop (see train.h for the data order and what makes runs
- * reproducible).  Every rank runs rank_main on its own thread and model replica; rank 0
- * also reads the batches of each update, reports, validates and writes checkpoints, while
- * the others wait at the barrier that starts the next update.
+ * reproducible).  Every rank runs rank_main on its own thread and model replica (a CPU
+ * backend, or a GPU's); rank 0 also reads the batches of each update, reports, validates
+ * and writes checkpoints, while the others wait at the barrier that starts the next
+ * update.  With several processes (one rank each) every process reads its own shard of
+ * the stream, the barrier becomes an agreement on whether to go on, and only process 0
+ * reports, validates and saves.
  * Owner: the trainer engineer. */
 #include "train.h"
 

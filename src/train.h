@@ -1,15 +1,18 @@
 /* train.h: the training loop of tfm-train, as one library call.
  *
  * A run reads a batch stream (batch.h), builds the model of a config (model.h) on the CPU
- * backend, and repeats: each of R in-process ranks (threads, each with its own replica of
- * the model) runs update_freq batches forward and backward, the gradients are summed over
- * ranks in rank order (dist.h), and every replica takes the same Adam step (optim.h).
- * Reports go to progress.h; checkpoints (checkpoint.h) are written by rank 0.
+ * backend or on GPUs, and repeats: each of R in-process ranks (threads, each with its own
+ * replica of the model) runs update_freq batches forward and backward, the gradients are
+ * summed over ranks in rank order (dist.h), and every replica takes the same Adam step
+ * (optim.h).  Several processes (W, one rank each) are ranks too: N = R*W in all, process
+ * p being rank p.  Reports go to progress.h; checkpoints (checkpoint.h) are written by
+ * rank 0.
  *
- * Data order and randomness, which make R ranks equal 1 rank with R-fold accumulation and
+ * Data order and randomness, which make N ranks equal 1 rank with N-fold accumulation and
  * a resumed run equal an uninterrupted one:
- *   - update s (1-based) uses the next K*N batches of the stream (K = update_freq, N = R
- *     ranks); forward pass j of rank r takes the (j*N + r)-th of them;
+ *   - update s (1-based) uses the next K*N batches of the stream (K = update_freq, N
+ *     ranks); forward pass j of rank r takes the (j*N + r)-th of them (a process reads its
+ *     shard: batch.h gives rank p of W the batches p, p + W, ...);
  *   - its dropout key is rng_step = counter + j*N + r, where counter (saved in the
  *     checkpoint's state as its rng word) grows by K*N per update;
  *   - the stream is read again from its start when it ends (epoch + 1), unless it is a pipe,
