@@ -1,11 +1,12 @@
 /* dist.c: rank placement from the environment and the all-reduce (dist.h).
  * Threads: each rank sums its own slice of the elements over all ranks' buffers in rank
  * order and writes the result to every buffer, between two barriers.
- * Processes: TCP through process 0 (a star): chunk by chunk, every other process sends
- * its chunk, process 0 adds them in rank order and sends the sum back; the next chunk
- * waits for that, so no socket buffer can fill up while both sides write.  Process 0
- * receives and sends (W-1) times the gradients per update: simple and exact, fine for a
- * few processes; NCCL (GPUs) would replace it.
+ * Processes: a chain over TCP, process p linked to p-1 and p+1 (procs_sum): the partial
+ * sums go up the chain in rank order and the totals come back down, chunk by chunk, so
+ * every process sends and receives about twice the buffer whatever their number, and no
+ * link ever has both ends writing (the chain has no cycle).  Exact, but W hops long each
+ * way; NCCL (GPUs) would replace it.  Process 0 meets the others first (the rendezvous)
+ * and tells each where its successor listens.
  * Owner: the trainer engineer. */
 #include "dist.h"
 
@@ -255,34 +256,41 @@ static int recv_all(struct tfm_comm *c, int peer, void *p, size_t n, struct tfm_
     return transfer(c, peer, p, n, 0, err);
 }
 
+/* A chain: process p adds its buffer to the partial sums of processes 0 .. p-1 that come
+ * from p-1 and passes them on to p+1; the last one ends with the sums, which travel back
+ * down the chain.  Chunk by chunk, so the chain is a pipeline, and every process sends
+ * and receives about twice the buffer whatever the number of processes.  The sums are
+ * ((b0 + b1) + b2) + ..., the in-process order. */
 static int procs_sum(struct tfm_comm *c, void *buf, size_t n, size_t size, int f64,
                      struct tfm_error *err)
 {
+    int p = c->rank, last = c->n - 1;
     size_t per = CHUNK / size;
     for (size_t i0 = 0; i0 < n; i0 += per) {
         size_t m = n - i0 < per ? n - i0 : per, bytes = m * size;
         char *b = (char *)buf + i0 * size;
-        if (c->rank != 0) {
-            if (send_all(c, 0, b, bytes, err) || recv_all(c, 0, b, bytes, err))
-                return -1;
-            continue;
-        }
-        for (int w = 1; w < c->n; w++) {            /* ((b0 + b1) + b2) + ... */
-            if (recv_all(c, w, c->chunk, bytes, err))
+        if (p > 0) {
+            if (recv_all(c, p - 1, c->chunk, bytes, err))
                 return -1;
             if (f64) {
                 double *acc = (double *)(void *)b, *x = (double *)(void *)c->chunk;
                 for (size_t i = 0; i < m; i++)
-                    acc[i] += x[i];
+                    acc[i] = x[i] + acc[i];
             } else {
                 float *acc = (float *)(void *)b, *x = (float *)(void *)c->chunk;
                 for (size_t i = 0; i < m; i++)
-                    acc[i] += x[i];
+                    acc[i] = x[i] + acc[i];
             }
         }
-        for (int w = 1; w < c->n; w++)
-            if (send_all(c, w, b, bytes, err))
-                return -1;
+        if (p < last && send_all(c, p + 1, b, bytes, err))
+            return -1;
+    }
+    for (size_t i0 = 0; i0 < n; i0 += per) {
+        size_t m = n - i0 < per ? n - i0 : per, bytes = m * size;
+        char *b = (char *)buf + i0 * size;
+        if ((p < last && recv_all(c, p + 1, b, bytes, err)) ||
+            (p > 0 && send_all(c, p - 1, b, bytes, err)))
+            return -1;
     }
     return 0;
 }
@@ -408,6 +416,174 @@ static int connect_to_0(const struct where *w0, double timeout, struct tfm_error
     }
 }
 
+/* A connection to ip:port (network order), retried until the deadline. */
+static int connect_ip(uint32_t ip, uint16_t port, double deadline, struct tfm_error *err)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = port, .sin_addr.s_addr = ip};
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            return fd;
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        if (seconds() > deadline)
+            return tfm_fail(err, "connecting to the next process of the chain: %s",
+                            strerror(e));
+        struct timespec nap = {0, 50000000};
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* One connection on lfd before the deadline, with its peer's address; -1 with err. */
+static int accept_one(int lfd, double deadline, double timeout, struct sockaddr_in *peer,
+                      struct tfm_error *err)
+{
+    for (;;) {
+        struct pollfd pf = {.fd = lfd, .events = POLLIN};
+        int left = (int)((deadline - seconds()) * 1000);
+        int k = left > 0 ? poll(&pf, 1, left) : 0;
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return tfm_fail(err, "not every process joined within %.0f s "
+                            "(TFM_RENDEZVOUS_TIMEOUT)", timeout);
+        socklen_t len = sizeof *peer;
+        int fd = accept4(lfd, (struct sockaddr *)peer, &len, SOCK_CLOEXEC);
+        if (fd >= 0)
+            return fd;
+        if (errno != EINTR && errno != ECONNABORTED)
+            return tfm_fail(err, "accepting process connections: %s", strerror(errno));
+    }
+}
+
+/* A hello of n words from fd: 0, or -1 when it is not one of ours. */
+static int hello_from(int fd, uint32_t *h, size_t n)
+{
+    size_t got = 0;
+    while (got < n * sizeof *h) {
+        ssize_t r = recv(fd, (char *)h + got, n * sizeof *h - got, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return h[0] == MAGIC ? 0 : -1;
+}
+
+/* Process 0: every other process joins (hello: MAGIC, rank, world, the port it listens on)
+ * and learns where its successor listens (MAGIC, address, port). */
+static int gather(struct tfm_comm *c, const struct where *w, double deadline, double timeout,
+                  struct tfm_error *err)
+{
+    int world = c->n, port = 0, lfd = listen_on(w, &port, err);
+    if (lfd < 0 || (w->file && publish(w, port, err))) {
+        if (lfd >= 0)
+            close(lfd);
+        return -1;
+    }
+    uint32_t *ip = calloc((size_t)world, sizeof *ip);
+    uint16_t *lport = calloc((size_t)world, sizeof *lport);
+    int bad = !ip || !lport ? tfm_fail(err, "out of memory") : 0;
+    for (int joined = 1; joined < world && !bad;) {
+        struct sockaddr_in peer;
+        int fd = accept_one(lfd, deadline, timeout, &peer, err);
+        if (fd < 0) {
+            bad = tfm_fail(err, "%d of %d processes joined within %.0f s "
+                           "(TFM_RENDEZVOUS_TIMEOUT)", joined, world, timeout);
+            break;
+        }
+        uint32_t h[4];
+        if (hello_from(fd, h, 4)) {                 /* not one of ours: ignore it */
+            close(fd);
+            continue;
+        }
+        if (h[2] != (uint32_t)world || h[1] == 0 || h[1] >= (uint32_t)world ||
+            c->fd[h[1]] >= 0) {
+            bad = tfm_fail(err, "a process says it is %u of %u; this run has %d processes%s",
+                           h[1], h[2], world, h[2] == (uint32_t)world && h[1] ? ", and that "
+                           "one has joined already" : "");
+            close(fd);
+            break;
+        }
+        nodelay(fd);
+        c->fd[h[1]] = fd;
+        ip[h[1]] = peer.sin_addr.s_addr;
+        lport[h[1]] = htons((uint16_t)h[3]);
+        joined++;
+    }
+    close(lfd);
+    if (w->file)
+        unlink(w->file);
+    for (int p = 1; p < world && !bad; p++) {
+        uint32_t next[3] = {MAGIC, p + 1 < world ? ip[p + 1] : 0, p + 1 < world ? lport[p + 1] : 0};
+        bad = send_all(c, p, next, sizeof next, err);
+    }
+    for (int p = 2; p < world; p++)                 /* keep the link to process 1 only */
+        if (c->fd[p] >= 0) {
+            close(c->fd[p]);
+            c->fd[p] = -1;
+        }
+    free(ip);
+    free(lport);
+    return bad ? -1 : 0;
+}
+
+/* Another process: join process 0, then link to its neighbours in the chain. */
+static int join(struct tfm_comm *c, const struct where *w, double deadline, double timeout,
+                struct tfm_error *err)
+{
+    int rank = c->rank, world = c->n, lport = 0, lfd = -1;
+    struct where any = {.port = 0};
+    if (rank >= 2 && (lfd = listen_on(&any, &lport, err)) < 0)
+        return -1;
+    uint32_t hello[4] = {MAGIC, (uint32_t)rank, (uint32_t)world, (uint32_t)lport}, next[3];
+    int fd0 = connect_to_0(w, timeout, err), rc = -1;
+    if (fd0 < 0)
+        goto out;
+    c->fd[0] = fd0;
+    nodelay(fd0);
+    if (send_all(c, 0, hello, sizeof hello, err) || recv_all(c, 0, next, sizeof next, err))
+        goto out;
+    if (next[0] != MAGIC) {
+        tfm_fail(err, "process 0 answered with a bad message");
+        goto out;
+    }
+    if (rank + 1 < world) {
+        int fd = connect_ip(next[1], (uint16_t)next[2], deadline, err);
+        if (fd < 0)
+            goto out;
+        nodelay(fd);
+        c->fd[rank + 1] = fd;
+        uint32_t me[4] = {MAGIC, (uint32_t)rank, (uint32_t)world, 0};
+        if (send_all(c, rank + 1, me, sizeof me, err))
+            goto out;
+    }
+    if (rank >= 2) {                    /* the predecessor's link; process 0's is not needed */
+        close(fd0);
+        c->fd[0] = -1;
+        struct sockaddr_in peer;
+        uint32_t h[4];
+        int fd = accept_one(lfd, deadline, timeout, &peer, err);
+        if (fd < 0)
+            goto out;
+        if (hello_from(fd, h, 4) || h[1] != (uint32_t)rank - 1 || h[2] != (uint32_t)world) {
+            close(fd);
+            tfm_fail(err, "process %d: a connection that is not from process %d", rank,
+                     rank - 1);
+            goto out;
+        }
+        nodelay(fd);
+        c->fd[rank - 1] = fd;
+    }
+    rc = 0;
+out:
+    if (lfd >= 0)
+        close(lfd);
+    return rc;
+}
+
 struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err)
 {
     if (world < 2 || rank < 0 || rank >= world || world > TFM_DIST_MAX_WORLD) {
@@ -425,77 +601,14 @@ struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err)
     c->procs = 1;
     c->n = world;
     c->rank = rank;
-    if (!(c->fd = malloc((size_t)world * sizeof *c->fd)) ||
-        (rank == 0 && !(c->chunk = malloc(CHUNK)))) {
+    if (!(c->fd = malloc((size_t)world * sizeof *c->fd)) || !(c->chunk = malloc(CHUNK))) {
         tfm_comm_free(c);
         tfm_fail(err, "out of memory");
         return NULL;
     }
     for (int i = 0; i < world; i++)
         c->fd[i] = -1;
-    uint32_t hello[3] = {MAGIC, (uint32_t)rank, (uint32_t)world};
-    if (rank != 0) {
-        if ((c->fd[0] = connect_to_0(&w, timeout, err)) < 0 ||
-            send_all(c, 0, hello, sizeof hello, err)) {
-            tfm_comm_free(c);
-            return NULL;
-        }
-        nodelay(c->fd[0]);
-        return c;
-    }
-    int port = 0, lfd = listen_on(&w, &port, err);
-    if (lfd < 0 || (w.file && publish(&w, port, err))) {
-        if (lfd >= 0)
-            close(lfd);
-        tfm_comm_free(c);
-        return NULL;
-    }
-    int bad = 0;
-    for (int joined = 1; joined < world && !bad;) {
-        struct pollfd pf = {.fd = lfd, .events = POLLIN};
-        int left = (int)((deadline - seconds()) * 1000);
-        int k = left > 0 ? poll(&pf, 1, left) : 0;
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            bad = tfm_fail(err, "%d of %d processes joined within %.0f s "
-                           "(TFM_RENDEZVOUS_TIMEOUT)", joined, world, timeout);
-            break;
-        }
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno != EINTR && errno != ECONNABORTED)
-                bad = tfm_fail(err, "accepting process connections: %s", strerror(errno));
-            continue;
-        }
-        uint32_t h[3];
-        size_t got = 0;
-        while (got < sizeof h) {
-            ssize_t r = recv(fd, (char *)h + got, sizeof h - got, 0);
-            if (r <= 0)
-                break;
-            got += (size_t)r;
-        }
-        if (got < sizeof h || h[0] != MAGIC) {     /* not one of ours: ignore it */
-            close(fd);
-            continue;
-        }
-        if (h[2] != (uint32_t)world || h[1] == 0 || h[1] >= (uint32_t)world ||
-            c->fd[h[1]] >= 0) {
-            bad = tfm_fail(err, "a process says it is %u of %u; this run has %d processes%s",
-                           h[1], h[2], world, h[2] == (uint32_t)world && h[1] ? ", and that "
-                           "one has joined already" : "");
-            close(fd);
-            break;
-        }
-        nodelay(fd);
-        c->fd[h[1]] = fd;
-        joined++;
-    }
-    close(lfd);
-    if (w.file)
-        unlink(w.file);
-    if (bad) {
+    if (rank == 0 ? gather(c, &w, deadline, timeout, err) : join(c, &w, deadline, timeout, err)) {
         tfm_comm_free(c);
         return NULL;
     }

@@ -37,10 +37,11 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);
 struct tfm_comm;
 struct tfm_comm *tfm_comm_threads(int nranks, struct tfm_error *err);
 /* A communicator among the world processes of a run, one rank each (rank = this process's):
- * TCP through process 0, which listens on TFM_MASTER_PORT (with TFM_MASTER_ADDR set for the
- * others), or on a free port that it writes to the file TFM_RENDEZVOUS ("HOST PORT"; on a
- * file system every process sees; removed once all have joined).  The others connect,
- * retrying for TFM_RENDEZVOUS_TIMEOUT seconds (default 300).  Its collectives take the
+ * a chain of TCP links between neighbours.  They meet through process 0, which listens on
+ * TFM_MASTER_PORT (with TFM_MASTER_ADDR set for the others), or on a free port that it
+ * writes to the file TFM_RENDEZVOUS ("HOST PORT"; on a file system every process sees;
+ * removed once all have joined).  The others connect, retrying for TFM_RENDEZVOUS_TIMEOUT
+ * seconds (default 300).  Its collectives take the
  * local rank 0.  A process that fails or calls tfm_comm_abort closes its sockets, and
  * the others' collectives fail saying which process left. */
 struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err);

@@ -416,7 +416,7 @@ max_diff() {
     assert_output --partial "tfm-train: --device sim: 65 GPUs wanted from GPU 0 on, 64 at most"
 }
 
-@test "processes (TFM_RANK, TFM_WORLD_SIZE): two are one process of --ranks 2, bit for bit" {
+@test "processes (TFM_RANK, TFM_WORLD_SIZE): W are one process of --ranks W, bit for bit" {
     export TFM_RENDEZVOUS_TIMEOUT=60
     two() {     # two processes, a rendezvous file; rank 1's messages in $T/e1
         rm -f "$T/rv"
@@ -441,6 +441,18 @@ max_diff() {
     assert_success
     diff <(params "$T/p/step-000006.tfm") <(params "$T/r/step-000006.tfm")
     ! diff -q <(params "$T/p/step-000006.tfm") <(params "$T/p/step-000004.tfm")
+    # four processes: a chain of four links, still the in-process sums
+    unset TFM_MASTER_ADDR TFM_MASTER_PORT
+    rm -f "$T/rv"
+    for r in 3 2 1; do
+        TFM_RANK=$r TFM_WORLD_SIZE=4 TFM_RENDEZVOUS="$T/rv" tfm-train "${SMALL[@]}" -o "$T/p4" --max-steps 3 -q "$M/b500.tfm" &
+    done
+    run env TFM_RANK=0 TFM_WORLD_SIZE=4 TFM_RENDEZVOUS="$T/rv" tfm-train "${SMALL[@]}" -o "$T/p4" --max-steps 3 -q "$M/b500.tfm"
+    assert_success
+    wait
+    run tfm-train "${SMALL[@]}" -o "$T/r4" --ranks 4 --max-steps 3 -q "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/p4/step-000003.tfm") <(params "$T/r4/step-000003.tfm")
 }
 
 @test "processes: a lost process stops the run, naming it; bad setups are errors" {
