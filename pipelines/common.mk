@@ -41,6 +41,10 @@ BEAM        ?=
 ALPHA       ?=
 MAX_LEN_B   ?=
 DEVICE      ?= auto
+# Training as several processes: a launcher that starts tfm-train once per process and sets
+# their ranks (`srun -n 8`, `mpirun -np 8`); they meet through $(W)/rendezvous, so $(W)
+# must be on a file system every process sees.
+LAUNCH      ?=
 TRAIN_LINES ?=
 TEST_LINES  ?=
 SCORE_FLAGS ?=
@@ -104,6 +108,7 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
 	@if [ -n "$$(find $(W)/ckpt -name 'step-*.tfm' ! -newer $< 2>/dev/null)" ]; then \
 	    echo "$(W)/ckpt: checkpoints older than the batches: starting afresh" >&2; \
 	    rm -rf $(W)/ckpt; fi
+	$(if $(LAUNCH),rm -f $(W)/rendezvous; TFM_RENDEZVOUS=$(abspath $(W))/rendezvous $(LAUNCH)) \
 	$(TFM)train -c $(CONFIG) $(SETS) -o $(W)/ckpt --resume --valid $(W)/valid.batches.tfm \
 	    --valid-every $(VALID_EVERY) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
 	    --log $(W)/train.log --progress --report-every 100 $<
@@ -154,5 +159,6 @@ help:
 	@echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"
 	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
 	@echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"
+	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
 
 .PHONY: all clean help score stages

@@ -138,6 +138,18 @@ need_tools() {
     assert_file_exist "$W/ckpt/step-000003.tfm"
 }
 
+@test "wmt_ende: LAUNCH trains as several processes" {
+    need_tools
+    local w="$BATS_FILE_TMPDIR/ende-launch"
+    run $ENDE W="$w" MAX_STEPS=4 SAVE_EVERY=2 LAUNCH="$TFM_ROOT/tests/bats/launch-local 2"
+    assert_success
+    assert_output --partial "TFM_RENDEZVOUS=$w/rendezvous $TFM_ROOT/tests/bats/launch-local 2"
+    run tfm-cat --header "$w/ckpt/step-000004.tfm"
+    assert_line "meta ranks=2"
+    assert_file_exist "$w/score.txt"
+    assert_file_not_exist "$w/rendezvous"
+}
+
 @test "wmt_ende: clean removes the work directory" {
     need_tools
     [ -d "$W" ] || skip "needs the run of the tests before"
