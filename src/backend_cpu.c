@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct cpu {
@@ -128,6 +129,9 @@ static inline float fast_expf(float x)
  * does not clear again: memory is touched only where it is used, so an arena sized for the
  * worst batch costs resident memory only for the batches that come.  calloc aligns to 16
  * bytes; the block starts at the next multiple of 64 with calloc's pointer just before it. */
+#define HUGE_PAGE ((uintptr_t)2 << 20)
+#define HUGE_MIN ((size_t)8 << 20)
+
 static void *cpu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *err)
 {
     (void)be;
@@ -139,6 +143,19 @@ static void *cpu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *e
     }
     uintptr_t at = ((uintptr_t)raw + sizeof(void *) + 63) / 64 * 64;
     ((void **)at)[-1] = raw;
+#ifdef MADV_HUGEPAGE
+    /* Large blocks (arenas) in 2 MiB pages where the kernel leaves that to the program
+     * (transparent huge pages "madvise"): a base step walks 1 GB of parameters, moments
+     * and activations, and with 4 KiB pages its TLB misses cost 2-3% of the step
+     * (interleaved A/B, tests/bench/RESULTS.md).  The resident size is unchanged: arenas
+     * are used from their start. */
+    if (n >= HUGE_MIN) {
+        uintptr_t lo = (at + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        uintptr_t hi = (at + n) / HUGE_PAGE * HUGE_PAGE;
+        if (hi > lo)
+            madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+    }
+#endif
     return (void *)at;
 }
 
