@@ -568,7 +568,7 @@ done:
 
 struct tfm_batch_reader {
     struct tfm_reader *r;
-    int rank, nranks;
+    int rank, count, nranks;    /* ranks rank .. rank+count-1 of nranks */
     int64_t total;          /* K from the header, -1: unknown */
     int64_t share;          /* floor(K/N), -1: unknown */
     int64_t vocab;          /* ids < vocab (0: unchecked) */
@@ -728,8 +728,15 @@ static int read_batch(struct tfm_batch_reader *br, struct tfm_error *err)
 struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
                                         struct tfm_error *err)
 {
-    if (nranks < 1 || rank < 0 || rank >= nranks) {
-        tfm_fail(err, "rank %d of %d: 0 <= rank < ranks expected", rank, nranks);
+    return tfm_batch_open_ranks(path, rank, 1, nranks, err);
+}
+
+struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int count,
+                                              int nranks, struct tfm_error *err)
+{
+    if (nranks < 1 || rank < 0 || count < 1 || rank > nranks - count) {
+        tfm_fail(err, "ranks %d to %d of %d: 0 <= rank < ranks expected", rank,
+                 rank + count - 1, nranks);
         return NULL;
     }
     struct tfm_batch_reader *br = calloc(1, sizeof *br);
@@ -738,6 +745,7 @@ struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
         return NULL;
     }
     br->rank = rank;
+    br->count = count;
     br->nranks = nranks;
     br->look_B = -1;
     br->targets = -1;
@@ -778,7 +786,7 @@ struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
             goto fail;
         }
     }
-    br->share = br->total >= 0 ? br->total / nranks : -1;
+    br->share = br->total >= 0 ? br->total / nranks * count : -1;
     /* read the first batch now, so that an empty or wrong stream fails at open */
     int k = read_batch(br, err);
     if (k < 0)
@@ -834,7 +842,8 @@ int tfm_batch_next(struct tfm_batch_reader *br, struct tfm_batch *b, struct tfm_
             return -1;
         if (k == 0)
             return finish(br, err) ? -1 : 0;
-        if (br->b.number % br->nranks == br->rank)
+        int64_t at = br->b.number % br->nranks;
+        if (at >= br->rank && at < br->rank + br->count)
             break;
     }
     br->given++;

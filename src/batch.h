@@ -114,8 +114,14 @@ struct tfm_batch_reader;
  * nranks).  With nranks > 1 the header must say "batches" and K >= nranks. */
 struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
                                         struct tfm_error *err);
+/* The same for ranks rank .. rank+count-1 of nranks at once (a process of several ranks):
+ * the batches i with rank <= i % nranks < rank+count, in stream order, count*floor(K/N)
+ * in all. */
+struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int count,
+                                              int nranks, struct tfm_error *err);
 const struct tfm_header *tfm_batch_header(const struct tfm_batch_reader *r);
-/* Batches this rank gets in all (floor(K/N)), or -1 when the header does not say K. */
+/* Batches this rank gets in all (floor(K/N), times count), or -1 when the header does not
+ * say K. */
 int64_t tfm_batch_count(const struct tfm_batch_reader *r);
 /* Does the stream have targets?  Known after open when K > 0 (from the first batch). */
 int tfm_batch_has_targets(const struct tfm_batch_reader *r);

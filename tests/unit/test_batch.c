@@ -471,10 +471,28 @@ static void test_shards(void)
     CHECK_EQ_INT(tfm_batch_skip(r, K, &err), -1);
     CHECK(strstr(err.msg, "cannot skip") != NULL);
     tfm_batch_close(r);
+    /* a process of ranks 2 and 3 of 6: the batches i with i % 6 in {2, 3}, in order, 2 of
+     * every 6 up to floor(K/6)*6: what ranks 2 and 3 alone take, interleaved */
+    r = tfm_batch_open_ranks(path, 2, 2, 6, &err);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK_EQ_INT(tfm_batch_count(r), K / 6 * 2);
+        int64_t got = 0, want = 2;
+        int rc;
+        while ((rc = tfm_batch_next(r, &b, &err)) == 1) {
+            CHECK_EQ_INT(b.number, want);
+            want += want % 6 == 2 ? 1 : 5;
+            got++;
+        }
+        CHECK_EQ_INT(rc, 0);
+        CHECK_EQ_INT(got, K / 6 * 2);
+        tfm_batch_close(r);
+    }
     /* more ranks than batches, bad rank */
     CHECK(tfm_batch_open(path, 0, (int)K + 1, &err) == NULL);
     CHECK(strstr(err.msg, "batches cannot feed") != NULL);
     CHECK(tfm_batch_open(path, 3, 3, &err) == NULL);
+    CHECK(tfm_batch_open_ranks(path, 5, 2, 6, &err) == NULL);
     tfm_batch_plan_free(&p);
     tfm_corpus_free(&s);
     tfm_corpus_free(&t);
