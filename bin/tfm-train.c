@@ -261,18 +261,13 @@ int main(int argc, char **argv)
     FILE *notes = quiet ? NULL : stderr;
     o.notes = notes;
     o.progress = !quiet && (progress || isatty(2)) ? stderr : NULL;
-    /* processes: one rank each, on the GPU of its place on the node */
+    /* processes: --ranks R each (default 1), on the GPUs of its place on the node */
     struct tfm_dist_env env;
     if (tfm_dist_env_read(&env, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return 1;
     }
     if (env.world > 1) {
-        if (o.ranks > 1) {
-            fprintf(stderr, "tfm-train: %s: %d processes: one rank each (--ranks 1); start a "
-                    "process per GPU\n", env.source, env.world);
-            return 2;
-        }
         o.world = env.world;
         o.world_rank = env.rank;
         if (env.rank != 0) {            /* process 0 reports for the run */
@@ -285,9 +280,9 @@ int main(int argc, char **argv)
     char where[1024];
     struct tfm_backend *gpus[TFM_DEVICE_MAX];
     int ngpus = 0;
-    if (tfm_device_open_gpus(device, o.threads, env.world > 1 ? env.local_rank : 0,
-                             env.world > 1 ? 1 : ranks_given ? o.ranks : 0, gpus, &ngpus,
-                             where, sizeof where, &err)) {
+    if (tfm_device_open_gpus(device, o.threads, env.world > 1 ? env.local_rank * o.ranks : 0,
+                             env.world > 1 || ranks_given ? o.ranks : 0, gpus, &ngpus, where,
+                             sizeof where, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
         return strncmp(err.msg, "unknown device", 14) == 0 ? 2 : 1;
     }

@@ -88,7 +88,8 @@ struct tfm_comm {
     /* processes (tfm_comm_procs): this one's rank, a socket per peer (process 0: fd[w]
      * for every w > 0; the others: fd[0]), -1 where none */
     int procs, rank, *fd;
-    char *chunk;        /* process 0: one peer's chunk */
+    char *chunk;        /* one chunk from a neighbour */
+    struct tfm_comm *up;    /* threads: the processes above them (tfm_comm_stack), or NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int arrived;
@@ -138,6 +139,8 @@ int tfm_comm_size(const struct tfm_comm *c)
 
 void tfm_comm_abort(struct tfm_comm *c, const char *why)
 {
+    if (c->up)
+        tfm_comm_abort(c->up, why);
     /* the other processes see their sockets close and stop too */
     for (int w = 0; c->procs && w < c->n; w++)
         if (c->fd[w] >= 0)
@@ -172,48 +175,81 @@ static int barrier(struct tfm_comm *c, struct tfm_error *err)
 
 static int procs_sum(struct tfm_comm *c, void *buf, size_t n, size_t size, int f64,
                      struct tfm_error *err);
+static int threads_sum(struct tfm_comm *c, int rank, void *buf, size_t n, size_t size,
+                       int f64, struct tfm_error *err);
 
 int tfm_comm_barrier(struct tfm_comm *c, int rank, struct tfm_error *err)
 {
-    (void)rank;
-    if (c->procs) {
-        double x = 0;
+    double x = 0;
+    if (c->procs)
         return procs_sum(c, &x, 1, sizeof x, 1, err);
-    }
-    return barrier(c, err);
+    if (!c->up)
+        return barrier(c, err);
+    return threads_sum(c, rank, &x, 1, sizeof x, 1, err);
 }
 
-#define SUM_BODY(T)                                                                    \
-    c->bufs[rank] = buf;                                                               \
-    if (barrier(c, err))                                                               \
-        return -1;                                                                     \
-    size_t lo = n * (size_t)rank / (size_t)c->n, hi = n * (size_t)(rank + 1) / (size_t)c->n; \
-    T *const *b = (T *const *)c->bufs;                                                 \
-    for (size_t i = lo; i < hi; i++) {                                                 \
-        T acc = b[0][i];                                                               \
-        for (int r = 1; r < c->n; r++)                                                 \
-            acc += b[r][i];                                                            \
-        for (int r = 0; r < c->n; r++)                                                 \
-            b[r][i] = acc;                                                             \
-    }                                                                                  \
-    return barrier(c, err);
+#define SUM_SLICE(T)                                                                   \
+    do {                                                                               \
+        T *const *b = (T *const *)c->bufs;                                             \
+        for (size_t i = lo; i < hi; i++) {                                             \
+            T acc = b[0][i];                                                           \
+            for (int r = 1; r < c->n; r++)                                             \
+                acc += b[r][i];                                                        \
+            for (int r = 0; r < c->n; r++)                                             \
+                b[r][i] = acc;                                                         \
+        }                                                                              \
+    } while (0)
+
+/* The local ranks' sum, then, with processes above (tfm_comm_stack), local rank 0 sums
+ * that over the processes and the others copy its result. */
+static int threads_sum(struct tfm_comm *c, int rank, void *buf, size_t n, size_t size,
+                       int f64, struct tfm_error *err)
+{
+    if (c->n > 1) {
+        c->bufs[rank] = buf;
+        if (barrier(c, err))
+            return -1;
+        size_t lo = n * (size_t)rank / (size_t)c->n, hi = n * (size_t)(rank + 1) / (size_t)c->n;
+        if (f64)
+            SUM_SLICE(double);
+        else
+            SUM_SLICE(float);
+        if (barrier(c, err))
+            return -1;
+    }
+    if (!c->up)
+        return 0;
+    if (rank == 0 && procs_sum(c->up, buf, n, size, f64, err)) {
+        tfm_comm_abort(c, err->msg);
+        return -1;
+    }
+    if (c->n == 1)
+        return 0;
+    c->bufs[rank] = buf;
+    if (barrier(c, err))
+        return -1;
+    if (rank != 0)
+        memcpy(buf, c->bufs[0], n * size);
+    return barrier(c, err);                 /* rank 0's buffer is read until here */
+}
 
 int tfm_comm_sum_f32(struct tfm_comm *c, int rank, float *buf, size_t n, struct tfm_error *err)
 {
-    if (c->n == 1)
-        return 0;
     if (c->procs)
-        return procs_sum(c, buf, n, sizeof *buf, 0, err);
-    SUM_BODY(float)
+        return c->n == 1 ? 0 : procs_sum(c, buf, n, sizeof *buf, 0, err);
+    return threads_sum(c, rank, buf, n, sizeof *buf, 0, err);
 }
 
 int tfm_comm_sum_f64(struct tfm_comm *c, int rank, double *buf, size_t n, struct tfm_error *err)
 {
-    if (c->n == 1)
-        return 0;
     if (c->procs)
-        return procs_sum(c, buf, n, sizeof *buf, 1, err);
-    SUM_BODY(double)
+        return c->n == 1 ? 0 : procs_sum(c, buf, n, sizeof *buf, 1, err);
+    return threads_sum(c, rank, buf, n, sizeof *buf, 1, err);
+}
+
+void tfm_comm_stack(struct tfm_comm *local, struct tfm_comm *procs)
+{
+    local->up = procs;
 }
 
 /* ---- processes ----------------------------------------------------------------------- */

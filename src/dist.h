@@ -45,6 +45,12 @@ struct tfm_comm *tfm_comm_threads(int nranks, struct tfm_error *err);
  * local rank 0.  A process that fails or calls tfm_comm_abort closes its sockets, and
  * the others' collectives fail saying which process left. */
 struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err);
+/* Several ranks in each of several processes: the collectives of `local` (threads) then sum
+ * over the local ranks in rank order, local rank 0 sums that over the processes, and every
+ * local rank gets the result: ((b0 + b1) + (b2 + b3)) for 2 ranks in 2 processes, the
+ * same bits on every rank (not those of 4 ranks in one process).  procs stays the
+ * caller's to free, after local. */
+void tfm_comm_stack(struct tfm_comm *local, struct tfm_comm *procs);
 void tfm_comm_free(struct tfm_comm *c);
 int tfm_comm_size(const struct tfm_comm *c);
 

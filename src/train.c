@@ -2,9 +2,9 @@
  * reproducible).  Every rank runs rank_main on its own thread and model replica (a CPU
  * backend, or a GPU's); rank 0 also reads the batches of each update, reports, validates
  * and writes checkpoints, while the others wait at the barrier that starts the next
- * update.  With several processes (one rank each) every process reads its own shard of
- * the stream, the barrier becomes an agreement on whether to go on, and only process 0
- * reports, validates and saves.
+ * update.  With several processes every process reads its own ranks' batches, the
+ * barrier becomes an agreement on whether to go on (dist.h stacks the processes on the
+ * ranks of each), and only process 0 reports, validates and saves.
  * Owner: the trainer engineer. */
 #include "train.h"
 
@@ -56,7 +56,7 @@ struct batch {
  * (a pipe).  The reader gives this process its shard (rank of world). */
 struct data {
     const char *path;           /* NULL: stdin */
-    int rank, world;
+    int rank, count, world;     /* ranks rank .. rank+count-1 of world (batch.h) */
     int repeat;                 /* reopen at the end */
     struct tfm_batch_reader *r;
     struct tfm_header header;   /* of the first opening */
@@ -72,7 +72,8 @@ static const char *data_name(const struct data *d)
 
 static int data_open(struct data *d, struct tfm_error *err)
 {
-    d->r = tfm_batch_open(d->path ? d->path : "-", d->rank, d->world, err);
+    d->r = tfm_batch_open_ranks(d->path ? d->path : "-", d->rank, d->count > 0 ? d->count : 1,
+                                d->world, err);
     if (!d->r)
         return -1;
     const struct tfm_header *h = tfm_batch_header(d->r);
@@ -260,7 +261,8 @@ struct run {
     struct tfm_train_result *res;
     int R, K;
     int W, g;                       /* processes, and this one's place (0 reports, saves) */
-    struct tfm_comm *comm;
+    struct tfm_comm *comm;          /* the ranks of this process, stacked on procs */
+    struct tfm_comm *procs;         /* the processes (W > 1), or NULL */
     struct replica *rep;            /* [R] */
     struct batch *slots;            /* [K*R] the batches of the update in progress */
     struct data train;
@@ -489,7 +491,7 @@ static int same_start(struct run *u, struct tfm_error *err)
     if (!all)
         return tfm_fail(err, "out of memory");
     all[u->g] = (double)(h >> 12);                    /* 52 bits: exact in a double */
-    int rc = tfm_comm_sum_f64(u->comm, 0, all, (size_t)u->W, err);
+    int rc = tfm_comm_sum_f64(u->procs, 0, all, (size_t)u->W, err);
     for (int w = 0; rc == 0 && w < u->W; w++)
         if (all[w] != all[0])
             rc = tfm_fail(err, "process %d does not start where process 0 does (config, batch "
@@ -499,23 +501,32 @@ static int same_start(struct run *u, struct tfm_error *err)
     return rc;
 }
 
-/* Processes, after each one's plan_update: stop together, for the first reason any of
- * them has (a signal, the time limit, the data's end), or because one failed. */
-static int agree(struct run *u, struct tfm_error *err)
+/* Processes, after each one's plan_update (every local rank calls it; rank r of this
+ * process): stop together, for the first reason any of them has (a signal, the time limit,
+ * the data's end), or because one failed.  *stop: this update is not to be done. */
+static int agree(struct run *u, int r, int *stop, struct tfm_error *err)
 {
     double v[6] = {0};          /* [reason] = 1, [5] = failed */
-    if (u->end > 0 && u->end < 5)
-        v[u->end] = 1;
-    v[5] = u->failed;
-    if (tfm_comm_sum_f64(u->comm, 0, v, 6, err))
-        return -1;
-    if (v[5] > 0 && !u->failed) {
-        u->failed = 1;
-        tfm_fail(&u->err, "another process of the run failed (see its messages)");
+    if (r == 0) {
+        if (u->end > 0 && u->end < 5)
+            v[u->end] = 1;
+        v[5] = u->failed;
     }
-    for (int k = 1; k < 5 && !u->end; k++)
+    if (tfm_comm_sum_f64(u->comm, r, v, 6, err))
+        return -1;
+    int end = 0;
+    for (int k = 1; k < 5 && !end; k++)
         if (v[k] > 0)
-            u->end = k;
+            end = k;
+    *stop = end || v[5] > 0;
+    if (r == 0) {
+        if (v[5] > 0 && !u->failed) {
+            u->failed = 1;
+            tfm_fail(&u->err, "another process of the run failed (see its messages)");
+        }
+        if (!u->end)
+            u->end = end;
+    }
     return 0;
 }
 
@@ -529,9 +540,16 @@ static int rank_main(int r, void *arg)
     for (;;) {
         if (r == 0)
             plan_update(u);
-        if (u->W > 1 ? agree(u, &p->err) : tfm_comm_barrier(u->comm, r, &p->err))
-            return -1;
-        if (u->end || u->failed)
+        int stop;
+        if (u->W > 1) {
+            if (agree(u, r, &stop, &p->err))
+                return -1;
+        } else {
+            if (tfm_comm_barrier(u->comm, r, &p->err))
+                return -1;
+            stop = u->end || u->failed;
+        }
+        if (stop)
             return 0;
         /* sums over this rank's batches: loss, nll, tokens, src tokens, failures */
         double sums[5] = {0};
@@ -631,8 +649,14 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     /* the training stream and its vocabulary */
     u->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
     u->train.repeat = u->train.path != NULL;
-    u->train.world = u->W;
-    u->train.rank = u->g;
+    if (u->W > 1) {             /* this process's ranks' batches (batch.h) */
+        u->train.world = u->R * u->W;
+        u->train.rank = u->g * u->R;
+        u->train.count = u->R;
+    } else {                    /* every batch: the slots give them to the ranks */
+        u->train.world = 1;
+        u->train.count = 1;
+    }
     if (u->W > 1 && !u->train.path)
         return tfm_fail(err, "%d processes: each reads its own shard of the batch stream, so "
                         "it must be a file, not standard input", u->W);
@@ -712,8 +736,11 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     /* ranks: a backend and a model replica each */
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     int per = threads / u->R > 0 ? threads / u->R : 1;
-    if (!(u->comm = u->W > 1 ? tfm_comm_procs(u->g, u->W, err) : tfm_comm_threads(u->R, err)))
+    if (!(u->comm = tfm_comm_threads(u->R, err)) ||
+        (u->W > 1 && !(u->procs = tfm_comm_procs(u->g, u->W, err))))
         return -1;
+    if (u->procs)
+        tfm_comm_stack(u->comm, u->procs);
     if (!(u->rep = calloc((size_t)u->R, sizeof *u->rep)) ||
         !(u->slots = calloc((size_t)u->R * (size_t)u->K, sizeof *u->slots)))
         return tfm_fail(err, "out of memory");
@@ -783,9 +810,8 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     struct run u = {.o = o, .cfg = cfg, .res = res, .R = o->ranks, .K = o->update_freq,
                     .W = o->world > 1 ? o->world : 1, .g = o->world_rank,
                     .saved_step = -1, .valid_step = -1};
-    if (u.g < 0 || u.g >= u.W || (u.W > 1 && u.R != 1))
-        return tfm_fail(err, "process %d of %d with %d ranks: several processes take one rank "
-                        "each", u.g, u.W, u.R);
+    if (u.g < 0 || u.g >= u.W)
+        return tfm_fail(err, "process %d of %d", u.g, u.W);
     struct tfm_checkpoint *ck = NULL;
     int rc = setup(&u, &ck, err);
     tfm_checkpoint_free(ck);
@@ -851,6 +877,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     free(u.host);
     free(u.config_text);
     tfm_comm_free(u.comm);
+    tfm_comm_free(u.procs);
     data_close(&u.train);
     if (u.ck_header.kind[0])
         tfm_header_free(&u.ck_header);

@@ -4,15 +4,15 @@
  * backend or on GPUs, and repeats: each of R in-process ranks (threads, each with its own
  * replica of the model) runs update_freq batches forward and backward, the gradients are
  * summed over ranks in rank order (dist.h), and every replica takes the same Adam step
- * (optim.h).  Several processes (W, one rank each) are ranks too: N = R*W in all, process
- * p being rank p.  Reports go to progress.h; checkpoints (checkpoint.h) are written by
- * rank 0.
+ * (optim.h).  Several processes (W, R ranks each) make N = R*W ranks in all, rank q of
+ * process p being rank p*R + q.  Reports go to progress.h; checkpoints (checkpoint.h) are
+ * written by rank 0.
  *
  * Data order and randomness, which make N ranks equal 1 rank with N-fold accumulation and
  * a resumed run equal an uninterrupted one:
  *   - update s (1-based) uses the next K*N batches of the stream (K = update_freq, N
  *     ranks); forward pass j of rank r takes the (j*N + r)-th of them (a process reads its
- *     shard: batch.h gives rank p of W the batches p, p + W, ...);
+ *     ranks' batches: batch.h gives ranks pR .. pR+R-1 of N the batches with i % N there);
  *   - its dropout key is rng_step = counter + j*N + r, where counter (saved in the
  *     checkpoint's state as its rng word) grows by K*N per update;
  *   - the stream is read again from its start when it ends (epoch + 1), unless it is a pipe,
@@ -47,7 +47,7 @@ struct tfm_train_opts {
     int update_freq;            /* K >= 1 */
     int ranks;                  /* R >= 1 in-process ranks */
     int world, world_rank;      /* processes of the run (1: this one alone) and this one's
-                                 * place; several take one rank each (dist.h) */
+                                 * place; each runs `ranks` ranks (dist.h) */
     int threads;                /* CPU threads in all (0: online CPUs), split over ranks */
     int resume;                 /* continue from the newest checkpoint of out_dir if any */
     int64_t report_every;       /* updates between progress reports (>= 1) */
