@@ -1,11 +1,12 @@
 /* dist.h: data-parallel ranks: where this process sits, and the all-reduce among ranks.
  *
  * A run has W processes (launched by mpirun, srun or by hand with TFM_RANK and
- * TFM_WORLD_SIZE) and R ranks inside each process (threads on CPU, one per GPU later),
+ * TFM_WORLD_SIZE) and R ranks inside each process (threads, each on the CPU or on a GPU),
  * R*W ranks in all.  Every rank computes gradients on its own batches; tfm_comm_sum makes
- * every rank's buffer the element-wise sum over ranks.  The sum is taken in rank order,
- * ((b0 + b1) + b2) + ..., and is the same bits on every rank and in every run, so
- * training is deterministic for a fixed R.
+ * every rank's buffer the element-wise sum over ranks.  The sum is taken in rank order
+ * within a process, ((b0 + b1) + b2) + ..., then over the processes in process order;
+ * it is the same bits on every rank and in every run, so training is deterministic for a
+ * fixed R and W.
  * The in-process implementation (threads) and the one between processes (TCP sockets) are
  * here; NCCL would go here too, behind the same calls: nothing else in tfm knows how
  * ranks talk.
