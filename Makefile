@@ -4,7 +4,7 @@
 #   make CUDA=0          CPU only
 #   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed"
 #   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
-#   make check-gpu       CUDA ops against the CPU (needs a GPU; skipped otherwise)
+#   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)
 #   make bench           throughput and memory against references measured in the same run
 #   make fuzz            libFuzzer on the stream reader (clang, ASan, UBSan)
 #   make install PREFIX=/usr/local
