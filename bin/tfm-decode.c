@@ -38,6 +38,7 @@ static const char HELP[] =
 
 struct progress {
     int on;
+    int device_shown;       /* the device line goes first */
 };
 
 static void report(void *ctx, const struct tfm_decode_stats *st, int final)
@@ -45,6 +46,10 @@ static void report(void *ctx, const struct tfm_decode_stats *st, int final)
     struct progress *p = ctx;
     if (!p->on)
         return;
+    if (!p->device_shown && st->device[0]) {
+        fprintf(stderr, "tfm-decode: %s\n", st->device);
+        p->device_shown = 1;
+    }
     double s = st->seconds > 0 ? st->seconds : 1e-9;
     if (final)
         fprintf(stderr, "tfm-decode: %lld sentences, %lld hypotheses, %lld tokens in %.1f s "
@@ -182,7 +187,7 @@ int main(int argc, char **argv)
     if (!o.search.sample && o.beam_given && o.search.nbest > o.search.beam)
         return tfm_cli_usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
     const char *in = optind < argc ? argv[optind] : "-";
-    struct progress pr = {progress && !quiet};
+    struct progress pr = {progress && !quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;
     struct tfm_error err;
@@ -194,7 +199,7 @@ int main(int argc, char **argv)
     if (!quiet && o.stats.truncated)
         fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",
                 (long long)o.stats.truncated);
-    if (pr.on && o.stats.device[0])
+    if (pr.on && !pr.device_shown && o.stats.device[0])
         fprintf(stderr, "tfm-decode: %s\n", o.stats.device);
     if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
         perror("tfm-decode: write error");
