@@ -1,8 +1,8 @@
 #!/usr/bin/env bats
-# The tools on a GPU against the CPU: training, decoding, two ranks.  On a machine with a
-# working GPU (`make check-gpu` there) DEV is cuda; elsewhere the same tests run through
-# sim, the stand-in for a GPU (src/backend_sim.c), where the results must be the CPU's
-# bit for bit.  Bounds on a GPU: fp32 products and sums in other orders (~1e-6 an op)
+# The tools on a GPU against the CPU: training, decoding, two ranks, two processes.  On
+# a machine with a working GPU (`make check-gpu` there) DEV is cuda; elsewhere the same
+# tests run through sim, the stand-in for a GPU (src/backend_sim.c), where the results
+# must be the CPU's bit for bit.  Bounds on a GPU: fp32 products and sums in other orders (~1e-6 an op)
 # compounding over the updates.
 
 setup_file() {
@@ -83,6 +83,23 @@ bound() {
     run tfm-train "${SMALL[@]}" --device cpu --ranks 2 --max-steps 20 -o "$T/cpu" "$M/b.tfm"
     assert_success
     run tfm-train "${SMALL[@]}" --device "$DEV" --ranks 2 --max-steps 20 -o "$T/dev" "$M/b.tfm"
+    assert_success
+    run max_diff "$T/cpu/last.tfm" "$T/dev/last.tfm"
+    echo "parameters: $output"
+    awk -v d="$output" -v t="$(bound 1e-2)" 'BEGIN { exit !(d <= t) }'
+}
+
+@test "gpu: two processes, one device each, follow the CPU's two ranks" {
+    if [ "$DEV" = cuda ] && ! tfm-train "${SMALL[@]}" --device cuda --ranks 2 --max-steps 1 -o "$T/probe" "$M/b.tfm" 2> /dev/null; then
+        skip "fewer than 2 GPUs"
+    fi
+    export TFM_RENDEZVOUS="$T/rv" TFM_RENDEZVOUS_TIMEOUT=60 TFM_WORLD_SIZE=2
+    TFM_RANK=1 TFM_LOCAL_RANK=1 tfm-train "${SMALL[@]}" --device "$DEV" --max-steps 20 -o "$T/dev" "$M/b.tfm" &
+    run env TFM_RANK=0 TFM_LOCAL_RANK=0 tfm-train "${SMALL[@]}" --device "$DEV" --max-steps 20 -o "$T/dev" "$M/b.tfm"
+    assert_success
+    wait $!
+    unset TFM_RENDEZVOUS TFM_WORLD_SIZE
+    run tfm-train "${SMALL[@]}" --device cpu --ranks 2 --max-steps 20 -o "$T/cpu" "$M/b.tfm"
     assert_success
     run max_diff "$T/cpu/last.tfm" "$T/dev/last.tfm"
     echo "parameters: $output"
