@@ -2,8 +2,8 @@
 # The tools on a GPU against the CPU: training, decoding, two ranks, two processes.  On
 # a machine with a working GPU (`make check-gpu` there) DEV is cuda; elsewhere the same
 # tests run through sim, the stand-in for a GPU (src/backend_sim.c), where the results
-# must be the CPU's bit for bit.  Bounds on a GPU: fp32 products and sums in other orders (~1e-6 an op)
-# compounding over the updates.
+# must be the CPU's bit for bit.  Bounds on a GPU: fp32 products and sums in other
+# orders (~1e-6 an op) compounding over the updates.
 
 setup_file() {
     D="$TFM_ROOT/data/multi30k-ende"
