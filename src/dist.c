@@ -11,6 +11,7 @@
 #include "dist.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -85,8 +86,8 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
 
 struct tfm_comm {
     int n;
-    /* processes (tfm_comm_procs): this one's rank, a socket per peer (process 0: fd[w]
-     * for every w > 0; the others: fd[0]), -1 where none */
+    /* processes (tfm_comm_procs): this one's rank, and fd[p] the socket to process p:
+     * only the neighbours p-1 and p+1 in the chain, -1 elsewhere */
     int procs, rank, *fd;
     char *chunk;        /* one chunk from a neighbour */
     struct tfm_comm *up;    /* threads: the processes above them (tfm_comm_stack), or NULL */
@@ -225,8 +226,7 @@ static int threads_sum(struct tfm_comm *c, int rank, void *buf, size_t n, size_t
     }
     if (c->n == 1)
         return 0;
-    c->bufs[rank] = buf;
-    if (barrier(c, err))
+    if (barrier(c, err))                    /* c->bufs still holds every rank's buffer */
         return -1;
     if (rank != 0)
         memcpy(buf, c->bufs[0], n * size);
@@ -264,17 +264,16 @@ static int lost(struct tfm_comm *c, int peer, struct tfm_error *err)
     return tfm_fail(err, "process %d of %d left the run (see its messages)", peer, c->n);
 }
 
-/* All n bytes to (out) or from a peer. */
-static int transfer(struct tfm_comm *c, int peer, void *p, size_t n, int out,
-                    struct tfm_error *err)
+/* All n bytes to (out) or from socket fd: 0, or -1 when the other end is gone. */
+static int xfer(int fd, void *p, size_t n, int out)
 {
     char *s = p;
     while (n > 0) {
-        ssize_t k = out ? send(c->fd[peer], s, n, MSG_NOSIGNAL) : recv(c->fd[peer], s, n, 0);
+        ssize_t k = out ? send(fd, s, n, MSG_NOSIGNAL) : recv(fd, s, n, 0);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return lost(c, peer, err);
+            return -1;
         s += k;
         n -= (size_t)k;
     }
@@ -284,12 +283,12 @@ static int transfer(struct tfm_comm *c, int peer, void *p, size_t n, int out,
 static int send_all(struct tfm_comm *c, int peer, const void *p, size_t n,
                     struct tfm_error *err)
 {
-    return transfer(c, peer, (void *)(uintptr_t)p, n, 1, err);
+    return xfer(c->fd[peer], (void *)(uintptr_t)p, n, 1) ? lost(c, peer, err) : 0;
 }
 
 static int recv_all(struct tfm_comm *c, int peer, void *p, size_t n, struct tfm_error *err)
 {
-    return transfer(c, peer, p, n, 0, err);
+    return xfer(c->fd[peer], p, n, 0) ? lost(c, peer, err) : 0;
 }
 
 /* A chain: process p adds its buffer to the partial sums of processes 0 .. p-1 that come
@@ -412,9 +411,11 @@ static int publish(const struct where *w, int port, struct tfm_error *err)
     return 0;
 }
 
-/* A worker's connection to process 0, retried until `deadline` (process 0 may start
- * later, or a file may still name an earlier run's port). */
-static int connect_to_0(const struct where *w0, double timeout, struct tfm_error *err)
+/* A connection to w (its file read again on every try: process 0 may write it later, or
+ * it may still name an earlier run's port), retried for `timeout` seconds; `who` names the
+ * process for the message. */
+static int connect_to(const struct where *w0, double timeout, const char *who,
+                      struct tfm_error *err)
 {
     double deadline = seconds() + timeout;
     for (;;) {
@@ -444,7 +445,7 @@ static int connect_to_0(const struct where *w0, double timeout, struct tfm_error
             }
         }
         if (seconds() > deadline)
-            return tfm_fail(err, "no process 0 at %s%s%s:%d after %.0f s (TFM_RENDEZVOUS_TIMEOUT)",
+            return tfm_fail(err, "no %s at %s%s%s:%d after %.0f s (TFM_RENDEZVOUS_TIMEOUT)", who,
                             w.file ? w.file : "", w.file ? ": " : "",
                             w.host[0] ? w.host : "(not written yet)", w.port, timeout);
         struct timespec nap = {0, 100000000};
@@ -452,28 +453,10 @@ static int connect_to_0(const struct where *w0, double timeout, struct tfm_error
     }
 }
 
-/* A connection to ip:port (network order), retried until the deadline. */
-static int connect_ip(uint32_t ip, uint16_t port, double deadline, struct tfm_error *err)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = port, .sin_addr.s_addr = ip};
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
-            return fd;
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        if (seconds() > deadline)
-            return tfm_fail(err, "connecting to the next process of the chain: %s",
-                            strerror(e));
-        struct timespec nap = {0, 50000000};
-        nanosleep(&nap, NULL);
-    }
-}
-
-/* One connection on lfd before the deadline, with its peer's address; -1 with err. */
+/* One connection on lfd before the deadline, with its peer's address when peer is given;
+ * -1 with err ("<waiting> within N s" when the time is up). */
 static int accept_one(int lfd, double deadline, double timeout, struct sockaddr_in *peer,
-                      struct tfm_error *err)
+                      const char *waiting, struct tfm_error *err)
 {
     for (;;) {
         struct pollfd pf = {.fd = lfd, .events = POLLIN};
@@ -482,10 +465,9 @@ static int accept_one(int lfd, double deadline, double timeout, struct sockaddr_
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return tfm_fail(err, "not every process joined within %.0f s "
-                            "(TFM_RENDEZVOUS_TIMEOUT)", timeout);
+            return tfm_fail(err, "%s within %.0f s (TFM_RENDEZVOUS_TIMEOUT)", waiting, timeout);
         socklen_t len = sizeof *peer;
-        int fd = accept4(lfd, (struct sockaddr *)peer, &len, SOCK_CLOEXEC);
+        int fd = accept4(lfd, (struct sockaddr *)peer, peer ? &len : NULL, SOCK_CLOEXEC);
         if (fd >= 0)
             return fd;
         if (errno != EINTR && errno != ECONNABORTED)
@@ -496,16 +478,7 @@ static int accept_one(int lfd, double deadline, double timeout, struct sockaddr_
 /* A hello of n words from fd: 0, or -1 when it is not one of ours. */
 static int hello_from(int fd, uint32_t *h, size_t n)
 {
-    size_t got = 0;
-    while (got < n * sizeof *h) {
-        ssize_t r = recv(fd, (char *)h + got, n * sizeof *h - got, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        got += (size_t)r;
-    }
-    return h[0] == MAGIC ? 0 : -1;
+    return xfer(fd, h, n * sizeof *h, 0) || h[0] != MAGIC ? -1 : 0;
 }
 
 /* Process 0: every other process joins (hello: MAGIC, rank, world, the port it listens on)
@@ -524,10 +497,11 @@ static int gather(struct tfm_comm *c, const struct where *w, double deadline, do
     int bad = !ip || !lport ? tfm_fail(err, "out of memory") : 0;
     for (int joined = 1; joined < world && !bad;) {
         struct sockaddr_in peer;
-        int fd = accept_one(lfd, deadline, timeout, &peer, err);
+        char waiting[64];
+        snprintf(waiting, sizeof waiting, "%d of %d processes joined", joined, world);
+        int fd = accept_one(lfd, deadline, timeout, &peer, waiting, err);
         if (fd < 0) {
-            bad = tfm_fail(err, "%d of %d processes joined within %.0f s "
-                           "(TFM_RENDEZVOUS_TIMEOUT)", joined, world, timeout);
+            bad = -1;
             break;
         }
         uint32_t h[4];
@@ -575,7 +549,7 @@ static int join(struct tfm_comm *c, const struct where *w, double deadline, doub
     if (rank >= 2 && (lfd = listen_on(&any, &lport, err)) < 0)
         return -1;
     uint32_t hello[4] = {MAGIC, (uint32_t)rank, (uint32_t)world, (uint32_t)lport}, next[3];
-    int fd0 = connect_to_0(w, timeout, err), rc = -1;
+    int fd0 = connect_to(w, timeout, "process 0", err), rc = -1;
     if (fd0 < 0)
         goto out;
     c->fd[0] = fd0;
@@ -587,7 +561,12 @@ static int join(struct tfm_comm *c, const struct where *w, double deadline, doub
         goto out;
     }
     if (rank + 1 < world) {
-        int fd = connect_ip(next[1], (uint16_t)next[2], deadline, err);
+        struct where succ = {.port = ntohs((uint16_t)next[2])};
+        char who[32];
+        inet_ntop(AF_INET, &next[1], succ.host, sizeof succ.host);
+        snprintf(who, sizeof who, "process %d", rank + 1);
+        double left = deadline - seconds();
+        int fd = connect_to(&succ, left > 0 ? left : 0, who, err);
         if (fd < 0)
             goto out;
         nodelay(fd);
@@ -599,9 +578,10 @@ static int join(struct tfm_comm *c, const struct where *w, double deadline, doub
     if (rank >= 2) {                    /* the predecessor's link; process 0's is not needed */
         close(fd0);
         c->fd[0] = -1;
-        struct sockaddr_in peer;
         uint32_t h[4];
-        int fd = accept_one(lfd, deadline, timeout, &peer, err);
+        char waiting[64];
+        snprintf(waiting, sizeof waiting, "no link from process %d", rank - 1);
+        int fd = accept_one(lfd, deadline, timeout, NULL, waiting, err);
         if (fd < 0)
             goto out;
         if (hello_from(fd, h, 4) || h[1] != (uint32_t)rank - 1 || h[2] != (uint32_t)world) {
