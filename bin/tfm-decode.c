@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "decode.h"
+#include "device.h"
 
 static const char USAGE[] =
     "usage: tfm-decode -m MODEL [-m MODEL]... [--beam K] [--alpha A] [--max-len-b N]\n"
@@ -162,9 +163,8 @@ int main(int argc, char **argv)
             o.threads = (int)v;
             break;
         case O_DEVICE:
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda") &&
-                strcmp(optarg, "sim"))
-                return tfm_cli_usage_error("--device: '%s': expected auto, cpu, cuda or sim",
+            if (!tfm_device_name_ok(optarg))
+                return tfm_cli_usage_error("--device: '%s': expected " TFM_DEVICE_NAMES,
                                            optarg);
             o.device = optarg;
             break;

@@ -160,7 +160,12 @@ int main(int argc, char **argv)
             o.update_freq = (int)v;
             break;
         case 'r': o.resume = 1; break;
-        case 'd': device = optarg; break;
+        case 'd':
+            if (!tfm_device_name_ok(optarg))
+                return tfm_cli_usage_error("--device: '%s': expected " TFM_DEVICE_NAMES,
+                                           optarg);
+            device = optarg;
+            break;
         case 'j':
             if (tfm_cli_int("--threads", optarg, 1, 4096, &v))
                 return 2;
@@ -284,7 +289,7 @@ int main(int argc, char **argv)
                              env.world > 1 || ranks_given ? o.ranks : 0, gpus, &ngpus, where,
                              sizeof where, &err)) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
-        return strncmp(err.msg, "unknown device", 14) == 0 ? 2 : 1;
+        return 1;
     }
     if (notes)
         fprintf(notes, "tfm-train: %s\n", where);

@@ -35,9 +35,20 @@ int tfm_device_cuda_count(char *msg, size_t n)
 #endif
 }
 
+int tfm_device_name_ok(const char *want)
+{
+    static const char *const names[] = {"auto", "cpu", "cuda", "sim"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(want, names[i]) == 0)
+            return 1;
+    return 0;
+}
+
 int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error *err)
 {
     char cuda[384];
+    if (!tfm_device_name_ok(want))
+        return tfm_fail(err, "unknown device '%s' (" TFM_DEVICE_NAMES ")", want);
     memset(dev, 0, sizeof *dev);
     if (strcmp(want, "cpu") == 0) {
         snprintf(dev->note, sizeof dev->note, "device: cpu (as asked)");
@@ -50,8 +61,6 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
                  "as asked)");
         return 0;
     }
-    if (strcmp(want, "auto") != 0 && strcmp(want, "cuda") != 0)
-        return tfm_fail(err, "unknown device '%s' (auto, cpu, cuda or sim)", want);
     int n = tfm_device_cuda_count(cuda, sizeof cuda);
     if (n > 0) {
         dev->kind = TFM_DEVICE_CUDA;

@@ -18,7 +18,11 @@ struct tfm_device {
     char note[512];         /* what was found and chosen, one line, for the log */
 };
 
-/* want: "auto", "cpu", "cuda" or "sim".  Returns 0 and fills dev, or -1 with err. */
+/* The names a tool's --device takes, for messages, and whether want is one of them. */
+#define TFM_DEVICE_NAMES "auto, cpu, cuda or sim"
+int tfm_device_name_ok(const char *want);
+
+/* want: one of TFM_DEVICE_NAMES.  Returns 0 and fills dev, or -1 with err. */
 int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error *err);
 /* How far a device's result a is from the CPU's b (n floats): the largest difference,
  * relative where |b| > 1; NaN when one has a NaN or an Inf where the other does not. */

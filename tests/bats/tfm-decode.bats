@@ -256,6 +256,7 @@ values() {
     assert_failure 2
     run tfm-decode -m "$M/model.tfm" --device tpu "$M/test.tfm"
     assert_failure 2
+    assert_output --partial "tfm-decode: --device: 'tpu': expected auto, cpu, cuda or sim"
     run tfm-decode -m "$M/model.tfm" "$M/test.tfm" "$M/test.tfm"
     assert_failure 2
     run tfm-decode --bogus

@@ -99,7 +99,7 @@ max_diff() {
     assert_output --partial "dropuot"
     run tfm-train -c "$CONF" -o "$T/x" --device tpu "$M/b.tfm"
     assert_failure 2
-    assert_output --partial "unknown device 'tpu'"
+    assert_output --partial "tfm-train: --device: 'tpu': expected auto, cpu, cuda or sim"
     run tfm-train -c "$CONF" -o "$T/x" "$M/b.tfm" "$M/v.tfm"
     assert_failure 2
     run tfm-train -c "$T/none.conf" -o "$T/x" "$M/b.tfm"
