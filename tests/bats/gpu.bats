@@ -28,6 +28,7 @@ setup_file() {
 setup() {
     bats_load_library bats-support
     bats_load_library bats-assert
+    load checkpoints
     M="$BATS_FILE_TMPDIR"
     T="$BATS_TEST_TMPDIR"
     DEV=$(cat "$M/dev")
@@ -35,15 +36,6 @@ setup() {
            --set heads=4 -j 1 -q)
 }
 
-params() {
-    tfm-cat --values "$1" | awk '/^record/ { p = ($3 ~ /^param\./) } p'
-}
-
-max_diff() {
-    paste -d ' ' <(params "$1" | tr ' \t' '\n\n') <(params "$2" | tr ' \t' '\n\n') |
-        awk 'NF == 2 && $1 + 0 == $1 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
-             END { printf "%.3g\n", m }'
-}
 
 # The bound for a comparison with the CPU: none on sim (the same bits), $1 on a GPU.
 bound() {

@@ -34,6 +34,7 @@ setup_file() {
 setup() {
     bats_load_library bats-support
     bats_load_library bats-assert
+    load checkpoints
     M="$BATS_FILE_TMPDIR"
     T="$BATS_TEST_TMPDIR"
     CONF="$TFM_ROOT/configs/tiny.conf"
@@ -41,17 +42,6 @@ setup() {
     SMALL=(-c "$CONF" --set layers=1 --set d_model=32 --set d_ff=64 --set heads=2 -j 1)
 }
 
-# The parameter records of a checkpoint as text (tfm-cat, the independent dumper).
-params() {
-    tfm-cat --values "$1" | awk '/^record/ { p = ($3 ~ /^param\./) } p'
-}
-
-# Largest absolute difference between the parameters of two checkpoints.
-max_diff() {
-    paste -d ' ' <(params "$1" | tr ' \t' '\n\n') <(params "$2" | tr ' \t' '\n\n') |
-        awk 'NF == 2 && $1 + 0 == $1 { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
-             END { printf "%.3g\n", m }'
-}
 
 @test "--help mirrors the synopsis; --version" {
     run tfm-train --help
