@@ -296,6 +296,26 @@ __global__ void __launch_bounds__(ROWS * WARP)
         lse[bh * s.Tq + i] = n > 0 ? m + logf(sum) : -INFINITY;
 }
 
+// The row a warp of a rows-form kernel owns: row = bh*T + i of the B*H*T rows (T = Tq for
+// query rows, Tk for key rows), ROWS warps per block.  False past the last row (the whole
+// warp returns).
+struct WarpRow {
+    int64_t row, bh;
+    int i, b, h;
+};
+
+__device__ __forceinline__ bool warp_row(const Shape &s, int T, WarpRow &w)
+{
+    w.row = (int64_t)blockIdx.x * ROWS + warp_id();
+    if (w.row >= (int64_t)s.B * s.H * T)
+        return false;
+    w.bh = w.row / T;
+    w.i = (int)(w.row % T);
+    w.b = (int)(w.bh / s.H);
+    w.h = (int)(w.bh % s.H);
+    return true;
+}
+
 // Lane t of the warp gets scale * a . (row r0+t of src, stride ld), for t < cnt (else 0);
 // each dot product by the whole warp (dot_warp).
 __device__ float chunk_dots(const float *a, const float *src, int64_t ld, int r0, int cnt,
@@ -317,11 +337,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
              int ldv, float *o, int ldo, float *lse)
 {
     const int dk = s.dk, lane = lane_id();
-    const int64_t row = (int64_t)blockIdx.x * ROWS + warp_id();
-    if (row >= (int64_t)s.B * s.H * s.Tq)
+    WarpRow wr;
+    if (!warp_row(s, s.Tq, wr))
         return;   // the whole warp
-    const int64_t bh = row / s.Tq;
-    const int i = (int)(row % s.Tq), b = (int)(bh / s.H), h = (int)(bh % s.H);
+    const int64_t row = wr.row, bh = wr.bh;
+    const int i = wr.i, b = wr.b, h = wr.h;
     float *pw = smem() + warp_id() * TILE;
     const float *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
     const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
@@ -503,11 +523,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
                    float *Dw)
 {
     const int dk = s.dk, lane = lane_id();
-    const int64_t row = (int64_t)blockIdx.x * ROWS + warp_id();
-    if (row >= (int64_t)s.B * s.H * s.Tq)
+    WarpRow wr;
+    if (!warp_row(s, s.Tq, wr))
         return;   // the whole warp
-    const int64_t bh = row / s.Tq;
-    const int i = (int)(row % s.Tq), b = (int)(bh / s.H), h = (int)(bh % s.H);
+    const int64_t row = wr.row, bh = wr.bh;
+    const int i = wr.i, b = wr.b, h = wr.h;
     float *pw = smem() + warp_id() * TILE;
     const float *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
     const float *gr = head_row(dout, b, s.Tq, i, lddo, h, dk);
@@ -563,11 +583,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
                  float *dk_, int lddk, float *dv, int lddv)
 {
     const int dk = s.dk, lane = lane_id();
-    const int64_t row = (int64_t)blockIdx.x * ROWS + warp_id();
-    if (row >= (int64_t)s.B * s.H * s.Tk)
+    WarpRow wr;
+    if (!warp_row(s, s.Tk, wr))
         return;   // the whole warp
-    const int64_t bh = row / s.Tk;
-    const int j = (int)(row % s.Tk), b = (int)(bh / s.H), h = (int)(bh % s.H);
+    const int64_t bh = wr.bh;
+    const int j = wr.i, b = wr.b, h = wr.h;
     float *pw = smem() + warp_id() * 2 * TILE, *dw = pw + TILE;
     const float *kr = head_row(k, b, s.Tk, j, ldk, h, dk);
     const float *vr = head_row(v, b, s.Tk, j, ldv, h, dk);
