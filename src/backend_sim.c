@@ -137,244 +137,113 @@ static int sim_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tf
     return SIM(be)->in->reserve(SIM(be)->in, max_tq, max_tk, err);
 }
 
-static void sim_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                     int ldc)
-{
-    OPEN(be);
-    DEV(A);
-    DEV(B);
-    DEV(C);
-    s->in->gemm(s->in, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    CLOSE();
-}
+/* An op: open the blocks, check that each named pointer is device memory, run the CPU
+ * backend's op on the same arguments, close the blocks. */
+#define SIM_OP(op, params, checks, args) \
+    static void sim_##op params           \
+    {                                     \
+        OPEN(be);                         \
+        checks;                           \
+        s->in->op args;                   \
+        CLOSE();                          \
+    }
 
-static void sim_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
-                             float alpha, const float *A, int lda, int64_t sa, const float *B,
-                             int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
-                             int batch)
-{
-    OPEN(be);
-    DEV(A);
-    DEV(B);
-    DEV(C);
-    s->in->gemm_batched(s->in, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc,
-                        sc, batch);
-    CLOSE();
-}
-
-static void sim_embed_fwd(struct tfm_backend *be, float *out, const float *table,
-                          const int32_t *ids, int N, int D, float scale, const float *pos,
-                          int L, int pos0)
-{
-    OPEN(be);
-    DEV(out);
-    DEV(table);
-    DEV(ids);
-    DEV(pos);
-    s->in->embed_fwd(s->in, out, table, ids, N, D, scale, pos, L, pos0);
-    CLOSE();
-}
-
-static void sim_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos,
-                          const float *dout, const int32_t *ids, int N, int D, int V,
-                          float scale, int L, int pos0)
-{
-    OPEN(be);
-    DEV(dtable);
-    DEV(dpos);
-    DEV(dout);
-    DEV(ids);
-    s->in->embed_bwd(s->in, dtable, dpos, dout, ids, N, D, V, scale, L, pos0);
-    CLOSE();
-}
-
-static void sim_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
-                              const float *x, const float *g, const float *b, int N, int D,
-                              float eps)
-{
-    OPEN(be);
-    DEV(y);
-    DEV(mean);
-    DEV(rstd);
-    DEV(x);
-    DEV(g);
-    DEV(b);
-    s->in->layernorm_fwd(s->in, y, mean, rstd, x, g, b, N, D, eps);
-    CLOSE();
-}
-
-static void sim_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db,
-                              const float *dy, const float *x, const float *mean,
-                              const float *rstd, const float *g, int N, int D, int accumulate)
-{
-    OPEN(be);
-    DEV(dx);
-    DEV(dg);
-    DEV(db);
-    DEV(dy);
-    DEV(x);
-    DEV(mean);
-    DEV(rstd);
-    DEV(g);
-    s->in->layernorm_bwd(s->in, dx, dg, db, dy, x, mean, rstd, g, N, D, accumulate);
-    CLOSE();
-}
-
-static void sim_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
-                         int ldq, const float *k, int ldk, const float *v, int ldv, float *o,
-                         int ldo, float *lse)
-{
-    OPEN(be);
-    DEV(a->klen);
-    DEV(q);
-    DEV(k);
-    DEV(v);
-    DEV(o);
-    DEV(lse);
-    s->in->attn_fwd(s->in, a, q, ldq, k, ldk, v, ldv, o, ldo, lse);
-    CLOSE();
-}
-
-static void sim_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
-                         int ldq, const float *k, int ldk, const float *v, int ldv,
-                         const float *o, int ldo, const float *lse, const float *dout,
-                         int lddo, float *dq, int lddq, float *dk, int lddk, float *dv,
-                         int lddv)
-{
-    OPEN(be);
-    DEV(a->klen);
-    DEV(q);
-    DEV(k);
-    DEV(v);
-    DEV(o);
-    DEV(lse);
-    DEV(dout);
-    DEV(dq);
-    DEV(dk);
-    DEV(dv);
-    s->in->attn_bwd(s->in, a, q, ldq, k, ldk, v, ldv, o, ldo, lse, dout, lddo, dq, lddq, dk,
-                    lddk, dv, lddv);
-    CLOSE();
-}
-
-static void sim_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
-                            const float *q, int ldq, const float *k, const float *v, int ld,
-                            int64_t bstride, const int32_t *blk, const int32_t *slot,
-                            int sstride, const int32_t *len, float *o, int ldo)
-{
-    OPEN(be);
-    DEV(q);
-    DEV(k);
-    DEV(v);
-    DEV(blk);
-    DEV(slot);
-    DEV(len);
-    DEV(o);
-    s->in->attn_decode(s->in, R, H, dk, scale, q, ldq, k, v, ld, bstride, blk, slot, sstride,
-                       len, o, ldo);
-    CLOSE();
-}
-
-static void sim_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M,
-                         int relu)
-{
-    OPEN(be);
-    DEV(x);
-    DEV(b);
-    s->in->bias_act(s->in, x, b, N, M, relu);
-    CLOSE();
-}
-
-static void sim_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M)
-{
-    OPEN(be);
-    DEV(db);
-    DEV(dy);
-    s->in->bias_bwd(s->in, db, dy, N, M);
-    CLOSE();
-}
-
-static void sim_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const float *y,
-                         size_t n, float scale)
-{
-    OPEN(be);
-    DEV(dx);
-    DEV(dy);
-    DEV(y);
-    s->in->relu_bwd(s->in, dx, dy, y, n, scale);
-    CLOSE();
-}
-
-static void sim_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
-                        uint64_t key)
-{
-    OPEN(be);
-    DEV(y);
-    DEV(x);
-    s->in->dropout(s->in, y, x, n, p, key);
-    CLOSE();
-}
-
-static void sim_add_dropout(struct tfm_backend *be, float *y, const float *a, const float *b,
-                            size_t n, float p, uint64_t key)
-{
-    OPEN(be);
-    DEV(y);
-    DEV(a);
-    DEV(b);
-    s->in->add_dropout(s->in, y, a, b, n, p, key);
-    CLOSE();
-}
-
-static void sim_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n)
-{
-    OPEN(be);
-    DEV(y);
-    DEV(x);
-    s->in->axpy(s->in, y, alpha, x, n);
-    CLOSE();
-}
-
-static void sim_scale(struct tfm_backend *be, float *x, float alpha, size_t n)
-{
-    OPEN(be);
-    DEV(x);
-    s->in->scale(s->in, x, alpha, n);
-    CLOSE();
-}
-
-static void sim_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
-                       int64_t sstride, const int32_t *idx, int n, int64_t len)
-{
-    OPEN(be);
-    DEV(dst);
-    DEV(src);
-    DEV(idx);
-    s->in->gather(s->in, dst, dstride, src, sstride, idx, n, len);
-    CLOSE();
-}
-
-static void sim_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N,
-                     int V, float eps, int ignore, float *loss, float *nll, float grad_scale)
-{
-    OPEN(be);
-    DEV(logits);
-    DEV(labels);
-    DEV(loss);
-    DEV(nll);
-    s->in->xent(s->in, logits, labels, N, V, eps, ignore, loss, nll, grad_scale);
-    CLOSE();
-}
-
-static void sim_log_softmax(struct tfm_backend *be, float *y, const float *x, int N, int V)
-{
-    OPEN(be);
-    DEV(y);
-    DEV(x);
-    s->in->log_softmax(s->in, y, x, N, V);
-    CLOSE();
-}
+SIM_OP(gemm,
+       (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc),
+       DEV(A); DEV(B); DEV(C),
+       (s->in, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+SIM_OP(gemm_batched,
+       (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+        const float *A, int lda, int64_t sa, const float *B, int ldb, int64_t sb, float beta,
+        float *C, int ldc, int64_t sc, int batch),
+       DEV(A); DEV(B); DEV(C),
+       (s->in, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch))
+SIM_OP(embed_fwd,
+       (struct tfm_backend *be, float *out, const float *table, const int32_t *ids, int N,
+        int D, float scale, const float *pos, int L, int pos0),
+       DEV(out); DEV(table); DEV(ids); DEV(pos),
+       (s->in, out, table, ids, N, D, scale, pos, L, pos0))
+SIM_OP(embed_bwd,
+       (struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
+        const int32_t *ids, int N, int D, int V, float scale, int L, int pos0),
+       DEV(dtable); DEV(dpos); DEV(dout); DEV(ids),
+       (s->in, dtable, dpos, dout, ids, N, D, V, scale, L, pos0))
+SIM_OP(layernorm_fwd,
+       (struct tfm_backend *be, float *y, float *mean, float *rstd, const float *x,
+        const float *g, const float *b, int N, int D, float eps),
+       DEV(y); DEV(mean); DEV(rstd); DEV(x); DEV(g); DEV(b),
+       (s->in, y, mean, rstd, x, g, b, N, D, eps))
+SIM_OP(layernorm_bwd,
+       (struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
+        const float *x, const float *mean, const float *rstd, const float *g, int N, int D,
+        int accumulate),
+       DEV(dx); DEV(dg); DEV(db); DEV(dy); DEV(x); DEV(mean); DEV(rstd); DEV(g),
+       (s->in, dx, dg, db, dy, x, mean, rstd, g, N, D, accumulate))
+SIM_OP(attn_fwd,
+       (struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
+        const float *k, int ldk, const float *v, int ldv, float *o, int ldo, float *lse),
+       DEV(a->klen); DEV(q); DEV(k); DEV(v); DEV(o); DEV(lse),
+       (s->in, a, q, ldq, k, ldk, v, ldv, o, ldo, lse))
+SIM_OP(attn_bwd,
+       (struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
+        const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,
+        const float *lse, const float *dout, int lddo, float *dq, int lddq, float *dk, int lddk,
+        float *dv, int lddv),
+       DEV(a->klen); DEV(q); DEV(k); DEV(v); DEV(o); DEV(lse); DEV(dout); DEV(dq); DEV(dk);
+       DEV(dv),
+       (s->in, a, q, ldq, k, ldk, v, ldv, o, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv,
+        lddv))
+SIM_OP(attn_decode,
+       (struct tfm_backend *be, int R, int H, int dk, float scale, const float *q, int ldq,
+        const float *k, const float *v, int ld, int64_t bstride, const int32_t *blk,
+        const int32_t *slot, int sstride, const int32_t *len, float *o, int ldo),
+       DEV(q); DEV(k); DEV(v); DEV(blk); DEV(slot); DEV(len); DEV(o),
+       (s->in, R, H, dk, scale, q, ldq, k, v, ld, bstride, blk, slot, sstride, len, o, ldo))
+SIM_OP(bias_act,
+       (struct tfm_backend *be, float *x, const float *b, int N, int M, int relu),
+       DEV(x); DEV(b),
+       (s->in, x, b, N, M, relu))
+SIM_OP(bias_bwd,
+       (struct tfm_backend *be, float *db, const float *dy, int N, int M),
+       DEV(db); DEV(dy),
+       (s->in, db, dy, N, M))
+SIM_OP(relu_bwd,
+       (struct tfm_backend *be, float *dx, const float *dy, const float *y, size_t n,
+        float scale),
+       DEV(dx); DEV(dy); DEV(y),
+       (s->in, dx, dy, y, n, scale))
+SIM_OP(dropout,
+       (struct tfm_backend *be, float *y, const float *x, size_t n, float p, uint64_t key),
+       DEV(y); DEV(x),
+       (s->in, y, x, n, p, key))
+SIM_OP(add_dropout,
+       (struct tfm_backend *be, float *y, const float *a, const float *b, size_t n, float p,
+        uint64_t key),
+       DEV(y); DEV(a); DEV(b),
+       (s->in, y, a, b, n, p, key))
+SIM_OP(axpy,
+       (struct tfm_backend *be, float *y, float alpha, const float *x, size_t n),
+       DEV(y); DEV(x),
+       (s->in, y, alpha, x, n))
+SIM_OP(scale,
+       (struct tfm_backend *be, float *x, float alpha, size_t n),
+       DEV(x),
+       (s->in, x, alpha, n))
+SIM_OP(gather,
+       (struct tfm_backend *be, float *dst, int64_t dstride, const float *src, int64_t sstride,
+        const int32_t *idx, int n, int64_t len),
+       DEV(dst); DEV(src); DEV(idx),
+       (s->in, dst, dstride, src, sstride, idx, n, len))
+SIM_OP(xent,
+       (struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V, float eps,
+        int ignore, float *loss, float *nll, float grad_scale),
+       DEV(logits); DEV(labels); DEV(loss); DEV(nll),
+       (s->in, logits, labels, N, V, eps, ignore, loss, nll, grad_scale))
+SIM_OP(log_softmax,
+       (struct tfm_backend *be, float *y, const float *x, int N, int V),
+       DEV(y); DEV(x),
+       (s->in, y, x, N, V))
 
 static double sim_sumsq(struct tfm_backend *be, const float *x, size_t n)
 {
@@ -385,18 +254,11 @@ static double sim_sumsq(struct tfm_backend *be, const float *x, size_t n)
     return r;
 }
 
-static void sim_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v,
-                     size_t n, float lr, float b1, float b2, float eps, float gscale,
-                     int64_t step)
-{
-    OPEN(be);
-    DEV(p);
-    DEV(grad);
-    DEV(m);
-    DEV(v);
-    s->in->adam(s->in, p, grad, m, v, n, lr, b1, b2, eps, gscale, step);
-    CLOSE();
-}
+SIM_OP(adam,
+       (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n, float lr,
+        float b1, float b2, float eps, float gscale, int64_t step),
+       DEV(p); DEV(grad); DEV(m); DEV(v),
+       (s->in, p, grad, m, v, n, lr, b1, b2, eps, gscale, step))
 
 static void sim_destroy(struct tfm_backend *be)
 {
