@@ -31,19 +31,29 @@ LDLIBS   += $(SPM_LIBS) -lopenblas -lz -lpthread -lm -lstdc++
 VERSION  := $(shell cat VERSION)
 CPPFLAGS += -DTFM_VERSION='"$(VERSION)"'
 
-# CUDA is built when nvcc is on PATH, unless CUDA=0.  The runtime API only (never -lcuda):
-# a binary linked this way starts on a machine without a GPU and uses the CPU backend.
+# CUDA is built when nvcc is on PATH, unless CUDA=0.  kernels/*.cu become one shared
+# object, libtfm-cuda.so, linked against the CUDA runtime, cuBLAS and NCCL; the tools are
+# not: they load it with dlopen only once the driver reports a GPU (src/cuda_plugin.h), so a
+# binary built with CUDA starts, and uses the CPU saying why, on any machine.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CUDA     ?= $(if $(NVCC),1,0)
+CUDA_PLUGIN :=
 ifeq ($(CUDA),1)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
 CUDA_ARCH  ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
               -gencode arch=compute_90,code=compute_90
-NVCCFLAGS  ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall -MMD -MP
+NVCCFLAGS  ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-fPIC,-fvisibility=hidden -MMD -MP
+# the toolkit's version (13000 for 13.0): a driver of an older major version is refused
+CUDA_TOOLKIT_VERSION := $(shell sed -n 's/^\#define CUDA_VERSION \([0-9]*\).*/\1/p' \
+                          $(CUDA_HOME)/include/cuda.h 2>/dev/null)
+CUDA_PLUGIN := $(BUILD)/libtfm-cuda.so
 CPPFLAGS   += -DTFM_CUDA
 KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(wildcard kernels/*.cu))
-LDLIBS     += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart
+$(BUILD)/src/cuda_load.o: CPPFLAGS += -DTFM_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"' \
+                                      -DTFM_CUDA_TOOLKIT_VERSION=$(CUDA_TOOLKIT_VERSION)
 endif
+LDLIBS   += -ldl
 
 LIB_C    := $(wildcard src/*.c)
 LIB_CC   := $(wildcard src/*.cc)
@@ -55,11 +65,20 @@ REFPROGS := $(patsubst tests/ref/%.c,$(BUILD)/ref/%,$(wildcard tests/ref/*.c))
 MANPAGES := $(wildcard man/*.1 man/*.5)
 LIB      := $(BUILD)/libtfm.a
 
-all: $(TOOLS) $(TESTS)
+all: $(TOOLS) $(TESTS) $(CUDA_PLUGIN)
 
-$(LIB): $(LIB_OBJ) $(KERNEL_OBJ)
+$(LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
+
+# The plugin carries its own copy of error.c (built position-independent); it exports
+# tfm_cuda_plugin_entry only (-fvisibility=hidden), and -z defs proves it complete.
+$(CUDA_PLUGIN): $(KERNEL_OBJ) $(BUILD)/pic/error.o
+	$(CXX) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -lstdc++
+
+$(BUILD)/pic/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
 
 $(BUILD)/src/%.o: src/%.c VERSION
 	@mkdir -p $(@D)
@@ -97,13 +116,13 @@ $(BUILD)/ref/%: tests/ref/%.c $(LIB)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.a,$^) $(LDLIBS)
 
 check: all
-	@TFM_BIN=$(abspath $(BINDIR)) tests/run $(TESTS)
+	@TFM_BIN=$(abspath $(BINDIR)) TFM_BUILD=$(abspath $(BUILD)) tests/run $(TESTS)
 
 check-ref: all $(REFPROGS)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_REF_BIN=$(abspath $(BUILD)/ref) tests/ref/run
 
 check-gpu: all
-	@TFM_BIN=$(abspath $(BINDIR)) tests/run --gpu $(TESTS)
+	@TFM_BIN=$(abspath $(BINDIR)) TFM_BUILD=$(abspath $(BUILD)) tests/run --gpu $(TESTS)
 
 bench: all $(BENCHES)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BENCH_BIN=$(abspath $(BUILD)/bench) tests/bench/run
@@ -121,6 +140,8 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 	    $(DESTDIR)$(PREFIX)/share/man/man5
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin
+	$(if $(CUDA_PLUGIN),install -d $(DESTDIR)$(PREFIX)/lib/tfm && \
+	    install -m 755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/tfm)
 	install -m 644 $(filter %.1,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 644 $(filter %.5,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man5
 

@@ -10,9 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-void tfm_cuda_fail(const char *what, const char *msg, const char *file, int line)
+void tfm_cuda_fail(const char *op, const char *call, const char *name, const char *msg,
+                   const char *file, int line)
 {
-    fprintf(stderr, "tfm: CUDA backend: %s: %s (%s:%d)\n", what, msg, file, line);
+    int dev = -1;
+    cudaGetDevice(&dev);
+    fprintf(stderr, "tfm: CUDA backend, GPU %d, op %s: %s failed: %s: %s (%s:%d)\n", dev, op,
+            call, name, msg, file, line);
     abort();
 }
 
@@ -20,7 +24,8 @@ void tfm_cuda_fail(const char *what, const char *msg, const char *file, int line
     do {                                                                                 \
         cublasStatus_t s_ = (x);                                                         \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-            tfm_cuda_fail(#x, cublasGetStatusString(s_), __FILE__, __LINE__);            \
+            tfm_cuda_fail(__func__, #x, cublasGetStatusName(s_), cublasGetStatusString(s_), \
+                          __FILE__, __LINE__);                                           \
     } while (0)
 
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
@@ -37,7 +42,7 @@ void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
     if (e != cudaSuccess) {
         char m[160];
         snprintf(m, sizeof m, "workspace of %zu bytes: %s", want, cudaGetErrorString(e));
-        tfm_cuda_fail("cudaMalloc", m, __FILE__, __LINE__);
+        tfm_cuda_fail(__func__, "cudaMalloc", cudaGetErrorName(e), m, __FILE__, __LINE__);
     }
     c->work_bytes = want;
     return c->work;
@@ -160,41 +165,76 @@ static void cu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N
 
 static void cu_bind(struct tfm_backend *be) { CUDA_CHECK(cudaSetDevice(CU(be)->device)); }
 
+// Teardown continues past a failed call (the rest is still released) but says so.
+static void teardown(const char *call, cudaError_t e)
+{
+    if (e != cudaSuccess)
+        fprintf(stderr, "tfm: CUDA backend: releasing: %s failed: %s: %s\n", call,
+                cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 static void cu_destroy(struct tfm_backend *be)
 {
     if (!be)
         return;
     tfm_cuda *c = CU(be);
     if (c) {
-        cudaSetDevice(c->device);
+        teardown("cudaSetDevice", cudaSetDevice(c->device));
         if (c->stream)
-            cudaStreamSynchronize(c->stream);
-        if (c->blas)
-            cublasDestroy(c->blas);
+            teardown("cudaStreamSynchronize", cudaStreamSynchronize(c->stream));
+        if (c->blas) {
+            cublasStatus_t s = cublasDestroy(c->blas);
+            if (s != CUBLAS_STATUS_SUCCESS)
+                fprintf(stderr, "tfm: CUDA backend: releasing: cublasDestroy failed: %s\n",
+                        cublasGetStatusString(s));
+        }
         if (c->work)
-            cudaFree(c->work);
+            teardown("cudaFree", cudaFree(c->work));
         if (c->stream)
-            cudaStreamDestroy(c->stream);
+            teardown("cudaStreamDestroy", cudaStreamDestroy(c->stream));
         free(c);
     }
     free(be);
 }
 
-extern "C" struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err)
+// A failed call while opening the backend: err names the GPU, the call and the error.
+static int open_failed(struct tfm_error *err, int device, const char *call, cudaError_t e)
+{
+    cudaGetLastError();
+    return tfm_fail(err, "GPU %d: %s: %s: %s", device, call, cudaGetErrorName(e),
+                    cudaGetErrorString(e));
+}
+
+static int blas_failed(struct tfm_error *err, int device, const char *call, cublasStatus_t s)
+{
+    return tfm_fail(err, "GPU %d: %s: %s: %s", device, call, cublasGetStatusName(s),
+                    cublasGetStatusString(s));
+}
+
+struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
 {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
-        cudaGetLastError();
-        tfm_fail(err, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none");
+    if (e != cudaSuccess) {
+        open_failed(err, device, "cudaGetDeviceCount", e);
         return NULL;
     }
     if (device < 0 || device >= n) {
         tfm_fail(err, "GPU %d: no such device (%d visible)", device, n);
         return NULL;
     }
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+        open_failed(err, device, "cudaGetDeviceProperties", e);
+        return NULL;
+    }
+    if (prop.major < 8) {   // the kernels are built for sm_80 and newer (Makefile)
+        tfm_fail(err, "GPU %d (%s) is sm_%d%d; this build needs sm_80 or newer", device,
+                 prop.name, prop.major, prop.minor);
+        return NULL;
+    }
     if ((e = cudaSetDevice(device)) != cudaSuccess) {
-        tfm_fail(err, "GPU %d: %s", device, cudaGetErrorString(e));
+        open_failed(err, device, "cudaSetDevice", e);
         return NULL;
     }
     struct tfm_backend *be = (struct tfm_backend *)calloc(1, sizeof *be);
@@ -208,19 +248,25 @@ extern "C" struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *er
     be->impl = c;
     c->device = device;
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        tfm_fail(err, "GPU %d: creating a stream: %s", device, cudaGetErrorString(e));
+        c->stream = NULL;
+        open_failed(err, device, "cudaStreamCreateWithFlags", e);
         cu_destroy(be);
         return NULL;
     }
     cublasStatus_t s = cublasCreate(&c->blas);
-    if (s != CUBLAS_STATUS_SUCCESS || cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
-        tfm_fail(err, "GPU %d: cuBLAS: %s", device, cublasGetStatusString(s));
-        if (s != CUBLAS_STATUS_SUCCESS)
-            c->blas = NULL;
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        blas_failed(err, device, "cublasCreate", s);
         cu_destroy(be);
         return NULL;
     }
-    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);   // fp32 products, no TF32
+    if ((s = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
+        // fp32 products, no TF32: the reference the tensor-core paths are tested against
+        (s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
+        blas_failed(err, device, "configuring the cuBLAS handle", s);
+        cu_destroy(be);
+        return NULL;
+    }
 
     be->name = "cuda";
     be->kind = TFM_BACKEND_CUDA;

@@ -1,6 +1,7 @@
 // cuda.h: what the CUDA backend's files share (kernels/*.cu only; the library's C code
-// sees only tfm_backend_cuda in backend.h).
+// sees only the table of src/cuda_plugin.h, which plugin.cu fills).
 //
+//   plugin.cu        the entry point of libtfm-cuda.so and the probe of the GPUs
 //   backend_cuda.cu  the table: memory, gemm (cuBLAS), sync, reserve, lifetime, workspace
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
@@ -33,20 +34,26 @@ struct tfm_cuda {
 static inline tfm_cuda *CU(struct tfm_backend *be) { return (tfm_cuda *)be->impl; }
 static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->stream; }
 
+// The backend on GPU `device` (the plugin's `backend`; backend.h: tfm_backend_cuda).
+struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err);
+
 // Device workspace of at least `bytes` (256-byte aligned), for use by one op: the next op
 // may reuse it.  Grows with cudaMalloc when too small (which waits for earlier ops), so
 // sizes seen in the first training step are the only allocations.  A failed allocation
 // is fatal (ops do not fail, backend.h): the message names the size.
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
 
-// A CUDA or cuBLAS call that fails inside an op is a lost device or a bug: print what and
-// where on stderr and abort.
-void tfm_cuda_fail(const char *what, const char *msg, const char *file, int line);
+// A CUDA or cuBLAS call that fails inside an op is a lost device or a bug (ops do not
+// fail, backend.h): print the op (the function it failed in), the call, the error's name
+// and text, and where, on stderr, and abort.
+void tfm_cuda_fail(const char *op, const char *call, const char *name, const char *msg,
+                   const char *file, int line);
 #define CUDA_CHECK(x)                                                                    \
     do {                                                                                 \
         cudaError_t e_ = (x);                                                            \
         if (e_ != cudaSuccess)                                                           \
-            tfm_cuda_fail(#x, cudaGetErrorString(e_), __FILE__, __LINE__);               \
+            tfm_cuda_fail(__func__, #x, cudaGetErrorName(e_), cudaGetErrorString(e_),    \
+                          __FILE__, __LINE__);                                           \
     } while (0)
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 

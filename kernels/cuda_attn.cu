@@ -684,7 +684,8 @@ unsigned grid_for(int64_t items, int64_t per)
 {
     int64_t g = (items + per - 1) / per;
     if (g > 2147483647)
-        tfm_cuda_fail("attention grid", "too many rows", __FILE__, __LINE__);
+        tfm_cuda_fail(__func__, "a launch", "grid too large", "too many rows", __FILE__,
+                      __LINE__);
     return (unsigned)g;
 }
 

@@ -8,31 +8,18 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cuda_plugin.h"
 #include "model.h"
 #include "optim.h"
 
-#ifdef TFM_CUDA
-int tfm_cuda_probe(int *count, char *msg, size_t n);   /* kernels/device.cu */
-#else
-/* kernels/backend_cuda.cu in a CUDA build */
-struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err)
-{
-    (void)device;
-    tfm_fail(err, "the CUDA backend: built without CUDA");
-    return NULL;
-}
-#endif
-
 int tfm_device_cuda_count(char *msg, size_t n)
 {
-#ifdef TFM_CUDA
+    const struct tfm_cuda_plugin *p = tfm_cuda_plugin(msg, n);
+    if (!p)
+        return 0;
     int count = 0;
-    tfm_cuda_probe(&count, msg, n);
+    p->probe(&count, msg, n);
     return count;
-#else
-    snprintf(msg, n, "built without CUDA");
-    return 0;
-#endif
 }
 
 int tfm_device_name_ok(const char *want)

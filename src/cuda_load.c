@@ -1,0 +1,178 @@
+/* cuda_load.c: finding the NVIDIA driver and loading libtfm-cuda.so (cuda_plugin.h), and
+ * the library's CUDA entry points that go through it (tfm_backend_cuda in backend.h).
+ *
+ * The driver is asked first, through its own library (libcuda.so.1, small, always present
+ * where a GPU is): is there one, does it start, is it new enough for the toolkit this
+ * build used.  Only then is the plugin, which pulls in cudart, cuBLAS and NCCL, mapped.
+ */
+#include "cuda_plugin.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+
+#ifdef TFM_CUDA
+
+/* The driver API's few calls used here, by their documented C signatures (cuda.h). */
+typedef int (*cu_init_fn)(unsigned flags);
+typedef int (*cu_count_fn)(int *count);
+typedef int (*cu_version_fn)(int *version);
+typedef int (*cu_error_name_fn)(int code, const char **name);
+
+static struct {
+    pthread_once_t once;
+    const struct tfm_cuda_plugin *plugin;
+    char why[512];
+} loaded = {.once = PTHREAD_ONCE_INIT};
+
+__attribute__((format(printf, 1, 2))) static void why(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(loaded.why, sizeof loaded.why, fmt, ap);
+    va_end(ap);
+}
+
+static const char *driver_error(void *drv, int code, char *buf, size_t n)
+{
+    cu_error_name_fn name = (cu_error_name_fn)dlsym(drv, "cuGetErrorName");
+    const char *s = NULL;
+    if (name && name(code, &s) == 0 && s)
+        snprintf(buf, n, "%s", s);
+    else
+        snprintf(buf, n, "error %d", code);
+    return buf;
+}
+
+/* 0 when the driver reports at least one GPU and supports this build's CUDA major
+ * version; -1 with loaded.why otherwise. */
+static int driver_ready(void)
+{
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+        why("no NVIDIA driver (libcuda.so.1 not found)");
+        return -1;
+    }
+    cu_init_fn init = (cu_init_fn)dlsym(drv, "cuInit");
+    cu_count_fn count = (cu_count_fn)dlsym(drv, "cuDeviceGetCount");
+    cu_version_fn version = (cu_version_fn)dlsym(drv, "cuDriverGetVersion");
+    if (!init || !count || !version) {
+        why("the NVIDIA driver library libcuda.so.1 lacks %s",
+            !init ? "cuInit" : !count ? "cuDeviceGetCount" : "cuDriverGetVersion");
+        return -1;
+    }
+    char buf[64], need[32], have[32];
+    int v = 0, n = 0, rc;
+    if ((rc = version(&v)) != 0) {
+        why("the NVIDIA driver: cuDriverGetVersion: %s", driver_error(drv, rc, buf, sizeof buf));
+        return -1;
+    }
+    snprintf(have, sizeof have, "%d.%d", v / 1000, v % 1000 / 10);
+    snprintf(need, sizeof need, "%d.0", TFM_CUDA_TOOLKIT_VERSION / 1000);
+    /* CUDA's minor version compatibility: a driver of the same major version runs it */
+    if (v / 1000 < TFM_CUDA_TOOLKIT_VERSION / 1000) {
+        why("the NVIDIA driver supports CUDA %s; this build needs %s or newer", have, need);
+        return -1;
+    }
+    if ((rc = init(0)) != 0) {
+        why("the NVIDIA driver did not start: cuInit: %s", driver_error(drv, rc, buf, sizeof buf));
+        return -1;
+    }
+    if ((rc = count(&n)) != 0) {
+        why("the NVIDIA driver: cuDeviceGetCount: %s", driver_error(drv, rc, buf, sizeof buf));
+        return -1;
+    }
+    if (n < 1) {
+        why("no GPU (the NVIDIA driver sees none)");
+        return -1;
+    }
+    return 0;   /* drv stays loaded: the CUDA runtime uses it next */
+}
+
+/* The plugin's path into buf: $TFM_CUDA_LIB, beside an installed tool, or this build's. */
+static const char *plugin_path(char *buf, size_t n)
+{
+    const char *env = getenv("TFM_CUDA_LIB");
+    if (env)
+        return env;
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len > 0) {
+        exe[len] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            int w = snprintf(buf, n, "%s/../lib/tfm/" TFM_CUDA_PLUGIN_NAME, exe);
+            if (w > 0 && (size_t)w < n && access(buf, R_OK) == 0)
+                return buf;
+        }
+    }
+    return TFM_CUDA_PLUGIN_PATH;
+}
+
+static void load(void)
+{
+    char buf[PATH_MAX + 64];
+    const char *path = plugin_path(buf, sizeof buf);
+    if (!*path) {
+        why("CUDA turned off (TFM_CUDA_LIB is empty)");
+        return;
+    }
+    if (driver_ready())
+        return;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        why("cannot load the CUDA code: %s", dlerror());
+        return;
+    }
+    const struct tfm_cuda_plugin *(*entry)(void) =
+        (const struct tfm_cuda_plugin *(*)(void))dlsym(h, "tfm_cuda_plugin_entry");
+    const struct tfm_cuda_plugin *p = entry ? entry() : NULL;
+    if (!p || p->abi != TFM_CUDA_PLUGIN_ABI) {
+        if (p)
+            why("%s: interface version %d, not this build's %d (reinstall tfm)", path, p->abi,
+                TFM_CUDA_PLUGIN_ABI);
+        else
+            why("%s: not a tfm CUDA plugin (no tfm_cuda_plugin_entry)", path);
+        dlclose(h);
+        return;
+    }
+    loaded.plugin = p;   /* h stays open for the life of the process */
+}
+
+const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
+{
+    pthread_once(&loaded.once, load);
+    if (!loaded.plugin && why_out && n)
+        snprintf(why_out, n, "%s", loaded.why);
+    return loaded.plugin;
+}
+
+#else
+
+const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
+{
+    if (why_out && n)
+        snprintf(why_out, n, "built without CUDA");
+    return NULL;
+}
+
+#endif
+
+struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err)
+{
+    char why_not[512];
+    const struct tfm_cuda_plugin *p = tfm_cuda_plugin(why_not, sizeof why_not);
+    if (!p) {
+        tfm_fail(err, "the CUDA backend: %s", why_not);
+        return NULL;
+    }
+    return p->backend(device, err);
+}

@@ -1,0 +1,48 @@
+/* cuda_plugin.h: the boundary between the tools and the CUDA code.
+ *
+ * Everything that needs the CUDA runtime, cuBLAS or NCCL (the .cu files of kernels/) is
+ * built into one shared object, libtfm-cuda.so, which the tools load with dlopen only when
+ * a GPU may be used, and only after the NVIDIA driver has said there is a GPU.  So a binary built with
+ * CUDA starts, and computes on the CPU saying why, on a machine without a GPU, without a
+ * driver, with a driver too old for the toolkit, without the CUDA libraries, or under an
+ * address-space limit the CUDA libraries do not fit in (they map close to 1 GB).
+ *
+ * The object exports one symbol, tfm_cuda_plugin_entry, returning the table below; the
+ * table's abi must equal TFM_CUDA_PLUGIN_ABI (a table of another build is refused).
+ *
+ * Where the object is looked for, first found wins:
+ *   $TFM_CUDA_LIB                       (a path; set to an empty string: never load CUDA)
+ *   <tool's directory>/../lib/tfm/libtfm-cuda.so                    (make install)
+ *   the build directory the tool was built with                     (an in-tree build)
+ *
+ * Not here: choosing a device and checking it against the CPU (device.h), the backend
+ * table itself (backend.h).
+ */
+#ifndef TFM_CUDA_PLUGIN_H
+#define TFM_CUDA_PLUGIN_H
+
+#include <stddef.h>
+
+#include "error.h"
+
+#define TFM_CUDA_PLUGIN_ABI 1
+#define TFM_CUDA_PLUGIN_NAME "libtfm-cuda.so"
+
+struct tfm_backend;
+
+struct tfm_cuda_plugin {
+    int abi;                            /* TFM_CUDA_PLUGIN_ABI */
+    /* The GPUs this build can compute on (visible, sm_80 or newer) into *count, and one
+     * line for the log: library versions, the GPUs seen, why any is not used. */
+    void (*probe)(int *count, char *msg, size_t n);
+    /* The CUDA backend on GPU `device` (backend.h: tfm_backend_cuda). */
+    struct tfm_backend *(*backend)(int device, struct tfm_error *err);
+};
+
+/* The plugin, loaded on first call (thread-safe); NULL when CUDA cannot be used here, with
+ * the reason in why ("no NVIDIA driver (libcuda.so.1 not found)", "the NVIDIA driver
+ * supports CUDA 12.4; this build needs 13.0 or newer", "no GPU", "cannot load ...": one
+ * phrase, no program name).  The answer is computed once and kept. */
+const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why, size_t n);
+
+#endif

@@ -1,0 +1,137 @@
+#!/usr/bin/env bats
+# How a binary built with CUDA starts where CUDA cannot be used (src/cuda_plugin.h): no
+# driver, a driver too old for the toolkit, a driver that sees no GPU, a driver whose GPU
+# the CUDA runtime refuses, the plugin missing or foreign, an address-space limit the CUDA
+# libraries do not fit in.  Every case must compute on the CPU with --device auto, saying
+# why, and fail with that reason under --device cuda.  Drivers are stand-ins: a tiny
+# libcuda.so.1 found first through LD_LIBRARY_PATH, answering cuInit, cuDeviceGetCount
+# and cuDriverGetVersion as told.
+
+setup_file() {
+    M="$BATS_FILE_TMPDIR"
+    D="$TFM_ROOT/data/multi30k-ende"
+    zcat "$D/train.en.gz" | head -n 200 > "$M/en.txt"
+    zcat "$D/train.de.gz" | head -n 200 > "$M/de.txt"
+    tfm-tokenize train -q -m "$M/spm.model" --vocab 300 "$M/en.txt" "$M/de.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/en.tfm" "$M/en.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$M/de.tfm" "$M/de.txt"
+    tfm-batch -q --tokens 1024 "$M/en.tfm" "$M/de.tfm" > "$M/b.tfm"
+    cat > "$M/fake.c" <<'C'
+int cuInit(unsigned flags) { (void)flags; return FAKE_INIT; }
+int cuDeviceGetCount(int *n) { *n = FAKE_COUNT; return 0; }
+int cuDriverGetVersion(int *v) { *v = FAKE_VERSION; return 0; }
+int cuGetErrorName(int code, const char **s) { *s = code == 100 ? "CUDA_ERROR_NO_DEVICE" : "?"; return 0; }
+C
+    fake() {    # fake NAME INIT COUNT VERSION
+        mkdir -p "$M/$1"
+        cc -shared -fPIC -DFAKE_INIT="$2" -DFAKE_COUNT="$3" -DFAKE_VERSION="$4" \
+            -o "$M/$1/libcuda.so.1" "$M/fake.c"
+    }
+    fake old 0 1 12040
+    fake none 0 0 13000
+    fake broken 100 0 13000
+    fake one 0 1 13000
+}
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    M="$BATS_FILE_TMPDIR"
+    PLUGIN="${TFM_BUILD:-$TFM_ROOT/build}/libtfm-cuda.so"
+}
+
+train() {   # train OUT [ARGS...]: one update of a tiny model
+    local out=$1; shift
+    tfm-train -c "$TFM_ROOT/configs/tiny.conf" --set layers=1 --set d_model=32 --set d_ff=64 \
+        --set heads=2 -j 1 --max-steps 1 -o "$M/$out" "$@" "$M/b.tfm"
+}
+
+need_plugin() {
+    [ -e "$PLUGIN" ] || skip "built without CUDA"
+}
+
+real_driver() {
+    ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '
+}
+
+@test "no driver: auto computes on the CPU saying why; --device cuda fails saying why" {
+    real_driver && skip "this machine has an NVIDIA driver"
+    run train a
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (no NVIDIA driver (libcuda.so.1 not found))"
+    [ -e "$M/a/step-000001.tfm" ]
+    run train b --device cuda
+    assert_failure 1
+    assert_output --partial "--device cuda: no CUDA device (no NVIDIA driver (libcuda.so.1 not found))"
+}
+
+@test "a driver too old for the toolkit is named with both versions" {
+    need_plugin
+    LD_LIBRARY_PATH="$M/old" run train c
+    assert_success
+    assert_output --regexp "the NVIDIA driver supports CUDA 12\.4; this build needs [0-9]+\.0 or newer"
+    LD_LIBRARY_PATH="$M/old" run train d --device cuda
+    assert_failure 1
+    assert_output --partial "supports CUDA 12.4"
+}
+
+@test "a driver that sees no GPU, and one that does not start" {
+    need_plugin
+    LD_LIBRARY_PATH="$M/none" run train e
+    assert_success
+    assert_output --partial "no GPU (the NVIDIA driver sees none)"
+    LD_LIBRARY_PATH="$M/broken" run train f
+    assert_success
+    assert_output --partial "the NVIDIA driver did not start: cuInit: CUDA_ERROR_NO_DEVICE"
+}
+
+@test "the plugin loads, and the CUDA runtime's refusal is reported with its name" {
+    need_plugin
+    LD_LIBRARY_PATH="$M/one" run train g
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\), cuBLAS [0-9.]+, NCCL [0-9.]+: no GPU \(cudaGetDeviceCount: cuda[A-Za-z]+: "
+    [ -e "$M/g/step-000001.tfm" ]
+}
+
+@test "a missing, a foreign and a turned-off plugin" {
+    need_plugin
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h
+    assert_success
+    assert_output --partial "cannot load the CUDA code: $M/nowhere.so: cannot open shared object file"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/one/libcuda.so.1" run train i
+    assert_success
+    assert_output --partial "$M/one/libcuda.so.1: not a tfm CUDA plugin"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB= run train j --device cuda
+    assert_failure 1
+    assert_output --partial "CUDA turned off (TFM_CUDA_LIB is empty)"
+}
+
+@test "under ulimit -v 1000000 every tool starts, and training falls back to the CPU" {
+    need_plugin
+    for t in tokenize batch train avg decode score cat; do
+        run bash -c "ulimit -v 1000000 && tfm-$t --version"
+        assert_success
+        assert_output --partial "tfm-$t "
+    done
+    # with a driver that reports a GPU, the CUDA libraries are mapped and do not fit
+    LD_LIBRARY_PATH="$M/one" run bash -c "ulimit -v 1000000 && $(declare -f train); M='$M' TFM_ROOT='$TFM_ROOT' train k"
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \(cannot load the CUDA code: [^ ]+: failed to map segment"
+    [ -e "$M/k/step-000001.tfm" ]
+}
+
+@test "the tools do not link CUDA; the plugin exports one symbol and links what it uses" {
+    need_plugin
+    for t in tokenize batch train avg decode score cat; do
+        run readelf -d "$(command -v tfm-$t)"
+        assert_success
+        refute_output --regexp "libcudart|libcublas|libnccl"
+    done
+    run nm -D --defined-only "$PLUGIN"
+    assert_success
+    assert_output --regexp "^[0-9a-f]+ T tfm_cuda_plugin_entry$"
+    run readelf -d "$PLUGIN"
+    assert_output --partial "libcudart"
+    assert_output --partial "libcublas"
+    refute_output --partial "libcublasLt"
+}
