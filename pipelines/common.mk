@@ -4,7 +4,6 @@
 # Included at the end of wmt_ende.mk, wmt_enfr.mk and wsj_parse.mk (rules expand W and the
 # corpus files when read), which set PIPE_ROOT, BIN, DATA, W, CONFIG, the corpus
 # (TRAIN_SRC ... TEST_TGT, the *_SEL line ranges, PREP), their defaults and the last stage.
-# Owner: the pipelines engineer.
 #
 # Stage files in $(W):
 #   train.src train.tgt valid.src valid.tgt test.src test.tgt   text, one sentence a line

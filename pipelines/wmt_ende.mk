@@ -4,7 +4,6 @@
 #   make -f pipelines/wmt_ende.mk CORPUS=toy           the bundled 10k-pair WMT sample
 #   make -f pipelines/wmt_ende.mk CORPUS=wmt14 WMT14_DIR=DIR CONFIG=configs/base.conf
 #   make -f pipelines/wmt_ende.mk help                 the variables
-# Owner: the pipelines engineer.
 
 MAKEFILE_NAME := wmt_ende.mk
 PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)

@@ -4,7 +4,7 @@
 # last 20 checkpoints averaged.  The WMT14 EN-FR corpus (36M pairs) is not bundled:
 #   make -f pipelines/wmt_enfr.mk WMT14_DIR=DIR
 #   make -f pipelines/wmt_enfr.mk help
-# The stages are those of wmt_ende.mk (common.mk).  Owner: the pipelines engineer.
+# The stages are those of wmt_ende.mk (common.mk).
 
 MAKEFILE_NAME := wmt_enfr.mk
 PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)

@@ -6,7 +6,6 @@
 #   make -f pipelines/wsj_parse.mk                 the bundled NLTK WSJ sample, small model
 #   make -f pipelines/wsj_parse.mk SIZE=paper TRAIN_TREES=02-21 VALID_TREES=22 TEST_TREES=23
 #   make -f pipelines/wsj_parse.mk help
-# Owner: the pipelines engineer.
 
 MAKEFILE_NAME := wsj_parse.mk
 PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)

@@ -22,7 +22,6 @@
  *
  * Not here: what the model computes with the ops (model.c), the optimizer schedule
  * (optim.c), rank communication (dist.c; the all_reduce hook below is set by the trainer).
- * Owner: the model engineer.
  */
 #ifndef TFM_BACKEND_H
 #define TFM_BACKEND_H

@@ -15,8 +15,6 @@
  * polynomial that vectorizes (libm's expf does not); Adam uses SSE directly; large
  * products are cut into GEMM_BLOCKS slices per thread.
  * Not here: the model (model.c).
- * Owner: the model engineer; speed (no change of results beyond rounding): the
- * performance engineer.
  */
 /* Floating-point exception flags are read nowhere; without them GCC vectorizes loops
  * that select on a comparison (same bits: the option does not reorder arithmetic). */

@@ -10,7 +10,6 @@
  * What it cannot show: a GPU's speed, its asynchrony (ops here complete before they
  * return), or errors inside CUDA kernels (test_gpu_ops on a GPU does).
  * Slow (two mprotect calls per block per op): for tests and `--device sim`, not training.
- * Owner: the model engineer.
  */
 #include "backend.h"
 

@@ -1,7 +1,7 @@
 /* batch.c: planning, writing and reading batch streams (see batch.h for the layout, the
  * order of sentences and batches, the sharding rule and the memory model).
  * Not here: option parsing and messages for people (bin/tfm-batch.c), the record layout
- * (stream.c).  Owner: the batch engineer. */
+ * (stream.c). */
 #include "batch.h"
 
 #include <errno.h>

@@ -22,7 +22,7 @@
  * (and checked) but given to no rank.  Every batch record is validated.
  *
  * Not here: the record layout (stream.c), ragged token data (corpus.c), what a trainer
- * does with the batches.  Owner: the batch engineer.
+ * does with the batches.
  */
 #ifndef TFM_BATCH_H
 #define TFM_BATCH_H

@@ -8,7 +8,7 @@
  * for the next-token log-probabilities of the live rows of all sentences in one call, and
  * rows of finished hypotheses and sentences leave the batch.
  *
- * Rules (the paper leaves them open; PAPER.md §4):
+ * Rules (the paper leaves them open; tfm-decode(1)):
  *  - The decoder's first input is bos; hypotheses Y are the tokens generated after it,
  *    ending in eos.  |Y| counts that eos.  A hypothesis scores
  *        log P(Y|X) / lp(|Y|),   lp(n) = ((5 + n) / 6)^alpha      (GNMT, Wu et al. 2016)
@@ -31,7 +31,6 @@
  *    batching.  Scores are the model's (untempered) log P normalized as above.
  *
  * Not here: the model, batching of sentences by length, output order (decode.c).
- * Owner: the decode engineer.
  */
 #ifndef TFM_BEAM_H
 #define TFM_BEAM_H

@@ -4,7 +4,7 @@
  * Our own implementation, written from sacreBLEU's documented behaviour; the tokenizers are
  * re.sub passes over code points, emulated as left-to-right, non-overlapping scans (every
  * pattern matches a fixed number of characters).  Not here: chrF (chrf.c), files and
- * streams (bin/tfm-score.c).  Owner: the scoring engineer.
+ * streams (bin/tfm-score.c).
  */
 #include "bleu.h"
 

@@ -22,7 +22,7 @@
  * multi-bleu.perl does (ASCII-only lowercasing, no smoothing).
  *
  * Not here: chrF (chrf.h), reading files and streams (bin/tfm-score.c).  Library code: no
- * printing, errors in struct tfm_error.  Owner: the scoring engineer.
+ * printing, errors in struct tfm_error.
  */
 #ifndef TFM_BLEU_H
 #define TFM_BLEU_H

@@ -5,7 +5,7 @@
  * Python and `regex` versions named in its first lines (we chose committed tables over a
  * Debian library such as ICU: no runtime dependency, and the properties are exactly those
  * of the sacreBLEU installation we test against).  Not here: UTF-8 handling and
- * tokenization (bleu.c).  Owner: the scoring engineer.
+ * tokenization (bleu.c).
  */
 #ifndef TFM_BLEU_UNICODE_H
 #define TFM_BLEU_UNICODE_H

@@ -1,6 +1,6 @@
 /* checkpoint.c: writing, loading, comparing and listing checkpoints (see checkpoint.h).
  * Generic over named f32 tensors; the model's names and shapes are the caller's.
- * Owner: the trainer engineer. */
+ */
 #include "checkpoint.h"
 
 #include <dirent.h>

@@ -15,7 +15,6 @@
  * Files in a checkpoint directory: DIR/step-NNNNNN.tfm (six digits or more) and
  * DIR/last.tfm, a relative symbolic link to the newest, replaced atomically.
  * Not here: what the tensors mean (model.c), the training loop (train.c).
- * Owner: the trainer engineer.
  */
 #ifndef TFM_CHECKPOINT_H
 #define TFM_CHECKPOINT_H

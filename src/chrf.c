@@ -1,6 +1,6 @@
 /* chrf.c: chrF / chrF++ as sacreBLEU computes them (see chrf.h).  Our own implementation;
  * n-grams are counted in the hash tables of bleu.c (character n-grams keyed by code
- * points, word n-grams by interned word ids).  Owner: the scoring engineer.
+ * points, word n-grams by interned word ids).
  */
 #include "chrf.h"
 

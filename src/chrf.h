@@ -14,7 +14,6 @@
  *     that have both hypothesis and reference n-grams (sacreBLEU's default, "eff:yes"),
  *     or with eps_smoothing the mean of the per-order F-beta (chrF++.py's, "eff:no").
  * Not here: BLEU (bleu.h, which also holds the shared text helpers).
- * Owner: the scoring engineer.
  */
 #ifndef TFM_CHRF_H
 #define TFM_CHRF_H

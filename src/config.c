@@ -1,7 +1,6 @@
 /* config.c: the table of config keys and the "key = value" parser and formatter (config.h).
  * Each key is defined once, in `keys` below; man/tfm-config.5 documents the same keys.
  * Not here: what the keys mean to the model (model.c) or the trainer (train.c).
- * Owner: the model engineer (the trainer adds rows for its own keys).
  */
 #include "config.h"
 

@@ -14,7 +14,6 @@
  * there: KEY_INT, KEY_NUM, KEY_ENUM), with its default, range and one-line doc; add it
  * to man/tfm-config.5.  Nothing else needs to change: parse, --set, format and
  * --print-config pick it up.
- * Owner: the model engineer.
  */
 #ifndef TFM_CONFIG_H
 #define TFM_CONFIG_H

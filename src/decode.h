@@ -9,7 +9,6 @@
  *
  * Not here: the search itself (beam.c), the Transformer (model.c), the record layout
  * (stream.c, corpus.c), option parsing (bin/tfm-decode.c).
- * Owner: the decode engineer.
  */
 #ifndef TFM_DECODE_H
 #define TFM_DECODE_H

@@ -7,7 +7,7 @@
  * link ever has both ends writing (the chain has no cycle).  Exact, but W hops long each
  * way; NCCL (GPUs) would replace it.  Process 0 meets the others first (the rendezvous)
  * and tells each where its successor listens.
- * Owner: the trainer engineer. */
+ */
 #include "dist.h"
 
 #include <errno.h>

@@ -11,7 +11,6 @@
  * here; NCCL would go here too, behind the same calls: nothing else in tfm knows how
  * ranks talk.
  * Not here: which batches a rank reads (batch.h shards at read time), the training loop.
- * Owner: the trainer engineer.
  */
 #ifndef TFM_DIST_H
 #define TFM_DIST_H

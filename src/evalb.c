@@ -1,5 +1,5 @@
 /* evalb.c: EVALB bracket scoring (see evalb.h).  Written from EVALB's README and the
- * behaviour of its reference outputs; no EVALB code.  Owner: the scoring engineer.
+ * behaviour of its reference outputs; no EVALB code.
  */
 #include "evalb.h"
 

@@ -26,7 +26,7 @@
  * the totals row shows the number of sentences without crossing in "Cross Bracket" (the
  * source prints the sum of crossings; "Average crossing" is the same in both).
  *
- * Not here: reading trees (tree.h), files (bin/tfm-score.c).  Owner: the scoring engineer.
+ * Not here: reading trees (tree.h), files (bin/tfm-score.c).
  */
 #ifndef TFM_EVALB_H
 #define TFM_EVALB_H

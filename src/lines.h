@@ -11,7 +11,7 @@
  *  - input that starts with the tfm stream magic is refused ("a tfm stream, not text").
  * Memory is bounded by TFM_LINE_MAX, whatever the size of the input.
  *
- * Not here: what a line means (see tokenize.h).  Owner: the tokenize engineer.
+ * Not here: what a line means (see tokenize.h).
  */
 #ifndef TFM_LINES_H
 #define TFM_LINES_H

@@ -2,8 +2,6 @@
  * (model.h), written against the backend table only: no loops over tensor elements here
  * except on the host when initializing parameters and checking batches.
  * Not here: the ops (backend_cpu.c), the optimizer (optim.c), the training loop.
- * Owner: the model engineer; performance changes (no change of results beyond rounding):
- * the performance engineer.
  */
 #include "model.h"
 

@@ -1,7 +1,8 @@
 /* model.h: the Transformer of Vaswani et al. (2017): parameters, forward, backward, and
  * incremental decoding, written once against the backend table (backend.h).
  *
- * Architecture (PAPER.md §1; the choices the paper leaves open are marked *):
+ * Architecture (section 3 of the paper; the choices it leaves open are marked *, and listed
+ * in tfm-config(5), DECISIONS THE PAPER LEAVES OPEN):
  *  - Encoder and decoder stacks of cfg->layers layers.  Encoder layer: self-attention,
  *    FFN.  Decoder layer: causal self-attention, encoder-decoder attention over the
  *    encoder stack's output, FFN.  FFN(x) = max(0, x W1 + b1) W2 + b2.
@@ -41,7 +42,6 @@
  *
  * Not here: the optimizer and schedule (optim.h), checkpoints (checkpoint.h), the search
  * (beam.h), the training loop (train.c).
- * Owner: the model engineer.
  */
 #ifndef TFM_MODEL_H
 #define TFM_MODEL_H

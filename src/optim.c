@@ -1,6 +1,5 @@
 /* optim.c: the learning-rate schedule and the Adam step with clipping (optim.h).
  * Not here: the model's arenas (model.c), when to step (train.c).
- * Owner: the model engineer.
  */
 #include "optim.h"
 

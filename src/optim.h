@@ -1,6 +1,6 @@
 /* optim.h: the learning-rate schedule and the optimizer step (Adam, gradient clipping).
  *
- * Schedule (PAPER.md §2.2), step s >= 1:
+ * Schedule (section 5.3 of the paper; tfm-config(5): warmup, lr_scale), step s >= 1:
  *     lr(s) = lr_scale * d_model^-0.5 * min(s^-0.5, s * warmup^-1.5)
  * Update: the gradients the model accumulated are of the summed loss; the step divides them
  * by the target tokens of the update (every batch and rank), all-reduces them first when
@@ -8,7 +8,6 @@
  * clip_norm (when > 0), and applies Adam (beta1, beta2, eps of the config) with bias
  * correction (backend.h, adam), no weight decay.  Then the gradients are zeroed.
  * Not here: the model (model.h), when to step (train.c).
- * Owner: the model engineer.
  */
 #ifndef TFM_OPTIM_H
 #define TFM_OPTIM_H

@@ -10,7 +10,7 @@
  *
  * Results never depend on which thread runs an item: an item's work is fixed by its
  * index, so a loop whose items write disjoint outputs gives the same bits with any load.
- * Not here: what the items compute (backend_cpu.c).  Owner: the performance engineer.
+ * Not here: what the items compute (backend_cpu.c).
  */
 #ifndef TFM_POOL_H
 #define TFM_POOL_H

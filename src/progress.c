@@ -1,5 +1,5 @@
 /* progress.c: progress lines, the --log file and durations (see progress.h).
- * Owner: the trainer engineer. */
+ */
 #include "progress.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
  * kind is "train" or "valid"; a column that does not apply is "-".
  * Validation lines are printed even without progress lines (to valid_out).  A log is appended
  * to (a resumed run continues its plot); the header is written only into an empty file.
- * Not here: what is measured (train.c).  Owner: the trainer engineer.
+ * Not here: what is measured (train.c).
  */
 #ifndef TFM_PROGRESS_H
 #define TFM_PROGRESS_H

@@ -2,7 +2,7 @@
 //
 // The only C++ in tfm.  Everything here catches C++ exceptions at the C boundary and
 // turns SentencePiece's util::Status into a struct tfm_error.  Not here: text files,
-// streams (beyond reading the model embedded in one), threads.  Owner: tokenize engineer.
+// streams (beyond reading the model embedded in one), threads.
 #include "spm.h"
 
 #include <sentencepiece_processor.h>

@@ -8,7 +8,7 @@
  *
  * Not here: reading text files, stream records, threads (see tokenize.h).  Encoding and
  * decoding are const and may be called from several threads on one model.
- * Owner: the tokenize engineer.  Implementation in spm.cc (C++17); nothing C++ leaks out.
+ * Implementation in spm.cc (C++17); nothing C++ leaks out.
  */
 #ifndef TFM_SPM_H
 #define TFM_SPM_H

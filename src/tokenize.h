@@ -5,7 +5,7 @@
  * streamed chunk by chunk, optionally on several threads with output identical to one),
  * decode (a tokens or hypotheses stream, or text lines of ids, -> text or ids).
  * Not here: SentencePiece itself (spm.h), the text input policy (lines.h), the record
- * layout (stream.h, corpus.h).  Owner: the tokenize engineer.
+ * layout (stream.h, corpus.h).
  */
 #ifndef TFM_TOKENIZE_H
 #define TFM_TOKENIZE_H

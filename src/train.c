@@ -5,7 +5,7 @@
  * update.  With several processes every process reads its own ranks' batches, the
  * barrier becomes an agreement on whether to go on (dist.h stacks the processes on the
  * ranks of each), and only process 0 reports, validates and saves.
- * Owner: the trainer engineer. */
+ */
 #include "train.h"
 
 #include <errno.h>

@@ -20,7 +20,6 @@
  *   - the state saves (epoch, batches read in this epoch); --resume reopens the stream and
  *     skips that many batches.
  * Not here: option parsing and signals (bin/tfm-train.c), the model and the optimizer.
- * Owner: the trainer engineer.
  */
 #ifndef TFM_TRAIN_H
 #define TFM_TRAIN_H

@@ -1,5 +1,4 @@
 /* tree.c: PTB trees -- parsing, printing, linearization and restoration (see tree.h).
- * Owner: the scoring engineer.
  */
 #include "tree.h"
 

@@ -41,7 +41,7 @@
  *   (an empty sentence gives an empty forest).  The first constituent the output opens is
  *   the root when it opens one before any preterminal, even when it is not S.
  *   tfm-score wraps the tree in the gold tree's outer wrapper when the gold has one.
- * Not here: scoring (evalb.h).  Library code: no printing.  Owner: the scoring engineer.
+ * Not here: scoring (evalb.h).  Library code: no printing.
  */
 #ifndef TFM_TREE_H
 #define TFM_TREE_H

@@ -102,7 +102,8 @@ static void test_roundtrip(void)
     free(t);
 }
 
-/* The shipped configs load and pass the checks; spot values from PAPER.md §2. */
+/* The shipped configs load and pass the checks; spot values from the paper (Table 3,
+ * section 6; tfm-config(5)). */
 static void test_shipped(void)
 {
     const char *root = getenv("TFM_ROOT");
