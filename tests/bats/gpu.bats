@@ -2,9 +2,10 @@
 # The tools on a GPU against the CPU: training, resuming, decoding, two ranks, two
 # processes.  The checks themselves are tests/gpu/tools.sh (plain bash, for GPU machines
 # without bats); this file runs it once and reports each of its TAP lines as a test.  The
-# device rule is tools.sh's: with a GPU present (nvidia-smi -L lists one, or /dev/nvidia0
-# exists) every check runs on cuda or fails; only without one through sim, where the
-# results must be the CPU's bit for bit.
+# device rule is tools.sh's: with a GPU present (nvidia-smi -L lists one, a /dev/nvidiaN
+# exists, or nvidia-smi is installed but fails) every check runs on cuda or fails; only
+# without one through sim, where the results must be the CPU's bit for bit.  The last
+# tests put stand-ins for nvidia-smi on PATH to show that rule failing where it must.
 
 setup_file() {
     bash "$TFM_ROOT/tests/gpu/tools.sh" > "$BATS_FILE_TMPDIR/tools.tap" 2> "$BATS_FILE_TMPDIR/tools.err"
@@ -35,9 +36,8 @@ tools_check() {
 @test "gpu tools: the plan, the device by the rule, the exit status" {
     cat "$TAP"
     assert_equal "$(grep -c '^1\.\.5$' "$TAP")" 1
-    if nvidia-smi -L 2> /dev/null | grep -q '^GPU [0-9]' || [ -e /dev/nvidia0 ]; then
-        grep -q '^# device: cuda ' "$TAP"
-    else
+    # no nvidia-smi and no /dev/nvidiaN: sim; else tools.sh's rule (the stand-ins below)
+    if ! command -v nvidia-smi > /dev/null && ! ls /dev/nvidia[0-9]* > /dev/null 2>&1; then
         grep -q '^# device: sim ' "$TAP"
     fi
     # exit status 0 exactly when no check failed
@@ -68,12 +68,16 @@ tools_check() {
     tools_check 5
 }
 
-@test "gpu tools: a GPU that nvidia-smi lists but the tools cannot use fails every check" {
-    # Without a GPU here, a stand-in nvidia-smi listing two makes tools.sh take cuda, and
-    # every check must then fail (no fallback to sim, no "fewer than 2 GPUs").
-    if nvidia-smi -L 2> /dev/null | grep -q '^GPU [0-9]' || [ -e /dev/nvidia0 ]; then
-        skip "a GPU is present: the checks above run on it"
+# Stand-ins for nvidia-smi on a machine without a GPU: tools.sh must take cuda and fail.
+no_gpu_here() {
+    if command -v nvidia-smi > /dev/null || ls /dev/nvidia[0-9]* > /dev/null 2>&1; then
+        skip "a GPU (or its driver) is here: the checks above run on it"
     fi
+}
+
+@test "gpu tools: a GPU that nvidia-smi lists but the tools cannot use fails every check" {
+    # a stand-in nvidia-smi listing two: no fallback to sim, no "fewer than 2 GPUs"
+    no_gpu_here
     mkdir -p "$BATS_TEST_TMPDIR/fake"
     printf '#!/bin/sh\necho "GPU 0: Stand-in (UUID: GPU-0)"\necho "GPU 1: Stand-in (UUID: GPU-1)"\n' \
         > "$BATS_TEST_TMPDIR/fake/nvidia-smi"
@@ -87,4 +91,21 @@ tools_check() {
         assert_line --regexp "^not ok $n - tools on cuda: "
     done
     refute_line --partial '# skip'
+}
+
+@test "gpu tools: nvidia-smi installed but failing (a broken driver) is a GPU: the checks fail" {
+    no_gpu_here
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\necho "NVIDIA-SMI has failed: no driver" >&2\nexit 9\n' \
+        > "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    chmod +x "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    PATH="$BATS_TEST_TMPDIR/fake:$PATH" run bash "$TFM_ROOT/tests/gpu/tools.sh"
+    echo "$output"
+    assert_failure
+    assert_line --regexp '^# device: cuda \(0 GPU.*nvidia-smi: failed: NVIDIA-SMI has failed'
+    for n in 1 2 3; do
+        assert_line --regexp "^not ok $n - tools on cuda: "
+    done
+    assert_line --regexp '^ok 4 - .* # skip fewer than 2 GPUs \(0 listed, 0 usable\)$'
+    assert_line --regexp '^ok 5 - .* # skip fewer than 2 GPUs'
 }

@@ -6,26 +6,29 @@
 # Environment: TFM_BIN, the built tools (default: ROOT/bin); TFM_ROOT, the repository
 # (default: two levels above this script); TMPDIR.  Exit status 0 when no test failed.
 #
-# The device (DEV).  A GPU is present when `nvidia-smi -L` lists one, or, where there is
-# no nvidia-smi or it lists none, when a /dev/nvidiaN device file exists (a driver is
-# installed).  With a GPU present every test runs with --device cuda and fails if the tools
-# cannot compute there: a broken backend or driver is a failure, never a fallback.  Only
-# without a GPU do the tests run on sim, the stand-in for a GPU (src/backend_sim.c), where
-# the results must be the CPU's bit for bit.  The two-rank tests need two GPUs: the
-# count is the lines of `nvidia-smi -L` (or of /dev/nvidiaN), at most the entries of
-# CUDA_VISIBLE_DEVICES when that is set; with fewer they skip, saying so, and never
-# because a CUDA run failed.
+# The device (DEV).  A GPU is present when `nvidia-smi -L` lists one, or a /dev/nvidiaN
+# device file exists (the driver is loaded), or nvidia-smi is installed but fails (a GPU
+# machine whose driver is broken).  With a GPU present every test runs with --device cuda
+# and fails if the tools cannot compute there: a broken backend or driver is a failure,
+# never a fallback.  Only without a GPU do the tests run on sim, the stand-in for a GPU
+# (src/backend_sim.c), where the results must be the CPU's bit for bit.  The two-rank
+# tests need two GPUs: the count is the lines of `nvidia-smi -L` (or of /dev/nvidiaN), at
+# most the entries of CUDA_VISIBLE_DEVICES when that is set; with fewer they skip, saying
+# so, and never because a CUDA run failed.
 #
 # Bounds on a GPU (fp32; the ops differ from the CPU's by rounding, ~1e-6 of their size):
 # the mean training loss over updates 31-40 to 1e-3 relative; the parameters by their mean
-# absolute difference, 1e-4.  Not their largest difference: an element whose gradient is
-# rounding noise on both sides (the bias of the attention keys: softmax ignores it, its
+# absolute difference, 5e-5.  Not by their largest difference: an element whose gradient
+# is rounding noise on both sides (the bias of the attention keys: softmax ignores it, its
 # gradient is 0 but for rounding) still moves by about lr per update in a direction that
 # Adam takes from the noise, so two correct runs may differ there by up to the sum of the
 # learning rates, 0.013 over 40 updates of this model (lr = 64^-0.5 s 400^-1.5); it is
-# printed, not judged.  A wrong kernel sends most parameters elsewhere: a mean of 1e-3 or
-# more.  Decoding: at least 27 of 30 lines the same (beam scores differ by rounding, and a
-# near tie may go the other way).  On sim: identical parameters, losses and lines.
+# printed, not judged.  Measured on the CPU for these 40 updates: runs with 1 and with 2
+# threads (their products round differently) differ by a mean of 1.1e-6 (largest 1.8e-3);
+# a run with attention dropout 0.01 added, by a mean of 1.3e-4; with label smoothing 0.11
+# for 0.1, by 4e-5 (below the bound: a subtle error is the op tests' to find).  Decoding:
+# at least 27 of 30 lines the same (beam scores differ by rounding, and a near tie may go
+# the other way).  On sim: identical parameters, losses and lines.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=${TFM_ROOT:-$(cd "$here/../.." && pwd)}
@@ -38,24 +41,23 @@ trap 'rm -rf "$W"' EXIT
 
 # ---- the device ----------------------------------------------------------------------------
 
-gpus_listed() {
-    local n=0
-    if command -v nvidia-smi > /dev/null 2>&1; then
-        n=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU [0-9]')
+LISTED=0 SMI=none
+if command -v nvidia-smi > /dev/null 2>&1; then
+    if smi=$(nvidia-smi -L 2>&1); then
+        LISTED=$(echo "$smi" | grep -c '^GPU [0-9]')
+        SMI=ok
+    else
+        SMI="failed: $(echo "$smi" | head -n 1)"
     fi
-    if [ "$n" -eq 0 ]; then
-        n=$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2> /dev/null | grep -c '/nvidia[0-9][0-9]*$')
-    fi
-    echo "$n"
-}
-
-LISTED=$(gpus_listed)
+fi
+DEVFILES=$(find /dev -maxdepth 1 -name 'nvidia[0-9]*' 2> /dev/null | grep -c '/nvidia[0-9][0-9]*$')
+[ "$LISTED" -eq 0 ] && LISTED=$DEVFILES
 GPUS=$LISTED
 if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
     visible=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
     [ "$visible" -lt "$GPUS" ] && GPUS=$visible
 fi
-if [ "$LISTED" -gt 0 ]; then DEV=cuda; else DEV=sim; fi
+if [ "$LISTED" -gt 0 ] || { [ "$SMI" != ok ] && [ "$SMI" != none ]; }; then DEV=cuda; else DEV=sim; fi
 
 # ---- the harness: one numbered check a function, its diagnostics after its line --------
 
@@ -122,7 +124,7 @@ within() {
 loss_at() { awk -F '\t' -v s="$2" '$1 == "train" && $2 == s { print $3 }' "$1"; }
 
 # Parameters of two checkpoints: identical on sim; on a GPU a mean absolute difference
-# within 1e-4 (the header).  Prints both numbers.
+# within 5e-5 (the header).  Prints both numbers.
 params_follow() {
     local mean max
     mean=$(mean_diff "$1" "$2")
@@ -132,7 +134,7 @@ params_follow() {
         cmp -s <(params "$1") <(params "$2") || { note "not identical, as they must be on sim"; return 1; }
         return 0
     fi
-    awk -v d="$mean" 'BEGIN { exit !(d != "" && d <= 1e-4) }' || { note "mean difference over the bound 1e-4"; return 1; }
+    awk -v d="$mean" 'BEGIN { exit !(d != "" && d <= 5e-5) }' || { note "mean difference over the bound 5e-5"; return 1; }
 }
 
 # The losses at update STEP of two logs: equal on sim, within 1e-3 relative on a GPU.
@@ -210,7 +212,7 @@ t_decode() {
 
 two_gpus() {
     [ "$DEV" = sim ] || [ "$GPUS" -ge 2 ] ||
-        skip_because "fewer than 2 GPUs ($GPUS listed by nvidia-smi -L${CUDA_VISIBLE_DEVICES+ and CUDA_VISIBLE_DEVICES})"
+        skip_because "fewer than 2 GPUs ($LISTED listed, $GPUS usable${CUDA_VISIBLE_DEVICES+ under CUDA_VISIBLE_DEVICES})"
 }
 
 t_ranks() {
@@ -247,7 +249,7 @@ t_processes() {
 
 # ---- the run --------------------------------------------------------------------------------
 
-echo "# device: $DEV ($LISTED GPU(s) listed by nvidia-smi -L or /dev/nvidiaN, $GPUS usable); tools: $BIN"
+echo "# device: $DEV ($LISTED GPU(s) listed by nvidia-smi -L or /dev/nvidiaN, $GPUS usable; nvidia-smi: $SMI); tools: $BIN"
 echo "1..5"
 if ! setup; then
     echo "# setup failed:"
