@@ -30,9 +30,10 @@
  * by the CPU and in another by the GPU, carries a rounding error of at most u = 2^-24 of
  * the partial sum at each addition; with terms of random sign the errors add like a
  * random walk, to a standard deviation of about 0.4 u sqrt(n) of the typical result for
- * each side.  sum_bound(n) = 32 u sqrt(n) (at least TOL; 1.9e-4 for n = 10240) is some
- * 20 such deviations of the difference of two sides, room for the largest of millions of
- * results and for the other rounding an op adds (exp, products: ~1e-7 each); a wrong
+ * each side, 0.6 u sqrt(n) for the difference of the two.  sum_bound(n) = 32 u sqrt(n)
+ * (at least TOL; 1.9e-4 for n = 10240) is some 50 such deviations: room for the largest
+ * of millions of results (6 deviations), for the other rounding an op adds (exp,
+ * products: ~1e-7 each) and for chains of sums (a score, then a weighted sum); a wrong
  * kernel (a missing term, a wrong index, a wrong mask) is off by 1e-3 of the typical size
  * or far more (one term of 256 in a softmax: ~1e-2; one row of 10240 in a column sum:
  * ~1e-2).
