@@ -61,6 +61,11 @@ if [ "$LISTED" -gt 0 ] || { [ "$SMI" != ok ] && [ "$SMI" != none ]; }; then DEV=
 
 # ---- the harness: one numbered check a function, its diagnostics after its line --------
 
+# Every tool run ends within 300 s (a hung GPU or rendezvous fails its check, with exit
+# status 124, instead of stopping the whole run).
+LIMIT=()
+command -v timeout > /dev/null && LIMIT=(timeout -k 10 300)
+
 N=0 FAILED=0
 LOG=$W/log     # the current check's commands and their output
 NOTES=$W/notes # the current check's numbers, printed pass or fail
@@ -70,7 +75,7 @@ note() { echo "$*" >> "$NOTES"; }
 # Run a command, its output to the log; on failure say which and show the output's end.
 x() {
     echo "\$ $*" >> "$LOG"
-    "$@" >> "$LOG" 2>&1
+    "${LIMIT[@]}" "$@" >> "$LOG" 2>&1
     local rc=$?
     if [ $rc -ne 0 ]; then
         note "failed (exit $rc): $*"
@@ -84,7 +89,7 @@ xo() {
     local out=$1
     shift
     echo "\$ $* > $out" >> "$LOG"
-    "$@" > "$out" 2>> "$LOG"
+    "${LIMIT[@]}" "$@" > "$out" 2>> "$LOG"
     local rc=$?
     if [ $rc -ne 0 ]; then
         note "failed (exit $rc): $*"
@@ -229,10 +234,10 @@ t_processes() {
     two_gpus || return $?
     echo "\$ two processes: TFM_RANK 0 and 1, TFM_RENDEZVOUS $W/rv" >> "$LOG"
     TFM_RENDEZVOUS="$W/rv" TFM_RENDEZVOUS_TIMEOUT=60 TFM_WORLD_SIZE=2 TFM_RANK=1 TFM_LOCAL_RANK=1 \
-        tfm-train "${SMALL[@]}" --device "$DEV" --max-steps 20 -o "$W/p" "$W/b.tfm" >> "$W/rank1.log" 2>&1 &
+        "${LIMIT[@]}" tfm-train "${SMALL[@]}" --device "$DEV" --max-steps 20 -o "$W/p" "$W/b.tfm" >> "$W/rank1.log" 2>&1 &
     local pid=$! rc0 rc1
     TFM_RENDEZVOUS="$W/rv" TFM_RENDEZVOUS_TIMEOUT=60 TFM_WORLD_SIZE=2 TFM_RANK=0 TFM_LOCAL_RANK=0 \
-        tfm-train "${SMALL[@]}" --device "$DEV" --max-steps 20 -o "$W/p" "$W/b.tfm" >> "$LOG" 2>&1
+        "${LIMIT[@]}" tfm-train "${SMALL[@]}" --device "$DEV" --max-steps 20 -o "$W/p" "$W/b.tfm" >> "$LOG" 2>&1
     rc0=$?
     wait $pid
     rc1=$?
