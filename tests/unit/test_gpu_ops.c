@@ -1,25 +1,61 @@
 /* test_gpu_ops.c: every op of the CUDA backend against the CPU backend (the reference) on
- * random inputs, the CUDA ops' determinism (the same bits on a second run), and the check
- * the tools run before using a GPU (tfm_device_check: a whole model's training batch, Adam
- * step and decoding steps against the CPU).  `make check-gpu` runs it;
- * without a GPU (this machine, CI) each test skips itself, except the first, which checks
- * that asking for the CUDA backend there fails with a reason instead of crashing.
+ * random inputs, at small shapes and at the big model's (d_model 1024, 16 heads, d_ff 4096,
+ * vocabulary 37000, batches of 10240 tokens); the CUDA ops' determinism (the same bits on a
+ * second run); the check the tools run before using a GPU (tfm_device_check); and one
+ * training batch of a whole 6-layer model of the big shapes against the CPU.
+ * `make check-gpu` runs it.  Without a GPU (this machine, CI) every test that needs one
+ * skips itself; the first checks that asking for the CUDA backend there fails with a
+ * reason, the second checks this file's own comparisons.
  *
- * Bounds: |gpu - cpu| <= TOL * max(1, |cpu|) element by element, TOL = 2e-5 for the ops
- * (fp32 with sums in another order; inputs in [-1, 1], sums of at most a few hundred
- * terms: rounding differences are ~1e-6); the whole model's bounds are device.h's.  Dropout, gathers and copies must agree exactly.
+ * Environment:
+ *   TFM_GPU_OPS_QUICK=1     the small shapes only (every kernel variant still runs: the
+ *                           sanitizers' run); the big-shape tests say SKIP
+ *   TFM_GPU_OPS_ONLY=TEXT   only the tests whose name contains TEXT (the others SKIP)
+ *   TFM_GPU_OPS_DEVICE=sim  test the stand-in for a GPU (backend_sim.c, the CPU's bits)
+ *                           instead of CUDA: runs this program's every path on any machine
+ *
+ * Attention kernels (kernels/cuda_attn.cu picks the form by the head size dk: tiled with
+ * C = 1, 2, 4, 8 columns per lane for dk <= 32, 64, 128, 256; the rows form above 256):
+ *   C = 1: small dk 8, 16, 32;  C = 2: small dk 64, big dk 64 (16 heads);
+ *   C = 4: small dk 100, big dk 128 (8 heads);  C = 8: small dk 200, big dk 256 (4 heads);
+ *   rows:  small dk 257, big dk 320 (4 heads, forward, backward, decoding).
+ *
+ * Bounds.  Small shapes: |gpu - cpu| <= TOL * max(1, |cpu|) element by element (the
+ * library's tfm_device_diff), TOL = 2e-5: fp32 with sums in another order, inputs in
+ * [-1, 1], sums of at most a few hundred terms (rounding differences ~1e-6).
+ * Big shapes: |gpu - cpu| <= bound * max(|cpu|, rms(cpu)), rms over the whole output: a
+ * value that lands near 0 is judged against the typical size of the sums that made it,
+ * not against 1 (which would pass anything for small values) nor against itself (which
+ * would fail on cancellation).  A result that is a sum of n fp32 terms, added in one order
+ * by the CPU and in another by the GPU, carries a rounding error of at most u = 2^-24 of
+ * the partial sum at each addition; with terms of random sign the errors add like a
+ * random walk, to a standard deviation of about 0.4 u sqrt(n) of the typical result for
+ * each side, 0.6 u sqrt(n) for the difference of the two.  sum_bound(n) = 32 u sqrt(n)
+ * (at least TOL; 1.9e-4 for n = 10240) is some 50 such deviations: room for the largest
+ * of millions of results (6 deviations), for the other rounding an op adds (exp,
+ * products: ~1e-7 each) and for chains of sums (a score, then a weighted sum); a wrong
+ * kernel (a missing term, a wrong index, a wrong mask) is off by 1e-3 of the typical size
+ * or far more (one term of 256 in a softmax: ~1e-2; one row of 10240 in a column sum:
+ * ~1e-2).
+ * Dropout, gathers and copies must agree bit for bit, NaN-ness for NaN (a GPU returns its
+ * canonical NaN, 0x7fffffff, where the CPU keeps the input's payload).
  */
 #include "check.h"
 
 #include "backend.h"
+#include "config.h"
 #include "device.h"
+#include "model.h"
 
 #include <stdint.h>
+#include <time.h>
 
 #define TOL 2e-5
+#define U32 0x1p-24             /* fp32's unit roundoff */
 
 static struct tfm_backend *cpu, *gpu;
 static char why[200];
+static int quick;               /* TFM_GPU_OPS_QUICK */
 
 static uint64_t rs = 4242;
 static float frand(void)
@@ -31,9 +67,27 @@ static float frand(void)
 static float *rnd(size_t n, float s)
 {
     float *x = malloc((n ? n : 1) * sizeof(float));
+    if (!x) {
+        printf("# out of memory (%zu floats)\n", n);
+        exit(1);
+    }
     for (size_t i = 0; i < n; i++)
         x[i] = s * frand();
     return x;
+}
+
+/* A random integer in [0, n). */
+static int irand(int n)
+{
+    rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (int)((rs >> 33) % (uint64_t)n);
+}
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 /* A device copy of n bytes of host data (NULL host: zeros). */
@@ -54,6 +108,10 @@ static void *dev(const void *host, size_t bytes)
 static float *host(const void *d, size_t n)
 {
     float *h = malloc((n ? n : 1) * sizeof(float));
+    if (!h) {
+        printf("# out of memory (%zu floats)\n", n);
+        exit(1);
+    }
     gpu->download(gpu, h, d, n * sizeof(float));
     return h;
 }
@@ -70,8 +128,105 @@ static void gfree(void **p, size_t n)
         gfree(a_, sizeof a_ / sizeof a_[0]);                                           \
     } while (0)
 
+/* ---- comparisons -------------------------------------------------------------------------- */
+
 /* Largest |a - b| / max(1, |b|); NaN where they disagree on NaN-ness. */
 #define maxerr tfm_device_diff
+
+/* The bound for results that are sums of n fp32 terms (the header). */
+static double sum_bound(double n)
+{
+    double b = 32 * U32 * sqrt(n);
+    return b > TOL ? b : TOL;
+}
+
+static uint32_t bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* The first element where a and b differ, or n: different bits, unless both are NaN. */
+static size_t first_diff(const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bits(a[i]) != bits(b[i]) && !(isnan(a[i]) && isnan(b[i])))
+            return i;
+    return n;
+}
+
+/* Root mean square of the finite values of x (0 if none). */
+static double rms(const float *x, size_t n)
+{
+    double s = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(x[i])) {
+            s += (double)x[i] * x[i];
+            k++;
+        }
+    return k ? sqrt(s / (double)k) : 0;
+}
+
+/* Largest |a - b| / max(|b|, floor) and where (*at); NaN where a and b disagree on NaN or
+ * on Inf (tfm_device_diff's rule). */
+static double diff_floor(const float *a, const float *b, size_t n, double floor, size_t *at)
+{
+    double e = 0;
+    *at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(b[i]) || isinf(a[i]) != isinf(b[i])) {
+            *at = i;
+            return NAN;
+        }
+        if (!isfinite(b[i]))
+            continue;
+        double s = fabs(b[i]) > floor ? fabs(b[i]) : floor, d = fabs((double)a[i] - b[i]) / s;
+        if (d > e) {
+            e = d;
+            *at = i;
+        }
+    }
+    return e;
+}
+
+/* Host result h against the reference ref (n floats), relative to max(|ref|, rms(ref))
+ * (the header), within bound; prints the difference either way. */
+static void near_host(const char *what, const float *h, const float *ref, size_t n, double bound)
+{
+    double floor = rms(ref, n);
+    size_t at;
+    double e = diff_floor(h, ref, n, floor > 0 ? floor : 1, &at);
+    int ok = e <= bound;
+    printf("#   %s: %.3g of max(|cpu|, rms %.3g) (bound %.3g)%s", what, e, floor, bound,
+           ok ? "\n" : "");
+    if (!ok) {
+        printf(", worst at [%zu]: gpu %.9g, cpu %.9g\n", at, h[at], ref[at]);
+        t_fail(__FILE__, __LINE__, what);
+    }
+}
+
+/* The same for device data d. */
+static void near(const char *what, const void *d, const float *ref, size_t n, double bound)
+{
+    float *h = host(d, n);
+    near_host(what, h, ref, n, bound);
+    free(h);
+}
+
+/* Device data d must equal ref bit for bit (NaN-ness for NaN). */
+static void exact(const char *what, const void *d, const float *ref, size_t n)
+{
+    float *h = host(d, n);
+    size_t i = first_diff(h, ref, n);
+    if (i < n) {
+        printf("#   %s: element %zu is %.9g (0x%08x), the CPU's %.9g (0x%08x)\n", what, i,
+               h[i], (unsigned)bits(h[i]), ref[i], (unsigned)bits(ref[i]));
+        t_fail(__FILE__, __LINE__, what);
+    }
+    free(h);
+}
 
 /* Compare device result d (n floats) with host reference ref. */
 #define SAME(d, ref, n, tol)                                                           \
@@ -84,12 +239,7 @@ static void gfree(void **p, size_t n)
         free(h_);                                                                      \
     } while (0)
 
-#define EXACT(d, ref, n)                                                               \
-    do {                                                                               \
-        float *h_ = host((d), (n));                                                    \
-        CHECK(memcmp(h_, (ref), (n) * sizeof(float)) == 0);                            \
-        free(h_);                                                                      \
-    } while (0)
+#define EXACT(d, ref, n) exact(#d, (d), (ref), (n))
 
 #define NEED_GPU()                                                                     \
     do {                                                                               \
@@ -99,11 +249,26 @@ static void gfree(void **p, size_t n)
         }                                                                              \
     } while (0)
 
+#define NEED_BIG()                                                                     \
+    do {                                                                               \
+        NEED_GPU();                                                                    \
+        if (quick) {                                                                   \
+            t_skip("TFM_GPU_OPS_QUICK: small shapes only");                            \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
 /* ---- the backend itself ------------------------------------------------------------------ */
+
+static int sim;                 /* TFM_GPU_OPS_DEVICE=sim */
 
 static void test_create(void)
 {
     struct tfm_error err;
+    if (gpu && sim) {
+        CHECK(gpu->kind == TFM_BACKEND_SIM && !gpu->host_memory);
+        return;
+    }
     if (gpu) {
         CHECK_STR(gpu->name, "cuda");
         CHECK(gpu->kind == TFM_BACKEND_CUDA && !gpu->host_memory);
@@ -113,6 +278,42 @@ static void test_create(void)
     }
     /* no GPU: a clear reason, no crash */
     CHECK(strncmp(why, "the CUDA backend: ", 18) == 0 && strlen(why) > 18);
+}
+
+/* This file's comparisons can fail, and fail for the right reasons (no GPU needed). */
+static void test_compare(void)
+{
+    float cnan, gnan, one = 1.0f, z = 0.0f, nz = -0.0f;
+    uint32_t c = 0x7fc00000u, g = 0x7fffffffu;           /* the CPU's NaN, a GPU's NaN */
+    memcpy(&cnan, &c, 4);
+    memcpy(&gnan, &g, 4);
+    float a[4] = {one, gnan, z, 2.0f}, b[4] = {one, cnan, z, 2.0f};
+    CHECK(first_diff(a, b, 4) == 4);                      /* NaN against NaN: the same */
+    a[2] = nz;
+    CHECK(first_diff(a, b, 4) == 2);                      /* -0 is not +0, bit for bit */
+    a[2] = z;
+    a[3] = nextafterf(2.0f, 3.0f);
+    CHECK(first_diff(a, b, 4) == 3);                      /* one ulp */
+    a[3] = 2.0f;
+    a[0] = cnan;
+    CHECK(first_diff(a, b, 4) == 0);                      /* NaN against a number */
+    size_t at;
+    float x[3] = {1e-3f, 100.0f, -50.0f}, y[3] = {1e-3f, 100.0f, -50.0f};
+    CHECK(diff_floor(x, y, 3, 1, &at) == 0);
+    x[0] = 2e-3f;                                         /* off by 1e-3 of a floor of 1 */
+    CHECK_NEAR(diff_floor(x, y, 3, 1, &at), 1e-3, 1e-9);
+    CHECK(at == 0);
+    x[0] = 1e-3f;
+    x[1] = 100.01f;                                       /* relative above the floor */
+    CHECK_NEAR(diff_floor(x, y, 3, 1, &at), 1e-4, 1e-6);
+    CHECK(at == 1);
+    x[1] = NAN;
+    CHECK(isnan(diff_floor(x, y, 3, 1, &at)) && at == 1);
+    x[1] = INFINITY;
+    CHECK(isnan(diff_floor(x, y, 3, 1, &at)));
+    CHECK_NEAR(rms(y, 3), sqrt((1e-6 + 1e4 + 2500) / 3), 1e-6);
+    CHECK_NEAR(sum_bound(10240), 32 * 0x1p-24 * sqrt(10240.0), 1e-12);
+    CHECK(sum_bound(1) == TOL);
 }
 
 static void test_memory(void)
@@ -212,10 +413,11 @@ static void test_embed(void)
     free(table); free(pos); free(out); free(dout); free(dtable); free(dpos);
 }
 
-static void test_layernorm(void)
+/* Layer norm of N rows of D, forward and backward (accumulating or not) against the CPU:
+ * big 0 with the small shapes' bound; big 1 with sum_bound: sums over D along rows (mean,
+ * variance, dx), over N down columns (dg, db). */
+static void layernorm_case(int N, int D, int big)
 {
-    NEED_GPU();
-    int N = 77, D = 200;
     size_t nd = (size_t)N * D;
     float *x = rnd(nd, 2), *g = rnd(D, 1), *b = rnd(D, 1), *dy = rnd(nd, 1);
     float *y = malloc(nd * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
@@ -223,67 +425,122 @@ static void test_layernorm(void)
     float *dX = dev(x, nd * 4), *dG = dev(g, D * 4), *dB = dev(b, D * 4), *dY = dev(NULL, nd * 4),
           *dM = dev(NULL, N * 4), *dR = dev(NULL, N * 4), *dDY = dev(dy, nd * 4),
           *dDX = dev(dx, nd * 4), *dDG = dev(dg, D * 4), *dDB = dev(db, D * 4);
+    double rows = big ? sum_bound(D) : TOL, cols = big ? sum_bound(N) : TOL;
+    char w[64];
+    printf("#  N %d, D %d\n", N, D);
     cpu->layernorm_fwd(cpu, y, mean, rstd, x, g, b, N, D, 1e-5f);
     gpu->layernorm_fwd(gpu, dY, dM, dR, dX, dG, dB, N, D, 1e-5f);
-    SAME(dY, y, nd, TOL);
-    SAME(dM, mean, N, TOL);
-    SAME(dR, rstd, N, TOL);
+    if (big) {
+        near("y", dY, y, nd, rows);
+        near("mean", dM, mean, N, rows);
+        near("rstd", dR, rstd, N, rows);
+    } else {
+        SAME(dY, y, nd, TOL);
+        SAME(dM, mean, N, TOL);
+        SAME(dR, rstd, N, TOL);
+    }
     for (int acc = 0; acc < 2; acc++) {
         cpu->layernorm_bwd(cpu, dx, dg, db, dy, x, mean, rstd, g, N, D, acc);
         gpu->layernorm_bwd(gpu, dDX, dDG, dDB, dDY, dX, dM, dR, dG, N, D, acc);
-        SAME(dDX, dx, nd, TOL);
-        SAME(dDG, dg, D, TOL);
-        SAME(dDB, db, D, TOL);
+        if (big) {
+            snprintf(w, sizeof w, "dx (accumulate %d)", acc);
+            near(w, dDX, dx, nd, rows);
+            snprintf(w, sizeof w, "dg (accumulate %d)", acc);
+            near(w, dDG, dg, D, cols);
+            snprintf(w, sizeof w, "db (accumulate %d)", acc);
+            near(w, dDB, db, D, cols);
+        } else {
+            SAME(dDX, dx, nd, TOL);
+            SAME(dDG, dg, D, TOL);
+            SAME(dDB, db, D, TOL);
+        }
     }
     GFREE(dX, dG, dB, dY, dM, dR, dDY, dDX, dDG, dDB);
     free(x); free(g); free(b); free(dy); free(y); free(mean); free(rstd); free(dx); free(dg);
     free(db);
 }
 
+static void test_layernorm(void)
+{
+    NEED_GPU();
+    layernorm_case(77, 200, 0);
+    layernorm_case(5, 1000, 0);                           /* D > 256: several per thread */
+}
+
 /* ---- attention ------------------------------------------------------------------------------ */
 
+/* Attention forward and backward of B sentences, H heads of dk, Tq queries, Tk keys
+ * (klen: keys per sentence or NULL; causal; dropout on the weights) against the CPU.  q
+ * has gaps between rows (ldq), k and v are the halves of one (Tk, 2D) matrix as in the
+ * model.  big 0: the small shapes' bound; big 1: sum_bound over the longest chain of
+ * sums (dk for a score or dO.v, Tk for the weighted sum and D_i, Tq for dk, dv).  qs
+ * scales q (sharper softmax rows for qs > 1). */
 static void attn_case(int B, int H, int Tq, int Tk, int dk, const int32_t *klen, int causal,
-                      float dropout)
+                      float dropout, int big, float qs)
 {
     struct tfm_attn a = {B, H, Tq, Tk, dk, NULL, causal, 1.0f / sqrtf((float)dk), dropout,
                          tfm_rng_key(3, 4, 5)};
     int D = H * dk, ldq = D + 5, ldk = 2 * D, ldo = D;
     size_t nq = (size_t)B * Tq * ldq, nk = (size_t)B * Tk * ldk, no = (size_t)B * Tq * ldo,
            nl = (size_t)B * H * Tq;
-    float *q = rnd(nq, 1), *kv = rnd(nk, 1), *dout = rnd(no, 1);
+    float *q = rnd(nq, qs), *kv = rnd(nk, 1), *dout = rnd(no, 1);
     float *o = malloc(no * 4), *lse = malloc(nl * 4);
     float *dq = calloc(nq, 4), *dkv = calloc(nk, 4);
     int32_t *dlen = klen ? dev(klen, B * sizeof(int32_t)) : NULL;
     float *gq = dev(q, nq * 4), *gkv = dev(kv, nk * 4), *gout = dev(dout, no * 4),
           *go = dev(NULL, no * 4), *glse = dev(NULL, nl * 4), *gdq = dev(NULL, nq * 4),
           *gdkv = dev(NULL, nk * 4);
+    if (big)
+        printf("#  B %d, H %d, Tq %d, Tk %d, dk %d, %s%s, dropout %g\n", B, H, Tq, Tk, dk,
+               klen ? "padding" : "no padding", causal ? ", causal" : "", dropout);
     a.klen = klen;
     cpu->reserve(cpu, Tq, Tk, NULL);
+    double t0 = now();
     cpu->attn_fwd(cpu, &a, q, ldq, kv, ldk, kv + D, ldk, o, ldo, lse);
     cpu->attn_bwd(cpu, &a, q, ldq, kv, ldk, kv + D, ldk, o, ldo, lse, dout, ldo, dq, ldq, dkv,
                   ldk, dkv + D, ldk);
+    double t1 = now();
     a.klen = dlen;
     gpu->reserve(gpu, Tq, Tk, NULL);
     gpu->attn_fwd(gpu, &a, gq, ldq, gkv, ldk, gkv + D, ldk, go, ldo, glse);
-    SAME(go, o, no, TOL);
-    SAME(glse, lse, nl, TOL);
     gpu->attn_bwd(gpu, &a, gq, ldq, gkv, ldk, gkv + D, ldk, go, ldo, glse, gout, ldo, gdq, ldq,
                   gdkv, ldk, gdkv + D, ldk);
-    /* dq: compare the head columns only (the padding of ldq is not written) */
+    gpu->sync(gpu);
+    double t2 = now();
+    /* dq: the head columns only (the padding of ldq is not written) */
     float *hq = host(gdq, nq), *hkv = host(gdkv, nk);
-    double e = 0;
-    for (int r = 0; r < B * Tq; r++) {
-        double x = maxerr(hq + (size_t)r * ldq, dq + (size_t)r * ldq, D);
-        e = isnan(x) || x > e ? x : e;
+    if (big) {
+        double bound = sum_bound((double)dk + Tk + Tq);
+        printf("#   cpu %.2f s, gpu %.3f s\n", t1 - t0, t2 - t1);
+        near("o", go, o, no, bound);
+        near("lse", glse, lse, nl, bound);
+        size_t nr = (size_t)B * Tq * D;
+        float *pg = malloc(nr * 4), *pc = malloc(nr * 4);
+        for (size_t r = 0; r < (size_t)B * Tq; r++) {
+            memcpy(pg + r * D, hq + r * ldq, (size_t)D * 4);
+            memcpy(pc + r * D, dq + r * ldq, (size_t)D * 4);
+        }
+        near_host("dq", pg, pc, nr, bound);
+        near_host("dk, dv", hkv, dkv, nk, bound);
+        free(pg);
+        free(pc);
+    } else {
+        SAME(go, o, no, TOL);
+        SAME(glse, lse, nl, TOL);
+        double e = 0;
+        for (int r = 0; r < B * Tq; r++) {
+            double x = maxerr(hq + (size_t)r * ldq, dq + (size_t)r * ldq, D);
+            e = isnan(x) || x > e ? x : e;
+        }
+        for (int r = 0; r < B * Tk; r++) {
+            double x = maxerr(hkv + (size_t)r * ldk, dkv + (size_t)r * ldk, 2 * D);
+            e = isnan(x) || x > e ? x : e;
+        }
+        if (!(e <= TOL))
+            printf("#   attention B=%d H=%d Tq=%d Tk=%d dk=%d causal=%d dropout=%g: gradients "
+                   "differ by %.3g\n", B, H, Tq, Tk, dk, causal, dropout, e);
+        CHECK(e <= TOL);
     }
-    for (int r = 0; r < B * Tk; r++) {
-        double x = maxerr(hkv + (size_t)r * ldk, dkv + (size_t)r * ldk, 2 * D);
-        e = isnan(x) || x > e ? x : e;
-    }
-    if (!(e <= TOL))
-        printf("#   attention B=%d H=%d Tq=%d Tk=%d causal=%d dropout=%g: gradients differ by %.3g\n",
-               B, H, Tq, Tk, causal, dropout, e);
-    CHECK(e <= TOL);
     GFREE(gq, gkv, gout, go, glse, gdq, gdkv);
     if (dlen)
         gpu->free(gpu, dlen);
@@ -294,38 +551,67 @@ static void test_attention(void)
 {
     NEED_GPU();
     int32_t klen[3] = {7, 0, 3};                          /* sentence 1: every key masked */
-    attn_case(3, 2, 7, 7, 8, klen, 0, 0);                 /* padding */
-    attn_case(3, 2, 7, 7, 8, klen, 1, 0);                 /* padding + causal */
-    attn_case(2, 4, 5, 9, 16, NULL, 0, 0);                /* cross: Tq != Tk */
-    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f);              /* attention dropout */
-    attn_case(2, 8, 64, 64, 64, NULL, 1, 0);              /* the base config's head size */
+    attn_case(3, 2, 7, 7, 8, klen, 0, 0, 0, 1);           /* padding */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0, 0, 1);           /* padding + causal */
+    attn_case(2, 4, 5, 9, 16, NULL, 0, 0, 0, 1);          /* cross: Tq != Tk */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1);        /* attention dropout */
+    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1);        /* tiled, 2 columns a lane */
     int32_t long_len[2] = {300, 129};
-    attn_case(2, 2, 300, 300, 32, long_len, 0, 0.1f);     /* rows longer than a warp */
+    attn_case(2, 2, 300, 300, 32, long_len, 0, 0.1f, 0, 1); /* rows longer than a warp */
+    /* every other form, each dk off the multiples of 32 (the column guards) */
+    int32_t len2[2] = {45, 17};
+    attn_case(2, 2, 40, 45, 100, len2, 0, 0.1f, 0, 1);    /* tiled, 4 columns a lane */
+    attn_case(2, 2, 40, 40, 200, len2, 1, 0, 0, 1);       /* tiled, 8 columns, > 48 KiB */
+    attn_case(2, 2, 40, 45, 257, len2, 0, 0.1f, 0, 1);    /* the rows form */
+    attn_case(2, 1, 40, 40, 257, len2, 1, 0, 0, 1);       /* the rows form, causal */
+}
+
+/* Incremental attention: R rows of H heads of dk, each with len[r] keys found through
+ * blk or slot in `blocks` blocks of `steps` cached rows (the decoder's caches). */
+static void decode_case(int R, int H, int dk, int steps, int blocks, const int32_t *len,
+                        int big)
+{
+    int D = H * dk, ld = 2 * D;
+    int64_t bstride = (int64_t)steps * ld;
+    size_t nkv = (size_t)blocks * bstride;
+    float *q = rnd((size_t)R * D, big ? 2 : 1), *kv = rnd(nkv, 1), *o = malloc((size_t)R * D * 4);
+    int32_t *blk = malloc((size_t)R * 4), *slot = malloc((size_t)R * steps * 4);
+    for (int r = 0; r < R; r++)
+        blk[r] = (r * 3 + 1) % blocks;
+    for (int i = 0; i < R * steps; i++)
+        slot[i] = (i * 7 + 3) % blocks;
+    float *gq = dev(q, (size_t)R * D * 4), *gkv = dev(kv, nkv * 4), *go = dev(NULL, (size_t)R * D * 4);
+    int32_t *glen = dev(len, (size_t)R * 4), *gblk = dev(blk, (size_t)R * 4),
+            *gslot = dev(slot, (size_t)R * steps * 4);
+    float scale = 1.0f / sqrtf((float)dk);
+    cpu->reserve(cpu, 1, steps, NULL);
+    gpu->reserve(gpu, 1, steps, NULL);
+    for (int use_slot = 0; use_slot < 2; use_slot++) {
+        cpu->attn_decode(cpu, R, H, dk, scale, q, D, kv, kv + D, ld, bstride, blk,
+                         use_slot ? slot : NULL, steps, len, o, D);
+        gpu->attn_decode(gpu, R, H, dk, scale, gq, D, gkv, gkv + D, ld, bstride, gblk,
+                         use_slot ? gslot : NULL, steps, glen, go, D);
+        if (big) {
+            char w[80];
+            snprintf(w, sizeof w, "decoding, R %d, H %d, dk %d, %s", R, H, dk,
+                     use_slot ? "slots" : "blocks");
+            near(w, go, o, (size_t)R * D, sum_bound((double)dk + steps));
+        } else {
+            SAME(go, o, (size_t)R * D, TOL);
+        }
+    }
+    GFREE(gq, gkv, go, glen, gblk, gslot);
+    free(q); free(kv); free(o); free(blk); free(slot);
 }
 
 static void test_attn_decode(void)
 {
     NEED_GPU();
-    int R = 5, H = 3, dk = 16, D = H * dk, ld = 2 * D, steps = 9, blocks = 4;
-    int64_t bstride = (int64_t)steps * ld;
-    size_t nkv = (size_t)blocks * bstride;
-    float *q = rnd((size_t)R * D, 1), *kv = rnd(nkv, 1), *o = malloc((size_t)R * D * 4);
-    int32_t len[5] = {1, 9, 4, 7, 2}, blk[5] = {0, 3, 1, 1, 2}, slot[5 * 9];
-    for (int i = 0; i < R * steps; i++)
-        slot[i] = (i * 7 + 3) % blocks;
-    float *gq = dev(q, (size_t)R * D * 4), *gkv = dev(kv, nkv * 4), *go = dev(NULL, (size_t)R * D * 4);
-    int32_t *glen = dev(len, sizeof len), *gblk = dev(blk, sizeof blk), *gslot = dev(slot, sizeof slot);
-    cpu->reserve(cpu, 1, steps, NULL);
-    gpu->reserve(gpu, 1, steps, NULL);
-    for (int use_slot = 0; use_slot < 2; use_slot++) {
-        cpu->attn_decode(cpu, R, H, dk, 0.25f, q, D, kv, kv + D, ld, bstride, blk,
-                         use_slot ? slot : NULL, steps, len, o, D);
-        gpu->attn_decode(gpu, R, H, dk, 0.25f, gq, D, gkv, gkv + D, ld, bstride, gblk,
-                         use_slot ? gslot : NULL, steps, glen, go, D);
-        SAME(go, o, (size_t)R * D, TOL);
-    }
-    GFREE(gq, gkv, go, glen, gblk, gslot);
-    free(q); free(kv); free(o);
+    int32_t len[5] = {1, 9, 4, 7, 2};
+    decode_case(5, 3, 16, 9, 4, len, 0);
+    int32_t len2[4] = {70, 33, 1, 64};                    /* several chunks of 32 keys */
+    decode_case(4, 2, 40, 70, 3, len2, 0);
+    decode_case(4, 1, 257, 70, 3, len2, 0);
 }
 
 /* ---- element-wise ------------------------------------------------------------------------ */
@@ -359,22 +645,32 @@ static void test_elementwise(void)
     cpu->bias_bwd(cpu, db, y, N, M);
     gpu->bias_bwd(gpu, gdb, gy, N, M);
     SAME(gdb, db, M, TOL);
-    /* dropout: exact; with an Inf and a NaN among the inputs; in place too */
+    /* dropout: exact (NaN-ness for NaN); with an Inf and a NaN among the inputs */
     x[5] = INFINITY;
     x[77] = NAN;
+    x[78] = -INFINITY;
     gpu->upload(gpu, gx, x, n * 4);
     uint64_t key = tfm_rng_key(9, 9, 9);
     cpu->dropout(cpu, z, x, n, 0.3f, key);
     gpu->dropout(gpu, gz, gx, n, 0.3f, key);
     EXACT(gz, z, n);
-    cpu->add_dropout(cpu, z, y, x, n, 0.3f, key);      /* a + b * inv may be one FMA */
+    cpu->add_dropout(cpu, z, y, x, n, 0.3f, key);
     gpu->add_dropout(gpu, gz, gy, gx, n, 0.3f, key);
     SAME(gz, z, n, TOL);
     cpu->dropout(cpu, z, x, n, 0.0f, key);
     gpu->dropout(gpu, gz, gx, n, 0.0f, key);
     EXACT(gz, z, n);
+    /* in place */
+    float *xc = malloc(n * 4);
+    memcpy(xc, x, n * 4);
+    gpu->copy(gpu, gz, gx, n * 4);
+    cpu->dropout(cpu, xc, xc, n, 0.5f, key);
+    gpu->dropout(gpu, gz, gz, n, 0.5f, key);
+    EXACT(gz, xc, n);
+    free(xc);
     x[5] = 0.5f;
     x[77] = -0.5f;
+    x[78] = 0.25f;
     gpu->upload(gpu, gx, x, n * 4);
     /* axpy, scale */
     memcpy(z, y, n * 4);
@@ -401,40 +697,65 @@ static void test_elementwise(void)
 
 /* ---- output layer and optimizer ------------------------------------------------------------ */
 
+/* Cross-entropy and log-softmax of N rows of V logits in [-8, 8]; every 9th (small) or
+ * 16th (big) row ignored (label 0). */
+static void xent_case(int N, int V, int big)
+{
+    size_t n = (size_t)N * V;
+    float *z = rnd(n, 8), *loss = malloc(N * 4), *nll = malloc(N * 4), *ls = malloc(n * 4);
+    int32_t *lab = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++)
+        lab[i] = i % (big ? 16 : 9) == 4 ? 0 : big ? 1 + irand(V - 1) : (i * 131) % V;
+    float *gz = dev(z, n * 4), *gl = dev(NULL, N * 4), *gn = dev(NULL, N * 4), *gls = dev(NULL, n * 4);
+    int32_t *glab = dev(lab, (size_t)N * 4);
+    cpu->log_softmax(cpu, ls, z, N, V);
+    gpu->log_softmax(gpu, gls, gz, N, V);
+    /* Sums over V (in float within blocks of 256 or a thread's ~145 columns, in double
+     * across: rounding ~1e-6 of the sum), exp by two libraries (2e-7): TOL. */
+    if (big)
+        near("log_softmax", gls, ls, n, TOL);
+    else
+        SAME(gls, ls, n, TOL);
+    cpu->xent(cpu, z, lab, N, V, 0.1f, 0, loss, nll, 0.0f);   /* logits untouched */
+    gpu->xent(gpu, gz, glab, N, V, 0.1f, 0, gl, gn, 0.0f);
+    if (big) {
+        near("loss", gl, loss, N, TOL);
+        near("nll", gn, nll, N, TOL);
+        exact("logits untouched", gz, z, n);
+    } else {
+        SAME(gl, loss, N, TOL);
+        SAME(gn, nll, N, TOL);
+        SAME(gz, z, n, 0);
+    }
+    cpu->xent(cpu, z, lab, N, V, 0.1f, 0, loss, nll, 0.5f);
+    gpu->xent(gpu, gz, glab, N, V, 0.1f, 0, gl, gn, 0.5f);
+    if (big) {
+        near("loss with the gradient", gl, loss, N, TOL);
+        near("gradient", gz, z, n, TOL);
+    } else {
+        SAME(gl, loss, N, TOL);
+        SAME(gz, z, n, TOL);
+    }
+    GFREE(gz, gl, gn, gls, glab);
+    free(z); free(loss); free(nll); free(ls); free(lab);
+}
+
 static void test_xent(void)
 {
     NEED_GPU();
-    int N = 37, V = 1000;
-    size_t n = (size_t)N * V;
-    float *z = rnd(n, 8), *loss = malloc(N * 4), *nll = malloc(N * 4), *ls = malloc(n * 4);
-    int32_t lab[37];
-    for (int i = 0; i < N; i++)
-        lab[i] = i % 9 == 4 ? 0 : (i * 131) % V;           /* label 0: ignored rows */
-    float *gz = dev(z, n * 4), *gl = dev(NULL, N * 4), *gn = dev(NULL, N * 4), *gls = dev(NULL, n * 4);
-    int32_t *glab = dev(lab, sizeof lab);
-    cpu->log_softmax(cpu, ls, z, N, V);
-    gpu->log_softmax(gpu, gls, gz, N, V);
-    SAME(gls, ls, n, TOL);
-    cpu->xent(cpu, z, lab, N, V, 0.1f, 0, loss, nll, 0.0f);   /* logits untouched */
-    gpu->xent(gpu, gz, glab, N, V, 0.1f, 0, gl, gn, 0.0f);
-    SAME(gl, loss, N, TOL);
-    SAME(gn, nll, N, TOL);
-    SAME(gz, z, n, 0);
-    cpu->xent(cpu, z, lab, N, V, 0.1f, 0, loss, nll, 0.5f);
-    gpu->xent(gpu, gz, glab, N, V, 0.1f, 0, gl, gn, 0.5f);
-    SAME(gl, loss, N, TOL);
-    SAME(gz, z, n, TOL);
-    GFREE(gz, gl, gn, gls, glab);
-    free(z); free(loss); free(nll); free(ls);
+    xent_case(37, 1000, 0);
 }
 
-static void test_optimizer(void)
+/* Sum of squares and an Adam step over n elements.  sumsq: both in double, in other
+ * orders: relative differences ~1e-16 sqrt(n), bound 1e-12.  Adam: the same fp32
+ * operations in the same order on both (cuda_ops.cu: adam_elems), so 1e-6 of the typical
+ * size is already generous. */
+static void optimizer_case(size_t n, int big)
 {
-    NEED_GPU();
-    size_t n = 3000017;
     float *x = rnd(n, 1);
     float *gx = dev(x, n * 4);
     double a = cpu->sumsq(cpu, x, n), b = gpu->sumsq(gpu, gx, n);
+    printf("#  n %zu: sumsq cpu %.17g, gpu %.17g\n", n, a, b);
     CHECK_NEAR(b / a, 1.0, 1e-12);
     CHECK(gpu->sumsq(gpu, gx, n) == b);                    /* the same bits again */
     CHECK(gpu->sumsq(gpu, gx, 0) == 0);
@@ -445,15 +766,66 @@ static void test_optimizer(void)
     float *zeros = calloc(n, 4);
     cpu->adam(cpu, p, x, m, v, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.5f, 7);
     gpu->adam(gpu, gp, gx, gm, gv, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.5f, 7);
-    SAME(gp, p, n, 1e-6);
-    SAME(gm, m, n, 1e-6);
-    SAME(gv, v, n, 1e-6);
+    if (big) {
+        near("adam: parameters", gp, p, n, 1e-6);
+        near("adam: m", gm, m, n, 1e-6);
+        near("adam: v", gv, v, n, 1e-6);
+    } else {
+        SAME(gp, p, n, 1e-6);
+        SAME(gm, m, n, 1e-6);
+        SAME(gv, v, n, 1e-6);
+    }
     EXACT(gx, zeros, n);                                   /* the gradient is cleared */
     GFREE(gx, gp, gm, gv);
     free(x); free(p); free(m); free(v); free(zeros);
 }
 
+static void test_optimizer(void)
+{
+    NEED_GPU();
+    optimizer_case(3000017, 0);
+}
+
 /* ---- determinism: the reductions give the same bits twice ------------------------------- */
+
+/* Attention forward and backward twice on the GPU: the same bits (dk picks the form). */
+static void attn_twice(int dk)
+{
+    int B = 2, H = 2, T = 70, D = H * dk;
+    int32_t klen[2] = {70, 41};
+    struct tfm_attn a = {B, H, T, T, dk, NULL, 1, 1.0f / sqrtf((float)dk), 0.1f,
+                         tfm_rng_key(1, 2, 3)};
+    size_t nx = (size_t)B * T * D, nl = (size_t)B * H * T;
+    float *x = rnd(3 * nx, 1);
+    float *gx = dev(x, 3 * nx * 4), *gq = gx, *gk = gx + nx, *gv = gx + 2 * nx;
+    int32_t *gl = dev(klen, sizeof klen);
+    a.klen = gl;
+    gpu->reserve(gpu, T, T, NULL);
+    float *out[2][5];
+    for (int run = 0; run < 2; run++) {
+        float *o = dev(NULL, nx * 4), *lse = dev(NULL, nl * 4), *dq = dev(NULL, nx * 4),
+              *dk_ = dev(NULL, nx * 4), *dv = dev(NULL, nx * 4);
+        gpu->attn_fwd(gpu, &a, gq, D, gk, D, gv, D, o, D, lse);
+        gpu->attn_bwd(gpu, &a, gq, D, gk, D, gv, D, o, D, lse, gq, D, dq, D, dk_, D, dv, D);
+        out[run][0] = host(o, nx);
+        out[run][1] = host(lse, nl);
+        out[run][2] = host(dq, nx);
+        out[run][3] = host(dk_, nx);
+        out[run][4] = host(dv, nx);
+        GFREE(o, lse, dq, dk_, dv);
+    }
+    for (int k = 0; k < 5; k++) {
+        size_t n = k == 1 ? nl : nx;
+        size_t i = first_diff(out[0][k], out[1][k], n);
+        if (i < n)
+            printf("#   attention dk %d, output %d: element %zu differs between runs\n", dk, k, i);
+        CHECK(i == n);
+        free(out[0][k]);
+        free(out[1][k]);
+    }
+    GFREE(gx, gl);
+    free(x);
+}
 
 static void test_determinism(void)
 {
@@ -479,14 +851,16 @@ static void test_determinism(void)
         out[run][2] = host(dt, (size_t)V * D);
         GFREE(dx, dg, db, dt);
     }
-    CHECK(memcmp(out[0][0], out[1][0], nd * 4) == 0);
-    CHECK(memcmp(out[0][1], out[1][1], D * 4) == 0);
-    CHECK(memcmp(out[0][2], out[1][2], (size_t)V * D * 4) == 0);
+    CHECK(first_diff(out[0][0], out[1][0], nd) == nd);
+    CHECK(first_diff(out[0][1], out[1][1], D) == (size_t)D);
+    CHECK(first_diff(out[0][2], out[1][2], (size_t)V * D) == (size_t)V * D);
     for (int run = 0; run < 2; run++)
         for (int k = 0; k < 3; k++)
             free(out[run][k]);
     GFREE(gx, gg, gm, gr, gy, gid);
     free(x); free(g);
+    attn_twice(64);                                        /* tiled */
+    attn_twice(257);                                       /* rows */
 }
 
 /* ---- a whole model: one training batch on the GPU and on the CPU ------------------------- */
@@ -503,25 +877,375 @@ static void test_model(void)
     CHECK(rc == 0);
 }
 
+/* ---- the big model's shapes ---------------------------------------------------------------- */
+/* d_model 1024, 16 heads of 64, d_ff 4096, vocabulary 37000, batches of 40 sentences of 256
+ * tokens (10240).  Bounds: sum_bound of each result's longest sum (the header). */
+
+enum { BD = 1024, BF = 4096, BV = 37000, BB = 40, BT = 256, BN = BB * BT };
+
+/* C (M,N) = op(A) op(B) + beta C, A in [-1, 1], B in [-s, s] with s = sqrt(3/K): each
+ * result has a standard deviation of 1/sqrt(3), as in the model (normalized activations
+ * times Xavier-scaled weights).  Bound: sum_bound(K). */
+static void big_gemm_case(const char *what, int ta, int tb, int M, int N, int K, float beta)
+{
+    size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
+    int lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
+    float *A = rnd(na, 1), *Bm = rnd(nb, sqrtf(3.0f / (float)K)), *C = rnd(nc, 1);
+    float *dA = dev(A, na * 4), *dB = dev(Bm, nb * 4), *dC = dev(C, nc * 4);
+    double t0 = now();
+    cpu->gemm(cpu, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
+    double t1 = now();
+    gpu->gemm(gpu, ta, tb, M, N, K, 1.0f, dA, lda, dB, ldb, beta, dC, ldc);
+    gpu->sync(gpu);
+    double t2 = now();
+    char w[160];
+    snprintf(w, sizeof w, "%s: (%d,%d) = %s(%d,%d) %s(%d,%d)%s, cpu %.2f s, gpu %.3f s", what,
+             M, N, ta ? "T" : "", ta ? K : M, ta ? M : K, tb ? "T" : "", tb ? N : K,
+             tb ? K : N, beta != 0 ? " + C" : "", t1 - t0, t2 - t1);
+    near(w, dC, C, nc, sum_bound(K));
+    GFREE(dA, dB, dC);
+    free(A);
+    free(Bm);
+    free(C);
+}
+
+static void test_big_gemm(void)
+{
+    NEED_BIG();
+    big_gemm_case("QKV projection", 0, 0, BN, 3 * BD, BD, 0);
+    big_gemm_case("FFN out", 0, 0, BN, BD, BF, 0);
+    big_gemm_case("FFN in, gradient of x", 0, 1, BN, BD, BF, 0);
+    big_gemm_case("FFN in, gradient of W (accumulated)", 1, 0, BD, BF, BN, 1);
+    /* the output layer for 1024 of the tokens (the rows only set the size of the grid) */
+    big_gemm_case("logits", 0, 1, 1024, BV, BD, 0);
+    big_gemm_case("embedding gradient", 1, 0, BV, BD, 1024, 1);
+}
+
+/* Embeddings of 10240 tokens (40 sentences of 256 positions) from 37000 x 1024, scale 32.
+ * Some ids repeat 256, 257, 300, 513 and 1000 times (the GPU's backward finds a run of
+ * equal ids in windows of 256; the largest id ends the sorted ids).  Forward: one product
+ * and one sum an element: TOL.  Backward: sums of up to 1001 terms in token order on
+ * both: sum_bound(1001); positions: 41 terms. */
+static void test_big_embed(void)
+{
+    NEED_BIG();
+    enum { P = BT + 3, POS0 = 3 };
+    static const int rep[][2] = {{BV - 1, 1000}, {5, 256}, {6, 257}, {7, 513}, {0, 300}};
+    int32_t *ids = malloc((size_t)BN * 4);
+    int k = 0;
+    for (size_t r = 0; r < sizeof rep / sizeof rep[0]; r++)
+        for (int i = 0; i < rep[r][1]; i++)
+            ids[k++] = rep[r][0];
+    while (k < BN)                                        /* others: never 0, 5, 6, 7, V-1 */
+        ids[k++] = 8 + irand(BV - 9);
+    for (int i = BN - 1; i > 0; i--) {                    /* shuffled */
+        int j = irand(i + 1);
+        int32_t t = ids[i];
+        ids[i] = ids[j];
+        ids[j] = t;
+    }
+    size_t nt = (size_t)BV * BD, no = (size_t)BN * BD, np = (size_t)P * BD;
+    float *table = rnd(nt, 1), *pos = rnd(np, 1), *dout = rnd(no, 1), *out = malloc(no * 4);
+    float *dtable = rnd(nt, 1), *dpos = rnd(np, 1);
+    int32_t *gid = dev(ids, (size_t)BN * 4);
+    float *gt = dev(table, nt * 4), *gp = dev(pos, np * 4), *go = dev(NULL, no * 4),
+          *gdo = dev(dout, no * 4), *gdt = dev(dtable, nt * 4), *gdp = dev(dpos, np * 4);
+    cpu->embed_fwd(cpu, out, table, ids, BN, BD, 32.0f, pos, BT, POS0);
+    gpu->embed_fwd(gpu, go, gt, gid, BN, BD, 32.0f, gp, BT, POS0);
+    near("forward", go, out, no, TOL);
+    cpu->embed_bwd(cpu, dtable, dpos, dout, ids, BN, BD, BV, 32.0f, BT, POS0);
+    gpu->embed_bwd(gpu, gdt, gdp, gdo, gid, BN, BD, BV, 32.0f, BT, POS0);
+    near("table gradient", gdt, dtable, nt, sum_bound(1001));
+    near("position gradient", gdp, dpos, np, sum_bound(BB + 1));
+    GFREE(gid, gt, gp, go, gdo, gdt, gdp);
+    free(ids); free(table); free(pos); free(dout); free(out); free(dtable); free(dpos);
+}
+
+static void test_big_layernorm(void)
+{
+    NEED_BIG();
+    layernorm_case(BN, BD, 1);
+    layernorm_case(999, BF + 1, 1);                       /* D off every multiple of 32 */
+}
+
+/* 40 sentences of 256 (padded to lengths 0, 1, and 200 to 256), queries in [-2, 2]. */
+static void test_big_attention(void)
+{
+    NEED_BIG();
+    int32_t klen[BB];
+    for (int b = 0; b < BB; b++)
+        klen[b] = b == 0 ? 0 : b == 1 ? 1 : b % 5 == 0 ? BT : BT - (b * 37) % 57;
+    attn_case(BB, 16, BT, BT, 64, klen, 0, 0.1f, 1, 2);   /* tiled, 2 columns a lane */
+    attn_case(BB, 16, BT, BT, 64, klen, 1, 0, 1, 2);
+    attn_case(BB, 8, BT, BT, 128, klen, 1, 0.1f, 1, 2);   /* tiled, 4 columns */
+    attn_case(BB, 4, BT, BT, 256, klen, 0, 0.1f, 1, 2);   /* tiled, 8 columns */
+    attn_case(BB, 4, BT, BT, 320, klen, 1, 0, 1, 2);      /* rows */
+    attn_case(BB, 4, 100, BT, 320, klen, 0, 0.1f, 1, 2);  /* rows, cross */
+    /* decoding: 64 rows (16 sentences x beam 4) over caches of up to 256 keys */
+    int32_t len[64];
+    for (int r = 0; r < 64; r++)
+        len[r] = r % 7 == 0 ? BT : 1 + (r * 53) % BT;
+    decode_case(64, 16, 64, BT, 64, len, 1);
+    decode_case(64, 4, 320, BT, 64, len, 1);
+}
+
+/* The FFN's element-wise ops on (10240, 4096): bias and ReLU, its backward, the bias
+ * gradient (column sums of 10240: sum_bound), dropout (bit for bit, with Inf and NaN
+ * among the inputs) and residual + dropout (one product, one sum: TOL). */
+static void test_big_elementwise(void)
+{
+    NEED_BIG();
+    size_t n = (size_t)BN * BF;
+    float *x = rnd(n, 1), *y = rnd(n, 1), *b = rnd(BF, 1), *db = rnd(BF, 1), *z = malloc(n * 4);
+    float *gx = dev(x, n * 4), *gy = dev(y, n * 4), *gb = dev(b, BF * 4), *gdb = dev(db, BF * 4),
+          *gz = dev(NULL, n * 4);
+    cpu->bias_act(cpu, x, b, BN, BF, 1);
+    gpu->bias_act(gpu, gx, gb, BN, BF, 1);
+    near("bias and ReLU", gx, x, n, TOL);
+    cpu->relu_bwd(cpu, z, y, x, n, 1.0f / 0.9f);
+    gpu->relu_bwd(gpu, gz, gy, gx, n, 1.0f / 0.9f);
+    near("ReLU backward", gz, z, n, TOL);
+    cpu->bias_bwd(cpu, db, y, BN, BF);
+    gpu->bias_bwd(gpu, gdb, gy, BN, BF);
+    near("bias gradient", gdb, db, BF, sum_bound(BN));
+    y[12345] = NAN;
+    y[n - 1] = INFINITY;
+    y[n / 2] = -INFINITY;
+    gpu->upload(gpu, gy, y, n * 4);
+    uint64_t key = tfm_rng_key(1, 77, 5);
+    cpu->dropout(cpu, z, y, n, 0.1f, key);
+    gpu->dropout(gpu, gz, gy, n, 0.1f, key);
+    exact("dropout", gz, z, n);
+    cpu->add_dropout(cpu, z, x, y, n, 0.1f, key);
+    gpu->add_dropout(gpu, gz, gx, gy, n, 0.1f, key);
+    near("residual + dropout", gz, z, n, TOL);
+    GFREE(gx, gy, gb, gdb, gz);
+    free(x); free(y); free(b); free(db); free(z);
+}
+
+/* 2048 rows of the 37000 logits (the rows only set the size of the grid). */
+static void test_big_xent(void)
+{
+    NEED_BIG();
+    xent_case(2048, BV, 1);
+}
+
+/* 50 million parameters: a quarter of the big model's. */
+static void test_big_optimizer(void)
+{
+    NEED_BIG();
+    optimizer_case(50000017, 1);
+}
+
+/* One training batch of a whole 6-layer model of the big shapes (dropout 0.1 on the
+ * sub-layers, the attention weights and the ReLU outputs; label smoothing 0.1): 8
+ * sentence pairs of up to 256 tokens a side (2048 padded tokens, a fifth of a 10k batch,
+ * for time: the CPU's side is 2.7 TFLOP), then 3 decoding steps of 4 sentences.
+ * Bounds: the loss (a sum over the tokens, in double) to 1e-5 relative: per-token
+ * differences of ~1e-5 in the logits average out over the 1156 target tokens.  Each
+ * gradient tensor to 2e-3 of max(|cpu|, its rms): every op differs by ~1e-6 of its
+ * typical size (the op tests above), the backward through 12 layers chains some 200 of
+ * them, and layer norm and softmax can amplify by the inverse spread of a row; a wrong op
+ * is off by 1e-2 or more in the tensors it feeds.  (The keys' bias gradient is rounding
+ * noise on both sides, softmax ignoring a constant: it is judged by the size of the rest
+ * of bqkv and bkv, the tensors it is part of.)  Log-probabilities while decoding: device.h's 1e-4.
+ * Not compared: an Adam step, which moves each parameter by +-lr (~1e-7 here) whatever
+ * the gradient's size; Adam itself is tested above on 50 million elements. */
+static void test_big_model(void)
+{
+    NEED_BIG();
+    enum { MB = 8, MS = 256, MT = 256, DB = 4, DSTEPS = 3 };
+    struct tfm_config c;
+    tfm_config_defaults(&c);
+    c.layers = 6;
+    c.d_model = BD;
+    c.heads = 16;
+    c.d_ff = BF;
+    c.vocab = BV;
+    c.max_len = MS;
+    c.tokens = MB * MS;
+    c.dropout = 0.1;
+    c.attn_dropout = 0.1;
+    c.relu_dropout = 0.1;
+    c.label_smoothing = 0.1;
+    c.seed = 11;
+    int32_t *src = malloc((size_t)MB * MS * 4), *tgt = malloc((size_t)MB * MT * 4);
+    for (int b = 0; b < MB; b++) {                        /* lengths 256, 227, 198, ... */
+        int ls = MS - (b * 29) % MS, lt = MT - (b * 41) % MT;
+        for (int i = 0; i < MS; i++)
+            src[b * MS + i] = i < ls ? 4 + irand(BV - 4) : 0;
+        for (int i = 0; i < MT; i++)
+            tgt[b * MT + i] = i < lt ? 4 + irand(BV - 4) : 0;
+    }
+    struct tfm_error err;
+    struct tfm_model *mc = NULL, *mg = NULL;
+    struct tfm_decoder *dc = NULL, *dg = NULL;
+    float *hc = NULL, *hg = NULL;
+    double t0 = now();
+    if (!(mc = tfm_model_create(&c, cpu, 0, &err)) || !(mg = tfm_model_create(&c, gpu, 0, &err))) {
+        printf("#   %s\n", err.msg);
+        CHECK(!"model created");
+        goto done;
+    }
+    size_t cnt = (size_t)tfm_model_count(mc), out = (size_t)DB * BV;
+    size_t len = cnt > out ? cnt : out;
+    hc = malloc(len * 4);
+    hg = malloc(len * 4);
+    tfm_model_download(mc, TFM_PARAMS, hc);
+    tfm_model_download(mg, TFM_PARAMS, hg);
+    CHECK(first_diff(hg, hc, cnt) == cnt);                /* the same initialization */
+    printf("#   %zu parameters, created in %.1f s\n", cnt, now() - t0);
+    struct tfm_loss lc, lg;
+    double t1 = now();
+    if (tfm_model_train_batch(mc, MB, MS, MT, src, tgt, 1, &lc, &err)) {
+        printf("#   cpu: %s\n", err.msg);
+        CHECK(!"cpu training batch");
+        goto done;
+    }
+    double t2 = now();
+    if (tfm_model_train_batch(mg, MB, MS, MT, src, tgt, 1, &lg, &err)) {
+        printf("#   gpu: %s\n", err.msg);
+        CHECK(!"gpu training batch");
+        goto done;
+    }
+    gpu->sync(gpu);
+    double t3 = now();
+    printf("#   training batch: cpu %.1f s, gpu %.2f s; loss cpu %.9g, gpu %.9g over %lld "
+           "tokens\n", t2 - t1, t3 - t2, lc.loss, lg.loss, (long long)lc.tokens);
+    CHECK_EQ_INT(lg.tokens, lc.tokens);
+    CHECK_NEAR(lg.loss / lc.loss, 1.0, 1e-5);
+    CHECK_NEAR(lg.nll / lc.nll, 1.0, 1e-5);
+    tfm_model_download(mc, TFM_GRADS, hc);
+    tfm_model_download(mg, TFM_GRADS, hg);
+    double worst = 0;
+    const char *wname = "";
+    for (int i = 0; i < tfm_model_nparams(mc); i++) {
+        const struct tfm_param *p = tfm_model_param(mc, i);
+        const float *a = hg + p->offset, *b = hc + p->offset;
+        double f = rms(b, (size_t)p->count);
+        size_t at;
+        double e = diff_floor(a, b, (size_t)p->count, f > 0 ? f : 1, &at);
+        if (!(e <= 2e-3)) {
+            printf("#   gradient of %s: %.3g of max(|cpu|, rms %.3g) (bound 2e-3), worst at "
+                   "[%zu]: gpu %.9g, cpu %.9g\n", p->name, e, f, at, a[at], b[at]);
+            t_fail(__FILE__, __LINE__, p->name);
+        }
+        if (!(e <= worst)) {
+            worst = e;
+            wname = p->name;
+        }
+    }
+    printf("#   gradients: the largest difference %.3g of the typical size, in %s\n", worst,
+           wname);
+    /* decoding: DSTEPS steps of DB rows, each fed the CPU's best token */
+    if (!(dc = tfm_decoder_create(mc, DB, MS, DB, DSTEPS, &err)) ||
+        !(dg = tfm_decoder_create(mg, DB, MS, DB, DSTEPS, &err)) ||
+        tfm_decoder_encode(dc, DB, MS, src, &err) || tfm_decoder_encode(dg, DB, MS, src, &err)) {
+        printf("#   %s\n", err.msg);
+        CHECK(!"decoder");
+        goto done;
+    }
+    int32_t tok[DB] = {0}, rows[DB];
+    for (int r = 0; r < DB; r++)
+        rows[r] = r;
+    for (int s = 0; s < DSTEPS; s++) {
+        if (tfm_decoder_step(dc, DB, tok, rows, hc, &err) ||
+            tfm_decoder_step(dg, DB, tok, rows, hg, &err)) {
+            printf("#   %s\n", err.msg);
+            CHECK(!"decoding step");
+            goto done;
+        }
+        double e = maxerr(hg, hc, out);
+        printf("#   decoding step %d: log-probabilities within %.3g (bound 1e-4)\n", s + 1, e);
+        CHECK(e <= 1e-4);
+        for (int r = 0; r < DB; r++) {
+            int best = 0;
+            for (int v = 1; v < BV; v++)
+                best = hc[(size_t)r * BV + v] > hc[(size_t)r * BV + best] ? v : best;
+            tok[r] = best;
+        }
+    }
+done:
+    tfm_decoder_free(dc);
+    tfm_decoder_free(dg);
+    tfm_model_free(mg);
+    tfm_model_free(mc);
+    free(hc); free(hg); free(src); free(tgt);
+}
+
+/* ---- running ---------------------------------------------------------------------------- */
+
+static void (*current)(void);
+
+/* The current test, timed; or skipped when TFM_GPU_OPS_ONLY does not name it. */
+static const char *only;
+static const char *current_name;
+
+static void timed(void)
+{
+    if (only && *only && !strstr(current_name, only)) {
+        t_skip("not selected by TFM_GPU_OPS_ONLY");
+        return;
+    }
+    double t0 = now();
+    current();
+    if (!t_cur_skipped)
+        printf("#  %.1f s\n", now() - t0);
+}
+
+static void run(const char *name, void (*fn)(void))
+{
+    current = fn;
+    current_name = name;
+    t_run(name, timed);
+}
+
 int main(void)
 {
     struct tfm_error err;
-    cpu = tfm_backend_cpu(2, &err);
-    gpu = tfm_backend_cuda(0, &err);
+    const char *q = getenv("TFM_GPU_OPS_QUICK"), *d = getenv("TFM_GPU_OPS_DEVICE");
+    quick = q && *q && strcmp(q, "0") != 0;
+    only = getenv("TFM_GPU_OPS_ONLY");
+    sim = d && strcmp(d, "sim") == 0;
+    if (d && *d && !sim && strcmp(d, "cuda") != 0) {
+        fprintf(stderr, "test_gpu_ops: TFM_GPU_OPS_DEVICE=%s: cuda or sim\n", d);
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    cpu = tfm_backend_cpu(0, &err);                       /* every core: the slow side */
+    if (!cpu) {
+        printf("# %s\n", err.msg);
+        return 1;
+    }
+    gpu = sim ? tfm_backend_sim(0, &err) : tfm_backend_cuda(0, &err);
     if (!gpu)
         snprintf(why, sizeof why, "%.180s", err.msg);
-    t_run("the CUDA backend starts on a GPU, or says why not", test_create);
-    t_run("cuda: alloc, upload, download, copy, zero", test_memory);
-    t_run("cuda: gemm and gemm_batched against the CPU", test_gemm);
-    t_run("cuda: embedding forward and backward against the CPU", test_embed);
-    t_run("cuda: layer norm forward and backward against the CPU", test_layernorm);
-    t_run("cuda: attention forward and backward against the CPU", test_attention);
-    t_run("cuda: incremental attention against the CPU", test_attn_decode);
-    t_run("cuda: bias, ReLU, dropout, axpy, scale, gather against the CPU", test_elementwise);
-    t_run("cuda: cross-entropy and log-softmax against the CPU", test_xent);
-    t_run("cuda: sumsq and Adam against the CPU", test_optimizer);
-    t_run("cuda: reductions give the same bits twice", test_determinism);
-    t_run("cuda: a model's training batch, Adam step and decoding against the CPU", test_model);
+    if (gpu && gpu->bind)
+        gpu->bind(gpu);
+    run("the CUDA backend starts on a GPU, or says why not", test_create);
+    run("the comparisons: NaN-ness, not NaN bits; relative to the typical size", test_compare);
+    run("cuda: alloc, upload, download, copy, zero", test_memory);
+    run("cuda: gemm and gemm_batched against the CPU", test_gemm);
+    run("cuda: embedding forward and backward against the CPU", test_embed);
+    run("cuda: layer norm forward and backward against the CPU", test_layernorm);
+    run("cuda: attention forward and backward against the CPU, every kernel form", test_attention);
+    run("cuda: incremental attention against the CPU", test_attn_decode);
+    run("cuda: bias, ReLU, dropout, axpy, scale, gather against the CPU", test_elementwise);
+    run("cuda: cross-entropy and log-softmax against the CPU", test_xent);
+    run("cuda: sumsq and Adam against the CPU", test_optimizer);
+    run("cuda: reductions and attention give the same bits twice", test_determinism);
+    run("cuda: a model's training batch, Adam step and decoding against the CPU", test_model);
+    run("cuda big: gemm at the big model's shapes", test_big_gemm);
+    run("cuda big: embeddings of 10240 tokens, 37000 x 1024, ids repeated 256 to 1000 times",
+        test_big_embed);
+    run("cuda big: layer norm of 10240 x 1024 and 999 x 4097", test_big_layernorm);
+    run("cuda big: attention at dk 64, 128, 256, 320 over 40 x 256 tokens, and decoding",
+        test_big_attention);
+    run("cuda big: bias, ReLU, dropout on 10240 x 4096", test_big_elementwise);
+    run("cuda big: cross-entropy and log-softmax over 37000 classes", test_big_xent);
+    run("cuda big: sumsq and Adam on 50 million elements", test_big_optimizer);
+    run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
+        test_big_model);
     if (gpu)
         gpu->destroy(gpu);
     cpu->destroy(cpu);
