@@ -5,6 +5,8 @@
 #   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed"
 #   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
 #   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)
+#   make gpu-report      on a GPU machine: build for sm_90, every GPU check and benchmark
+#                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh)
 #   make bench           throughput and memory against references measured in the same run
 #   make fuzz            libFuzzer on the stream reader (clang, ASan, UBSan)
 #   make install PREFIX=/usr/local
@@ -124,6 +126,11 @@ check-ref: all $(REFPROGS)
 check-gpu: all
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BUILD=$(abspath $(BUILD)) tests/run --gpu $(TESTS)
 
+# Builds by itself (sm_90, every core), so it can be the first command on a fresh machine.
+GPU_REPORT_DIR ?= gpu-report
+gpu-report:
+	@GPU_REPORT_DIR=$(GPU_REPORT_DIR) BUILD=$(BUILD) tests/gpu/report.sh
+
 bench: all $(BENCHES)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BENCH_BIN=$(abspath $(BUILD)/bench) tests/bench/run
 
@@ -148,7 +155,7 @@ install: all
 clean:
 	rm -rf build $(TOOLS)
 
-.PHONY: all check check-ref check-gpu bench fuzz install clean
+.PHONY: all check check-ref check-gpu gpu-report bench fuzz install clean
 .DELETE_ON_ERROR:
 .SECONDARY:
 

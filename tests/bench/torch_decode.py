@@ -17,6 +17,8 @@ K/V computed once per sentence and shared by its beams (no copy per beam); self-
 K/V cached per layer, reordered with index_select and appended each step; finished
 sentences leave the batch.  tokens counts the best hypotheses' tokens, eos excluded.
 Timing covers checkpoint load, input read and decoding (not Python/torch start-up).
+TORCH_DEVICE=cuda decodes on GPU 0 (float32, TF32 products allowed); TORCH_DECODE_BUDGET
+sets the batch budget in token positions (tfm-decode --tokens).
 """
 import math
 import os
@@ -30,7 +32,8 @@ import torch
 import torch.nn.functional as F
 
 PAD, BOS, EOS = 0, 2, 3
-BUDGET = 16384
+BUDGET = int(os.environ.get("TORCH_DECODE_BUDGET", "16384"))
+DEVICE = os.environ.get("TORCH_DEVICE", "cpu")
 MAGIC = b"\x89TFM\r\n\x1a\n"
 DTYPES = {1: np.uint8, 2: np.uint16, 3: np.int32, 4: np.int64, 5: np.float16, 7: np.float32}
 
@@ -85,7 +88,7 @@ class Model:
                     k, _, v = line.partition("=")
                     cfg[k.strip()] = v.strip()
             elif name.startswith("param."):
-                p[name[6:]] = torch.from_numpy(a.astype(np.float32))
+                p[name[6:]] = torch.from_numpy(a.astype(np.float32)).to(DEVICE)
         self.c = cfg
         self.D, self.H, self.N = int(cfg["d_model"]), int(cfg["heads"]), int(cfg["layers"])
         self.dk = self.D // self.H
@@ -281,6 +284,9 @@ def main():
     K = int(sys.argv[4]) if len(sys.argv) > 4 else 4
     alpha = float(sys.argv[5]) if len(sys.argv) > 5 else 0.6
     torch.set_num_threads(threads)
+    if DEVICE.startswith("cuda"):
+        torch.set_default_device(DEVICE)
+        torch.backends.cuda.matmul.allow_tf32 = True
     t0 = time.perf_counter()
     with torch.inference_mode():
         m = Model(ckpt)
@@ -305,6 +311,8 @@ def main():
             for o, h in zip(idx, beam_search(m, [srcs[x] for x in idx], K, alpha, max_len_b)):
                 out[o] = h
             i = j
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
     secs = time.perf_counter() - t0
     toks = sum(len(h) for h in out)
     if os.environ.get("TORCH_DECODE_PRINT"):

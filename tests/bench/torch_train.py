@@ -1,6 +1,10 @@
-"""torch_train.py: the PyTorch reference for bench_train.sh: the same model as tfm
-(tests/ref/torch_ref.py, in float32 here), trained with Adam on the same batch shape.
+"""torch_train.py: the PyTorch reference for bench_train.sh and the GPU report: the same
+model as tfm (tests/ref/torch_ref.py), trained with Adam on the same batch shape.
     torch_train.py CONFIG B S T STEPS THREADS   -> prints tokens_per_s=X step_s=X
+On the CPU (the default) in float32.  TORCH_DEVICE=cuda trains on GPU 0 as people train
+there: bf16 autocast, attention through F.scaled_dot_product_attention (its fused
+kernels), fused Adam; TORCH_MODE=compile adds torch.compile of the loss (its warm-up
+steps, compilation included, are not timed).
 """
 import math
 import os
@@ -42,9 +46,28 @@ def shapes(c):
     return s
 
 
+def sdpa_attention(self, q, k, v, mask):
+    """torch_ref.Ref.attention through the fused kernels: mask (B,Tq,Tk) True where allowed."""
+    B, Tq, D = q.shape
+    Tk = k.shape[1]
+    dk = D // self.H
+    qh = q.view(B, Tq, self.H, dk).transpose(1, 2)
+    kh = k.view(B, Tk, self.H, dk).transpose(1, 2)
+    vh = v.view(B, Tk, self.H, dk).transpose(1, 2)
+    o = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask[:, None])
+    return o.transpose(1, 2).reshape(B, Tq, D)
+
+
 def main():
     path, B, S, T, steps, threads = sys.argv[1], *map(int, sys.argv[2:7])
     torch.set_num_threads(threads)
+    dev = os.environ.get("TORCH_DEVICE", "cpu")
+    mode = os.environ.get("TORCH_MODE", "eager")
+    gpu = dev.startswith("cuda")
+    if gpu:
+        torch.set_default_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch_ref.Ref.attention = sdpa_attention
     c = {"norm": "post", "pos": "sinusoid", "tie": "1", "ln_eps": "1e-5", "label_smoothing": "0.1",
          "vocab": "8000", "max_len": "256"}
     for line in open(path):
@@ -65,16 +88,34 @@ def main():
     V = int(c["vocab"])
     src = torch.randint(4, V, (B, S)); src[:, -1] = 3
     tgt = torch.randint(4, V, (B, T)); tgt[:, -1] = 3
-    opt = torch.optim.Adam(params.values(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    opt = torch.optim.Adam(params.values(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                           **({"fused": True} if gpu else {}))
     orig = model.positions
     model.positions = lambda n, st: orig(n, st).float()
-    for s in range(steps + 1):
-        if s == 1:
-            t0 = time.perf_counter()
-        opt.zero_grad()
-        loss, _, ntok = model.loss(src, tgt)
+    loss_fn = model.loss
+    if mode == "compile":
+        loss_fn = torch.compile(model.loss)
+    warm = 3 if mode == "compile" else 1
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        if gpu:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss, _, ntok = loss_fn(src, tgt)
+        else:
+            loss, _, ntok = loss_fn(src, tgt)
         (loss / ntok).backward()
         opt.step()
+
+    for _ in range(warm):
+        step()
+    if gpu:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    if gpu:
+        torch.cuda.synchronize()
     dt = (time.perf_counter() - t0) / steps
     print(f"tokens_per_s={B * T / dt:.1f} step_s={dt:.4f}")
 

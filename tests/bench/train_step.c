@@ -1,9 +1,12 @@
-/* train_step.c: tfm's training throughput for bench_train.sh.
- *   train_step CONFIG B S T STEPS THREADS
- * Builds the model of CONFIG (vocab 8000 unless the file sets it), trains STEPS updates
- * (forward, backward, Adam) on one random batch of B x S source and B x T target tokens
- * after one warm-up update, and prints
- *   tokens_per_s=X step_s=X cpu_s=X gflops=X sgemm_gflops=X memory_mib=X
+/* train_step.c: tfm's training throughput for bench_train.sh and the GPU report.
+ *   train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT]]
+ * Builds the model of CONFIG (vocab 8000 unless the file sets it) on DEVICE (cpu, the
+ * default; cuda: GPU 0, checked against the CPU first as the tools do; sim), trains STEPS
+ * updates (forward, backward, Adam) on one random batch of B x S source and B x T target
+ * tokens after one warm-up update, and prints
+ *   tokens_per_s=X step_s=X cpu_s=X gflops=X sgemm_gflops=X memory_mib=X loss=X device=D
+ * With SPLIT 1, SPLIT more updates follow with every op timed (op_timer.h), one line each:
+ *   op NAME calls=N ms_per_step=X share=X%
  * step_s is wall-clock seconds per update, cpu_s the process CPU seconds per update (all
  * threads: on a loaded machine the steadier number; cpu_s / step_s near THREADS means
  * the threads did not wait).  gflops counts the matrix products of forward and backward
@@ -14,11 +17,14 @@
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend.h"
 #include "config.h"
+#include "device.h"
 #include "model.h"
+#include "op_timer.h"
 #include "optim.h"
 
 static double clock_s(clockid_t id)
@@ -32,10 +38,12 @@ static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: train_step CONFIG B S T STEPS THREADS\n");
+    if (argc < 7 || argc > 9) {
+        fprintf(stderr, "usage: train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT]]\n");
         return 2;
     }
+    const char *device = argc > 7 ? argv[7] : "cpu";
+    int split = argc > 8 ? atoi(argv[8]) : 0;
     struct tfm_error err;
     struct tfm_config c;
     tfm_config_defaults(&c);
@@ -46,7 +54,20 @@ int main(int argc, char **argv)
     if (c.vocab == 0)
         c.vocab = 8000;
     int B = atoi(argv[2]), S = atoi(argv[3]), T = atoi(argv[4]), steps = atoi(argv[5]);
-    struct tfm_backend *be = tfm_backend_cpu(atoi(argv[6]), &err);
+    struct tfm_backend *be = NULL;
+    if (strcmp(device, "cpu") == 0) {
+        be = tfm_backend_cpu(atoi(argv[6]), &err);
+    } else {
+        int count = 0;
+        char note[1024];
+        if (tfm_device_open_gpus(device, atoi(argv[6]), 0, 1, &be, &count, note, sizeof note,
+                                 &err) == 0 && count == 0)
+            tfm_fail(&err, "no device: %s", note);
+        if (count == 1)
+            fprintf(stderr, "train_step: %s\n", note);
+        else
+            be = NULL;
+    }
     int64_t budget = (int64_t)B * (S > T ? S : T);
     if (c.tokens < budget)
         c.tokens = (int)budget;
@@ -75,6 +96,7 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    be->sync(be);
     double dt = (now() - t0) / steps;
     double dc = (clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0) / steps;
     /* matrix-product FLOPs of one forward (ns source, nt target rows) */
@@ -84,31 +106,65 @@ int main(int argc, char **argv)
                       2 * 2 * nt * T * D + 2 * 2 * nt * S * D) +
                  nt * 2 * D * V;
     double flops = 3 * fwd;
-    /* sgemm peak on the same threads */
-    int n = 2048;
-    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
-          *cc = malloc(sizeof(float) * n * n);
-    for (int i = 0; i < n * n; i++)
-        a[i] = b[i] = 0.001f * (i % 1000);
+    /* the product peak on the same device: OpenBLAS and the backend's split on the CPU,
+     * the backend's gemm on device memory elsewhere */
+    int n = be->kind == TFM_BACKEND_CUDA ? 8192 : 2048;
+    size_t nn = (size_t)n * n;
+    float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
+          *cc = malloc(sizeof(float) * nn);
+    for (size_t i = 0; i < nn; i++)
+        a[i] = b[i] = 0.001f * (float)(i % 1000);
+    float *da = a, *db = b, *dc_ = cc;
+    if (!be->host_memory) {
+        da = be->alloc(be, nn * sizeof(float), &err);
+        db = da ? be->alloc(be, nn * sizeof(float), &err) : NULL;
+        dc_ = db ? be->alloc(be, nn * sizeof(float), &err) : NULL;
+        if (!dc_) {
+            fprintf(stderr, "train_step: %s\n", err.msg);
+            return 1;
+        }
+        be->upload(be, da, a, nn * sizeof(float));
+        be->upload(be, db, b, nn * sizeof(float));
+    }
     double best = 1e30;
     for (int k = 0; k < 8; k++) {
         /* alternate: the backend's split, OpenBLAS's own threads */
-        if (k % 2)
+        int blas = k % 2 && be->host_memory;
+        if (blas)
             openblas_set_num_threads(be->threads);
+        be->sync(be);
         double g0 = now();
-        if (k % 2)
+        if (blas)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
                         0.0f, cc, n);
         else
-            be->gemm(be, 0, 0, n, n, n, 1.0f, a, n, b, n, 0.0f, cc, n);
+            be->gemm(be, 0, 0, n, n, n, 1.0f, da, n, db, n, 0.0f, dc_, n);
+        be->sync(be);
         double g = now() - g0;
         openblas_set_num_threads(1);
         best = g < best ? g : best;
     }
+    if (!be->host_memory) {
+        be->free(be, da);
+        be->free(be, db);
+        be->free(be, dc_);
+    }
     printf("tokens_per_s=%.1f step_s=%.4f cpu_s=%.4f gflops=%.1f sgemm_gflops=%.1f "
-           "memory_mib=%.1f loss=%.4f\n",
+           "memory_mib=%.1f loss=%.4f device=%s\n",
            nt / dt, dt, dc, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
-           tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens);
+           tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens, be->name);
+    if (split > 0) {
+        op_timer_wrap(be);
+        op_timer_reset();
+        for (int s = 0; s < split; s++)
+            if (tfm_model_train_batch(m, B, S, T, src, tgt, (uint64_t)(steps + 1 + s), &l,
+                                      &err) < 0 ||
+                tfm_optim_step(m, steps + 2 + s, l.tokens, &st, &err) < 0) {
+                fprintf(stderr, "train_step: %s\n", err.msg);
+                return 1;
+            }
+        op_timer_print(stdout, split);
+    }
     free(a); free(b); free(cc); free(src); free(tgt);
     tfm_model_free(m);
     be->destroy(be);
