@@ -6,6 +6,7 @@
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
 //   cuda_attn.cu     attention: forward, backward, incremental decoding
+//   nccl.cu          the GPU ranks' gradient sums (NCCL)
 //
 // Every op has the signature and the semantics of its slot in struct tfm_backend
 // (src/backend.h); the CPU backend (src/backend_cpu.c) is the reference it is tested
@@ -22,6 +23,8 @@ extern "C" {
 #include "backend.h"
 }
 
+struct tfm_nccl;
+
 struct tfm_cuda {
     int device;
     cudaStream_t stream;
@@ -36,6 +39,15 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 
 // The backend on GPU `device` (the plugin's `backend`; backend.h: tfm_backend_cuda).
 struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err);
+
+// NCCL (nccl.cu): the plugin's nccl_* entries (src/cuda_plugin.h, src/dist_nccl.h).
+int tfm_cuda_nccl_id(unsigned char *id, struct tfm_error *err);
+int tfm_cuda_nccl_open(struct tfm_backend **gpus, int n, const unsigned char *id, int nranks,
+                       int first, double timeout, struct tfm_nccl **out, struct tfm_error *err);
+int tfm_cuda_nccl_sum(struct tfm_nccl *c, float *buf, size_t n, struct tfm_error *err);
+int tfm_cuda_nccl_wait(struct tfm_nccl *c, double timeout, int (*stop)(void *), void *ctx,
+                       struct tfm_error *err);
+void tfm_cuda_nccl_free(struct tfm_nccl *c);
 
 // Device workspace of at least `bytes` (256-byte aligned), for use by one op: the next op
 // may reuse it.  Grows with cudaMalloc when too small (which waits for earlier ops), so

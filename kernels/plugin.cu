@@ -69,6 +69,11 @@ static const struct tfm_cuda_plugin table = {
     TFM_CUDA_PLUGIN_ABI,
     probe,
     tfm_cuda_backend_open,
+    tfm_cuda_nccl_id,
+    tfm_cuda_nccl_open,
+    tfm_cuda_nccl_sum,
+    tfm_cuda_nccl_wait,
+    tfm_cuda_nccl_free,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct tfm_cuda_plugin *

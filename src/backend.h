@@ -125,6 +125,12 @@ struct tfm_backend {
      * The model never calls it itself: tfm_optim_step does, on the gradient arena. */
     int (*all_reduce)(void *ctx, float *buf, size_t n, struct tfm_error *err);
     void *all_reduce_ctx;
+    /* Gradient readiness hook, set by the trainer with all_reduce; NULL: none.  During the
+     * backward pass of tfm_model_train_batch the model calls it with lo, an offset (in
+     * floats) into the gradient arena: no later op of the batch writes a gradient at or
+     * past lo, so [lo, end) can be summed over the ranks while the backward goes on.
+     * Called with lo decreasing, the last time with 0 (model.c says where). */
+    void (*grads_ready)(void *ctx, size_t lo);
 
     /* -- memory ---------------------------------------------------------------------- */
     /* bytes of device memory aligned to 64 bytes, zero-filled; NULL with err on failure */

@@ -25,10 +25,11 @@
 
 #include "error.h"
 
-#define TFM_CUDA_PLUGIN_ABI 1
+#define TFM_CUDA_PLUGIN_ABI 2
 #define TFM_CUDA_PLUGIN_NAME "libtfm-cuda.so"
 
 struct tfm_backend;
+struct tfm_nccl;    /* one GPU rank's NCCL communicator (kernels/nccl.cu) */
 
 struct tfm_cuda_plugin {
     int abi;                            /* TFM_CUDA_PLUGIN_ABI */
@@ -37,6 +38,15 @@ struct tfm_cuda_plugin {
     void (*probe)(int *count, char *msg, size_t n);
     /* The CUDA backend on GPU `device` (backend.h: tfm_backend_cuda). */
     struct tfm_backend *(*backend)(int device, struct tfm_error *err);
+    /* NCCL, with the meanings of dist_nccl.h's tfm_gpu_comm_* (which calls these): a unique
+     * id (128 bytes), the communicators of n GPU ranks, a queued sum, the wait, the end. */
+    int (*nccl_id)(unsigned char *id, struct tfm_error *err);
+    int (*nccl_open)(struct tfm_backend **gpus, int n, const unsigned char *id, int nranks,
+                     int first, double timeout, struct tfm_nccl **out, struct tfm_error *err);
+    int (*nccl_sum)(struct tfm_nccl *c, float *buf, size_t n, struct tfm_error *err);
+    int (*nccl_wait)(struct tfm_nccl *c, double timeout, int (*stop)(void *), void *ctx,
+                     struct tfm_error *err);
+    void (*nccl_free)(struct tfm_nccl *c);
 };
 
 /* The plugin, loaded on first call (thread-safe); NULL when CUDA cannot be used here, with

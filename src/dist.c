@@ -154,6 +154,14 @@ void tfm_comm_abort(struct tfm_comm *c, const char *why)
     pthread_mutex_unlock(&c->mu);
 }
 
+int tfm_comm_aborted(struct tfm_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int a = c->aborted;
+    pthread_mutex_unlock(&c->mu);
+    return a;
+}
+
 /* Wait until all n ranks arrive.  -1 if the communicator was aborted. */
 static int barrier(struct tfm_comm *c, struct tfm_error *err)
 {

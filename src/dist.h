@@ -63,6 +63,9 @@ int tfm_comm_barrier(struct tfm_comm *c, int rank, struct tfm_error *err);
  * for it forever; their collectives fail from then on with why. */
 void tfm_comm_abort(struct tfm_comm *c, const char *why);
 
+/* Whether a rank called tfm_comm_abort (for waits outside this module, such as a GPU's). */
+int tfm_comm_aborted(struct tfm_comm *c);
+
 /* Run fn(rank, args[rank]) on nranks threads (rank 0 on the calling thread), wait for all.
  * Returns the number of ranks whose fn returned non-zero, or -1 if a thread could not be
  * started (comm, when not NULL, is then aborted so the started ranks stop). */

@@ -890,6 +890,20 @@ static const float *dec_forward(struct tfm_model *m, const struct fwd *f, const 
 
 /* ---- backward ------------------------------------------------------------------------------ */
 
+/* Tell the trainer that the gradients from arena offset lo on are final for this batch
+ * (backend.h, grads_ready).  The arena holds the embeddings first, then the encoder layers
+ * (and its final layer norm), then the decoder's; the backward visits the decoder from its
+ * top layer down, then the encoder from its top layer down, then the embeddings, which the
+ * output layer (tied), the decoder and the encoder all write.  So after decoder layer l
+ * everything from that layer's first parameter on is final, after encoder layer l
+ * everything from its first parameter on, and all of it after the source embeddings. */
+static void grads_final(struct tfm_model *m, const struct tfm_param *first)
+{
+    struct tfm_backend *be = m->be;
+    if (be->grads_ready)
+        be->grads_ready(be->all_reduce_ctx, first ? first->offset : 0);
+}
+
 static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *enc)
 {
     struct tfm_backend *be = m->be;
@@ -931,6 +945,7 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
         self_attn_bwd(m, f, &P->self, u, B, T, NULL, 1, d->qkv, d->o, d->lse, r.dsub, r.du,
                       r.beta, site(ST_DEC, l, 1));
         blk_bwd_end(m, &d->a, &P->ln1, x0, n);
+        grads_final(m, P->self.wqkv);
     }
     /* A->g = dL/d(embedding sum after dropout) */
     float p = pdrop(f, m->cfg.dropout);
@@ -967,12 +982,14 @@ static void enc_backward(struct tfm_model *m, const struct fwd *f)
         self_attn_bwd(m, f, &P->self, u, B, S, A->src_len, 0, e->qkv, e->o, e->lse, r.dsub,
                       r.du, r.beta, site(ST_ENC, l, 1));
         blk_bwd_end(m, &e->a, &P->ln1, x0, n);
+        grads_final(m, P->self.wqkv);
     }
     float p = pdrop(f, m->cfg.dropout);
     if (p > 0)
         be->dropout(be, A->g, A->g, (size_t)n * D, p, key(m, f, site(ST_ENC, 255, 0)));
     be->embed_bwd(be, GRAD(m->emb_src), m->pos_enc ? GRAD(m->pos_enc) : NULL, A->g, A->src, n, D,
                   m->V, sqrtf((float)D), S, 0);
+    grads_final(m, NULL);
 }
 
 /* ---- the batch entry points --------------------------------------------------------------- */

@@ -18,6 +18,7 @@
 #include "backend.h"
 #include "batch.h"
 #include "dist.h"
+#include "dist_nccl.h"
 #include "optim.h"
 #include "progress.h"
 #include "spm.h"
@@ -251,7 +252,14 @@ struct replica {
     int rank;
     struct tfm_backend *be;
     struct tfm_model *m;
-    float *stage;               /* host copy of the gradients for the all-reduce (GPUs) */
+    float *stage;               /* host copy of the gradients for the all-reduce (sim) */
+    struct tfm_gpu_comm *nccl;  /* GPU ranks: NCCL on the devices */
+    /* the gradient sum of the update in progress, in buckets from the end of the arena:
+     * [hi, end) is summed (or queued); armed for the last micro-batch of an update */
+    int armed;
+    size_t hi;
+    int sum_failed;
+    struct tfm_error sum_err;
     struct tfm_error err;
 };
 
@@ -261,6 +269,8 @@ struct run {
     struct tfm_train_result *res;
     int R, K;
     int W, g;                       /* processes, and this one's place (0 reports, saves) */
+    size_t bucket;                  /* floats per gradient sum (TFM_BUCKET_MB) */
+    double timeout;                 /* seconds a GPU sum may take (TFM_COLLECTIVE_TIMEOUT) */
     struct tfm_comm *comm;          /* the ranks of this process, stacked on procs */
     struct tfm_comm *procs;         /* the processes (W > 1), or NULL */
     struct replica *rep;            /* [R] */
@@ -291,18 +301,87 @@ static double elapsed(const struct run *u)
     return u->elapsed0 + (now_s() - u->t0);
 }
 
-/* Sum the ranks' gradients in place.  Device memory (GPUs) goes through a host buffer of
- * the rank's: the same sums in the same order as on the CPU, at the cost of two copies
- * over the bus (NCCL, which would sum on the GPUs, is not built yet). */
+/* ---- summing the gradients over the ranks ---------------------------------------------
+ *
+ * In buckets (u->bucket floats), from the end of the gradient arena down, each summed as
+ * soon as the backward pass of the update's last micro-batch has finished writing it
+ * (backend.h, grads_ready), so that on GPUs the sums of the top layers overlap the
+ * backward of the lower ones.  GPU ranks sum with NCCL on the devices (dist_nccl.h); CPU
+ * ranks through host memory, element by element in rank order, so the buckets give the
+ * same bits as one sum of everything, and training on R ranks still equals --update-freq R
+ * bit for bit; that equality also proves that no bucket is summed before its last write.
+ * sim ranks go through a host buffer. */
+
+static int sum_bucket(struct replica *p, size_t lo, size_t n, struct tfm_error *err)
+{
+    float *g = tfm_model_block(p->m, TFM_GRADS) + lo;
+    if (p->nccl)
+        return tfm_gpu_comm_sum(p->nccl, g, n, err);
+    if (p->be->host_memory)
+        return tfm_comm_sum_f32(p->run->comm, p->rank, g, n, err);
+    p->be->download(p->be, p->stage + lo, g, n * sizeof *g);
+    if (tfm_comm_sum_f32(p->run->comm, p->rank, p->stage + lo, n, err))
+        return -1;
+    p->be->upload(p->be, g, p->stage + lo, n * sizeof *g);
+    return 0;
+}
+
+/* The model's hook: gradients from offset lo on are final; sum the whole buckets there. */
+static void grads_ready(void *ctx, size_t lo)
+{
+    struct replica *p = ctx;
+    if (!p->armed || p->sum_failed)
+        return;
+    size_t b = p->run->bucket;
+    while (p->hi > 0) {
+        size_t b0 = p->hi > b ? p->hi - b : 0;
+        if (b0 < lo)
+            break;
+        if (sum_bucket(p, b0, p->hi - b0, &p->sum_err)) {
+            p->sum_failed = 1;
+            return;
+        }
+        p->hi = b0;
+    }
+}
+
+static int comm_stopped(void *comm) { return tfm_comm_aborted(comm); }
+
+/* The optimizer's all-reduce (backend.h): the buckets not summed yet, then the wait. */
 static int all_reduce(void *ctx, float *buf, size_t n, struct tfm_error *err)
 {
     struct replica *p = ctx;
-    if (p->be->host_memory)
-        return tfm_comm_sum_f32(p->run->comm, p->rank, buf, n, err);
-    p->be->download(p->be, p->stage, buf, n * sizeof *buf);
-    if (tfm_comm_sum_f32(p->run->comm, p->rank, p->stage, n, err))
+    (void)buf;
+    if (!p->armed) {            /* no backward announced its gradients: all of them now */
+        p->armed = 1;
+        p->hi = n;
+    }
+    grads_ready(p, 0);
+    p->armed = 0;
+    if (p->sum_failed) {
+        p->sum_failed = 0;
+        *err = p->sum_err;
         return -1;
-    p->be->upload(p->be, buf, p->stage, n * sizeof *buf);
+    }
+    if (p->nccl)
+        return tfm_gpu_comm_wait(p->nccl, p->run->timeout, comm_stopped, p->run->comm, err);
+    return 0;
+}
+
+/* TFM_BUCKET_MB: megabytes of gradients a sum (default 25), a positive number. */
+static int bucket_floats(size_t *floats, struct tfm_error *err)
+{
+    const char *v = getenv("TFM_BUCKET_MB");
+    double mb = 25;
+    if (v && *v) {
+        char *end;
+        mb = strtod(v, &end);
+        if (*end || !(mb > 0) || mb > 65536)
+            return tfm_fail(err, "TFM_BUCKET_MB=%s: not a size in megabytes in (0, 65536]", v);
+    }
+    *floats = (size_t)(mb * 1048576 / sizeof(float));
+    if (*floats < 16)
+        *floats = 16;
     return 0;
 }
 
@@ -557,10 +636,18 @@ static int rank_main(int r, void *arg)
             const struct batch *b = &u->slots[j * u->R + r];
             struct tfm_loss l;
             uint64_t rng_step = (uint64_t)(u->counter + j * N + gr);
+            if (N > 1 && j == u->K - 1) {       /* its backward sums the finished buckets */
+                p->armed = 1;
+                p->hi = (size_t)tfm_model_count(p->m);
+            }
             if (tfm_model_train_batch(p->m, b->B, b->S, b->T, b->src, b->tgt, rng_step, &l,
                                       &p->err)) {
                 tfm_error_prefix(&p->err, "%s: batch %lld", data_name(&u->train),
                                  (long long)b->number);
+                if (N > 1) {    /* the others may be summing buckets already: stop them */
+                    tfm_comm_abort(u->comm, p->err.msg);
+                    return -1;
+                }
                 sums[4] = 1;
                 break;
             }
@@ -569,9 +656,11 @@ static int rank_main(int r, void *arg)
             sums[2] += (double)l.tokens;
             sums[3] += (double)l.src_tokens;
         }
+        /* read before the last collective of the update: past it, rank 0 moves u->step on
+         * (after its optimizer step) while the others may not have reached this line */
+        int64_t step = u->step + 1;
         if (tfm_comm_sum_f64(u->comm, r, sums, 5, &p->err))
             return -1;
-        int64_t step = u->step + 1;
         if (sums[4] > 0)
             return p->err.msg[0] ? -1 : 1;     /* the failing ranks carry the message */
         if (!isfinite(sums[0]) || !isfinite(sums[1])) {
@@ -757,6 +846,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         }
         if (u->R * u->W > 1) {
             p->be->all_reduce = all_reduce;
+            p->be->grads_ready = grads_ready;
             p->be->all_reduce_ctx = p;
         }
         if (!(p->m = tfm_model_create(cfg, p->be, cfg->tokens, err))) {
@@ -768,9 +858,20 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         }
         if (*ck && tfm_train_load_params(p->m, *ck, 1, err))
             return tfm_error_prefix(err, "%s", resume_path);
-        if (u->R * u->W > 1 && !p->be->host_memory &&
+        if (u->R * u->W > 1 && p->be->kind == TFM_BACKEND_SIM &&
             !(p->stage = malloc((size_t)tfm_model_count(p->m) * sizeof *p->stage)))
             return tfm_fail(err, "out of memory");
+    }
+    /* GPU ranks: NCCL communicators, process 0's id passed over the processes' links */
+    if (u->R * u->W > 1 && o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA) {
+        unsigned char id[TFM_GPU_COMM_ID_BYTES];
+        struct tfm_gpu_comm *c[TFM_DIST_MAX_LOCAL];
+        if (tfm_gpu_comm_id(u->procs, u->g == 0, id, err) ||
+            tfm_gpu_comm_open(o->backends, u->R, id, u->R * u->W, u->g * u->R, u->timeout, c,
+                              err))
+            return tfm_error_prefix(err, "the GPUs' communicators (NCCL)");
+        for (int r = 0; r < u->R; r++)
+            u->rep[r].nccl = c[r];
     }
     if (!(u->host = malloc((size_t)tfm_model_count(u->rep[0].m) * sizeof *u->host)))
         return tfm_fail(err, "out of memory");
@@ -812,6 +913,8 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                     .saved_step = -1, .valid_step = -1};
     if (u.g < 0 || u.g >= u.W)
         return tfm_fail(err, "process %d of %d", u.g, u.W);
+    if (bucket_floats(&u.bucket, err) || tfm_gpu_comm_timeout(&u.timeout, err))
+        return -1;
     struct tfm_checkpoint *ck = NULL;
     int rc = setup(&u, &ck, err);
     tfm_checkpoint_free(ck);
@@ -863,6 +966,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     for (int r = 0; u.rep && r < u.R; r++) {
         if (u.rep[r].be && u.rep[r].be->bind)
             u.rep[r].be->bind(u.rep[r].be);
+        tfm_gpu_comm_free(u.rep[r].nccl);
         tfm_model_free(u.rep[r].m);
         free(u.rep[r].stage);
         if (u.rep[r].be && !o->backends)

@@ -390,6 +390,11 @@ static void test_train_ranks(void)
      * the vectorized cross-entropy: 6e-8 after 5 steps, 2e-5 after 10, 6e-4 after 20),
      * so the runs are compared after 5 steps, where any real difference (a batch on the
      * wrong rank, a wrong normalization) shows as 1e-3 or more: other data gives 7e-3. */
+    /* Gradients are summed in buckets as the backward pass finishes them (train.c): with
+     * buckets of 262 floats (a tiny model has 22400) a bucket summed before the last write
+     * to it, or twice, changes the result far beyond the bound below (a hook placed one
+     * layer too early gives 6e-3). */
+    setenv("TFM_BUCKET_MB", "0.001", 1);
     const char *sub[4] = {"r4", "k4", "r2k2", "k2"};
     int ranks[4] = {4, 1, 2, 1}, freq[4] = {1, 4, 2, 2};
     struct tfm_checkpoint *ck[4] = {0};
@@ -434,6 +439,20 @@ static void test_train_ranks(void)
     CHECK(x[0] && x[1] && bitwise_equal(x[0], x[1]));
     tfm_checkpoint_free(x[0]);
     tfm_checkpoint_free(x[1]);
+    /* the bucket size must be a size */
+    setenv("TFM_BUCKET_MB", "lots", 1);
+    {
+        struct tfm_config c;
+        struct tfm_train_opts o;
+        struct tfm_train_result res;
+        struct tfm_error err;
+        tiny(&c);
+        opts(&o, "badbucket", 1);
+        o.ranks = 2;
+        CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
+        CHECK(strstr(err.msg, "TFM_BUCKET_MB=lots") != NULL);
+    }
+    unsetenv("TFM_BUCKET_MB");
 }
 
 static void test_train_errors(void)
