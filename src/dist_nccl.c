@@ -31,9 +31,25 @@ static const struct tfm_cuda_plugin *plugin(struct tfm_error *err)
     return p;
 }
 
-/* Process 0's id reaches the others through a sum over the processes: process 0 adds its
- * 128 bytes as doubles, the others zeros, and every byte value is exact in a double.  The
- * processes' links are process 0's own rendezvous (dist.h). */
+int tfm_gpu_comm_share_id(struct tfm_comm *procs, int first,
+                          unsigned char id[TFM_GPU_COMM_ID_BYTES], struct tfm_error *err)
+{
+    /* a sum over the processes: process 0 adds its bytes as doubles, the others zeros;
+     * every byte value is exact in a double */
+    double v[TFM_GPU_COMM_ID_BYTES];
+    for (int i = 0; i < TFM_GPU_COMM_ID_BYTES; i++)
+        v[i] = first ? id[i] : 0;
+    if (tfm_comm_sum_f64(procs, 0, v, TFM_GPU_COMM_ID_BYTES, err))
+        return tfm_error_prefix(err, "passing the NCCL id");
+    for (int i = 0; i < TFM_GPU_COMM_ID_BYTES; i++) {
+        if (!(v[i] >= 0 && v[i] <= 255 && v[i] == (int)v[i]))
+            return tfm_fail(err, "passing the NCCL id: byte %d arrived as %g (more than one "
+                            "process 0?)", i, v[i]);
+        id[i] = (unsigned char)v[i];
+    }
+    return 0;
+}
+
 int tfm_gpu_comm_id(struct tfm_comm *procs, int first, unsigned char id[TFM_GPU_COMM_ID_BYTES],
                     struct tfm_error *err)
 {
@@ -42,20 +58,7 @@ int tfm_gpu_comm_id(struct tfm_comm *procs, int first, unsigned char id[TFM_GPU_
         if (!p || p->nccl_id(id, err))
             return -1;
     }
-    if (!procs)
-        return 0;
-    double v[TFM_GPU_COMM_ID_BYTES];
-    for (int i = 0; i < TFM_GPU_COMM_ID_BYTES; i++)
-        v[i] = first ? id[i] : 0;
-    if (tfm_comm_sum_f64(procs, 0, v, TFM_GPU_COMM_ID_BYTES, err))
-        return tfm_error_prefix(err, "passing the NCCL id");
-    for (int i = 0; i < TFM_GPU_COMM_ID_BYTES; i++) {
-        if (!(v[i] >= 0 && v[i] <= 255 && v[i] == (int)v[i]))
-            return tfm_fail(err, "passing the NCCL id: byte %d arrived as %g (two processes "
-                            "think they are process 0?)", i, v[i]);
-        id[i] = (unsigned char)v[i];
-    }
-    return 0;
+    return procs ? tfm_gpu_comm_share_id(procs, first, id, err) : 0;
 }
 
 int tfm_gpu_comm_open(struct tfm_backend **gpus, int n, const unsigned char *id, int nranks,

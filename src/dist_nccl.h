@@ -34,6 +34,10 @@ int tfm_gpu_comm_timeout(double *seconds, struct tfm_error *err);
 int tfm_gpu_comm_id(struct tfm_comm *procs, int first, unsigned char id[TFM_GPU_COMM_ID_BYTES],
                     struct tfm_error *err);
 
+/* The sharing part of tfm_gpu_comm_id: first's bytes reach every process over procs. */
+int tfm_gpu_comm_share_id(struct tfm_comm *procs, int first,
+                          unsigned char id[TFM_GPU_COMM_ID_BYTES], struct tfm_error *err);
+
 /* Open the communicators of this process's n GPU ranks (gpus[i] is rank first + i of
  * nranks) into out[n].  Waits at most timeout seconds for every rank of the run to join. */
 int tfm_gpu_comm_open(struct tfm_backend **gpus, int n, const unsigned char *id, int nranks,

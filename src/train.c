@@ -659,6 +659,13 @@ static int rank_main(int r, void *arg)
         /* read before the last collective of the update: past it, rank 0 moves u->step on
          * (after its optimizer step) while the others may not have reached this line */
         int64_t step = u->step + 1;
+        if (p->sum_failed) {    /* a bucket's sum failed during the backward pass */
+            p->err = p->sum_err;
+            p->sum_failed = p->armed = 0;
+            tfm_error_prefix(&p->err, "update %lld: summing the gradients", (long long)step);
+            tfm_comm_abort(u->comm, p->err.msg);
+            return -1;
+        }
         if (tfm_comm_sum_f64(u->comm, r, sums, 5, &p->err))
             return -1;
         if (sums[4] > 0)
