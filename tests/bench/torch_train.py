@@ -49,12 +49,8 @@ def shapes(c):
 def sdpa_attention(self, q, k, v, mask):
     """torch_ref.Ref.attention through the fused kernels: mask (B,Tq,Tk) True where allowed."""
     B, Tq, D = q.shape
-    Tk = k.shape[1]
-    dk = D // self.H
-    qh = q.view(B, Tq, self.H, dk).transpose(1, 2)
-    kh = k.view(B, Tk, self.H, dk).transpose(1, 2)
-    vh = v.view(B, Tk, self.H, dk).transpose(1, 2)
-    o = torch.nn.functional.scaled_dot_product_attention(qh, kh, vh, attn_mask=mask[:, None])
+    o = torch.nn.functional.scaled_dot_product_attention(self.heads(q), self.heads(k),
+                                                         self.heads(v), attn_mask=mask[:, None])
     return o.transpose(1, 2).reshape(B, Tq, D)
 
 

@@ -58,14 +58,16 @@ class Ref:
         T = ids.shape[1]
         return table[ids] * math.sqrt(self.D) + self.positions(T, stack)[None]
 
+    def heads(self, x):
+        # (B,T,D) -> (B,H,T,dk)
+        B, T, D = x.shape
+        return x.view(B, T, self.H, D // self.H).transpose(1, 2)
+
     def attention(self, q, k, v, mask):
         # q (B,Tq,D), k v (B,Tk,D); mask (B,Tq,Tk) True where allowed
         B, Tq, D = q.shape
-        Tk = k.shape[1]
         dk = D // self.H
-        qh = q.view(B, Tq, self.H, dk).transpose(1, 2)
-        kh = k.view(B, Tk, self.H, dk).transpose(1, 2)
-        vh = v.view(B, Tk, self.H, dk).transpose(1, 2)
+        qh, kh, vh = self.heads(q), self.heads(k), self.heads(v)
         s = qh @ kh.transpose(-1, -2) / math.sqrt(dk)
         s = s.masked_fill(~mask[:, None], float("-inf"))
         a = torch.softmax(s, dim=-1)

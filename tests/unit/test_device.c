@@ -40,7 +40,10 @@ static void test_auto(void)
         CHECK_EQ_INT(d.count, n);
     }
 #ifdef TFM_CUDA
-    CHECK(strstr(msg, "CUDA runtime") != NULL);   /* linked against the real libraries */
+    /* the plugin's probe line when the driver let it load, else why it was not loaded */
+    CHECK(strstr(msg, "CUDA runtime") != NULL || strstr(msg, "NVIDIA driver") != NULL ||
+          strstr(msg, "CUDA code") != NULL || strstr(msg, "CUDA turned off") != NULL);
+    CHECK(strstr(msg, "built without CUDA") == NULL);
 #else
     CHECK(strstr(msg, "built without CUDA") != NULL);
 #endif
