@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # How a binary built with CUDA starts where CUDA cannot be used (src/cuda_plugin.h): no
 # driver, a driver too old for the toolkit, a driver that sees no GPU, a driver whose GPU
-# the CUDA runtime refuses, the plugin missing or foreign, an address-space limit the CUDA
-# libraries do not fit in.  Every case must compute on the CPU with --device auto, saying
-# why, and fail with that reason under --device cuda.  Drivers are stand-ins: a tiny
+# the CUDA runtime refuses, the plugin missing or foreign; and every tool starts under an
+# address-space limit the CUDA libraries alone would not fit in.  Every case must compute on
+# the CPU with --device auto, saying why, and fail with that reason under --device cuda.  Drivers are stand-ins: a tiny
 # libcuda.so.1 found first through LD_LIBRARY_PATH, answering cuInit, cuDeviceGetCount
 # and cuDriverGetVersion as told.
 
@@ -106,18 +106,12 @@ real_driver() {
     assert_output --partial "CUDA turned off (TFM_CUDA_LIB is empty)"
 }
 
-@test "under ulimit -v 1000000 every tool starts, and training falls back to the CPU" {
-    need_plugin
+@test "under ulimit -v 1000000 every tool starts (no CUDA library is mapped at start)" {
     for t in tokenize batch train avg decode score cat; do
-        run bash -c "ulimit -v 1000000 && tfm-$t --version"
+        run timeout -s KILL 60 bash -c "ulimit -v 1000000 && tfm-$t --version"
         assert_success
         assert_output --partial "tfm-$t "
     done
-    # with a driver that reports a GPU, the CUDA libraries are mapped and do not fit
-    LD_LIBRARY_PATH="$M/one" run bash -c "ulimit -v 1000000 && $(declare -f train); M='$M' TFM_ROOT='$TFM_ROOT' train k"
-    assert_success
-    assert_output --regexp "device: cpu, no GPU found \(cannot load the CUDA code: [^ ]+: failed to map segment"
-    [ -e "$M/k/step-000001.tfm" ]
 }
 
 @test "the tools do not link CUDA; the plugin exports one symbol and links what it uses" {
