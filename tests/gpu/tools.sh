@@ -72,16 +72,22 @@ NOTES=$W/notes # the current check's numbers, printed pass or fail
 
 note() { echo "$*" >> "$NOTES"; }
 
-# Run a command, its output to the log; on failure say which and show the output's end.
-x() {
-    echo "\$ $*" >> "$LOG"
-    "${LIMIT[@]}" "$@" >> "$LOG" 2>&1
-    local rc=$?
-    if [ $rc -ne 0 ]; then
+# After a command: on failure say which and show the log's end; its status again.
+failed() {
+    local rc=$1
+    shift
+    if [ "$rc" -ne 0 ]; then
         note "failed (exit $rc): $*"
         tail -n 8 "$LOG" | sed 's/^/  /' >> "$NOTES"
     fi
-    return $rc
+    return "$rc"
+}
+
+# Run a command, its output to the log.
+x() {
+    echo "\$ $*" >> "$LOG"
+    "${LIMIT[@]}" "$@" >> "$LOG" 2>&1
+    failed $? "$@"
 }
 
 # The same with stdout to file OUT: xo OUT COMMAND...
@@ -90,12 +96,7 @@ xo() {
     shift
     echo "\$ $* > $out" >> "$LOG"
     "${LIMIT[@]}" "$@" > "$out" 2>> "$LOG"
-    local rc=$?
-    if [ $rc -ne 0 ]; then
-        note "failed (exit $rc): $*"
-        tail -n 8 "$LOG" | sed 's/^/  /' >> "$NOTES"
-    fi
-    return $rc
+    failed $? "$@"
 }
 
 # check NAME FUNCTION: run it; the function returns 0 (ok), 1 (not ok) or 3 with the
