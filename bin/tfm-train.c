@@ -305,6 +305,10 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);       /* a closed terminal: save and stop, as SIGTERM */
+    /* A closed stderr (`2>&1 | head`) must not kill training: writes to it fail instead,
+     * and the work goes on to its checkpoint. */
+    signal(SIGPIPE, SIG_IGN);
     o.stop = &stop_signal;
 
     struct tfm_train_result res;

@@ -252,8 +252,8 @@ setup() {
     assert_line "meta ranks=2"
 }
 
-@test "SIGTERM and SIGINT finish the update, write a checkpoint and exit 143 / 130" {
-    for sig in TERM INT; do
+@test "SIGTERM, SIGINT and SIGHUP finish the update, write a checkpoint and exit 143 / 130 / 129" {
+    for sig in TERM INT HUP; do
         rm -rf "$T/s"
         tfm-train "${SMALL[@]}" -o "$T/s" --save-every 1 --max-steps 100000 "$M/b.tfm" 2> "$T/err" &
         pid=$!
@@ -263,12 +263,23 @@ setup() {
         wait $pid || rc=$?
         [ $sig = TERM ] && assert_equal $rc 143
         [ $sig = INT ] && assert_equal $rc 130
+        [ $sig = HUP ] && assert_equal $rc 129
         run cat "$T/err"
         assert_line --regexp '^tfm-train: stopped by a signal at update [0-9]+; last checkpoint '
         last=$(readlink "$T/s/last.tfm")
         run tfm-cat "$T/s/$last"
         assert_success
     done
+}
+
+@test "a closed stderr does not kill training: it runs to its end and saves" {
+    rm -rf "$T/pipe"
+    set +o pipefail
+    tfm-train "${SMALL[@]}" -o "$T/pipe" --progress --report-every 1 --max-steps 40 \
+        "$M/b.tfm" 2>&1 | head -n 2 > /dev/null
+    rc=${PIPESTATUS[0]}
+    assert_equal "$rc" 0
+    [ -e "$T/pipe/step-000040.tfm" ]
 }
 
 @test "wrong stream kinds: tokens, checkpoint, source-only batches" {
