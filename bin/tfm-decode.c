@@ -12,17 +12,19 @@
 
 static const char USAGE[] =
     "usage: tfm-decode -m MODEL [-m MODEL]... [--beam K] [--alpha A] [--max-len-b N]\n"
-    "                  [--nbest N] [--text] [--sample] [--topk K] [--topp P]\n"
-    "                  [--temperature T] [--seed N] [--tokens N] [--threads N]\n"
+    "                  [--min-len N] [--nbest N] [--text] [--sample] [--topk K]\n"
+    "                  [--topp P] [--temperature T] [--seed N] [--tokens N] [--threads N]\n"
     "                  [--device DEV] [-o OUT] [--progress] [--quiet] [FILE]\n";
 
 static const char HELP[] =
     "Translate a token (or batch) stream; write a hypothesis stream in input order.\n"
-    "FILE omitted or - is stdin.  Defaults of --beam, --alpha, --max-len-b: the model's config.\n"
+    "FILE omitted or - is stdin.  Defaults of --beam, --alpha, --max-len-b and --min-len:\n"
+    "the model's config.\n"
     "  -m, --model MODEL      checkpoint; repeat for an ensemble (log-probs averaged)\n"
     "  -k, --beam K           beam size, 1..4096; 1 is greedy\n"
     "  -a, --alpha A          length penalty ((5+|Y|)/6)^A\n"
     "  -b, --max-len-b N      at most source length + N tokens\n"
+    "      --min-len N        at least N tokens before eos (1: never empty; 0: no limit)\n"
     "  -n, --nbest N          hypotheses per sentence (<= beam), or samples (1)\n"
     "  -t, --text             detokenized text; n-best as 'N ||| text ||| score'\n"
     "  -s, --sample           sample instead of searching\n"
@@ -64,12 +66,13 @@ static void report(void *ctx, const struct tfm_decode_stats *st, int final)
 
 int main(int argc, char **argv)
 {
-    enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION };
+    enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION, O_MINLEN };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"beam", required_argument, NULL, 'k'},
         {"alpha", required_argument, NULL, 'a'},
         {"max-len-b", required_argument, NULL, 'b'},
+        {"min-len", required_argument, NULL, O_MINLEN},
         {"nbest", required_argument, NULL, 'n'},
         {"text", no_argument, NULL, 't'},
         {"sample", no_argument, NULL, 's'},
@@ -120,6 +123,12 @@ int main(int argc, char **argv)
             if (tfm_cli_int("--max-len-b", optarg, 0, 1 << 20, &v))
                 return 2;
             o.max_len_b = (int)v;
+            break;
+        case O_MINLEN:
+            if (tfm_cli_int("--min-len", optarg, 0, 1 << 20, &v))
+                return 2;
+            o.search.min_len = (int)v;
+            o.min_len_given = 1;
             break;
         case 'n':
             if (tfm_cli_int("--nbest", optarg, 1, 4096, &v))

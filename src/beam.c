@@ -23,6 +23,7 @@ void tfm_beam_defaults(struct tfm_beam_opts *o)
     o->beam = 4;
     o->alpha = 0.6;
     o->nbest = 1;
+    o->min_len = 1;
     o->early_stop = 1;
     o->topk = 0;
     o->topp = 1.0;
@@ -41,6 +42,8 @@ int tfm_beam_check(const struct tfm_beam_opts *o, int vocab, struct tfm_error *e
         return tfm_fail(err, "nbest %d outside [1, %d]", o->nbest, MAX_WIDTH);
     if (!o->sample && o->nbest > o->beam)
         return tfm_fail(err, "nbest %d exceeds the beam (%d)", o->nbest, o->beam);
+    if (o->min_len < 0 || o->min_len > MAX_LEN)
+        return tfm_fail(err, "min_len %d outside [0, %d]", o->min_len, MAX_LEN);
     if (!isfinite(o->alpha) || fabs(o->alpha) > 100)
         return tfm_fail(err, "alpha %g outside [-100, 100]", o->alpha);
     if (o->topk < 0)
@@ -207,9 +210,10 @@ static void extend(struct search *S, int si, int row, int t, int32_t tok, double
     S->s[si].nrows++;
 }
 
-static int banned(const struct search *S, int v)
+/* Tokens that may not follow a prefix of t tokens (the forced eos at max_len aside). */
+static int banned(const struct search *S, int v, int t)
 {
-    return v == S->o->pad || v == S->o->bos;
+    return v == S->o->pad || v == S->o->bos || (v == S->o->eos && t < S->o->min_len);
 }
 
 /* Vocabulary entries scanned as a block: one vectorized maximum decides whether the block
@@ -248,7 +252,7 @@ static void step_beam(struct search *S, int si, int t)
             }
             for (int v = v0; v < v1; v++) {
                 double x = base + lp[v];
-                if (!(x > -INFINITY) || banned(S, v))
+                if (!(x > -INFINITY) || banned(S, v, t))
                     continue;
                 if (nc == C && !(x > c[C - 1].lp))
                     continue;
@@ -264,7 +268,8 @@ static void step_beam(struct search *S, int si, int t)
     double best_live = 0;
     for (int i = 0; i < nc; i++) {
         if (c[i].tok == S->o->eos) {
-            finish(S, si, c[i].row, t, c[i].lp);
+            if (i < K)                              /* an eos ranked below K is dropped */
+                finish(S, si, c[i].row, t, c[i].lp);
         } else if (s->nrows < K) {
             if (s->nrows == 0)
                 best_live = c[i].lp;
@@ -300,7 +305,7 @@ static void step_greedy(struct search *S, int si, int t)
         best = S->o->eos;
     } else {
         for (int v = 0; v < V; v++)
-            if (!banned(S, v) && lp[v] > -INFINITY && (best < 0 || lp[v] > lp[best]))
+            if (!banned(S, v, t) && lp[v] > -INFINITY && (best < 0 || lp[v] > lp[best]))
                 best = v;
     }
     if (best < 0) {
@@ -321,15 +326,15 @@ static int cmp_cand_desc(const void *x, const void *y)
     return (a->tok > b->tok) - (a->tok < b->tok);
 }
 
-/* Draw a token from row lp (vocab entries) under temperature, top-k and top-p; -1 if
+/* Draw a token to follow a prefix of t tokens from row lp (vocab entries) under temperature, top-k and top-p; -1 if
  * no token is allowed. */
-static int draw(struct search *S, const float *lp, double u)
+static int draw(struct search *S, const float *lp, int t, double u)
 {
     const struct tfm_beam_opts *o = S->o;
     struct cand *c = S->sorted;
     int n = 0;
     for (int v = 0; v < S->vocab; v++)
-        if (!banned(S, v) && lp[v] > -INFINITY)
+        if (!banned(S, v, t) && lp[v] > -INFINITY)
             c[n++] = (struct cand){lp[v] / o->temperature, 0, v};
     if (n == 0)
         return -1;
@@ -376,7 +381,7 @@ static void step_sample(struct search *S, int si, int t)
         int r = t == 0 ? row0 : row0 + j;
         int sample = t == 0 ? j : S->a.sample[r];
         const float *lp = S->logp + (size_t)r * V;
-        int tok = t == S->max_len[si] ? S->o->eos : draw(S, lp, uniform(S->o->seed, id, sample, t));
+        int tok = t == S->max_len[si] ? S->o->eos : draw(S, lp, t, uniform(S->o->seed, id, sample, t));
         if (tok < 0)
             continue;
         double x = S->a.lp[r] + lp[tok];

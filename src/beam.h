@@ -14,10 +14,14 @@
  *        log P(Y|X) / lp(|Y|),   lp(n) = ((5 + n) / 6)^alpha      (GNMT, Wu et al. 2016)
  *  - A sentence with maximum length L (tokens before eos; decode.c uses source length +
  *    max_len_b) gets eos forced after L tokens, so |Y| <= L + 1.
- *  - pad and bos are never generated.
- *  - Beam search (beam K >= 2, as tensor2tensor): at each step, the 2K best extensions
- *    of the live hypotheses by log P are taken; those ending in eos become finished
- *    (the nbest best finished by score are kept), the best K others stay live.
+ *  - pad and bos are never generated; eos is not generated before min_len tokens (default
+ *    1: no empty output), unless the maximum length forces it first.
+ *  - Beam search (beam K >= 2, the rule of fairseq and CTranslate2): at each step, the 2K
+ *    best extensions of the live hypotheses by log P are ranked; an extension ending in
+ *    eos becomes finished only if it ranks among the first K (the nbest best finished by
+ *    score are kept; an eos ranked below K is dropped), and the best K extensions not
+ *    ending in eos stay live.  So short hypotheses finish only when they compete with the
+ *    live ones, and do not crowd out longer, better ones.
  *  - Early termination: log-probs are <= 0, so a live hypothesis with log P = Lp and
  *    t tokens can at best finish with score Lp / max(lp(t+1), lp(L+1)) (for alpha >= 0
  *    that is Lp / lp(L+1)).  A sentence stops as soon as it has nbest finished hypotheses
@@ -59,6 +63,7 @@ struct tfm_beam_opts {
     int beam;               /* K >= 1; 1 is greedy */
     double alpha;           /* length penalty exponent (0: plain log P) */
     int nbest;              /* hypotheses per sentence: 1..beam, or samples when sampling */
+    int min_len;            /* tokens before eos at least (unless max_len is smaller) */
     int early_stop;         /* 1: stop a sentence as soon as its result is decided */
     int sample;             /* 1: sample instead of searching */
     int topk;               /* sampling: keep the k most probable tokens (0: all) */
@@ -68,7 +73,7 @@ struct tfm_beam_opts {
     int32_t pad, bos, eos;  /* token ids (0, 2, 3) */
 };
 
-/* beam 4, alpha 0.6, nbest 1, early stop, no sampling, topk 0, topp 1, temperature 1,
+/* beam 4, alpha 0.6, nbest 1, min_len 1, early stop, no sampling, topk 0, topp 1, temperature 1,
  * seed 1, ids 0/2/3. */
 void tfm_beam_defaults(struct tfm_beam_opts *o);
 /* Check the options against the vocabulary size (message names the option). */

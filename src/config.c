@@ -48,6 +48,7 @@ static const struct tfm_config_key keys[] = {
     KEY_INT(beam, "4", 1, 1024, "beam size"),
     KEY_NUM(alpha, "0.6", 0, 10, "length penalty exponent"),
     KEY_INT(max_len_b, "50", 0, 65536, "output length limit: source length + max_len_b"),
+    KEY_INT(min_len, "1", 0, 65536, "shortest output: tokens before eos (1: never empty)"),
     /* training loop */
     KEY_INT(max_steps, "0", 0, 2147483647, "stop after this many updates; 0: no limit"),
     KEY_INT(save_every, "0", 0, 2147483647, "updates between checkpoints; 0: at the end only"),

@@ -53,6 +53,7 @@ struct tfm_config {
     int beam;
     double alpha;
     int max_len_b;          /* output length limit: source length + max_len_b */
+    int min_len;            /* shortest output: tokens before eos */
     /* training loop (the trainer's keys go here) */
     int max_steps;          /* 0: no limit */
     int save_every;         /* steps between checkpoints; 0: only at the end */

@@ -400,6 +400,7 @@ static int write_stream(const char *out_path, const struct tfm_corpus *c,
         tfm_header_setf(&h, err, "beam", "%d", s->beam) ||
         tfm_header_setf(&h, err, "alpha", "%.9g", s->alpha) ||
         tfm_header_setf(&h, err, "max_len_b", "%d", max_len_b) ||
+        tfm_header_setf(&h, err, "min_len", "%d", s->min_len) ||
         tfm_header_setf(&h, err, "nbest", "%d", s->nbest))
         goto done;
     if (s->sample && (tfm_header_setf(&h, err, "topk", "%d", s->topk) ||
@@ -681,6 +682,8 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         o->search.beam = cfg0->beam;
     if (!o->alpha_given)
         o->search.alpha = cfg0->alpha;
+    if (!o->min_len_given)
+        o->search.min_len = cfg0->min_len;
     int max_len_b = o->max_len_b >= 0 ? o->max_len_b : cfg0->max_len_b;
     if (tfm_beam_check(&o->search, R.ens.vocab, err))
         goto done;

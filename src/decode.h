@@ -36,6 +36,7 @@ struct tfm_decode_opts {
     struct tfm_beam_opts search;    /* beam, alpha, nbest, sampling... */
     int beam_given;                 /* 0: search.beam from the (first) model's config */
     int alpha_given;                /* 0: search.alpha from the config */
+    int min_len_given;              /* 0: search.min_len from the config */
     int max_len_b;                  /* output <= source length + max_len_b; < 0: config */
     int text;                       /* write text lines instead of a hypothesis stream */
     int64_t tokens;                 /* batch budget (see tfm_decode_plan); 0: default */

@@ -286,3 +286,31 @@ values() {
     run bash -c "tfm-decode --quiet -m '$M/model.tfm' '$M/test.tfm' 2>&1 >/dev/null"
     assert_output ""
 }
+
+# lengths of the sentences of a stream, one line, from its offsets
+lengths() {
+    values "$1" tokens.offsets | tr ' ' '\n' | awk 'NF { if (n++) printf "%s%d", (n > 2 ? " " : ""), $1 - p; p = $1 } END { print "" }'
+}
+
+@test "tfm-decode --min-len: outputs at least N tokens in beam, greedy and sampling; the length limit wins" {
+    tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/h.tfm"
+    run tfm-cat --header "$T/h.tfm"
+    assert_line "meta min_len=1"        # the config's default
+    # the copy model stops after the source's words; --min-len 1000 runs each hypothesis
+    # to its limit, source length + max_len_b (4)
+    want=$(lengths "$M/test.tfm" | tr ' ' '\n' | awk '{ printf "%s%d", (NR > 1 ? " " : ""), $1 + 4 } END { print "" }')
+    for search in "--beam 3" "--beam 1" "--sample --seed 2"; do
+        tfm-decode -q -m "$M/model.tfm" $search --min-len 1000 "$M/test.tfm" > "$T/long.tfm"
+        assert_equal "$(lengths "$T/long.tfm")" "$want"
+        run tfm-cat --header "$T/long.tfm"
+        assert_line "meta min_len=1000"
+    done
+    # a minimum the model meets anyway changes nothing
+    cmp <(tfm-decode -q -m "$M/model.tfm" --min-len 0 --text "$M/test.tfm") \
+        <(tfm-decode -q -m "$M/model.tfm" --min-len 2 --text "$M/test.tfm")
+    for bad in -1 x 1.5 ''; do
+        run tfm-decode -m "$M/model.tfm" --min-len "$bad" "$M/test.tfm"
+        assert_failure 2
+        assert_output --partial "--min-len"
+    done
+}

@@ -128,15 +128,19 @@ struct seq {
 static struct seq *g_all;
 static int g_nall;
 
+static int g_min_len;             /* brute force: eos needs this many tokens (or L) */
+
 static void enumerate(dist_fn f, int src, int32_t *hist, int n, double lp, int L, double alpha)
 {
     float logp[V];
     f(src, hist, n, logp);                  /* hist = bos + n-1 tokens */
-    struct seq *s = &g_all[g_nall++];
-    s->len = n - 1;
-    memcpy(s->tok, hist + 1, (size_t)(n - 1) * sizeof *hist);
-    s->lp = lp + logp[3];
-    s->score = s->lp / tfm_beam_lp(n, alpha);
+    if (n - 1 >= g_min_len || n - 1 == L) {
+        struct seq *s = &g_all[g_nall++];
+        s->len = n - 1;
+        memcpy(s->tok, hist + 1, (size_t)(n - 1) * sizeof *hist);
+        s->lp = lp + logp[3];
+        s->score = s->lp / tfm_beam_lp(n, alpha);
+    }
     if (n - 1 == L)
         return;
     for (int v = 0; v < V; v++) {
@@ -153,7 +157,8 @@ static int by_score(const void *x, const void *y)
     return (a->score < b->score) - (a->score > b->score);
 }
 
-/* All sequences of sentence src with at most L tokens, best first. */
+/* All sequences of sentence src with at most L tokens (and at least g_min_len, unless L
+ * is smaller), best first; the sort is stable, so ties keep enumeration order. */
 static int brute(dist_fn f, int src, int L, double alpha)
 {
     int32_t hist[MAXH] = {2};
@@ -182,39 +187,47 @@ static int64_t first_of(const struct tfm_hyps *h, int s)
 
 static void test_exhaustive_beam_is_exact(void)
 {
-    /* 4 allowed tokens, length <= 4: 341 sequences; a beam of 1024 keeps every prefix */
+    /* 4 allowed tokens, length <= 4: 341 sequences; a beam of 1024 keeps every prefix and
+     * every eos ranks among the first 1024 extensions (at most 64 * 5 before the last step,
+     * where eos is forced) */
     double alphas[] = {0.0, 0.6, 1.5, -0.7};
     int max_len[] = {4, 2, 0, 3, 4};
     g_all = malloc(4096 * sizeof *g_all);
-    for (int a = 0; a < 4; a++) {
-        g_salt = 11 + (uint64_t)a;
-        static struct toy t;
-        struct tfm_step_model m = toy_model(&t, dist_random);
-        struct tfm_beam_opts o;
-        tfm_beam_defaults(&o);
-        o.beam = 1024;
-        o.nbest = 6;
-        o.alpha = alphas[a];
-        struct tfm_hyps h;
-        struct tfm_error err;
-        CHECK(tfm_beam_search(&m, 5, max_len, NULL, &o, &h, &err) == 0);
-        CHECK_EQ_INT(t.bad, 0);
-        for (int s = 0; s < 5; s++) {
-            int n = brute(dist_random, s, max_len[s], o.alpha);
-            int64_t i0 = first_of(&h, s);
-            int want = n < 6 ? n : 6;
-            CHECK(i0 >= 0);
-            for (int j = 0; j < want && i0 >= 0; j++) {
-                CHECK(i0 + j < h.n && h.sent[i0 + j] == s);
-                CHECK(same_ids(&h, i0 + j, g_all[j].tok, g_all[j].len));
-                CHECK_NEAR(h.score[i0 + j], g_all[j].score, 1e-6);
-                CHECK_NEAR(h.logp[i0 + j], g_all[j].lp, 1e-9);
+    for (int a = 0; a < 4; a++)
+        for (int ml = 0; ml <= 3; ml++) {
+            g_salt = 11 + (uint64_t)a;
+            static struct toy t;
+            struct tfm_step_model m = toy_model(&t, dist_random);
+            struct tfm_beam_opts o;
+            tfm_beam_defaults(&o);
+            o.beam = 1024;
+            o.nbest = 6;
+            o.alpha = alphas[a];
+            o.min_len = ml;
+            g_min_len = ml;
+            struct tfm_hyps h;
+            struct tfm_error err;
+            CHECK(tfm_beam_search(&m, 5, max_len, NULL, &o, &h, &err) == 0);
+            CHECK_EQ_INT(t.bad, 0);
+            for (int s = 0; s < 5; s++) {
+                int n = brute(dist_random, s, max_len[s], o.alpha);
+                int64_t i0 = first_of(&h, s);
+                int want = n < 6 ? n : 6;
+                CHECK(i0 >= 0);
+                for (int j = 0; j < want && i0 >= 0; j++) {
+                    CHECK(i0 + j < h.n && h.sent[i0 + j] == s);
+                    CHECK(same_ids(&h, i0 + j, g_all[j].tok, g_all[j].len));
+                    CHECK_NEAR(h.score[i0 + j], g_all[j].score, 1e-6);
+                    CHECK_NEAR(h.logp[i0 + j], g_all[j].lp, 1e-9);
+                    int len = (int)(h.offsets[i0 + j + 1] - h.offsets[i0 + j]);
+                    CHECK(len >= ml || len == max_len[s]);
+                }
+                if (max_len[s] == 0)    /* only the empty hypothesis exists */
+                    CHECK(i0 >= 0 && i0 + 1 < h.n + 1 && h.offsets[i0 + 1] == h.offsets[i0]);
             }
-            if (max_len[s] == 0)        /* only the empty hypothesis exists */
-                CHECK(i0 >= 0 && i0 + 1 < h.n + 1 && h.offsets[i0 + 1] == h.offsets[i0]);
+            tfm_hyps_free(&h);
         }
-        tfm_hyps_free(&h);
-    }
+    g_min_len = 0;
     free(g_all);
 }
 
@@ -273,8 +286,9 @@ static void test_greedy_by_hand(void)
                 float logp[V];
                 dist_random(s, hist, n, logp);
                 int best = -1;
-                for (int v = 0; v < V; v++)
-                    if (v != 0 && v != 2 && (best < 0 || logp[v] > logp[best]))
+                for (int v = 0; v < V; v++)     /* min_len 1: no eos first */
+                    if (v != 0 && v != 2 && !(v == 3 && n == 1) &&
+                        (best < 0 || logp[v] > logp[best]))
                         best = v;
                 if (n - 1 == max_len[s])
                     best = 3;
@@ -323,6 +337,7 @@ static void test_length_penalty_changes_winner(void)
         o.beam = 4;
         o.nbest = 2;
         o.alpha = alphas[a];
+        o.min_len = 0;                  /* the empty hypothesis competes */
         int max_len = 1;
         struct tfm_hyps h;
         struct tfm_error err;
@@ -533,6 +548,7 @@ static void sample_first(int topk, double topp, double temp, const double *want)
     struct tfm_beam_opts o;
     tfm_beam_defaults(&o);
     o.sample = 1;
+    o.min_len = 0;                      /* eos is one of the first tokens drawn */
     o.nbest = PER;
     o.topk = topk;
     o.topp = topp;
@@ -604,6 +620,7 @@ static void test_sampling_independent(void)
     struct tfm_beam_opts o;
     tfm_beam_defaults(&o);
     o.sample = 1;
+    o.min_len = 0;
     o.nbest = N;
     o.seed = 9;
     int max_len = 2;
@@ -689,6 +706,192 @@ static void test_dead_model(void)
     }
 }
 
+/* ---- a reference beam search: the finishing rule written out plainly ----
+ * Every extension of every live hypothesis is listed and sorted by log P (stable: ties in
+ * row, then token order); of the first 2K, an eos among the first K finishes, the first K
+ * non-eos stay live; eos is forced at the maximum length.  No early stop, no pruning. */
+
+struct hyp {
+    int len;
+    int32_t tok[MAXH];
+    double lp;
+};
+
+static int by_lp_desc(const void *x, const void *y)
+{
+    const struct hyp *a = x, *b = y;
+    return (a->lp < b->lp) - (a->lp > b->lp);
+}
+
+/* Fills best[0..nbest) (by score, earlier finished first on ties); returns how many. */
+static int ref_beam(dist_fn f, int src, int L, int K, int nbest, int min_len, double alpha,
+                    struct seq *best)
+{
+    static struct hyp live[64], ext[64 * V], fin[4096];
+    int nlive = 1, nfin = 0;
+    live[0].len = 0;
+    live[0].lp = 0;
+    for (int t = 0; nlive > 0; t++) {
+        int next = 0;
+        for (int r = 0; r < nlive; r++) {
+            int32_t hist[MAXH + 1] = {2};
+            memcpy(hist + 1, live[r].tok, (size_t)t * sizeof *hist);
+            float logp[V];
+            f(src, hist, t + 1, logp);
+            for (int v = 0; v < V; v++) {
+                if (v == 0 || v == 2 || (t == L && v != 3) || (v == 3 && t < min_len && t < L) ||
+                    !(logp[v] > -INFINITY))
+                    continue;
+                struct hyp *e = &ext[next++];
+                *e = live[r];
+                e->tok[t] = v;
+                e->len = t + 1;
+                e->lp = live[r].lp + logp[v];
+            }
+        }
+        /* qsort is not stable: sort indices by (lp desc, position) instead */
+        for (int i = 1; i < next; i++)          /* insertion sort, stable */
+            for (int j = i; j > 0 && by_lp_desc(&ext[j - 1], &ext[j]) > 0; j--) {
+                struct hyp tmp = ext[j];
+                ext[j] = ext[j - 1];
+                ext[j - 1] = tmp;
+            }
+        nlive = 0;
+        for (int i = 0; i < next && i < 2 * K; i++) {
+            if (ext[i].tok[t] == 3) {
+                if (i < K || t == L) {
+                    fin[nfin] = ext[i];
+                    fin[nfin++].len = t;            /* eos is not a token of the output */
+                }
+            } else if (nlive < K) {
+                live[nlive++] = ext[i];
+            }
+        }
+        if (t == L)                                 /* forced: every row finished */
+            for (int i = 2 * K; i < next; i++) {
+                fin[nfin] = ext[i];
+                fin[nfin++].len = t;
+            }
+    }
+    int n = 0;
+    for (int i = 0; i < nfin; i++) {                /* insert by score, stable */
+        double sc = fin[i].lp / tfm_beam_lp(fin[i].len + 1, alpha);
+        int p = n < nbest ? n : nbest;
+        while (p > 0 && best[p - 1].score < sc)
+            p--;
+        if (p >= nbest)
+            continue;
+        for (int j = (n < nbest ? n : nbest - 1); j > p; j--)
+            best[j] = best[j - 1];
+        best[p].len = fin[i].len;
+        memcpy(best[p].tok, fin[i].tok, sizeof best[p].tok);
+        best[p].lp = fin[i].lp;
+        best[p].score = sc;
+        if (n < nbest)
+            n++;
+    }
+    return n;
+}
+
+static void test_finishing_rule_matches_reference(void)
+{
+    /* beams small enough that eos often ranks between K and 2K, where it is dropped */
+    double alphas[] = {0.0, 0.6, 1.0};
+    int cases = 0, differs_from_2k = 0;
+    for (int a = 0; a < 3; a++)
+        for (int k = 2; k <= 5; k++)
+            for (int ml = 0; ml <= 2; ml++)
+                for (int seed = 0; seed < 4; seed++) {
+                    g_salt = 4000 + (uint64_t)seed * 13 + (uint64_t)k;
+                    int max_len[5] = {9, 6, 1, 0, 11};
+                    struct tfm_beam_opts o;
+                    tfm_beam_defaults(&o);
+                    o.beam = k;
+                    o.nbest = k;
+                    o.alpha = alphas[a];
+                    o.min_len = ml;
+                    for (int es = 0; es <= 1; es++) {
+                        o.early_stop = es;
+                        static struct toy t;
+                        struct tfm_step_model m = toy_model(&t, dist_random);
+                        struct tfm_hyps h;
+                        struct tfm_error err;
+                        CHECK(tfm_beam_search(&m, 5, max_len, NULL, &o, &h, &err) == 0);
+                        CHECK_EQ_INT(t.bad, 0);
+                        for (int s = 0; s < 5; s++) {
+                            struct seq want[8];
+                            int n = ref_beam(dist_random, s, max_len[s], k, k, ml, o.alpha, want);
+                            int64_t i0 = first_of(&h, s);
+                            int got = 0;
+                            for (int64_t i = i0; i >= 0 && i < h.n && h.sent[i] == s; i++)
+                                got++;
+                            CHECK_EQ_INT(got, n);
+                            for (int j = 0; j < n && j < got; j++) {
+                                CHECK(same_ids(&h, i0 + j, want[j].tok, want[j].len));
+                                CHECK_NEAR(h.score[i0 + j], want[j].score, 1e-6);
+                            }
+                            /* the old rule (any eos among the first 2K finishes) would
+                             * have kept more: count the cases where the rule matters */
+                            if (es == 0 && n < k)
+                                differs_from_2k++;
+                        }
+                        tfm_hyps_free(&h);
+                    }
+                    cases++;
+                }
+    CHECK(cases == 144);
+    CHECK(differs_from_2k > 0);
+}
+
+/* eos first with 0.9, then tokens 4 (0.06) and 5 (0.04); after one token eos is 0.5. */
+static void dist_eos_first(int src, const int32_t *hist, int n, float *logp)
+{
+    (void)src;
+    (void)hist;
+    for (int v = 0; v < V; v++)
+        logp[v] = -INFINITY;
+    logp[3] = logf(n == 1 ? 0.9f : 0.5f);
+    logp[4] = logf(n == 1 ? 0.06f : 0.3f);
+    logp[5] = logf(n == 1 ? 0.04f : 0.2f);
+}
+
+static void test_no_empty_output(void)
+{
+    /* min_len 1 (the default): never empty, in beam, greedy and sampling; min_len 0: the
+     * empty hypothesis wins (log .9 beats log .06 + log .5); min_len 2: two tokens */
+    int ks[] = {1, 4, 0};                   /* 0: sampling */
+    for (int i = 0; i < 3; i++)
+        for (int ml = 0; ml <= 2; ml++) {
+            struct tfm_beam_opts o;
+            tfm_beam_defaults(&o);
+            o.min_len = ml;
+            o.alpha = 0;
+            if (ks[i])
+                o.beam = ks[i];
+            else
+                o.sample = 1, o.nbest = 16;
+            static struct toy t;
+            struct tfm_step_model m = toy_model(&t, dist_eos_first);
+            struct tfm_hyps h;
+            struct tfm_error err;
+            int max_len[2] = {6, 1};
+            CHECK(tfm_beam_search(&m, 2, max_len, NULL, &o, &h, &err) == 0);
+            for (int64_t j = 0; j < h.n; j++) {
+                int len = (int)(h.offsets[j + 1] - h.offsets[j]);
+                int lim = max_len[h.sent[j]];
+                CHECK(len >= (ml < lim ? ml : lim));
+                if (ml == 0 && ks[i] && h.sent[j] == 0)
+                    CHECK_EQ_INT(len, 0);
+                if (ml == 1 && ks[i] && h.sent[j] == 0)
+                    CHECK(len == 1 && h.ids[h.offsets[j]] == 4);
+            }
+            tfm_hyps_free(&h);
+        }
+    struct tfm_beam_opts o;
+    tfm_beam_defaults(&o);
+    CHECK_EQ_INT(o.min_len, 1);
+}
+
 int main(void)
 {
     t_run("exhaustive beam finds the best sequences (brute force)", test_exhaustive_beam_is_exact);
@@ -704,5 +907,8 @@ int main(void)
     t_run("samples are independent", test_sampling_independent);
     t_run("bad options and model failures", test_errors);
     t_run("a model that allows no token", test_dead_model);
+    t_run("finishing rule: eos among the first K (reference search)",
+          test_finishing_rule_matches_reference);
+    t_run("min_len: no empty output unless asked", test_no_empty_output);
     return t_done();
 }
