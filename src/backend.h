@@ -237,6 +237,14 @@ struct tfm_backend {
                  float eps, int ignore, float *loss, float *nll, float grad_scale);
     /* y (N,V) = log softmax of x over each row (y may equal x). */
     void (*log_softmax)(struct tfm_backend *be, float *y, const float *x, int N, int V);
+    /* Optional (NULL: callers run log_softmax and select on the host, src/topk.h).  What
+     * a search needs of each row's log softmax y_n = log_softmax(x_n) (the same bits),
+     * without writing it: the k largest values by tfm_topk_row (ids in ban[0..nban)
+     * skipped) into top_y, top_id (N,k), and y_n[also] into also_y (N).  x (N,V) device;
+     * ban, top_y, top_id, also_y host. */
+    void (*log_softmax_top)(struct tfm_backend *be, const float *x, int N, int V, int k,
+                            const int32_t *ban, int nban, int also, float *top_y,
+                            int32_t *top_id, float *also_y);
 
     /* -- optimizer ------------------------------------------------------------------ */
     /* Sum of squares of x (n), accumulated in double in a fixed order; returned to host. */

@@ -24,6 +24,7 @@
 
 #include "backend.h"
 #include "pool.h"
+#include "topk.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -889,6 +890,7 @@ static void cpu_gather(struct tfm_backend *be, float *dst, int64_t dstride, cons
 /* Sums over a vocabulary row (log_softmax): float within blocks of this many, double
  * across them. */
 #define XENT_BLOCK 256
+_Static_assert(XENT_BLOCK % TFM_TOPK_BLOCK == 0, "log_softmax_top's runs are whole blocks");
 
 struct xent_job {
     float *logits, *loss, *nll, *y;
@@ -954,6 +956,39 @@ static void cpu_xent(struct tfm_backend *be, float *logits, const int32_t *label
     par(be, N, (double)N * V, xent_rows, &j);
 }
 
+/* log sum exp of the row z (V): the maximum, then sums of exp(z - max) in float within
+ * blocks of XENT_BLOCK and in double across them.  bmax, if not NULL, receives the
+ * maximum of each block. */
+static inline __attribute__((always_inline)) float row_lse(const float *z, int V, float *bmax)
+{
+    float mx = z[0];
+    if (bmax) {
+        for (int c0 = 0; c0 < V; c0 += XENT_BLOCK) {
+            int c1 = V - c0 < XENT_BLOCK ? V : c0 + XENT_BLOCK;
+            float bm = -INFINITY;           /* NaNs never count, as in the scan */
+#pragma omp simd reduction(max : bm)
+            for (int c = c0; c < c1; c++)
+                bm = z[c] > bm ? z[c] : bm;
+            bmax[c0 / XENT_BLOCK] = bm;
+            mx = bm > mx ? bm : mx;
+        }
+    } else {
+#pragma omp simd reduction(max : mx)
+        for (int c = 1; c < V; c++)
+            mx = z[c] > mx ? z[c] : mx;
+    }
+    double se = 0;
+    for (int c0 = 0; c0 < V; c0 += XENT_BLOCK) {
+        int c1 = V - c0 < XENT_BLOCK ? V : c0 + XENT_BLOCK;
+        float bs = 0;
+#pragma omp simd reduction(+ : bs)
+        for (int c = c0; c < c1; c++)
+            bs += fast_expf(z[c] - mx);
+        se += bs;
+    }
+    return (float)(mx + log(se));
+}
+
 SIMD_CLONES static void log_softmax_rows(void *ctx, int64_t n0, int64_t n1, int thread)
 {
     const struct xent_job *j = ctx;
@@ -962,20 +997,7 @@ SIMD_CLONES static void log_softmax_rows(void *ctx, int64_t n0, int64_t n1, int 
     for (int64_t n = n0; n < n1; n++) {
         const float *z = j->x + (size_t)n * V;
         float *o = j->y + (size_t)n * V;
-        float mx = z[0];
-#pragma omp simd reduction(max : mx)
-        for (int c = 1; c < V; c++)
-            mx = z[c] > mx ? z[c] : mx;
-        double se = 0;
-        for (int c0 = 0; c0 < V; c0 += XENT_BLOCK) {
-            int c1 = V - c0 < XENT_BLOCK ? V : c0 + XENT_BLOCK;
-            float bs = 0;
-#pragma omp simd reduction(+ : bs)
-            for (int c = c0; c < c1; c++)
-                bs += fast_expf(z[c] - mx);
-            se += bs;
-        }
-        float l = (float)(mx + log(se));
+        float l = row_lse(z, V, NULL);
 #pragma omp simd
         for (int c = 0; c < V; c++)
             o[c] = z[c] - l;
@@ -986,6 +1008,37 @@ static void cpu_log_softmax(struct tfm_backend *be, float *y, const float *x, in
 {
     struct xent_job j = {.y = y, .x = x, .V = V};
     par(be, N, (double)N * V, log_softmax_rows, &j);
+}
+
+struct top_job {
+    const float *x;
+    const int32_t *ban;
+    float *top_y, *also_y;
+    int32_t *top_id;
+    int V, k, nban, also;
+};
+
+SIMD_CLONES static void log_softmax_top_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    const struct top_job *j = ctx;
+    (void)thread;
+    float bmax[256];                /* block maxima of a row of up to 64k entries */
+    for (int64_t n = n0; n < n1; n++) {
+        const float *z = j->x + (size_t)n * j->V;
+        int big = j->V <= 256 * XENT_BLOCK;
+        float l = row_lse(z, j->V, big ? bmax : NULL);
+        tfm_topk_row(z, l, j->V, j->k, j->ban, j->nban, big ? bmax : NULL, XENT_BLOCK,
+                     j->top_y + (size_t)n * j->k, j->top_id + (size_t)n * j->k);
+        j->also_y[n] = z[j->also] - l;
+    }
+}
+
+static void cpu_log_softmax_top(struct tfm_backend *be, const float *x, int N, int V, int k,
+                                const int32_t *ban, int nban, int also, float *top_y,
+                                int32_t *top_id, float *also_y)
+{
+    struct top_job j = {x, ban, top_y, also_y, top_id, V, k, nban, also};
+    par(be, N, (double)N * V, log_softmax_top_rows, &j);
 }
 
 /* ---- optimizer ------------------------------------------------------------------------- */
@@ -1212,6 +1265,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->gather = cpu_gather;
     be->xent = cpu_xent;
     be->log_softmax = cpu_log_softmax;
+    be->log_softmax_top = cpu_log_softmax_top;
     be->sumsq = cpu_sumsq;
     be->adam = cpu_adam;
     be->destroy = cpu_destroy;

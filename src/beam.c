@@ -128,7 +128,10 @@ struct search {
     const int64_t *sent_id;
     struct sent *s;
     struct rows a, b;           /* current and next rows */
-    float *logp;                /* [rows, vocab] */
+    float *logp;                /* [rows, vocab], or NULL with step_top: */
+    int topk;                   /* with step_top: candidates per row */
+    float *top_lp, *also_lp;    /* [rows, topk], [rows] (eos) */
+    int32_t *top_tok;           /* [rows, topk] */
     double *lpen;               /* [maxT + 2] lp(n) */
     /* finished: [nsent, nbest] entries; tokens [nsent, nbest, maxT] */
     double *fin_score, *fin_lp;
@@ -220,6 +223,18 @@ static int banned(const struct search *S, int v, int t)
  * can hold a candidate at all (after the first few blocks it almost never does). */
 #define SCAN_BLOCK 32
 
+/* Insert candidate (x, row, tok) into c[0..*nc) (at most C, best first); equal values keep
+ * the earlier candidate first.  Callers have checked that it beats c[C-1] when full. */
+static void cand_insert(struct cand *c, int *nc, int C, double x, int row, int32_t tok)
+{
+    int p = *nc < C ? (*nc)++ : C - 1;
+    while (p > 0 && c[p - 1].lp < x) {
+        c[p] = c[p - 1];
+        p--;
+    }
+    c[p] = (struct cand){x, row, tok};
+}
+
 /* Beam search step for sentence si (K >= 2). */
 static void step_beam(struct search *S, int si, int t)
 {
@@ -230,12 +245,24 @@ static void step_beam(struct search *S, int si, int t)
     s->nrows = 0;
     if (t == S->max_len[si]) {                      /* forced eos */
         for (int r = row0; r < row0 + n; r++)
-            finish(S, si, r, t, S->a.lp[r] + S->logp[(size_t)r * V + S->o->eos]);
+            finish(S, si, r, t, S->a.lp[r] + (S->logp ? S->logp[(size_t)r * V + S->o->eos]
+                                                      : S->also_lp[r]));
         s->active = 0;
         return;
     }
     struct cand *c = S->cand;
-    for (int r = row0; r < row0 + n; r++) {
+    for (int r = row0; r < row0 + n && !S->logp; r++) {
+        /* the row's best tokens, best first: the first that does not fit ends the row */
+        const float *lp = S->top_lp + (size_t)r * S->topk;
+        const int32_t *tok = S->top_tok + (size_t)r * S->topk;
+        for (int j = 0; j < S->topk && tok[j] >= 0; j++) {
+            double x = S->a.lp[r] + lp[j];
+            if (nc == C && !(x > c[C - 1].lp))
+                break;
+            cand_insert(c, &nc, C, x, r, tok[j]);
+        }
+    }
+    for (int r = row0; r < row0 + n && S->logp; r++) {
         const float *lp = S->logp + (size_t)r * V;
         double base = S->a.lp[r];
         for (int v0 = 0; v0 < V; v0 += SCAN_BLOCK) {
@@ -256,12 +283,7 @@ static void step_beam(struct search *S, int si, int t)
                     continue;
                 if (nc == C && !(x > c[C - 1].lp))
                     continue;
-                int p = nc < C ? nc++ : C - 1;
-                while (p > 0 && c[p - 1].lp < x) {
-                    c[p] = c[p - 1];
-                    p--;
-                }
-                c[p] = (struct cand){x, r, v};
+                cand_insert(c, &nc, C, x, r, v);
             }
         }
     }
@@ -292,6 +314,30 @@ static void step_beam(struct search *S, int si, int t)
     }
 }
 
+/* The first allowed token of largest log-probability (> -inf) after a prefix of t tokens,
+ * or -1.  One vectorized pass finds the largest value and a second its first position;
+ * only when that position is a banned token (rare) does the scalar scan decide. */
+static int argmax_allowed(const struct search *S, const float *lp, int t)
+{
+    int V = S->vocab;
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int v = 0; v < V; v++)
+        mx = lp[v] > mx ? lp[v] : mx;
+    if (!(mx > -INFINITY))
+        return -1;
+    int v = 0;
+    while (lp[v] != mx)
+        v++;
+    if (!banned(S, v, t))                   /* tokens before v are all below mx */
+        return v;
+    int best = -1;
+    for (v = 0; v < V; v++)
+        if (!banned(S, v, t) && lp[v] > -INFINITY && (best < 0 || lp[v] > lp[best]))
+            best = v;
+    return best;
+}
+
 /* Greedy step for sentence si: its one row takes the best token, eos included. */
 static void step_greedy(struct search *S, int si, int t)
 {
@@ -299,22 +345,24 @@ static void step_greedy(struct search *S, int si, int t)
     int r = s->row0, V = S->vocab;
     s->row0 = S->b.n;
     s->nrows = 0;
-    const float *lp = S->logp + (size_t)r * V;
-    int best = -1;
-    if (t == S->max_len[si]) {
-        best = S->o->eos;
+    int best;
+    double x;
+    if (!S->logp) {                                 /* the row's best token is given */
+        best = t == S->max_len[si] ? S->o->eos : S->top_tok[r];
+        x = best == S->o->eos && t == S->max_len[si] ? S->also_lp[r] : S->top_lp[r];
     } else {
-        for (int v = 0; v < V; v++)
-            if (!banned(S, v, t) && lp[v] > -INFINITY && (best < 0 || lp[v] > lp[best]))
-                best = v;
+        const float *lp = S->logp + (size_t)r * V;
+        best = t == S->max_len[si] ? S->o->eos : argmax_allowed(S, lp, t);
+        x = best >= 0 ? lp[best] : 0;
     }
+    x += S->a.lp[r];
     if (best < 0) {
         s->active = 0;
     } else if (best == S->o->eos) {
-        finish(S, si, r, t, S->a.lp[r] + lp[best]);
+        finish(S, si, r, t, x);
         s->active = 0;
     } else {
-        extend(S, si, r, t, best, S->a.lp[r] + lp[best], 0);
+        extend(S, si, r, t, best, x, 0);
     }
 }
 
@@ -456,8 +504,16 @@ static int search_run(struct search *S, struct tfm_hyps *out, struct tfm_error *
         S->s[si] = (struct sent){1, si, 1, 0};
     }
     for (int t = 0; a->n > 0; t++) {
-        if (S->m->step(S->m->ctx, a->n, a->tok, a->src, S->logp, err))
-            return -1;
+        if (S->logp) {
+            if (S->m->step(S->m->ctx, a->n, a->tok, a->src, S->logp, err))
+                return -1;
+        } else {
+            int32_t ban[3] = {o->pad, o->bos, o->eos};
+            int nban = t < o->min_len ? 3 : 2;
+            if (S->m->step_top(S->m->ctx, a->n, a->tok, a->src, S->topk, ban, nban, o->eos,
+                               S->top_lp, S->top_tok, S->also_lp, err))
+                return -1;
+        }
         S->b.n = 0;
         for (int si = 0; si < S->nsent; si++) {
             if (!S->s[si].active)
@@ -512,7 +568,16 @@ int tfm_beam_search(const struct tfm_step_model *m, int nsent, const int *max_le
     size_t nfin = (size_t)(nsent > 0 ? nsent : 1) * (size_t)o->nbest;
     int rc = -1;
     S.s = calloc((size_t)(nsent > 0 ? nsent : 1), sizeof *S.s);
-    S.logp = malloc(cap * (size_t)S.vocab * sizeof *S.logp);
+    if (m->step_top && !o->sample) {
+        /* K + 1 tokens of each row are enough: a row gives at most K live hypotheses and
+         * one eos, and an eos that K + 1 tokens of its row beat ranks below K */
+        S.topk = o->beam == 1 ? 1 : o->beam + 1 < S.vocab ? o->beam + 1 : S.vocab;
+        S.top_lp = malloc(cap * (size_t)S.topk * sizeof *S.top_lp);
+        S.top_tok = malloc(cap * (size_t)S.topk * sizeof *S.top_tok);
+        S.also_lp = malloc(cap * sizeof *S.also_lp);
+    } else {
+        S.logp = malloc(cap * (size_t)S.vocab * sizeof *S.logp);
+    }
     S.lpen = malloc(((size_t)S.maxT + 2) * sizeof *S.lpen);
     S.fin_score = malloc(nfin * sizeof *S.fin_score);
     S.fin_lp = malloc(nfin * sizeof *S.fin_lp);
@@ -522,7 +587,7 @@ int tfm_beam_search(const struct tfm_step_model *m, int nsent, const int *max_le
     S.sorted = o->sample ? malloc((size_t)S.vocab * sizeof *S.sorted) : NULL;
     int ok = rows_alloc(&S.a, cap, (size_t)S.maxT) == 0;
     ok = rows_alloc(&S.b, cap, (size_t)S.maxT) == 0 && ok;
-    if (!ok || !S.s || !S.logp || !S.lpen || !S.fin_score || !S.fin_lp || !S.fin_len ||
+    if (!ok || !S.s || !(S.logp || (S.top_lp && S.top_tok && S.also_lp)) || !S.lpen || !S.fin_score || !S.fin_lp || !S.fin_len ||
         !S.fin_tok || !S.cand || (o->sample && !S.sorted)) {
         tfm_fail(err, "out of memory for the search (%d sentences, %d rows each, length %d)",
                  nsent, S.width, S.maxT);
@@ -538,6 +603,9 @@ done:
     rows_free(&S.b);
     free(S.s);
     free(S.logp);
+    free(S.top_lp);
+    free(S.top_tok);
+    free(S.also_lp);
     free(S.lpen);
     free(S.fin_score);
     free(S.fin_lp);

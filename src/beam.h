@@ -57,6 +57,15 @@ struct tfm_step_model {
     /* Rearrange rows: new row i continues old row keep[i] (nrows new rows; an old row may
      * be kept several times or dropped).  0, or -1 with err. */
     int (*select)(void *ctx, int nrows, const int32_t *keep, struct tfm_error *err);
+    /* Optional, used by beam and greedy search (not sampling) when set: the same step,
+     * but instead of every log-probability, each row's k most probable tokens excluding
+     * the ids in ban[0..nban) and -inf, best first, ties by smaller id (src/topk.h), into
+     * top_lp/top_tok (nrows, k) (-inf and -1 where fewer qualify), and the
+     * log-probability of token `also` into also_lp (nrows).  The search's results are
+     * the same bits as with step. */
+    int (*step_top)(void *ctx, int nrows, const int32_t *last_tok, const int32_t *row_src,
+                    int k, const int32_t *ban, int nban, int32_t also, float *top_lp,
+                    int32_t *top_tok, float *also_lp, struct tfm_error *err);
 };
 
 struct tfm_beam_opts {

@@ -114,6 +114,19 @@ static int ens_step(void *ctx, int nrows, const int32_t *last, const int32_t *sr
     return 0;
 }
 
+/* One model: the search's candidates straight from the model (ensembles average whole
+ * distributions, so they take ens_step). */
+static int ens_step_top(void *ctx, int nrows, const int32_t *last, const int32_t *src, int k,
+                        const int32_t *ban, int nban, int32_t also, float *top_lp,
+                        int32_t *top_tok, float *also_lp, struct tfm_error *err)
+{
+    struct ensemble *e = ctx;
+    if (tfm_decoder_step_top(e->m[0].dec, nrows, last, src, k, ban, nban, also, top_lp, top_tok,
+                             also_lp, err))
+        return tfm_error_prefix(err, "%s", e->m[0].path);
+    return 0;
+}
+
 static int ens_select(void *ctx, int nrows, const int32_t *keep, struct tfm_error *err)
 {
     struct ensemble *e = ctx;
@@ -612,7 +625,8 @@ static int decode_batch(struct run *R, const int64_t *ids, int64_t k, const stru
     /* the sampler's draws are keyed by the input sentence number, not the batch */
     for (int b = 0; b < B; b++)
         num[b] = R->number[ids[b]];
-    struct tfm_step_model sm = {&R->ens, R->ens.vocab, ens_step, ens_select};
+    struct tfm_step_model sm = {&R->ens, R->ens.vocab, ens_step, ens_select,
+                                R->ens.n == 1 ? ens_step_top : NULL};
     if (tfm_beam_search(&sm, B, max_len, num, &o->search, &h, err) ||
         hypset_add(&R->hs, &h, pos, err))
         goto done;

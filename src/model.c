@@ -4,6 +4,7 @@
  * Not here: the ops (backend_cpu.c), the optimizer (optim.c), the training loop.
  */
 #include "model.h"
+#include "topk.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -1123,6 +1124,7 @@ struct tfm_decoder {
     int32_t *anc_host, *anc_next;   /* host (max_rows, max_steps): now, and for select */
     int32_t *src_len_host;      /* (max_sent) */
     int32_t *hbuf;              /* host staging (max_rows) */
+    float *host_lp;             /* (max_rows, V) host, for tfm_decoder_step_top */
     void *mem;
 };
 
@@ -1138,6 +1140,7 @@ void tfm_decoder_free(struct tfm_decoder *d)
     free(d->ckv);
     free(d->src_len_host);
     free(d->hbuf);
+    free(d->host_lp);
     free(d);
 }
 
@@ -1279,8 +1282,9 @@ static void dstep_out(struct tfm_decoder *d, const struct ln_p *ln, int R)
                           (float)m->cfg.ln_eps);
 }
 
-int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
-                     const int32_t *row_src, float *logp, struct tfm_error *err)
+/* The decoder stack for one step of R rows: the logits (R, V) into d->logits. */
+static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                      const int32_t *row_src, struct tfm_error *err)
 {
     struct tfm_model *m = d->m;
     struct tfm_backend *be = m->be;
@@ -1348,14 +1352,55 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         y = d->u;
     }
     be->gemm(be, 0, 1, R, m->V, D, 1.0f, y, D, DATA(m->emb_out), D, 0.0f, d->logits, m->V);
-    if (be->host_memory) {                      /* straight into the caller's rows */
-        be->log_softmax(be, logp, d->logits, R, m->V);
-    } else {
-        be->log_softmax(be, d->logits, d->logits, R, m->V);
-        be->download(be, logp, d->logits, (size_t)R * m->V * sizeof(float));
-    }
     d->rows = R;
     d->t++;
+    return 0;
+}
+
+int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                     const int32_t *row_src, float *logp, struct tfm_error *err)
+{
+    if (dec_logits(d, nrows, last_tok, row_src, err))
+        return -1;
+    struct tfm_backend *be = d->m->be;
+    int V = d->m->V;
+    if (be->host_memory) {                      /* straight into the caller's rows */
+        be->log_softmax(be, logp, d->logits, nrows, V);
+    } else {
+        be->log_softmax(be, d->logits, d->logits, nrows, V);
+        be->download(be, logp, d->logits, (size_t)nrows * V * sizeof(float));
+    }
+    return 0;
+}
+
+int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                         const int32_t *row_src, int k, const int32_t *ban, int nban,
+                         int32_t also, float *top_lp, int32_t *top_tok, float *also_lp,
+                         struct tfm_error *err)
+{
+    int V = d->m->V;
+    if (k < 1 || k > V || also < 0 || also >= V)
+        return tfm_fail(err, "decoder: %d best of %d tokens, token %d: out of range", k, V,
+                        also);
+    if (dec_logits(d, nrows, last_tok, row_src, err))
+        return -1;
+    struct tfm_backend *be = d->m->be;
+    if (be->log_softmax_top) {
+        be->log_softmax_top(be, d->logits, nrows, V, k, ban, nban, also, top_lp, top_tok,
+                            also_lp);
+        return 0;
+    }
+    /* every log-probability to the host, then the same selection there */
+    if (!d->host_lp && !(d->host_lp = malloc((size_t)d->max_rows * V * sizeof(float))))
+        return tfm_fail(err, "out of memory for %d rows of %d log-probabilities", d->max_rows,
+                        V);
+    be->log_softmax(be, d->logits, d->logits, nrows, V);
+    be->download(be, d->host_lp, d->logits, (size_t)nrows * V * sizeof(float));
+    for (int r = 0; r < nrows; r++) {
+        const float *y = d->host_lp + (size_t)r * V;
+        tfm_topk_row(y, 0.0f, V, k, ban, nban, NULL, 0, top_lp + (size_t)r * k, top_tok + (size_t)r * k);
+        also_lp[r] = y[also];
+    }
     return 0;
 }
 

@@ -171,6 +171,14 @@ int tfm_decoder_encode(struct tfm_decoder *d, int B, int S, const int32_t *src,
  * attends to. */
 int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
                      const int32_t *row_src, float *logp, struct tfm_error *err);
+/* The same step, giving what a search needs instead of every log-probability: each row's
+ * k best tokens (ids in ban[0..nban) skipped) into top_lp, top_tok (nrows, k) host, and
+ * the log-probability of token `also` into also_lp (nrows) host; see tfm_step_model's
+ * step_top (beam.h).  The values are the bits tfm_decoder_step would give. */
+int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                         const int32_t *row_src, int k, const int32_t *ban, int nban,
+                         int32_t also, float *top_lp, int32_t *top_tok, float *also_lp,
+                         struct tfm_error *err);
 /* Rearrange rows: new row i continues old row keep[i] (an old row may be kept several
  * times or dropped).  nrows <= max_rows. */
 int tfm_decoder_select(struct tfm_decoder *d, int nrows, const int32_t *keep,

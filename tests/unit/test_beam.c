@@ -9,6 +9,7 @@
 
 #include "beam.h"
 #include "check.h"
+#include "topk.h"
 
 /* ---- a toy model: next-token log-probs are a function of (sentence, whole prefix) ----
  * The model keeps each row's prefix itself (its "cache"), appended by step and
@@ -114,7 +115,7 @@ static struct tfm_step_model toy_model(struct toy *t, dist_fn f)
 {
     memset(t, 0, sizeof *t);
     t->dist = f;
-    return (struct tfm_step_model){t, V, toy_step, toy_select};
+    return (struct tfm_step_model){t, V, toy_step, toy_select, NULL};
 }
 
 /* ---- brute force: every sequence of allowed tokens of length <= L, then eos ---- */
@@ -892,6 +893,83 @@ static void test_no_empty_output(void)
     CHECK_EQ_INT(o.min_len, 1);
 }
 
+/* The toy model's step_top: its log-probs, then the best tokens as src/topk.h picks them
+ * (what tfm_decoder_step_top does on a backend without log_softmax_top). */
+static int g_top_calls;
+static int toy_step_top(void *ctx, int nrows, const int32_t *last, const int32_t *src, int k,
+                        const int32_t *ban, int nban, int32_t also, float *top_lp,
+                        int32_t *top_tok, float *also_lp, struct tfm_error *err)
+{
+    static float logp[ROWS * V];
+    g_top_calls++;
+    if (toy_step(ctx, nrows, last, src, logp, err))
+        return -1;
+    for (int r = 0; r < nrows; r++) {
+        tfm_topk_row(logp + (size_t)r * V, 0.0f, V, k, ban, nban, NULL, 0,
+                     top_lp + (size_t)r * k, top_tok + (size_t)r * k);
+        also_lp[r] = logp[(size_t)r * V + also];
+    }
+    return 0;
+}
+
+static void test_step_top_same_bits(void)
+{
+    /* every option that shapes the candidates: beam 1 to 5, nbest, min_len, alpha, early
+     * stop; the search through step_top gives the same bits as through step */
+    int cases = 0, same = 0;
+    for (int k = 1; k <= 5; k++)
+        for (int ml = 0; ml <= 2; ml++)
+            for (int es = 0; es <= 1; es++)
+                for (int seed = 0; seed < 3; seed++) {
+                    g_salt = 7000 + (uint64_t)seed * 31 + (uint64_t)k;
+                    int max_len[6] = {12, 7, 15, 3, 0, 9};
+                    struct tfm_beam_opts o;
+                    tfm_beam_defaults(&o);
+                    o.beam = k;
+                    o.nbest = k;
+                    o.min_len = ml;
+                    o.early_stop = es;
+                    o.alpha = seed * 0.5;
+                    static struct toy t1, t2;
+                    struct tfm_step_model m1 = toy_model(&t1, dist_random);
+                    struct tfm_step_model m2 = toy_model(&t2, dist_random);
+                    m2.step_top = toy_step_top;
+                    struct tfm_hyps h1, h2;
+                    struct tfm_error err;
+                    g_top_calls = 0;
+                    CHECK(tfm_beam_search(&m1, 6, max_len, NULL, &o, &h1, &err) == 0);
+                    CHECK_EQ_INT(g_top_calls, 0);
+                    CHECK(tfm_beam_search(&m2, 6, max_len, NULL, &o, &h2, &err) == 0);
+                    CHECK(g_top_calls > 0 && g_top_calls == t2.steps);
+                    cases++;
+                    same += h1.n == h2.n &&
+                            !memcmp(h1.offsets, h2.offsets, (size_t)(h1.n + 1) * 8) &&
+                            !memcmp(h1.ids, h2.ids, (size_t)h1.offsets[h1.n] * 4) &&
+                            !memcmp(h1.score, h2.score, (size_t)h1.n * 4) &&
+                            !memcmp(h1.logp, h2.logp, (size_t)h1.n * 8) &&
+                            !memcmp(h1.sent, h2.sent, (size_t)h1.n * 4);
+                    CHECK_EQ_INT(t1.bad + t2.bad, 0);
+                    tfm_hyps_free(&h1);
+                    tfm_hyps_free(&h2);
+                }
+    CHECK_EQ_INT(same, cases);
+    /* sampling needs every probability: it never asks for the best tokens */
+    static struct toy t;
+    struct tfm_step_model m = toy_model(&t, dist_random);
+    m.step_top = toy_step_top;
+    struct tfm_beam_opts o;
+    tfm_beam_defaults(&o);
+    o.sample = 1;
+    o.nbest = 3;
+    int max_len = 5;
+    struct tfm_hyps h;
+    struct tfm_error err;
+    g_top_calls = 0;
+    CHECK(tfm_beam_search(&m, 1, &max_len, NULL, &o, &h, &err) == 0);
+    CHECK_EQ_INT(g_top_calls, 0);
+    tfm_hyps_free(&h);
+}
+
 int main(void)
 {
     t_run("exhaustive beam finds the best sequences (brute force)", test_exhaustive_beam_is_exact);
@@ -910,5 +988,6 @@ int main(void)
     t_run("finishing rule: eos among the first K (reference search)",
           test_finishing_rule_matches_reference);
     t_run("min_len: no empty output unless asked", test_no_empty_output);
+    t_run("the best-tokens step gives the same search, bit for bit", test_step_top_same_bits);
     return t_done();
 }

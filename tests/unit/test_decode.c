@@ -101,7 +101,7 @@ static void test_incremental_matches_teacher_forcing(void)
     struct real r = {tfm_decoder_create(m, B, S, B * K, 11, &err)};
     CHECK(r.d != NULL);
     CHECK(r.d && tfm_decoder_encode(r.d, B, S, src, &err) == 0);
-    struct tfm_step_model sm = {&r, c.vocab, real_step, real_select};
+    struct tfm_step_model sm = {&r, c.vocab, real_step, real_select, NULL};
     struct tfm_beam_opts o;
     tfm_beam_defaults(&o);
     o.beam = K;

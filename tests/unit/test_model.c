@@ -15,6 +15,7 @@
 
 #include "model.h"
 #include "optim.h"
+#include "topk.h"
 
 static struct tfm_backend *be;
 #ifndef GH
@@ -383,6 +384,62 @@ static void test_optim(void)
     tfm_model_free(m);
 }
 
+/* tfm_decoder_step_top gives, bit for bit, the best tokens of tfm_decoder_step's
+ * log-probabilities: on the CPU backend through its log_softmax_top, on sim (which has no
+ * such op) through the host path. */
+static void test_decode_top(void)
+{
+    struct tfm_error err;
+    for (int which = 0; which < 2; which++) {
+        struct tfm_backend *b = which ? tfm_backend_sim(1, &err) : be;
+        CHECK(b != NULL && (which ? !b->log_softmax_top : b->log_softmax_top != NULL));
+        if (!b)
+            return;
+        struct tfm_config c;
+        tiny(&c, 0, 1, 0);
+        struct tfm_model *m = tfm_model_create(&c, b, 8, &err);
+        CHECK(m != NULL);
+        struct tfm_decoder *d1 = m ? tfm_decoder_create(m, B, S, 6, T, &err) : NULL;
+        struct tfm_decoder *d2 = m ? tfm_decoder_create(m, B, S, 6, T, &err) : NULL;
+        CHECK(d1 && d2);
+        if (d1 && d2) {
+            CHECK(tfm_decoder_encode(d1, B, S, src, &err) == 0);
+            CHECK(tfm_decoder_encode(d2, B, S, src, &err) == 0);
+            int32_t row_src[3] = {0, 1, 2}, last[3], ban[3] = {0, 2, 3};
+            enum { K = 4, V = 11 };
+            float logp[3 * V], top[3 * K], also[3], want[K];
+            int32_t tok[3 * K], want_tok[K];
+            int same = 1;
+            for (int t = 0; t < T; t++) {
+                for (int r = 0; r < 3; r++)
+                    last[r] = t == 0 ? TFM_BOS : tgt[row_src[r] * T + t - 1];
+                int nban = t == 0 ? 3 : 2;          /* eos banned at the first step */
+                CHECK(tfm_decoder_step(d1, 3, last, row_src, logp, &err) == 0);
+                CHECK(tfm_decoder_step_top(d2, 3, last, row_src, K, ban, nban, 3, top, tok,
+                                           also, &err) == 0);
+                for (int r = 0; r < 3; r++) {
+                    tfm_topk_row(logp + r * V, 0.0f, V, K, ban, nban, NULL, 0, want, want_tok);
+                    same &= memcmp(want, top + r * K, sizeof want) == 0 &&
+                            memcmp(want_tok, tok + r * K, sizeof want_tok) == 0 &&
+                            memcmp(&logp[r * V + 3], &also[r], sizeof(float)) == 0;
+                    for (int j = 0; j < K; j++)     /* the list is what it claims */
+                        same &= tok[r * K + j] != 0 && tok[r * K + j] != 2 &&
+                                (t > 0 || tok[r * K + j] != 3) &&
+                                (j == 0 || top[r * K + j] <= top[r * K + j - 1]);
+                }
+            }
+            CHECK(same);
+            CHECK(tfm_decoder_step_top(d2, 3, last, row_src, V + 1, ban, 2, 3, top, tok, also,
+                                       &err) < 0);
+        }
+        tfm_decoder_free(d1);
+        tfm_decoder_free(d2);
+        tfm_model_free(m);
+        if (which)
+            b->destroy(b);
+    }
+}
+
 int main(void)
 {
     struct tfm_error err;
@@ -402,6 +459,7 @@ int main(void)
     t_run("dropout reproducible from the rng step; gradients accumulate", test_dropout_reproducible);
     t_run("incremental decoding = teacher forcing (post-norm)", test_decode_post);
     t_run("incremental decoding = teacher forcing (pre-norm, learned)", test_decode_pre);
+    t_run("decoder's best tokens = best of its log-probs (cpu op, host path)", test_decode_top);
     t_run("known values: positions, learning-rate schedule", test_known_values);
     t_run("Adam with clipping lowers the loss", test_optim);
     be->destroy(be);

@@ -11,6 +11,7 @@
 #include "check.h"
 
 #include "backend.h"
+#include "topk.h"
 
 #include <stdint.h>
 
@@ -530,6 +531,58 @@ static void test_xent(void)
     CHECK_NEAR(ls[2], -0.40760596444438013, 1e-6);
 }
 
+/* log_softmax_top: the same bits as log_softmax followed by tfm_topk_row, on rows with ties,
+ * -inf and NaN entries, banned ids, k from 1 to beyond the candidates; and by hand. */
+static void test_log_softmax_top(void)
+{
+    enum { N = 5, V = 700, K = 12 };
+    static float z[N * V], y[N * V];
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < V; v++) {
+            uint32_t h = (uint32_t)(n * 7919 + v * 104729) * 2654435761u;
+            z[n * V + v] = (float)(h >> 20) / 256.0f - 8.0f;    /* coarse: many ties */
+        }
+    z[1 * V + 600] = 40.0f;                         /* a winner in a late block */
+    for (int v = 0; v < V; v++)                      /* row 2: only 3 finite entries */
+        z[2 * V + v] = v == 5 || v == 333 || v == 699 ? 1.0f : -INFINITY;
+    z[3 * V + 0] = NAN;                              /* row 3: NaN first, then more */
+    z[3 * V + 300] = NAN;
+    be->log_softmax(be, y, z, N, V);
+    int32_t ban[3] = {0, 2, 3};
+    int ks[] = {1, 4, K};
+    for (int ki = 0; ki < 3; ki++) {
+        int k = ks[ki];
+        for (int nban = 0; nban <= 3; nban++) {
+            float top[N * K], also[N], want[K];
+            int32_t tok[N * K], want_tok[K];
+            be->log_softmax_top(be, z, N, V, k, ban, nban, 3, top, tok, also);
+            int same = 1;
+            for (int n = 0; n < N; n++) {
+                tfm_topk_row(y + n * V, 0.0f, V, k, ban, nban, NULL, 0, want, want_tok);
+                same &= memcmp(want, top + n * k, (size_t)k * sizeof *want) == 0 &&
+                        memcmp(want_tok, tok + n * k, (size_t)k * sizeof *want_tok) == 0 &&
+                        memcmp(&y[n * V + 3], &also[n], sizeof *also) == 0;
+            }
+            CHECK(same);
+            CHECK_EQ_INT(tok[1 * k], 600);
+            if (k == K) {                           /* row 2: three, then padding */
+                CHECK(tok[2 * k] == 5 && tok[2 * k + 1] == 333 && tok[2 * k + 2] == 699);
+                CHECK(tok[2 * k + 3] == -1 && isinf(top[2 * k + 3]));
+                CHECK_NEAR(top[2 * k], -log(3.0), 1e-6);
+            }
+        }
+    }
+    /* by hand: (1, 2, 3, 2) with id 3 banned: 2 (3.0) first, then 1 and 3's tie of 2.0 */
+    float h[4] = {1, 2, 3, 2}, top[3], also;
+    int32_t tok[3], b3 = 3;
+    be->log_softmax_top(be, h, 1, 4, 3, &b3, 1, 0, top, tok, &also);
+    double lse = log(exp(1.0) + 2 * exp(2.0) + exp(3.0));
+    CHECK(tok[0] == 2 && tok[1] == 1 && tok[2] == 0);
+    CHECK_NEAR(top[0], 3 - lse, 1e-6);
+    CHECK_NEAR(top[1], 2 - lse, 1e-6);
+    CHECK_NEAR(also, 1 - lse, 1e-6);
+}
+
 /* ---- Adam ---------------------------------------------------------------------------------- */
 
 static void test_adam(void)
@@ -621,6 +674,7 @@ int main(void)
     t_run("dropout's integer threshold equals its float test", test_dropout_threshold);
     t_run("axpy, scale, gather, sumsq", test_misc);
     t_run("label-smoothed cross-entropy: known value and gradient", test_xent);
+    t_run("log_softmax_top = log_softmax, then the best tokens", test_log_softmax_top);
     t_run("Adam update by hand", test_adam);
     t_run("reductions give the same bits on 1 and 2 threads", test_threads_same_bits);
     be->destroy(be);
