@@ -614,10 +614,11 @@ static int decode_batch(struct run *R, const int64_t *ids, int64_t k, const stru
         }
         R->ens.tmp = t;
     }
-    for (int i = 0; i < R->ens.n; i++) {
+    for (int i = 0; i < R->ens.n; i++) {        /* one decoder per model, reshaped */
         struct member *mb = &R->ens.m[i];
-        mb->dec = tfm_decoder_create(mb->model, B, S, B * width, T, err);
-        if (!mb->dec || tfm_decoder_encode(mb->dec, B, S, src, err)) {
+        int bad = mb->dec ? tfm_decoder_reshape(mb->dec, B, S, B * width, T, err)
+                          : !(mb->dec = tfm_decoder_create(mb->model, B, S, B * width, T, err));
+        if (bad || tfm_decoder_encode(mb->dec, B, S, src, err)) {
             tfm_error_prefix(err, "%s", mb->path);
             goto done;
         }
@@ -632,10 +633,6 @@ static int decode_batch(struct run *R, const int64_t *ids, int64_t k, const stru
         goto done;
     rc = 0;
 done:
-    for (int i = 0; i < R->ens.n; i++) {
-        tfm_decoder_free(R->ens.m[i].dec);
-        R->ens.m[i].dec = NULL;
-    }
     tfm_hyps_free(&h);
     free(src);
     free(max_len);

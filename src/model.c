@@ -1125,7 +1125,9 @@ struct tfm_decoder {
     int32_t *src_len_host;      /* (max_sent) */
     int32_t *hbuf;              /* host staging (max_rows) */
     float *host_lp;             /* (max_rows, V) host, for tfm_decoder_step_top */
+    size_t anc_cap, anc_next_cap, sent_cap, hbuf_cap, host_lp_cap;  /* elements */
     void *mem;
+    size_t mem_bytes;
 };
 
 void tfm_decoder_free(struct tfm_decoder *d)
@@ -1182,51 +1184,86 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
 struct tfm_decoder *tfm_decoder_create(struct tfm_model *m, int max_sent, int max_src,
                                        int max_rows, int max_steps, struct tfm_error *err)
 {
-    if (max_sent < 1 || max_src < 1 || max_rows < 1 || max_steps < 1) {
-        tfm_fail(err, "decoder sizes must be positive");
-        return NULL;
-    }
-    if (max_steps > m->L || max_src > m->L) {
-        tfm_fail(err, "decoder: %d steps / %d source tokens exceed max_len %d", max_steps,
-                 max_src, m->L);
-        return NULL;
-    }
-    if (max_src > m->M) {
-        tfm_fail(err, "decoder: sources of %d tokens exceed the model's token budget %lld",
-                 max_src, (long long)m->M);
-        return NULL;
-    }
     struct tfm_decoder *d = calloc(1, sizeof *d);
     if (!d) {
         tfm_fail(err, "out of memory");
         return NULL;
     }
     d->m = m;
-    d->max_sent = max_sent;
-    d->max_src = max_src;
-    d->max_rows = max_rows;
-    d->max_steps = max_steps;
     d->kvc = calloc((size_t)m->N + 1, sizeof *d->kvc);
-    d->anc_host = calloc((size_t)max_rows * max_steps, sizeof(int32_t));
-    d->anc_next = calloc((size_t)max_rows * max_steps, sizeof(int32_t));
     d->ckv = calloc((size_t)m->N + 1, sizeof *d->ckv);
-    d->src_len_host = calloc((size_t)max_sent, sizeof(int32_t));
-    d->hbuf = calloc((size_t)max_rows * 2, sizeof(int32_t));
-    if (!d->kvc || !d->anc_host || !d->anc_next || !d->ckv || !d->src_len_host || !d->hbuf) {
+    if (!d->kvc || !d->ckv) {
         tfm_fail(err, "out of memory");
         tfm_decoder_free(d);
         return NULL;
     }
-    size_t bytes = dec_carve(d, NULL);
-    d->mem = m->be->alloc(m->be, bytes, err);
-    if (!d->mem || m->be->reserve(m->be, max_steps, max_steps > max_src ? max_steps : max_src,
-                                  err) < 0) {
-        tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
+    if (tfm_decoder_reshape(d, max_sent, max_src, max_rows, max_steps, err)) {
         tfm_decoder_free(d);
         return NULL;
     }
-    dec_carve(d, d->mem);
     return d;
+}
+
+/* Grow a host array of n elements of `size` bytes to hold want; 0 or -1. */
+static int grow(void *pp, size_t *n, size_t want, size_t size)
+{
+    if (want <= *n)
+        return 0;
+    void *p = realloc(*(void **)pp, want * size);
+    if (!p)
+        return -1;
+    *(void **)pp = p;
+    *n = want;
+    return 0;
+}
+
+int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int max_rows,
+                        int max_steps, struct tfm_error *err)
+{
+    struct tfm_model *m = d->m;
+    d->max_sent = d->max_rows = 0;          /* unusable (every call refused) until done */
+    if (max_sent < 1 || max_src < 1 || max_rows < 1 || max_steps < 1)
+        return tfm_fail(err, "decoder sizes must be positive");
+    if (max_steps > m->L || max_src > m->L)
+        return tfm_fail(err, "decoder: %d steps / %d source tokens exceed max_len %d",
+                        max_steps, max_src, m->L);
+    if (max_src > m->M)
+        return tfm_fail(err, "decoder: sources of %d tokens exceed the model's token budget %lld",
+                        max_src, (long long)m->M);
+    d->max_src = max_src;
+    d->max_steps = max_steps;
+    d->B = d->S = d->rows = d->t = 0;
+    size_t cells = (size_t)max_rows * max_steps;
+    if (grow(&d->anc_host, &d->anc_cap, cells, sizeof(int32_t)) ||
+        grow(&d->anc_next, &d->anc_next_cap, cells, sizeof(int32_t)) ||
+        grow(&d->src_len_host, &d->sent_cap, (size_t)max_sent, sizeof(int32_t)) ||
+        grow(&d->hbuf, &d->hbuf_cap, (size_t)max_rows * 2, sizeof(int32_t)))
+        return tfm_fail(err, "out of memory for %d rows of %d steps", max_rows, max_steps);
+    if (d->host_lp_cap < (size_t)max_rows * m->V) {  /* made again on demand */
+        free(d->host_lp);
+        d->host_lp = NULL;
+        d->host_lp_cap = 0;
+    }
+    /* the device memory is kept when the new layout fits in it: no allocation, and no
+     * fresh pages for the kernel to clear, from one batch to the next */
+    d->max_rows = max_rows;                 /* dec_carve's sizes */
+    d->max_sent = max_sent;
+    size_t bytes = dec_carve(d, NULL);
+    d->max_sent = d->max_rows = 0;
+    if (bytes > d->mem_bytes) {
+        if (d->mem)
+            m->be->free(m->be, d->mem);
+        d->mem_bytes = 0;
+        if (!(d->mem = m->be->alloc(m->be, bytes, err)))
+            return tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
+        d->mem_bytes = bytes;
+    }
+    if (m->be->reserve(m->be, max_steps, max_steps > max_src ? max_steps : max_src, err) < 0)
+        return tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
+    d->max_rows = max_rows;
+    d->max_sent = max_sent;
+    dec_carve(d, d->mem);
+    return 0;
 }
 
 int tfm_decoder_steps(const struct tfm_decoder *d) { return d->t; }
@@ -1391,9 +1428,12 @@ int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_t
         return 0;
     }
     /* every log-probability to the host, then the same selection there */
-    if (!d->host_lp && !(d->host_lp = malloc((size_t)d->max_rows * V * sizeof(float))))
-        return tfm_fail(err, "out of memory for %d rows of %d log-probabilities", d->max_rows,
-                        V);
+    if (!d->host_lp) {
+        d->host_lp_cap = (size_t)d->max_rows * V;
+        if (!(d->host_lp = malloc(d->host_lp_cap * sizeof(float))))
+            return tfm_fail(err, "out of memory for %d rows of %d log-probabilities",
+                            d->max_rows, V);
+    }
     be->log_softmax(be, d->logits, d->logits, nrows, V);
     be->download(be, d->host_lp, d->logits, (size_t)nrows * V * sizeof(float));
     for (int r = 0; r < nrows; r++) {

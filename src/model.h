@@ -159,6 +159,11 @@ struct tfm_decoder;
 struct tfm_decoder *tfm_decoder_create(struct tfm_model *m, int max_sent, int max_src,
                                        int max_rows, int max_steps, struct tfm_error *err);
 void tfm_decoder_free(struct tfm_decoder *d);
+/* Make d ready for calls of other sizes, as if created again, keeping its memory when the
+ * new sizes fit in it (decoding batch after batch allocates once).  Forgets every row and
+ * the encoded sources.  0, or -1 with err (d is then unusable until a reshape succeeds). */
+int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int max_rows,
+                        int max_steps, struct tfm_error *err);
 /* Encode B sources (B,S) host, padded with 0; forget every row.  The next step starts
  * at position 0.  The encoder runs in groups of sentences that fit the model's token
  * budget (tfm_model_create's max_tokens >= max_src is enough). */

@@ -440,6 +440,63 @@ static void test_decode_top(void)
     }
 }
 
+/* Steps of decoders d1 and d2 over the first nsent sentences give the same bits. */
+static int same_steps(struct tfm_decoder *d1, struct tfm_decoder *d2, int nsent, int steps)
+{
+    struct tfm_error err;
+    int ok = tfm_decoder_encode(d1, nsent, S, src, &err) == 0 &&
+             tfm_decoder_encode(d2, nsent, S, src, &err) == 0;
+    int32_t row_src[6] = {0, 1, 2, 0, 1, 2}, last[6];
+    float l1[6 * 11], l2[6 * 11];
+    int R = nsent;
+    for (int t = 0; t < steps && ok; t++) {
+        for (int r = 0; r < R; r++)
+            last[r] = t == 0 ? TFM_BOS : tgt[row_src[r] * T + t - 1];
+        ok &= tfm_decoder_step(d1, R, last, row_src, l1, &err) == 0 &&
+              tfm_decoder_step(d2, R, last, row_src, l2, &err) == 0 &&
+              memcmp(l1, l2, (size_t)R * 11 * sizeof *l1) == 0;
+        if (t == 0 && nsent == B) {     /* two rows per sentence from here */
+            int32_t keep[6] = {0, 1, 2, 0, 1, 2};
+            ok &= tfm_decoder_select(d1, 6, keep, &err) == 0 &&
+                  tfm_decoder_select(d2, 6, keep, &err) == 0;
+            R = 6;
+        }
+    }
+    return ok;
+}
+
+/* A decoder reshaped for other sizes (bigger, then smaller) computes what a new one does. */
+static void test_decoder_reshape(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, 0, 1, 0);
+    struct tfm_model *m = tfm_model_create(&c, be, 8, &err);
+    struct tfm_decoder *used = m ? tfm_decoder_create(m, 1, 2, 1, 1, &err) : NULL;
+    struct tfm_decoder *big = m ? tfm_decoder_create(m, B, S, 6, T, &err) : NULL;
+    struct tfm_decoder *small = m ? tfm_decoder_create(m, 1, S, 1, 2, &err) : NULL;
+    CHECK(m && used && big && small);
+    if (m && used && big && small) {
+        int32_t one[2] = {5, 3}, last = TFM_BOS, rs = 0;
+        float lp[11];
+        CHECK(tfm_decoder_encode(used, 1, 2, one, &err) == 0);
+        CHECK(tfm_decoder_step(used, 1, &last, &rs, lp, &err) == 0);
+        CHECK(tfm_decoder_reshape(used, B, S, 6, T, &err) == 0);
+        CHECK(same_steps(used, big, B, T));
+        CHECK(tfm_decoder_reshape(used, 1, S, 1, 2, &err) == 0);
+        CHECK(same_steps(used, small, 1, 2));
+        /* sizes are checked again, and a refused reshape leaves it refusing work */
+        CHECK(tfm_decoder_reshape(used, 1, S, 1, c.max_len + 1, &err) < 0);
+        CHECK(tfm_decoder_encode(used, 1, S, src, &err) < 0);
+        CHECK(tfm_decoder_reshape(used, 2, S, 2, 2, &err) == 0);
+        CHECK(tfm_decoder_encode(used, 2, S, src, &err) == 0);
+    }
+    tfm_decoder_free(used);
+    tfm_decoder_free(big);
+    tfm_decoder_free(small);
+    tfm_model_free(m);
+}
+
 int main(void)
 {
     struct tfm_error err;
@@ -459,6 +516,7 @@ int main(void)
     t_run("dropout reproducible from the rng step; gradients accumulate", test_dropout_reproducible);
     t_run("incremental decoding = teacher forcing (post-norm)", test_decode_post);
     t_run("incremental decoding = teacher forcing (pre-norm, learned)", test_decode_pre);
+    t_run("a reshaped decoder = a new one", test_decoder_reshape);
     t_run("decoder's best tokens = best of its log-probs (cpu op, host path)", test_decode_top);
     t_run("known values: positions, learning-rate schedule", test_known_values);
     t_run("Adam with clipping lowers the loss", test_optim);
