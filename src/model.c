@@ -1251,12 +1251,17 @@ int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int ma
     size_t bytes = dec_carve(d, NULL);
     d->max_sent = d->max_rows = 0;
     if (bytes > d->mem_bytes) {
+        /* by half again at least: batches of more rows, one after another, reallocate
+         * only a few times */
+        size_t want = d->mem_bytes ? d->mem_bytes / 2 * 3 : 0;
+        want = want > bytes ? want : bytes;
         if (d->mem)
             m->be->free(m->be, d->mem);
         d->mem_bytes = 0;
-        if (!(d->mem = m->be->alloc(m->be, bytes, err)))
+        if (!(d->mem = m->be->alloc(m->be, want, err)) &&
+            (want == bytes || !(d->mem = m->be->alloc(m->be, want = bytes, err))))
             return tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
-        d->mem_bytes = bytes;
+        d->mem_bytes = want;
     }
     if (m->be->reserve(m->be, max_steps, max_steps > max_src ? max_steps : max_src, err) < 0)
         return tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
