@@ -51,10 +51,27 @@ static const char HELP[] =
     "      --version          print the version\n";
 
 static volatile sig_atomic_t stop_signal;
+static unsigned stop_grace = 120;   /* seconds from a stop signal to a forced exit; 0: none */
 
+/* SIGINT, SIGTERM, SIGHUP: the loop saves and stops at the end of the update.  A
+ * computation that never ends (a stuck library, a hung peer) must not make the signal
+ * ineffective: a second signal kills (SA_RESETHAND), and after stop_grace seconds the
+ * alarm below ends the process. */
 static void on_signal(int sig)
 {
     stop_signal = sig;
+    if (stop_grace)
+        alarm(stop_grace);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "tfm-train: still busy long after the stop signal "
+                              "(TFM_STOP_GRACE); exiting without saving\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    _exit(128 + (stop_signal ? (int)stop_signal : SIGTERM));
 }
 
 static int parse_size(const char *s, double *bytes)
@@ -298,8 +315,17 @@ int main(int argc, char **argv)
         o.ranks = ngpus;
     }
 
+    const char *grace = getenv("TFM_STOP_GRACE");
+    if (grace && *grace) {
+        if (tfm_cli_int("TFM_STOP_GRACE", grace, 0, 1 << 20, &v))
+            return 2;
+        stop_grace = (unsigned)v;
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART | SA_RESETHAND;    /* a second signal kills */
     sigemptyset(&sa.sa_mask);

@@ -34,7 +34,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 struct cpu {
@@ -42,6 +44,8 @@ struct cpu {
     struct tfm_pool *pool;      /* threads in all, the caller included */
     size_t scratch_floats;      /* per thread */
     float *scratch;             /* threads * scratch_floats */
+    size_t blas_buffer;         /* address space kept free per thread (bytes; 0: no check) */
+    rlim_t as_limit, data_limit;    /* RLIMIT_AS, RLIMIT_DATA at creation */
 };
 
 static struct cpu *CPU(struct tfm_backend *be) { return be->impl; }
@@ -131,9 +135,58 @@ static inline float fast_expf(float x)
 #define HUGE_PAGE ((uintptr_t)2 << 20)
 #define HUGE_MIN ((size_t)8 << 20)
 
+/* ---- address-space limits ------------------------------------------------------------ */
+
+/* OpenBLAS takes a buffer of address space for each thread the first time the thread runs
+ * a product (BUFFER_SIZE on x86-64: 128 MiB, and a page), and when it cannot get one it
+ * retries forever: under an address-space limit (ulimit -v) that leaves less, a run would
+ * spin instead of failing.  So the backend keeps that much free for each of its threads,
+ * and refuses (with a message) an allocation that would eat into it.  TFM_BLAS_BUFFER_MB
+ * sets the figure for other BLAS builds; 0 turns the check off. */
+#define BLAS_BUFFER_MB 129
+#define HEADROOM_SLACK ((size_t)16 << 20)   /* thread stacks, small allocations */
+
+static double mib(double bytes) { return bytes / 1048576.0; }
+
+/* 0 if `extra` more bytes leave the BLAS buffers room under the limits; else -1, err. */
+static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
+{
+    if (!c->blas_buffer || (c->as_limit == RLIM_INFINITY && c->data_limit == RLIM_INFINITY))
+        return 0;
+    unsigned long long pages[6] = {0};
+    FILE *f = fopen("/proc/self/statm", "r");
+    int got = f ? fscanf(f, "%llu %llu %llu %llu %llu %llu", &pages[0], &pages[1], &pages[2],
+                         &pages[3], &pages[4], &pages[5]) : 0;
+    if (f)
+        fclose(f);
+    if (got != 6)
+        return 0;                           /* no /proc: nothing to measure against */
+    double page = (double)sysconf(_SC_PAGESIZE);
+    double need = (double)c->threads * c->blas_buffer + HEADROOM_SLACK + extra;
+    /* statm: total size, and data + stack (what RLIMIT_DATA counts) */
+    double used[2] = {pages[0] * page, pages[5] * page};
+    rlim_t lim[2] = {c->as_limit, c->data_limit};
+    const char *what[2] = {"address-space limit (ulimit -v)", "data-size limit (ulimit -d)"};
+    for (int i = 0; i < 2; i++) {
+        if (lim[i] == RLIM_INFINITY || used[i] + need <= (double)lim[i])
+            continue;
+        double left = (double)lim[i] > used[i] ? (double)lim[i] - used[i] : 0;
+        char more[64] = "";
+        if (extra)
+            snprintf(more, sizeof more, " with %.1f MiB more allocated", mib((double)extra));
+        return tfm_fail(err, "the %s of %.0f MiB leaves %.0f MiB free, short of the %.0f MiB "
+                        "needed%s: OpenBLAS needs %.0f MiB for each of %d threads and waits "
+                        "forever without it; raise the limit, use fewer threads, or a smaller "
+                        "token budget", what[i], mib((double)lim[i]), mib(left), mib(need),
+                        more, mib((double)c->blas_buffer), c->threads);
+    }
+    return 0;
+}
+
 static void *cpu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *err)
 {
-    (void)be;
+    if (headroom(CPU(be), bytes, err))
+        return NULL;
     size_t n = (bytes + 63) / 64 * 64;
     char *raw = n + 64 + sizeof(void *) > n ? calloc(1, n + 64 + sizeof(void *)) : NULL;
     if (!raw) {
@@ -1228,7 +1281,23 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     }
     openblas_set_num_threads(1);
     c->threads = threads;
-    if (!(c->pool = tfm_pool_create(threads, err))) {
+    c->blas_buffer = (size_t)BLAS_BUFFER_MB << 20;
+    const char *mb = getenv("TFM_BLAS_BUFFER_MB");
+    if (mb && *mb) {
+        char *end;
+        long v = strtol(mb, &end, 10);
+        if (*end || v < 0 || v > (1L << 20)) {
+            tfm_fail(err, "TFM_BLAS_BUFFER_MB='%s': expected MiB, 0 to %ld", mb, 1L << 20);
+            free(be);
+            free(c);
+            return NULL;
+        }
+        c->blas_buffer = (size_t)v << 20;
+    }
+    struct rlimit rl;
+    c->as_limit = getrlimit(RLIMIT_AS, &rl) == 0 ? rl.rlim_cur : RLIM_INFINITY;
+    c->data_limit = getrlimit(RLIMIT_DATA, &rl) == 0 ? rl.rlim_cur : RLIM_INFINITY;
+    if (headroom(c, 0, err) || !(c->pool = tfm_pool_create(threads, err))) {
         free(be);
         free(c);
         return NULL;
