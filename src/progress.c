@@ -15,6 +15,7 @@ int tfm_progress_open(struct tfm_progress *p, const char *prog, FILE *out, const
     memset(p, 0, sizeof *p);
     p->prog = prog;
     p->out = out;
+    p->log_path = log_path;
     if (!log_path)
         return 0;
     if (!(p->log = fopen(log_path, "a")))
@@ -97,8 +98,12 @@ int tfm_progress_report(struct tfm_progress *p, const struct tfm_progress_row *r
         fprintf(p->log, "train\t%lld\t%.6f\t%.6f\t%.6e\t%.1f\t%.3f\t%lld\n", (long long)row->step,
                 row->loss, row->ppl, row->lr, row->tokens_per_s, row->elapsed,
                 (long long)row->tokens);
-    if (fflush(p->log) || ferror(p->log))
-        return tfm_fail(err, "log: write error: %s", strerror(errno));
+    if (fflush(p->log) || ferror(p->log)) {
+        int e = errno;
+        fclose(p->log);
+        p->log = NULL;
+        return tfm_fail(err, "%s: write error: %s", p->log_path, strerror(e));
+    }
     return 0;
 }
 
@@ -109,7 +114,7 @@ int tfm_progress_close(struct tfm_progress *p, struct tfm_error *err)
     int bad = ferror(p->log);
     bad |= fclose(p->log) != 0;
     p->log = NULL;
-    return bad ? tfm_fail(err, "log: write error") : 0;
+    return bad ? tfm_fail(err, "%s: write error", p->log_path) : 0;
 }
 
 int tfm_duration_parse(const char *s, double *sec)

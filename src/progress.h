@@ -21,7 +21,8 @@ struct tfm_progress {
     const char *prog;       /* "tfm-train": line prefix */
     FILE *out;              /* progress lines (stderr), or NULL for none */
     FILE *valid_out;        /* where validation lines go when out is NULL (or NULL) */
-    FILE *log;              /* --log, or NULL */
+    FILE *log;              /* --log, or NULL (also after a write error) */
+    const char *log_path;
     int64_t max_steps;      /* 0: unbounded */
     double max_time;        /* seconds of training, 0: unbounded */
     int64_t start_step;     /* step and elapsed time when this process began, for rates */
@@ -42,7 +43,8 @@ struct tfm_progress_row {
 /* Open log_path for appending (NULL: no log).  p is zeroed first; set max_* after. */
 int tfm_progress_open(struct tfm_progress *p, const char *prog, FILE *out, const char *log_path,
                       struct tfm_error *err);
-/* Print the line (when p->out) and the log line (when p->log). -1 on a log write error. */
+/* Print the line (when p->out) and the log line (when p->log).  -1 on a log write error,
+ * naming the file; the log is then closed and later reports write only the line. */
 int tfm_progress_report(struct tfm_progress *p, const struct tfm_progress_row *row,
                         struct tfm_error *err);
 /* The line for people, without the program prefix and newline. */

@@ -265,6 +265,8 @@ struct replica {
 
 struct run {
     const struct tfm_train_opts *o;
+    int log_failed;                 /* the --log could not be written: stop and say so */
+    struct tfm_error log_err;
     struct tfm_config *cfg;
     struct tfm_train_result *res;
     int R, K;
@@ -444,6 +446,18 @@ static int check_batch(const struct run *u, const struct data *d, const struct b
     return 0;
 }
 
+/* A report; a --log that cannot be written (a full disk) does not fail the update: the
+ * run stops at the next one, saving its checkpoint first, and then reports the error. */
+static int log_report(struct run *u, const struct tfm_progress_row *row)
+{
+    struct tfm_error e;
+    if (tfm_progress_report(&u->prog, row, &e) && !u->log_failed) {
+        u->log_failed = 1;
+        u->log_err = e;
+    }
+    return 0;
+}
+
 static int validate(struct run *u, struct tfm_error *err)
 {
     struct data d = {.path = u->o->valid_path, .rank = 0, .world = 1};
@@ -477,7 +491,7 @@ static int validate(struct run *u, struct tfm_error *err)
     u->res->valid_loss = row.loss;
     u->res->valid_ppl = row.ppl;
     u->valid_step = u->step;
-    rc = tfm_progress_report(&u->prog, &row, err);
+    rc = log_report(u, &row);
 out:
     data_close(&d);
     free(b.src);
@@ -485,7 +499,7 @@ out:
     return rc;
 }
 
-static int report(struct run *u, struct tfm_error *err)
+static int report(struct run *u)
 {
     if (u->iv_tokens == 0)
         return 0;
@@ -500,14 +514,14 @@ static int report(struct run *u, struct tfm_error *err)
     u->iv_loss = u->iv_nll = 0;
     u->iv_tokens = 0;
     u->iv_time = t;
-    return tfm_progress_report(&u->prog, &row, err);
+    return log_report(u, &row);
 }
 
 /* Rank 0, before update step+1: stop, or read its K*R batches into the slots. */
 static void plan_update(struct run *u)
 {
     const struct tfm_train_opts *o = u->o;
-    if (o->stop && *o->stop) {
+    if ((o->stop && *o->stop) || u->log_failed) {
         u->end = TFM_TRAIN_STOPPED;
         return;
     }
@@ -540,7 +554,7 @@ static int after_update(struct run *u, const double *sums, struct tfm_error *err
     u->iv_loss += sums[0];
     u->iv_nll += sums[1];
     u->iv_tokens += (int64_t)sums[2];
-    if (u->step % o->report_every == 0 && report(u, err))
+    if (u->step % o->report_every == 0 && report(u))
         return -1;
     if (u->g != 0)              /* process 0 validates and saves for the run */
         return 0;
@@ -960,11 +974,16 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
             /* a clean end: last report, validation and checkpoint of the final state */
             res->end = u.end;
             if (u.step % o->report_every != 0)
-                rc = report(&u, err);
+                rc = report(&u);
             if (rc == 0 && u.g == 0 && o->valid_path && u.valid_step != u.step)
                 rc = validate(&u, err);
             if (rc == 0 && u.g == 0 && u.saved_step != u.step)
                 rc = save_checkpoint(&u, err);
+            if (rc == 0 && u.log_failed) {
+                tfm_fail(err, "%s; stopped at update %lld, its checkpoint saved",
+                         u.log_err.msg, (long long)u.step);
+                rc = -1;
+            }
         }
         res->step = u.step;
         if (tfm_progress_close(&u.prog, rc ? NULL : err))

@@ -2,7 +2,8 @@
 # Memory limits and stop signals: under an address-space limit (ulimit -v) too small for
 # OpenBLAS's per-thread buffers, tfm-train and tfm-decode refuse at once with a message
 # instead of spinning in OpenBLAS's allocation retries; a computation that does not end
-# cannot make SIGTERM ineffective (TFM_STOP_GRACE).
+# cannot make SIGTERM ineffective (TFM_STOP_GRACE); a --log that fails stops training
+# only after a checkpoint.
 
 setup_file() {
     M="$BATS_FILE_TMPDIR"
@@ -80,4 +81,21 @@ setup() {
     run env TFM_STOP_GRACE=soon tfm-train -q -c "$CONF" -o "$T/ck4" --max-steps 1 "$M/b.tfm"
     assert_failure 2
     assert_output --partial "TFM_STOP_GRACE"
+}
+
+@test "a --log that fails mid-run (a reader gone, a full disk) stops the run after saving" {
+    # a FIFO whose reader leaves after the first lines: later writes fail with EPIPE
+    mkfifo "$T/log"
+    head -c 200 "$T/log" > "$T/got" &
+    reader=$!
+    run timeout -k 5 120 tfm-train -q -c "$CONF" -o "$T/ck5" --report-every 1 --save-every 1000 \
+        --max-steps 40 --threads 1 --log "$T/log" "$M/b.tfm"
+    wait "$reader" || true
+    assert_failure 1
+    assert_output --partial "$T/log: write error: Broken pipe; stopped at update"
+    step=$(echo "$output" | sed -n 's/.*stopped at update \([0-9]*\).*/\1/p')
+    [ "$step" -ge 1 ] && [ "$step" -lt 40 ]
+    # the work up to that update is in a checkpoint (not only at --save-every)
+    run tfm-cat --header "$T/ck5/last.tfm"
+    assert_line "meta step=$step"
 }
