@@ -223,7 +223,7 @@ int main(int argc, char **argv)
         char path[4096];
         int found = tfm_train_find_resume(o.out_dir, path, sizeof path, &err);
         struct tfm_checkpoint *ck = found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, &err) : NULL;
-        if (found < 0 || (found > 0 && (!ck || tfm_train_checkpoint_config(ck, &cfg, &err)))) {
+        if (found < 0 || (found > 0 && (!ck || tfm_checkpoint_config(ck, &cfg, &err)))) {
             fprintf(stderr, "tfm-train: %s\n", err.msg);
             tfm_checkpoint_free(ck);
             return 1;
