@@ -246,6 +246,7 @@ struct run {
     struct tfm_header ck_header;    /* vocabulary and keys of every checkpoint */
     struct tfm_ckpt_lock *lock;     /* process 0: the checkpoint directory, for the run */
     int created_dir;                /* this process made the checkpoint directory */
+    int64_t start_step, start_pos;  /* where this run started: step, batches of the epoch */
     char *config_text;
     float *host;                    /* [count] staging for a checkpoint's tensors */
     struct tfm_progress prog;
@@ -490,6 +491,23 @@ static void plan_update(struct run *u)
     }
     for (int i = 0; i < u->K * u->R; i++) {
         int k = data_next(&u->train, &u->slots[i], &u->err);
+        if (k == 0 && u->step == u->start_step) {
+            /* a piped stream that ends before the first update: nothing to train on (a
+             * file without batches is refused when it is read again, data_next) */
+            int64_t read = u->train.pos - u->start_pos;
+            if (read == 0 && u->start_pos == 0)
+                tfm_fail(&u->err, "%s: no batch in the stream: nothing to train on",
+                         data_name(&u->train));
+            else if (read == 0)
+                tfm_fail(&u->err, "%s: no batch after the %lld already trained on: nothing to "
+                         "train on", data_name(&u->train), (long long)u->start_pos);
+            else
+                tfm_fail(&u->err, "%s: the stream ended after %lld batch%s, before the first "
+                         "update (%d batches each): nothing trained", data_name(&u->train),
+                         (long long)read, read > 1 ? "es" : "", u->K * u->R);
+            u->failed = 1;
+            return;
+        }
         if (k == 0) {
             u->end = TFM_TRAIN_DATA_END;
             return;
@@ -879,6 +897,8 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
                     o->prog, resume_path, (long long)st->step, (long long)st->epoch,
                     (long long)st->batch_pos);
     }
+    u->start_step = u->step;
+    u->start_pos = u->train.pos;
     return 0;
 }
 

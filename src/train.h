@@ -81,7 +81,8 @@ struct tfm_train_result {
  * o->resume and a checkpoint in out_dir, cfg must equal the checkpoint's config except
  * for max_steps, save_every and keep, and the checkpoint must hold exactly that model and
  * its Adam moments (tfm_checkpoint_check).  Process 0 (o->world_rank) holds the lock of
- * out_dir for the run (tfm_checkpoint_lock): a second run there is refused.
+ * out_dir for the run (tfm_checkpoint_lock): a second run there is refused.  A stream that
+ * ends before the first update (a pipe) is an error: nothing is trained or written.
  * Returns 0 (see res->end), or -1 with err (a NaN or Inf loss or gradient names its
  * update; no checkpoint is written after it); a failed run removes out_dir if it made it
  * and it is still empty. */

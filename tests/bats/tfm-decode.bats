@@ -336,3 +336,14 @@ values() {
     assert_output --partial "$T/reshaped.tfm: tensor param.enc.0.ffn.w1: shape 128x64"
     [ ! -e "$T/out.tfm" ]
 }
+
+@test "tfm-decode: numbers with white space are refused, as every tool's are" {
+    run tfm-decode -m "$M/model.tfm" --beam ' 2' "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --beam: ' 2': expected an integer from 1 to 4096"
+    run tfm-decode -m "$M/model.tfm" --alpha '0.6 ' "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-decode: --alpha: '0.6 ': expected a number"
+    run tfm-decode -m "$M/model.tfm" --alpha ' 0.6' "$M/test.tfm"
+    assert_failure 2
+}

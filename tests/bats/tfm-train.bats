@@ -640,6 +640,40 @@ teardown() {
     assert_equal "${#lines[@]}" 2      # the one run's final checkpoint
 }
 
+@test "a batch stream without batches trains nothing, from a pipe as from a file" {
+    : > "$T/empty.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$T/e.tfm" "$T/empty.txt"
+    tfm-batch -q --tokens 1024 "$T/e.tfm" "$T/e.tfm" > "$T/eb.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/file" "$T/eb.tfm"
+    assert_failure 1
+    assert_output --partial "tfm-train: $T/eb.tfm: no batch for rank 0 of 1 in the stream"
+    # a pipe wrote an untrained step-000000.tfm and exited 0
+    run bash -c "cat '$T/eb.tfm' | tfm-train ${SMALL[*]} -o '$T/pipe'"
+    assert_failure 1
+    assert_output --partial "tfm-train: <stdin>: no batch in the stream: nothing to train on"
+    [ ! -e "$T/pipe" ]
+    # fewer batches than one update takes: nothing trained either
+    head -n 3 "$M/en500.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$T/s.tfm"
+    head -n 3 "$M/de500.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$T/t.tfm"
+    tfm-batch -q --tokens 1024 "$T/s.tfm" "$T/t.tfm" > "$T/one.tfm"
+    run tfm-cat --header "$T/one.tfm"
+    assert_line "meta batches=1"
+    run bash -c "tfm-train ${SMALL[*]} -o '$T/short' --update-freq 2 < '$T/one.tfm'"
+    assert_failure 1
+    assert_output --partial "tfm-train: <stdin>: the stream ended after 1 batch, before the first update (2 batches each): nothing trained"
+    [ ! -e "$T/short" ]
+    # one update's worth is trained and saved
+    run bash -c "tfm-train ${SMALL[*]} -o '$T/short' < '$T/one.tfm'"
+    assert_success
+    assert_line "tfm-train: end of the batch stream at update 1; last checkpoint $T/short/step-000001.tfm"
+    # a resumed run whose pipe holds only what it has trained on
+    run bash -c "tfm-train ${SMALL[*]} -o '$T/short' --resume < '$T/one.tfm'"
+    assert_failure 1
+    assert_output --partial "tfm-train: <stdin>: no batch after the 1 already trained on: nothing to train on"
+    run ls "$T/short"
+    assert_output $'last.tfm\nstep-000001.tfm'
+}
+
 @test "a failed run removes the directory it made, if still empty, and never one that was there" {
     head -c 20000 "$M/b.tfm" > "$T/cut.tfm"
     run tfm-train "${SMALL[@]}" -o "$T/new" --max-steps 100 "$T/cut.tfm"
@@ -661,4 +695,61 @@ teardown() {
     assert_output --partial "$T/cut2.tfm: record 14"
     run ls "$T/some"
     assert_output $'last.tfm\nstep-000001.tfm\nstep-000002.tfm\nstep-000003.tfm\nstep-000004.tfm'
+}
+
+@test "--print-config refuses a config that is no model (heads must divide d_model ...)" {
+    run tfm-train -c "$CONF" --set heads=3 --print-config
+    assert_failure 1
+    assert_output "tfm-train: config: d_model 64 is not divisible by heads 3"
+    run tfm-train -c "$CONF" --set d_model=63 --set heads=1 --print-config
+    assert_failure 1
+    assert_output "tfm-train: config: d_model 63 must be even for sinusoidal positions"
+    run tfm-train -c "$CONF" --set max_len=4096 --print-config
+    assert_failure 1
+    assert_output --partial "tfm-train: config: tokens 2048 is less than max_len 4096"
+    run tfm-train -c "$CONF" --set heads=3 -o "$T/h" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: config: d_model 64 is not divisible by heads 3"
+    [ ! -e "$T/h" ]
+    run tfm-train -c "$CONF" --set heads=4 --print-config
+    assert_success
+    assert_line "heads = 4"
+}
+
+@test "--max-time 0 is refused: no limit is the option left out" {
+    for v in 0 0s 0m 0h0m; do
+        run tfm-train "${SMALL[@]}" -o "$T/z" --max-steps 2 --max-time $v "$M/b.tfm"
+        assert_failure 2
+        assert_line --index 0 "tfm-train: --max-time: '$v': no time to train; omit the option for no time limit"
+    done
+    [ ! -e "$T/z" ]
+}
+
+@test "numbers with white space are refused by every numeric option, as --max-time's are" {
+    run tfm-train "${SMALL[@]}" -o "$T/w" -n '  2' --print-config
+    assert_failure 2
+    assert_line --index 0 "tfm-train: --max-steps: '  2': expected an integer from 0 to 2147483647"
+    for opt in --max-steps --keep --update-freq --threads --ranks --report-every --valid-every; do
+        for v in ' 2' '2 ' '	2'; do
+            run tfm-train "${SMALL[@]}" -o "$T/w" $opt "$v" --print-config
+            assert_failure 2
+            assert_line --index 0 --partial "tfm-train: $opt: '$v': expected an integer"
+        done
+    done
+    run tfm-train "${SMALL[@]}" -o "$T/w" --max-time ' 5' --print-config
+    assert_failure 2
+    run tfm-train "${SMALL[@]}" -o "$T/w" --save-every ' 5' --print-config
+    assert_failure 2
+    run tfm-train "${SMALL[@]}" -o "$T/w" --max-memory ' 5G' --print-config
+    assert_failure 2
+    assert_line --index 0 "tfm-train: --max-memory: ' 5G' is not a size (512M, 8G)"
+    run tfm-train "${SMALL[@]}" -o "$T/w" -n 2 --max-memory 5G --print-config
+    assert_success
+    assert_line "max_steps = 2"
+    # the other tools share the parser
+    run tfm-avg -n ' 2' "$T"
+    assert_failure 2
+    assert_line --index 0 "tfm-avg: -n: ' 2': expected an integer from 1 to 100000"
+    run tfm-batch --tokens ' 100' "$M/en500.tfm"
+    assert_failure 2
 }
