@@ -1,8 +1,6 @@
 /* tfm-train: train a Transformer on a batch stream (man/tfm-train.1).  Options, config,
  * device and signals here; the loop is tfm_train_run (src/train.c). */
-#include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,28 +72,6 @@ static void on_alarm(int sig)
     _exit(128 + (stop_signal ? (int)stop_signal : SIGTERM));
 }
 
-static int parse_size(const char *s, double *bytes)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (errno || end == s || !(x > 0) || !isfinite(x))
-        return -1;
-    double unit = 1;
-    switch (*end) {
-    case 0: break;
-    case 'K': case 'k': unit = 1024; end++; break;
-    case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
-    case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': case 't': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: return -1;
-    }
-    if (*end)
-        return -1;
-    *bytes = x * unit;
-    return 0;
-}
-
 static int all_digits(const char *s)
 {
     if (!*s)
@@ -154,6 +130,9 @@ int main(int argc, char **argv)
             if (tfm_duration_parse(optarg, &o.max_time))
                 return tfm_cli_usage_error("--max-time: '%s' is not a duration (90s, 10m, 2h)",
                                            optarg);
+            if (o.max_time == 0)
+                return tfm_cli_usage_error("--max-time: '%s': no time to train; omit the option "
+                                           "for no time limit", optarg);
             break;
         case 'S':
             save_given = 1;
@@ -211,8 +190,8 @@ int main(int argc, char **argv)
             o.valid_every = v;
             break;
         case OPT_MAX_MEMORY:
-            if (parse_size(optarg, &o.memory_limit))
-                return tfm_cli_usage_error("--max-memory: '%s' is not a size (512M, 8G)", optarg);
+            if (tfm_cli_size("--max-memory", optarg, &o.memory_limit))
+                return 2;
             break;
         default: return tfm_cli_usage();
         }
@@ -240,7 +219,7 @@ int main(int argc, char **argv)
         char path[4096];
         int found = tfm_train_find_resume(o.out_dir, path, sizeof path, &err);
         struct tfm_checkpoint *ck = found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, &err) : NULL;
-        if (found < 0 || (found > 0 && (!ck || tfm_train_checkpoint_config(ck, &cfg, &err)))) {
+        if (found < 0 || (found > 0 && (!ck || tfm_checkpoint_config(ck, &cfg, &err)))) {
             fprintf(stderr, "tfm-train: %s\n", err.msg);
             tfm_checkpoint_free(ck);
             return 1;
@@ -265,6 +244,12 @@ int main(int argc, char **argv)
         cfg.save_every = (int)save_steps;
     if (keep >= 0)
         cfg.keep = (int)keep;
+    /* relations between keys (heads dividing d_model...), printed or trained; the
+     * vocabulary may still come from the stream */
+    if (tfm_config_check(&cfg, 0, &err)) {
+        fprintf(stderr, "tfm-train: config: %s\n", err.msg);
+        return 1;
+    }
     if (print_config) {
         char *text = tfm_config_format(&cfg);
         if (!text || fputs(text, stdout) < 0 || fflush(stdout) || ferror(stdout) || fclose(stdout)) {

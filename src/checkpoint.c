@@ -1,5 +1,6 @@
-/* checkpoint.c: writing, loading, comparing and listing checkpoints (see checkpoint.h).
- * Generic over named f32 tensors; the model's names and shapes are the caller's.
+/* checkpoint.c: writing, loading, checking, comparing, listing and locking checkpoints
+ * (see checkpoint.h).  Writing and loading are generic over named f32 tensors; the check
+ * against a model takes the names and shapes from model.c's layout of the config.
  */
 #include "checkpoint.h"
 
@@ -11,8 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "model.h"
 
 enum { STATE_FIXED = 8, STATE_VERSION = 1 };
 
@@ -91,6 +96,7 @@ void tfm_checkpoint_free(struct tfm_checkpoint *c)
     }
     free(c->tensors);
     tfm_reader_close(c->map);
+    free(c->path);
     free(c->config);
     tfm_header_free(&c->header);
     free(c);
@@ -153,6 +159,10 @@ struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct t
         return NULL;
     }
     const struct tfm_header *h = tfm_reader_header(r);
+    if (!(c->path = strdup(path))) {
+        tfm_header_init(&c->header, "");
+        goto oom;
+    }
     if (tfm_header_copy(&c->header, h, err)) {
         tfm_header_init(&c->header, "");
         goto fail_prefix;
@@ -330,6 +340,158 @@ int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_c
     return 0;
 }
 
+/* ---- checkpoints of a model -------------------------------------------------------- */
+
+int tfm_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
+                          struct tfm_error *err)
+{
+    tfm_config_defaults(cfg);
+    if (tfm_config_parse(cfg, c->config, strlen(c->config), "config", err))
+        return tfm_error_prefix(err, "%s", c->path);
+    if (tfm_config_check(cfg, 1, err))
+        return tfm_error_prefix(err, "%s: config", c->path);
+    return 0;
+}
+
+/* "64x128" into buf. */
+static const char *shape_text(char *buf, size_t n, int rank, const int64_t *dims)
+{
+    size_t used = 0;
+    buf[0] = 0;
+    for (int i = 0; i < rank && used < n; i++)
+        used += (size_t)snprintf(buf + used, n - used, "%s%lld", i ? "x" : "",
+                                 (long long)dims[i]);
+    if (rank == 0)
+        snprintf(buf, n, "scalar");
+    return buf;
+}
+
+/* Why a model of cfg has no parameter name: the config key that decides it, when one does. */
+static void why_not(const struct tfm_config *cfg, const char *name, char *buf, size_t n)
+{
+    int layer;
+    char stack[4];
+    buf[0] = 0;
+    if (sscanf(name, "%3[a-z].%d.", stack, &layer) == 2 &&
+        (strcmp(stack, "enc") == 0 || strcmp(stack, "dec") == 0) && layer >= cfg->layers)
+        snprintf(buf, n, " (layer %d; the config has layers = %d)", layer, cfg->layers);
+    else if (strcmp(name, "emb") == 0 || strcmp(name, "src_emb") == 0 ||
+             strcmp(name, "tgt_emb") == 0 || strcmp(name, "out") == 0)
+        snprintf(buf, n, " (the config has tie = %d)", cfg->tie);
+    else if (strcmp(name, "enc.pos") == 0 || strcmp(name, "dec.pos") == 0)
+        snprintf(buf, n, " (the config has pos = %s)",
+                 cfg->pos == TFM_POS_LEARNED ? "learned" : "sinusoid");
+    else if (strncmp(name, "enc.ln.", 7) == 0 || strncmp(name, "dec.ln.", 7) == 0)
+        snprintf(buf, n, " (the config has norm = %s)", cfg->norm == TFM_NORM_PRE ? "pre" : "post");
+}
+
+/* The first element of x[0..n) that is NaN or Inf (or, with nonneg, below zero), or -1.
+ * Whole blocks are tested on the bits first, a loop the compiler vectorizes. */
+static int64_t first_bad(const float *x, int64_t n, int nonneg)
+{
+    for (int64_t i = 0; i < n; i += 4096) {
+        int64_t e = n - i < 4096 ? n : i + 4096;
+        uint32_t bad = 0;
+        for (int64_t j = i; j < e; j++) {
+            uint32_t b;
+            memcpy(&b, &x[j], sizeof b);
+            /* exponent all ones: NaN or Inf; sign set and not -0: negative */
+            bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u) | (uint32_t)(nonneg && b > 0x80000000u);
+        }
+        if (bad)
+            for (int64_t j = i; j < e; j++)
+                if (!isfinite(x[j]) || (nonneg && x[j] < 0))
+                    return j;
+    }
+    return -1;
+}
+
+static const char *const part_prefix[3] = {TFM_CKPT_PARAM, TFM_CKPT_ADAM_M, TFM_CKPT_ADAM_V};
+
+int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config *cfg,
+                         int optimizer, struct tfm_error *err)
+{
+    struct tfm_param *p;
+    int np;
+    if (tfm_model_layout(cfg, &p, &np, err))
+        return tfm_error_prefix(err, "%s: config", c->path);
+    int rc = -1, have[3] = {0, 0, 0};
+    char a[64], b[64], why[96];
+    /* every tensor: a parameter of the model, its shape, finite values */
+    for (int i = 0; i < c->ntensors; i++) {
+        const struct tfm_ckpt_tensor *t = &c->tensors[i];
+        int part = 0;
+        while (part < 3 && strncmp(t->name, part_prefix[part], strlen(part_prefix[part])) != 0)
+            part++;
+        const char *name = t->name + (part < 3 ? strlen(part_prefix[part]) : 0);
+        const struct tfm_param *q = NULL;
+        for (int k = 0; part < 3 && k < np && !q; k++)
+            if (strcmp(p[k].name, name) == 0)
+                q = &p[k];
+        if (!q) {
+            why_not(cfg, name, why, sizeof why);
+            tfm_fail(err, "%s: tensor %s: not a parameter of the model its config describes%s",
+                     c->path, t->name, why);
+            goto out;
+        }
+        if (t->rank != q->rank || memcmp(t->dims, q->dims, (size_t)q->rank * sizeof *q->dims)) {
+            tfm_fail(err, "%s: tensor %s: shape %s, config wants %s", c->path, t->name,
+                     shape_text(a, sizeof a, t->rank, t->dims),
+                     shape_text(b, sizeof b, q->rank, q->dims));
+            goto out;
+        }
+        int64_t j = first_bad(t->data, t->count, part == 2);
+        if (j >= 0) {
+            float v = t->data[j];
+            tfm_fail(err, "%s: tensor %s: element %lld is %s", c->path, t->name, (long long)j,
+                     isnan(v) ? "NaN" : isinf(v) ? "Inf" : "negative (a second moment never is)");
+            goto out;
+        }
+        have[part]++;
+    }
+    /* every parameter, and the moments as asked; the tensors are distinct (load) */
+    int moments = optimizer || have[1] > 0 || have[2] > 0;
+    for (int part = 0; part < (moments ? 3 : 1); part++) {
+        if (have[part] == np)
+            continue;
+        for (int k = 0; k < np; k++) {
+            char full[TFM_MAX_NAME + 1];
+            snprintf(full, sizeof full, "%s%s", part_prefix[part], p[k].name);
+            if (tfm_checkpoint_find(c, full))
+                continue;
+            tfm_fail(err, "%s: tensor %s missing (config wants %s)%s", c->path, full,
+                     shape_text(a, sizeof a, p[k].rank, p[k].dims),
+                     part == 0 ? ""
+                     : have[1] + have[2] == 0 ? ": no optimizer state to resume from "
+                                                "(dropped, as tfm-avg does?)"
+                                              : ": the other Adam moments are there");
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    free(p);
+    return rc;
+}
+
+int tfm_checkpoint_to_model(const struct tfm_checkpoint *c, struct tfm_model *m, int optimizer,
+                            struct tfm_error *err)
+{
+    static const enum tfm_block blocks[3] = {TFM_PARAMS, TFM_ADAM_M, TFM_ADAM_V};
+    if (tfm_checkpoint_check(c, tfm_model_config(m), optimizer, err))
+        return -1;
+    for (int part = 0; part < (optimizer ? 3 : 1); part++)
+        for (int i = 0; i < tfm_model_nparams(m); i++) {
+            const struct tfm_param *p = tfm_model_param(m, i);
+            char full[TFM_MAX_NAME + 1];
+            snprintf(full, sizeof full, "%s%s", part_prefix[part], p->name);
+            const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(c, full);
+            if (tfm_model_set(m, blocks[part], p->name, t->data, t->count, err))
+                return tfm_error_prefix(err, "%s", c->path);
+        }
+    return 0;
+}
+
 /* ---- directories ------------------------------------------------------------------ */
 
 int tfm_checkpoint_path(char *buf, size_t n, const char *dir, int64_t step)
@@ -461,13 +623,18 @@ int tfm_checkpoint_prune(const char *dir, int keep, struct tfm_error *err)
     return rc;
 }
 
-int tfm_checkpoint_dir_ready(const char *dir, struct tfm_error *err)
+int tfm_checkpoint_dir_ready(const char *dir, int *created, struct tfm_error *err)
 {
     struct stat st;
+    if (created)
+        *created = 0;
     if (stat(dir, &st) != 0) {
         /* EEXIST: another process of the run made it between the two calls */
-        if (errno != ENOENT || (mkdir(dir, 0777) != 0 && errno != EEXIST))
+        int made = errno == ENOENT && mkdir(dir, 0777) == 0;
+        if (!made && errno != EEXIST)
             return tfm_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+        if (created)
+            *created = made;
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
             return tfm_fail(err, "%s: not a directory", dir);
     } else if (!S_ISDIR(st.st_mode)) {
@@ -485,7 +652,110 @@ int tfm_checkpoint_dir_ready(const char *dir, struct tfm_error *err)
     return 0;
 }
 
+/* ---- the run's lock ------------------------------------------------------------------ */
+
+#define LOCK_NAME ".tfm-train.lock"
+
+struct tfm_ckpt_lock {
+    int fd;
+    char path[4096];
+};
+
+/* What the lock file at fd says of its holder ("pid=N host=H"), into buf; "" if nothing
+ * yet (the holder writes it right after taking the lock: wait a little for it). */
+static void lock_holder(int fd, char *buf, size_t n)
+{
+    buf[0] = 0;
+    for (int tries = 0; tries < 20; tries++) {
+        ssize_t k = pread(fd, buf, n - 1, 0);
+        if (k > 0) {
+            buf[k] = 0;
+            buf[strcspn(buf, "\n")] = 0;
+            return;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+struct tfm_ckpt_lock *tfm_checkpoint_lock(const char *dir, struct tfm_error *err)
+{
+    struct tfm_ckpt_lock *l = calloc(1, sizeof *l);
+    if (!l) {
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    int len = snprintf(l->path, sizeof l->path, "%s/%s", dir, LOCK_NAME);
+    if (len < 0 || (size_t)len >= sizeof l->path) {
+        free(l);
+        tfm_fail(err, "%s: path too long", dir);
+        return NULL;
+    }
+    /* The holder removes the file when it is done: a lock taken on a file that was
+     * removed (or replaced) meanwhile protects nothing, so open again until the file
+     * locked is the one at the path. */
+    for (;;) {
+        l->fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (l->fd < 0) {
+            tfm_fail(err, "%s: %s", l->path, strerror(errno));
+            break;
+        }
+        if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            char who[256];
+            if (e == EWOULDBLOCK)
+                lock_holder(l->fd, who, sizeof who);
+            if (e != EWOULDBLOCK)
+                tfm_fail(err, "%s: cannot lock: %s", l->path, strerror(e));
+            else
+                tfm_fail(err, "%s: in use by another run (%s; lock %s): wait for it to end, or "
+                         "use another directory", dir, who[0] ? who : "holder unknown", l->path);
+            close(l->fd);
+            break;
+        }
+        struct stat a, b;
+        if (fstat(l->fd, &a) == 0 && stat(l->path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            char host[256] = "?", text[400];
+            gethostname(host, sizeof host - 1);
+            host[sizeof host - 1] = 0;
+            int n = snprintf(text, sizeof text, "pid %ld on host %s\n", (long)getpid(), host);
+            if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, text, (size_t)n, 0) != n) {
+                tfm_fail(err, "%s: %s", l->path, strerror(errno));
+                unlink(l->path);
+                close(l->fd);
+                break;
+            }
+            return l;
+        }
+        close(l->fd);
+    }
+    free(l);
+    return NULL;
+}
+
+void tfm_checkpoint_unlock(struct tfm_ckpt_lock *l)
+{
+    if (!l)
+        return;
+    unlink(l->path);            /* first: nobody may lock it as it goes */
+    close(l->fd);
+    free(l);
+}
+
 /* ---- averaging -------------------------------------------------------------------- */
+
+/* A checkpoint loaded and checked against its own config. */
+static struct tfm_checkpoint *load_checked(const char *path, int flags, struct tfm_error *err)
+{
+    struct tfm_checkpoint *c = tfm_checkpoint_load(path, flags, err);
+    struct tfm_config cfg;
+    if (c && (tfm_checkpoint_config(c, &cfg, err) || tfm_checkpoint_check(c, &cfg, 0, err))) {
+        tfm_checkpoint_free(c);
+        return NULL;
+    }
+    return c;
+}
 
 int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
                            struct tfm_error *err)
@@ -493,14 +763,14 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
     if (n < 1)
         return tfm_fail(err, "no checkpoint to average");
     int flags = keep_optimizer ? 0 : TFM_CKPT_NO_OPTIMIZER;
-    struct tfm_checkpoint *acc = tfm_checkpoint_load(paths[0], flags, err), *c = NULL;
+    struct tfm_checkpoint *acc = load_checked(paths[0], flags, err), *c = NULL;
     if (!acc)
         return -1;
     char steps[TFM_MAX_VALUE + 1];
     int64_t first = acc->state.step;
     int used = snprintf(steps, sizeof steps, "%lld", (long long)first);
     for (int k = 1; k < n; k++) {
-        if (!(c = tfm_checkpoint_load(paths[k], flags, err)))
+        if (!(c = load_checked(paths[k], flags, err)))
             goto fail;
         if (tfm_checkpoint_compatible(c, acc, err)) {
             tfm_error_prefix(err, "%s and %s", paths[k], paths[0]);

@@ -8,9 +8,12 @@
  *   "param.<name>"    f32 [...]  parameters, with their shapes
  *   "adam.m.<name>"   f32 [...]  Adam first moments   (absent when dropped: tfm-avg)
  *   "adam.v.<name>"   f32 [...]  Adam second moments
- * This module is generic: it knows the record layout above and nothing of the model.
- * The tensors a caller writes are named by it (prefix + name); a loaded checkpoint is a
- * list of named f32 tensors, copied out of the (memory-mapped) stream.
+ * Writing and loading are generic: they know the record layout above and nothing of the
+ * model.  The tensors a caller writes are named by it (prefix + name); a loaded checkpoint
+ * is a list of named f32 tensors, copied out of the (memory-mapped) stream.  What a model
+ * takes from a checkpoint goes through one gate, tfm_checkpoint_check: the tensors must be
+ * exactly those of the model the checkpoint's own config describes (model.h's layout),
+ * with its shapes and finite values; decoding, resuming and averaging all use it.
  *
  * Files in a checkpoint directory: DIR/step-NNNNNN.tfm (six digits or more) and
  * DIR/last.tfm, a relative symbolic link to the newest, replaced atomically.
@@ -22,8 +25,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "error.h"
 #include "stream.h"
+
+struct tfm_model;
 
 #define TFM_CKPT_PARAM "param."
 #define TFM_CKPT_ADAM_M "adam.m."
@@ -56,6 +62,7 @@ struct tfm_ckpt_tensor {
 };
 
 struct tfm_checkpoint {
+    char *path;                 /* as given to tfm_checkpoint_load, for messages */
     struct tfm_header header;   /* kind "checkpoint", with the vocabulary */
     char *config;               /* NUL-terminated config text */
     struct tfm_ckpt_state state;
@@ -99,10 +106,32 @@ extern const char *const tfm_checkpoint_run_keys[];
 int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_checkpoint *ref,
                               struct tfm_error *err);
 
+/* ---- checkpoints of a model ------------------------------------------------------- */
+
+/* The config of c: its record "config" on top of the defaults, checked as a model's
+ * (tfm_config_check with a vocabulary).  0, or -1 with "PATH: config: ...". */
+int tfm_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
+                          struct tfm_error *err);
+/* Does c hold the model that cfg describes, and nothing else?  Every tensor of c must be
+ * param.NAME, adam.m.NAME or adam.v.NAME of a parameter NAME of a model of cfg
+ * (tfm_model_layout), with that parameter's shape, and every value finite (a second
+ * moment, adam.v, also not negative); every parameter must be there; the Adam moments
+ * must be there for every parameter with optimizer, and otherwise for all or for none
+ * (those passed over by TFM_CKPT_NO_OPTIMIZER are not looked at).  0, or -1 with the
+ * first problem: "PATH: tensor param.enc.1.ffn.w1: shape 64x256, config wants 64x128". */
+int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config *cfg,
+                         int optimizer, struct tfm_error *err);
+/* The one way from a checkpoint to a model: tfm_checkpoint_check against the config of m,
+ * then every parameter (and with optimizer the Adam moments: m must be a training model)
+ * copied into m.  Nothing is copied when the check fails. */
+int tfm_checkpoint_to_model(const struct tfm_checkpoint *c, struct tfm_model *m, int optimizer,
+                            struct tfm_error *err);
+
 /* Average the checkpoints paths[0..n) element-wise in fp32 (summed in the order given,
  * then divided by n) and write the result to out ("-": stdout).  The checkpoints must be
- * compatible (tfm_checkpoint_compatible); header, config and state come from the last
- * one, with keys "averaged" (n) and "averaged.steps" added.  The Adam moments are averaged
+ * compatible (tfm_checkpoint_compatible) and each must pass tfm_checkpoint_check against
+ * its own config (the Adam moments only with keep_optimizer); header, config and state
+ * come from the last one, with keys "averaged" (n) and "averaged.steps" added.  The Adam moments are averaged
  * too with keep_optimizer, dropped otherwise.  Holds two checkpoints in memory at most. */
 int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
                            struct tfm_error *err);
@@ -123,7 +152,18 @@ int tfm_checkpoint_prune(const char *dir, int keep, struct tfm_error *err);
 /* Remove what a killed writer left in dir: "step-N.tfm.tmp.PID" and ".last.tfm.PID" of
  * processes that no longer exist.  Returns the number removed, or -1. */
 int tfm_checkpoint_clean(const char *dir, struct tfm_error *err);
-/* Can a file be created in dir?  (Creates dir when missing; -1 with the reason.) */
-int tfm_checkpoint_dir_ready(const char *dir, struct tfm_error *err);
+/* Can a file be created in dir?  Creates dir when missing (*created, when not NULL, says
+ * whether this call did); -1 with the reason. */
+int tfm_checkpoint_dir_ready(const char *dir, int *created, struct tfm_error *err);
+
+/* One run at a time in a checkpoint directory: an exclusive flock(2) on DIR/.tfm-train.lock,
+ * held until tfm_checkpoint_unlock or the end of the process (a killed holder releases it
+ * with its life).  The file then says who holds it: "pid N on host H".  NULL with
+ * "DIR: in use by another run (pid N on host H; lock DIR/.tfm-train.lock): ..." while
+ * another process holds it. */
+struct tfm_ckpt_lock;
+struct tfm_ckpt_lock *tfm_checkpoint_lock(const char *dir, struct tfm_error *err);
+/* Remove the lock file and release the lock (NULL: nothing). */
+void tfm_checkpoint_unlock(struct tfm_ckpt_lock *l);
 
 #endif

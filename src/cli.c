@@ -2,6 +2,7 @@
  * The one src/ module that writes to stderr; library code never calls it. */
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -35,12 +36,19 @@ int tfm_cli_usage_error(const char *fmt, ...)
     return tfm_cli_usage();
 }
 
+/* strtoll and strtod skip leading white space, and stop before trailing: a value that
+ * has either is refused by every parser here, as tfm_duration_parse refuses it. */
+static int spaced(const char *s)
+{
+    return isspace((unsigned char)s[0]);
+}
+
 int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
 {
     char *end;
     errno = 0;
     long long x = strtoll(s, &end, 10);
-    if (end == s || *end || errno || x < lo || x > hi)
+    if (spaced(s) || end == s || *end || errno || x < lo || x > hi)
         return tfm_cli_usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s,
                                    lo, hi);
     *v = x;
@@ -53,10 +61,28 @@ int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int op
     char *end;
     errno = 0;
     double x = strtod(s, &end);
-    if (end == s || *end || errno || !isfinite(x) || !(x >= lo && x <= hi) ||
+    if (spaced(s) || end == s || *end || errno || !isfinite(x) || !(x >= lo && x <= hi) ||
         (open_lo && x == lo))
         return tfm_cli_usage_error("%s: '%s': expected a number in %c%g, %g]", flag, s,
                                    open_lo ? '(' : '[', lo, hi);
     *v = x;
+    return 0;
+}
+
+int tfm_cli_size(const char *flag, const char *s, double *v)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(s, &end), unit = 1;
+    switch (end == s ? 0 : *end) {
+    case 'K': case 'k': unit = 1024.0; end++; break;
+    case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
+    case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': case 't': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (spaced(s) || end == s || *end || errno || !(x > 0) || !isfinite(x * unit))
+        return tfm_cli_usage_error("%s: '%s' is not a size (512M, 8G)", flag, s);
+    *v = x * unit;
     return 0;
 }

@@ -20,6 +20,9 @@ int tfm_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2
 /* The usage text alone on stderr (after getopt has named a bad option); returns 2. */
 int tfm_cli_usage(void);
 
+/* Numbers are written plainly: white space before or after one is refused by every
+ * parser here (and by tfm_duration_parse), never skipped. */
+
 /* An integer flag FLAG (as written in messages: "--beam") with value S in [lo, hi]: 0 and
  * *v set, or 2 after "PROG: FLAG: 'S': expected an integer from LO to HI" and the usage. */
 int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *v);
@@ -28,5 +31,9 @@ int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, lon
  * "PROG: FLAG: 'S': expected a number in [LO, HI]" (or "(LO, HI]") and the usage. */
 int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int open_lo,
                    double *v);
+
+/* A size in bytes: a positive number with an optional unit K, M, G or T (powers of 1024):
+ * 0 and *v set, or 2 after "PROG: FLAG: 'S' is not a size (512M, 8G)" and the usage. */
+int tfm_cli_size(const char *flag, const char *s, double *v);
 
 #endif

@@ -138,7 +138,9 @@ static int ens_select(void *ctx, int nrows, const int32_t *keep, struct tfm_erro
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* Load checkpoint path into mb on backend be; hdr (when not NULL) gets its header. */
+/* Load checkpoint path into mb on backend be; hdr (when not NULL) gets its header.  The
+ * checkpoint must hold exactly the model its config describes (tfm_checkpoint_check),
+ * looked at before the model's memory is allocated. */
 static int member_load(struct member *mb, const char *path, struct tfm_backend *be,
                        struct tfm_header *hdr, struct tfm_error *err)
 {
@@ -147,16 +149,14 @@ static int member_load(struct member *mb, const char *path, struct tfm_backend *
     if (!ck)
         return -1;
     int rc = -1;
-    tfm_config_defaults(&mb->cfg);
-    if (tfm_config_parse(&mb->cfg, ck->config, strlen(ck->config), path, err) ||
-        tfm_config_check(&mb->cfg, 1, err)) {
-        tfm_error_prefix(err, "%s: config", path);
+    if (tfm_checkpoint_config(ck, &mb->cfg, err))
         goto done;
-    }
     if (!ck->header.spm) {
         tfm_fail(err, "%s: the checkpoint has no vocabulary", path);
         goto done;
     }
+    if (tfm_checkpoint_check(ck, &mb->cfg, 0, err))
+        goto done;
     /* the activation arena serves the encoder only: groups of up to 1024 source tokens */
     mb->model = tfm_model_create_inference(&mb->cfg, be,
                                            mb->cfg.max_len > 1024 ? mb->cfg.max_len : 1024, err);
@@ -164,28 +164,8 @@ static int member_load(struct member *mb, const char *path, struct tfm_backend *
         tfm_error_prefix(err, "%s", path);
         goto done;
     }
-    int np = tfm_model_nparams(mb->model);
-    for (int i = 0; i < np; i++) {
-        const struct tfm_param *p = tfm_model_param(mb->model, i);
-        char name[128];
-        snprintf(name, sizeof name, "%s%s", TFM_CKPT_PARAM, p->name);
-        const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(ck, name);
-        if (!t) {
-            tfm_fail(err, "%s: parameter '%s' missing", path, name);
-            goto done;
-        }
-        int same = t->rank == p->rank;
-        for (int d = 0; same && d < p->rank; d++)
-            same = t->dims[d] == p->dims[d];
-        if (!same) {
-            tfm_fail(err, "%s: parameter '%s' has the wrong shape for its config", path, name);
-            goto done;
-        }
-        if (tfm_model_set(mb->model, TFM_PARAMS, p->name, t->data, t->count, err)) {
-            tfm_error_prefix(err, "%s", path);
-            goto done;
-        }
-    }
+    if (tfm_checkpoint_to_model(ck, mb->model, 0, err))
+        goto done;
     if (hdr && tfm_header_copy(hdr, &ck->header, err))
         goto done;
     rc = 0;

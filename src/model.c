@@ -539,6 +539,42 @@ const struct tfm_param *tfm_model_param(const struct tfm_model *m, int i)
     return i >= 0 && i < m->np ? &m->params[i] : NULL;
 }
 
+int tfm_model_layout(const struct tfm_config *cfg, struct tfm_param **params, int *n,
+                     struct tfm_error *err)
+{
+    *params = NULL;
+    *n = 0;
+    if (tfm_config_check(cfg, 1, err) < 0)
+        return -1;
+    if ((int64_t)cfg->layers * 32 + 8 > MAX_PARAMS)
+        return tfm_fail(err, "layers %d: too many parameter tensors", cfg->layers);
+    /* build_params on a model without memory: the same names, shapes and order */
+    struct tfm_model *m = calloc(1, sizeof *m);
+    if (m) {
+        m->cfg = *cfg;
+        m->D = cfg->d_model;
+        m->F = cfg->d_ff;
+        m->V = cfg->vocab;
+        m->L = cfg->max_len;
+        m->N = cfg->layers;
+        m->enc = calloc((size_t)m->N, sizeof *m->enc);
+        m->dec = calloc((size_t)m->N, sizeof *m->dec);
+    }
+    if (m && m->enc && m->dec) {
+        build_params(m);
+        if ((*params = malloc((size_t)m->np * sizeof **params))) {
+            memcpy(*params, m->params, (size_t)m->np * sizeof **params);
+            *n = m->np;
+        }
+    }
+    if (m) {
+        free(m->enc);
+        free(m->dec);
+    }
+    free(m);
+    return *params ? 0 : tfm_fail(err, "out of memory");
+}
+
 const struct tfm_param *tfm_model_find(const struct tfm_model *m, const char *name)
 {
     for (int i = 0; i < m->np; i++)

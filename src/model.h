@@ -103,6 +103,11 @@ int tfm_model_nparams(const struct tfm_model *m);                 /* tensors */
 const struct tfm_param *tfm_model_param(const struct tfm_model *m, int i);
 const struct tfm_param *tfm_model_find(const struct tfm_model *m, const char *name);
 int64_t tfm_model_count(const struct tfm_model *m);               /* floats per block */
+/* The parameter tensors a model of cfg has (names, ranks, dims, counts and offsets as
+ * tfm_model_create lays them out; no memory: data, grad, m, v are NULL), without building
+ * one: *params (malloc'd, free with free) and *n.  -1 with err when cfg is invalid. */
+int tfm_model_layout(const struct tfm_config *cfg, struct tfm_param **params, int *n,
+                     struct tfm_error *err);
 
 enum tfm_block { TFM_PARAMS = 0, TFM_GRADS = 1, TFM_ADAM_M = 2, TFM_ADAM_V = 3 };
 /* The device pointer to a whole block (tfm_model_count floats, tensors at their offsets);

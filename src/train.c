@@ -190,39 +190,6 @@ int tfm_train_find_resume(const char *dir, char *path, size_t n, struct tfm_erro
     return found;
 }
 
-int tfm_train_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
-                                struct tfm_error *err)
-{
-    tfm_config_defaults(cfg);
-    if (tfm_config_parse(cfg, c->config, strlen(c->config), "checkpoint config", err))
-        return -1;
-    return 0;
-}
-
-int tfm_train_load_params(struct tfm_model *m, const struct tfm_checkpoint *c, int optimizer,
-                          struct tfm_error *err)
-{
-    static const struct { const char *prefix; enum tfm_block block; } parts[] = {
-        {TFM_CKPT_PARAM, TFM_PARAMS}, {TFM_CKPT_ADAM_M, TFM_ADAM_M}, {TFM_CKPT_ADAM_V, TFM_ADAM_V},
-    };
-    for (int k = 0; k < (optimizer ? 3 : 1); k++)
-        for (int i = 0; i < tfm_model_nparams(m); i++) {
-            const struct tfm_param *p = tfm_model_param(m, i);
-            char name[TFM_MAX_NAME + 1];
-            snprintf(name, sizeof name, "%s%s", parts[k].prefix, p->name);
-            const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(c, name);
-            if (!t)
-                return tfm_fail(err, "no tensor '%s'%s", name,
-                                k ? " (optimizer state dropped, as by tfm-avg?)" : "");
-            if (t->count != p->count)
-                return tfm_fail(err, "tensor '%s' has %lld values, the model %lld", name,
-                                (long long)t->count, (long long)p->count);
-            if (tfm_model_set(m, parts[k].block, p->name, t->data, t->count, err))
-                return -1;
-        }
-    return 0;
-}
-
 /* cfg against the checkpoint's config: only MAY_CHANGE keys may differ. */
 static int same_config(const struct tfm_config *cfg, const struct tfm_config *ck, const char *path,
                        struct tfm_error *err)
@@ -279,6 +246,9 @@ struct run {
     struct batch *slots;            /* [K*R] the batches of the update in progress */
     struct data train;
     struct tfm_header ck_header;    /* vocabulary and keys of every checkpoint */
+    struct tfm_ckpt_lock *lock;     /* process 0: the checkpoint directory, for the run */
+    int created_dir;                /* this process made the checkpoint directory */
+    int64_t start_step, start_pos;  /* where this run started: step, batches of the epoch */
     char *config_text;
     float *host;                    /* [count] staging for a checkpoint's tensors */
     struct tfm_progress prog;
@@ -535,6 +505,23 @@ static void plan_update(struct run *u)
     }
     for (int i = 0; i < u->K * u->R; i++) {
         int k = data_next(&u->train, &u->slots[i], &u->err);
+        if (k == 0 && u->step == u->start_step) {
+            /* a piped stream that ends before the first update: nothing to train on (a
+             * file without batches is refused when it is read again, data_next) */
+            int64_t read = u->train.pos - u->start_pos;
+            if (read == 0 && u->start_pos == 0)
+                tfm_fail(&u->err, "%s: no batch in the stream: nothing to train on",
+                         data_name(&u->train));
+            else if (read == 0)
+                tfm_fail(&u->err, "%s: no batch after the %lld already trained on: nothing to "
+                         "train on", data_name(&u->train), (long long)u->start_pos);
+            else
+                tfm_fail(&u->err, "%s: the stream ended after %lld batch%s, before the first "
+                         "update (%d batches each): nothing trained", data_name(&u->train),
+                         (long long)read, read > 1 ? "es" : "", u->K * u->R);
+            u->failed = 1;
+            return;
+        }
         if (k == 0) {
             u->end = TFM_TRAIN_DATA_END;
             return;
@@ -737,7 +724,10 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     const struct tfm_train_opts *o = u->o;
     struct tfm_config *cfg = u->cfg;
     char resume_path[4096] = "";
-    if (tfm_checkpoint_dir_ready(o->out_dir, err))
+    if (tfm_checkpoint_dir_ready(o->out_dir, &u->created_dir, err))
+        return -1;
+    /* one run at a time in the directory; process 0 writes the checkpoints, and holds it */
+    if (u->g == 0 && !(u->lock = tfm_checkpoint_lock(o->out_dir, err)))
         return -1;
     int removed = u->g == 0 ? tfm_checkpoint_clean(o->out_dir, err) : 0;
     if (removed < 0)
@@ -778,8 +768,8 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         return -1;
     if (cfg->vocab == 0 && *ck) {
         struct tfm_config ckc;
-        if (tfm_train_checkpoint_config(*ck, &ckc, err))
-            return tfm_error_prefix(err, "%s", resume_path);
+        if (tfm_checkpoint_config(*ck, &ckc, err))
+            return tfm_error_prefix(err, "cannot resume");
         cfg->vocab = ckc.vocab;
     }
     if (cfg->vocab == 0)
@@ -801,10 +791,13 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         return tfm_error_prefix(err, "config");
     if (*ck) {
         struct tfm_config ckc;
-        if (tfm_train_checkpoint_config(*ck, &ckc, err))
-            return tfm_error_prefix(err, "%s", resume_path);
+        if (tfm_checkpoint_config(*ck, &ckc, err))
+            return tfm_error_prefix(err, "cannot resume");
         if (same_config(cfg, &ckc, resume_path, err))
             return -1;
+        /* the parameters and Adam moments of exactly that model, before any memory */
+        if (tfm_checkpoint_check(*ck, &ckc, 1, err))
+            return tfm_error_prefix(err, "cannot resume");
         uint32_t cv = tfm_header_vocab_id(&(*ck)->header);
         if (cv != u->vocab_id)
             return tfm_fail(err, "%s: vocabulary mismatch: the batches have vocabulary crc "
@@ -877,8 +870,8 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
                                         "--tokens N)", cfg->tokens, p->be->name, r);
             return -1;
         }
-        if (*ck && tfm_train_load_params(p->m, *ck, 1, err))
-            return tfm_error_prefix(err, "%s", resume_path);
+        if (*ck && tfm_checkpoint_to_model(*ck, p->m, 1, err))
+            return tfm_error_prefix(err, "cannot resume");
         if (u->R * u->W > 1 && p->be->kind == TFM_BACKEND_SIM &&
             !(p->stage = malloc((size_t)tfm_model_count(p->m) * sizeof *p->stage)))
             return tfm_fail(err, "out of memory");
@@ -918,6 +911,8 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
                     o->prog, resume_path, (long long)st->step, (long long)st->epoch,
                     (long long)st->batch_pos);
     }
+    u->start_step = u->step;
+    u->start_pos = u->train.pos;
     return 0;
 }
 
@@ -1011,5 +1006,10 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     data_close(&u.train);
     if (u.ck_header.kind[0])
         tfm_header_free(&u.ck_header);
+    tfm_checkpoint_unlock(u.lock);
+    /* a failed run leaves no empty directory of its own behind (rmdir removes only an
+     * empty one; a directory that was there before is never this run's) */
+    if (rc && u.created_dir)
+        rmdir(o->out_dir);
     return rc;
 }

@@ -79,8 +79,13 @@ struct tfm_train_result {
 
 /* Train with cfg (effective config; cfg->vocab 0: from the stream's vocabulary).  With
  * o->resume and a checkpoint in out_dir, cfg must equal the checkpoint's config except
- * for max_steps, save_every and keep.  Returns 0 (see res->end), or -1 with err (a NaN or
- * Inf loss or gradient names its update; no checkpoint is written after it). */
+ * for max_steps, save_every and keep, and the checkpoint must hold exactly that model and
+ * its Adam moments (tfm_checkpoint_check).  Process 0 (o->world_rank) holds the lock of
+ * out_dir for the run (tfm_checkpoint_lock): a second run there is refused.  A stream that
+ * ends before the first update (a pipe) is an error: nothing is trained or written.
+ * Returns 0 (see res->end), or -1 with err (a NaN or Inf loss or gradient names its
+ * update; no checkpoint is written after it); a failed run removes out_dir if it made it
+ * and it is still empty. */
 int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                   struct tfm_train_result *res, struct tfm_error *err);
 
@@ -89,15 +94,5 @@ int tfm_train_find_resume(const char *dir, char *path, size_t n, struct tfm_erro
 
 /* Config keys that may differ between a checkpoint and the run resuming it. */
 int tfm_train_key_may_change(const char *key);
-
-/* ---- for tfm-decode and tests: a model from a checkpoint ---------------------------- */
-
-/* Apply a checkpoint's config text on top of the defaults into cfg. */
-int tfm_train_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
-                                struct tfm_error *err);
-/* Copy the checkpoint's parameters (and, with optimizer, its Adam moments) into m; every
- * tensor of m must be there with the same count. */
-int tfm_train_load_params(struct tfm_model *m, const struct tfm_checkpoint *c, int optimizer,
-                          struct tfm_error *err);
 
 #endif

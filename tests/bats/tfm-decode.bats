@@ -313,4 +313,64 @@ lengths() {
         assert_failure 2
         assert_output --partial "--min-len"
     done
+
+@test "tfm-decode refuses a checkpoint that is not the model its config describes, naming the tensor" {
+    edit() { python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/model.tfm" "$T/$1.tfm" "${@:2}"; }
+    # the editor's own copy (every CRC rewritten) decodes as the original
+    edit copy
+    run tfm-decode -q -m "$T/copy.tfm" --text "$M/test.tfm"
+    assert_success
+    diff <(echo "$output") <(tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm")
+    # a NaN parameter (it decoded to empty lines, exit 0)
+    edit nan --poison param.dec.1.ffn.b2 nan
+    run tfm-decode -q -m "$T/nan.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/nan.tfm: tensor param.dec.1.ffn.b2: element 0 is NaN"
+    edit inf --poison param.emb -inf
+    run tfm-decode -q -m "$T/inf.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/inf.tfm: tensor param.emb: element 0 is Inf"
+    # a config of 1 layer over the tensors of 2 (it decoded to the same word repeated)
+    edit layers1 --config layers=1
+    run tfm-decode -q -m "$T/layers1.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/layers1.tfm: tensor param.enc.1.self.wqkv: not a parameter of the model its config describes (layer 1; the config has layers = 1)"
+    edit layers3 --config layers=3
+    run tfm-decode -q -m "$T/layers3.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/layers3.tfm: tensor param.enc.2.self.wqkv missing (config wants 64x192)"
+    # an extra tensor (it was accepted), a missing one, one of the right size in another shape
+    edit extra --copy param.enc.0.ffn.w1 param.enc.0.ffn.w3
+    run tfm-decode -q -m "$T/extra.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/extra.tfm: tensor param.enc.0.ffn.w3: not a parameter of the model its config describes"
+    edit missing --drop param.dec.0.ln3.g
+    run tfm-decode -q -m "$T/missing.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/missing.tfm: tensor param.dec.0.ln3.g missing (config wants 64)"
+    edit reshaped --reshape param.enc.0.ffn.w1 128x64
+    run tfm-decode -q -m "$T/reshaped.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/reshaped.tfm: tensor param.enc.0.ffn.w1: shape 128x64, config wants 64x128"
+    # a config that is no model at all
+    edit heads --config heads=3
+    run tfm-decode -q -m "$T/heads.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/heads.tfm: config: d_model 64 is not divisible by heads 3"
+    # an ensemble member is checked as the first one is; nothing reaches the output file
+    run tfm-decode -q -m "$M/model.tfm" -m "$T/reshaped.tfm" -o "$T/out.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_output --partial "$T/reshaped.tfm: tensor param.enc.0.ffn.w1: shape 128x64"
+    [ ! -e "$T/out.tfm" ]
+}
+
+@test "tfm-decode: numbers with white space are refused, as every tool's are" {
+    run tfm-decode -m "$M/model.tfm" --beam ' 2' "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --beam: ' 2': expected an integer from 1 to 4096"
+    run tfm-decode -m "$M/model.tfm" --alpha '0.6 ' "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-decode: --alpha: '0.6 ': expected a number"
+    run tfm-decode -m "$M/model.tfm" --alpha ' 0.6' "$M/test.tfm"
+    assert_failure 2
 }

@@ -40,6 +40,11 @@ setup() {
     CONF="$TFM_ROOT/configs/tiny.conf"
     # a smaller model than tiny for the option tests: a few ms an update
     SMALL=(-c "$CONF" --set layers=1 --set d_model=32 --set d_ff=64 --set heads=2 -j 1)
+    BG=()                       # background runs of a test, ended by teardown
+}
+
+teardown() {
+    for p in "${BG[@]}"; do kill -KILL "$p" 2> /dev/null || true; done
 }
 
 
@@ -372,8 +377,7 @@ setup() {
     run tfm-train "${SMALL[@]}" --set adam_eps=0 --set tie=0 -o "$T/n2" --max-steps 100 "$M/b.tfm"
     assert_failure 1
     assert_output --regexp "tfm-train: update 2: .*NaN.*stopping without a checkpoint"
-    run ls "$T/n2"
-    assert_output ""
+    [ ! -e "$T/n2" ]            # nothing written: the directory it made is gone too
 }
 
 @test "--device cuda without a GPU is an error saying why; a bad process place too" {
@@ -525,4 +529,227 @@ setup() {
     run awk -F '\t' '$1 == "train" && $2 == 150 { print $3; exit !($3 < 5.6) }' "$T/log"
     echo "loss at 150: $output"
     assert_success
+}
+
+@test "--resume refuses a checkpoint that is not the model its config describes, Adam moments included" {
+    run tfm-train "${SMALL[@]}" --set layers=2 -o "$T/good" --max-steps 3 -q "$M/b500.tfm"
+    assert_success
+    # each damaged copy is the newest checkpoint of a directory; resume must refuse it,
+    # name it and the tensor, and write nothing
+    bad() {
+        local name=$1
+        shift
+        mkdir -p "$T/$name"
+        cp "$T/good/step-000003.tfm" "$T/$name/step-000003.tfm"
+        python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/good/step-000003.tfm" \
+            "$T/$name/step-000004.tfm" "$@"
+        run tfm-train -o "$T/$name" --resume --max-steps 6 -j 1 "$M/b500.tfm"
+        assert_failure 1
+        local out=$output
+        run ls "$T/$name"
+        assert_output $'step-000003.tfm\nstep-000004.tfm'
+        output=$out             # the refusal, for the caller to check
+    }
+    # the editor's copy resumes (so the refusals below are the edits')
+    mkdir "$T/copy"
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/good/step-000003.tfm" "$T/copy/step-000003.tfm"
+    run tfm-train -o "$T/copy" --resume --max-steps 4 -j 1 -q "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/copy/step-000004.tfm") <(
+        tfm-train "${SMALL[@]}" --set layers=2 -o "$T/ref" --max-steps 4 -q "$M/b500.tfm" && params "$T/ref/step-000004.tfm")
+    bad nan --poison param.enc.1.ffn.w1 nan
+    assert_output --partial "tfm-train: cannot resume: $T/nan/step-000004.tfm: tensor param.enc.1.ffn.w1: element 0 is NaN"
+    bad adamnan --poison adam.v.dec.0.cross.wkv inf
+    assert_output --partial "tfm-train: cannot resume: $T/adamnan/step-000004.tfm: tensor adam.v.dec.0.cross.wkv: element 0 is Inf"
+    bad adamneg --poison adam.v.emb -1
+    assert_output --partial "tensor adam.v.emb: element 0 is negative"
+    # a config of 1 layer over the tensors of 2: the second layer was dropped silently
+    bad layers --config layers=1
+    assert_output --partial "tfm-train: cannot resume: $T/layers/step-000004.tfm: tensor param.enc.1.self.wqkv: not a parameter of the model its config describes (layer 1; the config has layers = 1)"
+    bad extra --copy adam.m.enc.0.ffn.w1 adam.m.enc.0.ffn.w9
+    assert_output --partial "$T/extra/step-000004.tfm: tensor adam.m.enc.0.ffn.w9: not a parameter of the model its config describes"
+    bad missing --drop param.dec.1.ln2.b
+    assert_output --partial "$T/missing/step-000004.tfm: tensor param.dec.1.ln2.b missing (config wants 32)"
+    bad nomoment --drop adam.m.dec.1.ln2.b
+    assert_output --partial "$T/nomoment/step-000004.tfm: tensor adam.m.dec.1.ln2.b missing (config wants 32): the other Adam moments are there"
+    # the same number of values in another shape (resume looked at the count only)
+    bad reshaped --reshape param.enc.0.ffn.w1 64x32
+    assert_output --partial "tfm-train: cannot resume: $T/reshaped/step-000004.tfm: tensor param.enc.0.ffn.w1: shape 64x32, config wants 32x64"
+    bad rmoment --reshape adam.m.enc.0.ffn.w1 64x32
+    assert_output --partial "$T/rmoment/step-000004.tfm: tensor adam.m.enc.0.ffn.w1: shape 64x32, config wants 32x64"
+}
+
+@test "two runs in one directory: the second is refused, naming the holder's pid and host" {
+    tfm-train "${SMALL[@]}" -o "$T/two" --save-every 1 --keep 3 --max-steps 100000 -q "$M/b.tfm" 3>&- &
+    pid=$!
+    BG+=($pid)
+    for i in $(seq 3000); do [ -e "$T/two/step-000002.tfm" ] && break; sleep 0.01; done
+    [ -e "$T/two/step-000002.tfm" ]
+    # a fresh run, a resumed run and one with another config are all refused
+    for args in "" "--resume" "--set dropout=0.3 --resume"; do
+        run tfm-train "${SMALL[@]}" $args -o "$T/two" --max-steps 3 "$M/b.tfm"
+        assert_failure 1
+        assert_output --partial "tfm-train: $T/two: in use by another run (pid $pid on host $(hostname); lock $T/two/.tfm-train.lock): wait for it to end, or use another directory"
+        refute_output --partial "saved"
+    done
+    # the holder is unharmed: it stops on a signal with its own checkpoints and last.tfm
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    assert_equal $rc 143
+    last=$(readlink "$T/two/last.tfm")
+    step=$((10#${last:5:6}))
+    [ "$step" -ge 2 ]
+    run tfm-cat --header "$T/two/$last"
+    assert_line "meta step=$step"
+    [ ! -e "$T/two/.tfm-train.lock" ]           # gone with the run
+    # free again: a resume continues it
+    run tfm-train "${SMALL[@]}" -o "$T/two" --resume --max-steps $((step + 2)) "$M/b.tfm"
+    assert_success
+    assert_line --partial "tfm-train: resuming from $T/two/$last: update $step, epoch "
+    assert_line --partial "max steps reached at update $((step + 2))"
+    # a killed holder (SIGKILL leaves its lock file) does not block the next run
+    tfm-train "${SMALL[@]}" -o "$T/kill" --save-every 1 --keep 3 --max-steps 100000 -q "$M/b.tfm" 3>&- &
+    pid=$!
+    BG+=($pid)
+    for i in $(seq 3000); do [ -e "$T/kill/step-000002.tfm" ] && break; sleep 0.01; done
+    kill -KILL $pid
+    wait $pid || true
+    [ -e "$T/kill/.tfm-train.lock" ]
+    run tfm-train "${SMALL[@]}" -o "$T/kill" --resume --max-steps 1000000 --max-time 1s -q "$M/b.tfm"
+    assert_success
+}
+
+@test "two runs started together on one new directory: one trains, the other is refused" {
+    # each would train for 2 s: the second to start finds the first holding the directory
+    for k in 1 2; do
+        tfm-train "${SMALL[@]}" -o "$T/both" --save-every 0 --max-time 2s -q "$M/b.tfm" 2> "$T/e$k" 3>&- &
+        eval "p$k=$!"
+        BG+=($!)
+    done
+    r1=0 r2=0
+    wait $p1 || r1=$?
+    wait $p2 || r2=$?
+    echo "exit $r1 $r2"
+    cat "$T/e1" "$T/e2"
+    [ $((r1 + r2)) = 1 ]
+    run cat "$T/e1" "$T/e2"
+    assert_output --regexp "^tfm-train: $T/both: in use by another run \(pid ($p1|$p2) on host "
+    run ls "$T/both"
+    assert_line --index 0 last.tfm
+    assert_equal "${#lines[@]}" 2      # the one run's final checkpoint
+}
+
+@test "a batch stream without batches trains nothing, from a pipe as from a file" {
+    : > "$T/empty.txt"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$T/e.tfm" "$T/empty.txt"
+    tfm-batch -q --tokens 1024 "$T/e.tfm" "$T/e.tfm" > "$T/eb.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/file" "$T/eb.tfm"
+    assert_failure 1
+    assert_output --partial "tfm-train: $T/eb.tfm: no batch for rank 0 of 1 in the stream"
+    # a pipe wrote an untrained step-000000.tfm and exited 0
+    run bash -c "cat '$T/eb.tfm' | tfm-train ${SMALL[*]} -o '$T/pipe'"
+    assert_failure 1
+    assert_output --partial "tfm-train: <stdin>: no batch in the stream: nothing to train on"
+    [ ! -e "$T/pipe" ]
+    # fewer batches than one update takes: nothing trained either
+    head -n 3 "$M/en500.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$T/s.tfm"
+    head -n 3 "$M/de500.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$T/t.tfm"
+    tfm-batch -q --tokens 1024 "$T/s.tfm" "$T/t.tfm" > "$T/one.tfm"
+    run tfm-cat --header "$T/one.tfm"
+    assert_line "meta batches=1"
+    run bash -c "tfm-train ${SMALL[*]} -o '$T/short' --update-freq 2 < '$T/one.tfm'"
+    assert_failure 1
+    assert_output --partial "tfm-train: <stdin>: the stream ended after 1 batch, before the first update (2 batches each): nothing trained"
+    [ ! -e "$T/short" ]
+    # one update's worth is trained and saved
+    run bash -c "tfm-train ${SMALL[*]} -o '$T/short' < '$T/one.tfm'"
+    assert_success
+    assert_line "tfm-train: end of the batch stream at update 1; last checkpoint $T/short/step-000001.tfm"
+    # a resumed run whose pipe holds only what it has trained on
+    run bash -c "tfm-train ${SMALL[*]} -o '$T/short' --resume < '$T/one.tfm'"
+    assert_failure 1
+    assert_output --partial "tfm-train: <stdin>: no batch after the 1 already trained on: nothing to train on"
+    run ls "$T/short"
+    assert_output $'last.tfm\nstep-000001.tfm'
+}
+
+@test "a failed run removes the directory it made, if still empty, and never one that was there" {
+    head -c 20000 "$M/b.tfm" > "$T/cut.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/new" --max-steps 100 "$T/cut.tfm"
+    assert_failure 1
+    [ ! -e "$T/new" ]
+    mkdir "$T/old"
+    run tfm-train "${SMALL[@]}" -o "$T/old" --max-steps 100 "$T/cut.tfm"
+    assert_failure 1
+    [ -d "$T/old" ]
+    run ls -A "$T/old"
+    assert_output ""
+    # a directory the run made and wrote to stays, with its checkpoints
+    # (cut inside the fifth batch: four updates first)
+    at=$(tfm-cat "$M/b.tfm" | awk '$1 == "record" && $2 == 14 { print $NF }')
+    head -c $((at + 100)) "$M/b.tfm" > "$T/cut2.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/some" --save-every 1 --max-steps 100 "$T/cut2.tfm"
+    assert_failure 1
+    assert_line "tfm-train: saved $T/some/step-000004.tfm"
+    assert_output --partial "$T/cut2.tfm: record 14"
+    run ls "$T/some"
+    assert_output $'last.tfm\nstep-000001.tfm\nstep-000002.tfm\nstep-000003.tfm\nstep-000004.tfm'
+}
+
+@test "--print-config refuses a config that is no model (heads must divide d_model ...)" {
+    run tfm-train -c "$CONF" --set heads=3 --print-config
+    assert_failure 1
+    assert_output "tfm-train: config: d_model 64 is not divisible by heads 3"
+    run tfm-train -c "$CONF" --set d_model=63 --set heads=1 --print-config
+    assert_failure 1
+    assert_output "tfm-train: config: d_model 63 must be even for sinusoidal positions"
+    run tfm-train -c "$CONF" --set max_len=4096 --print-config
+    assert_failure 1
+    assert_output --partial "tfm-train: config: tokens 2048 is less than max_len 4096"
+    run tfm-train -c "$CONF" --set heads=3 -o "$T/h" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: config: d_model 64 is not divisible by heads 3"
+    [ ! -e "$T/h" ]
+    run tfm-train -c "$CONF" --set heads=4 --print-config
+    assert_success
+    assert_line "heads = 4"
+}
+
+@test "--max-time 0 is refused: no limit is the option left out" {
+    for v in 0 0s 0m 0h0m; do
+        run tfm-train "${SMALL[@]}" -o "$T/z" --max-steps 2 --max-time $v "$M/b.tfm"
+        assert_failure 2
+        assert_line --index 0 "tfm-train: --max-time: '$v': no time to train; omit the option for no time limit"
+    done
+    [ ! -e "$T/z" ]
+}
+
+@test "numbers with white space are refused by every numeric option, as --max-time's are" {
+    run tfm-train "${SMALL[@]}" -o "$T/w" -n '  2' --print-config
+    assert_failure 2
+    assert_line --index 0 "tfm-train: --max-steps: '  2': expected an integer from 0 to 2147483647"
+    for opt in --max-steps --keep --update-freq --threads --ranks --report-every --valid-every; do
+        for v in ' 2' '2 ' '	2'; do
+            run tfm-train "${SMALL[@]}" -o "$T/w" $opt "$v" --print-config
+            assert_failure 2
+            assert_line --index 0 --partial "tfm-train: $opt: '$v': expected an integer"
+        done
+    done
+    run tfm-train "${SMALL[@]}" -o "$T/w" --max-time ' 5' --print-config
+    assert_failure 2
+    run tfm-train "${SMALL[@]}" -o "$T/w" --save-every ' 5' --print-config
+    assert_failure 2
+    run tfm-train "${SMALL[@]}" -o "$T/w" --max-memory ' 5G' --print-config
+    assert_failure 2
+    assert_line --index 0 "tfm-train: --max-memory: ' 5G' is not a size (512M, 8G)"
+    run tfm-train "${SMALL[@]}" -o "$T/w" -n 2 --max-memory 5G --print-config
+    assert_success
+    assert_line "max_steps = 2"
+    # the other tools share the parser
+    run tfm-avg -n ' 2' "$T"
+    assert_failure 2
+    assert_line --index 0 "tfm-avg: -n: ' 2': expected an integer from 1 to 100000"
+    run tfm-batch --tokens ' 100' "$M/en500.tfm"
+    assert_failure 2
 }

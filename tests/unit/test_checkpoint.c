@@ -1,5 +1,7 @@
 /* test_checkpoint.c: checkpoint write/load round trips, refusal of poisoned values and of
- * wrong kinds, compatibility, directory listing, pruning, last.tfm, averaging. */
+ * wrong kinds, compatibility, directory listing, pruning, last.tfm, the directory lock,
+ * the check of a checkpoint against the model its config describes (and loading it into
+ * one), averaging. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "check.h"
 #include "checkpoint.h"
+#include "model.h"
 #include "stream.h"
 
 static char dir[256];
@@ -254,7 +258,11 @@ static void test_directory(void)
     struct tfm_error err;
     char sub[512];
     snprintf(sub, sizeof sub, "%s/run", dir);
-    CHECK(tfm_checkpoint_dir_ready(sub, &err) == 0);
+    int created = -1;
+    CHECK(tfm_checkpoint_dir_ready(sub, &created, &err) == 0);
+    CHECK_EQ_INT(created, 1);
+    CHECK(tfm_checkpoint_dir_ready(sub, &created, &err) == 0);
+    CHECK_EQ_INT(created, 0);      /* there already: not this call's */
     char p[600];
     CHECK(tfm_checkpoint_path(p, sizeof p, sub, 42) == 0);
     CHECK(strcmp(p + strlen(sub), "/step-000042.tfm") == 0);
@@ -300,27 +308,275 @@ static void test_directory(void)
     CHECK_EQ_INT(tfm_checkpoint_clean(sub, &err), 1);
     CHECK(access(path_in("run/step-000077.tfm.tmp.999999999"), F_OK) != 0);
     CHECK(access(path_in(live), F_OK) == 0);
-    CHECK(tfm_checkpoint_dir_ready(path_in("rt.tfm"), &err) == -1);
+    CHECK(tfm_checkpoint_dir_ready(path_in("rt.tfm"), NULL, &err) == -1);
     CHECK(strstr(err.msg, "not a directory") != NULL);
     if (geteuid() != 0) {
-        CHECK(tfm_checkpoint_dir_ready("/proc/tfm-no", &err) == -1);
+        CHECK(tfm_checkpoint_dir_ready("/proc/tfm-no", NULL, &err) == -1);
         CHECK(strstr(err.msg, "cannot create directory") != NULL);
     }
+}
+
+/* ---- checkpoints of a model ------------------------------------------------------- */
+
+/* A small model: 1 layer, d_model 8, d_ff 16, vocab 8 (emb 8x8, enc.0.ffn.w1 8x16 ...). */
+static const char MODEL1[] = "layers = 1\nd_model = 8\nd_ff = 16\nheads = 2\nvocab = 8\n"
+                             "max_len = 8\ntokens = 8\n";
+static const char MODEL2[] = "layers = 2\nd_model = 8\nd_ff = 16\nheads = 2\nvocab = 8\n"
+                             "max_len = 8\ntokens = 8\n";
+
+/* What write_model changes in an otherwise good checkpoint of a model. */
+struct edit {
+    const char *poison;     /* this tensor gets value bad at element 3 */
+    float bad;
+    const char *drop;       /* this tensor is left out */
+    const char *extra;      /* a tensor of this name is added (shape 2) */
+    const char *reshape;    /* this rank-2 tensor is written with its dims swapped */
+    int adam;               /* 0: no moments, 1: both, 2: adam.m only */
+};
+
+/* A checkpoint at path of the model that layout (config text) describes, with config text
+ * in the file, parameters base + (j % 7) and the same values as moments, edited by e. */
+static int write_model(const char *path, const char *layout, const char *config, int64_t step,
+                       float base, const struct edit *e)
+{
+    struct tfm_error err;
+    struct tfm_config cfg;
+    tfm_config_defaults(&cfg);
+    struct tfm_param *p = NULL;
+    int np = 0;
+    if (tfm_config_parse(&cfg, layout, strlen(layout), "layout", &err) ||
+        tfm_model_layout(&cfg, &p, &np, &err)) {
+        printf("# %s\n", err.msg);
+        return -1;
+    }
+    struct tfm_header h;
+    tfm_header_init(&h, "ignored");
+    tfm_header_set_spm(&h, SPM, sizeof SPM, &err);
+    struct tfm_ckpt_state st = {.step = step, .nrng = 1};
+    struct tfm_writer *w = tfm_checkpoint_begin(path, &h, config, &st, &err);
+    tfm_header_free(&h);
+    int rc = w ? 0 : -1;
+    static const char *const prefix[3] = {"param.", "adam.m.", "adam.v."};
+    for (int part = 0; rc == 0 && part < (e->adam == 0 ? 1 : e->adam == 1 ? 3 : 2); part++)
+        for (int i = 0; rc == 0 && i < np; i++) {
+            char name[256];
+            snprintf(name, sizeof name, "%s%s", prefix[part], p[i].name);
+            if (e->drop && strcmp(name, e->drop) == 0)
+                continue;
+            float *v = malloc((size_t)p[i].count * sizeof *v);
+            for (int64_t j = 0; j < p[i].count; j++)
+                v[j] = base + (float)(j % 7);
+            if (e->poison && strcmp(name, e->poison) == 0)
+                v[3] = e->bad;
+            int64_t dims[2] = {p[i].dims[0], p[i].dims[1]};
+            if (e->reshape && strcmp(name, e->reshape) == 0) {
+                dims[0] = p[i].dims[1];
+                dims[1] = p[i].dims[0];
+            }
+            rc = tfm_writer_put(w, name, TFM_F32, p[i].rank, dims, v, &err);
+            free(v);
+        }
+    if (rc == 0 && e->extra) {
+        float v[2] = {1, 2};
+        int64_t d = 2;
+        rc = tfm_writer_put(w, e->extra, TFM_F32, 1, &d, v, &err);
+    }
+    free(p);
+    if (rc == 0)
+        rc = tfm_writer_close(w, &err);
+    else if (w)
+        tfm_writer_abort(w);
+    if (rc)
+        printf("# %s\n", err.msg);
+    return rc;
+}
+
+/* The message of tfm_checkpoint_check on a model checkpoint edited by e ("" when it
+ * passes), loaded with flags, checked with optimizer. */
+static const char *check_msg(const char *name, const char *layout, const char *config,
+                             const struct edit *e, int flags, int optimizer)
+{
+    static char msg[1100];
+    struct tfm_error err;
+    struct tfm_config cfg;
+    const char *p = path_in(name);
+    if (write_model(p, layout, config, 1, 0.25f, e))
+        return "(not written)";
+    struct tfm_checkpoint *c = tfm_checkpoint_load(p, flags, &err);
+    if (!c)
+        return "(not loaded)";
+    int rc = tfm_checkpoint_config(c, &cfg, &err);
+    if (rc == 0)
+        rc = tfm_checkpoint_check(c, &cfg, optimizer, &err);
+    tfm_checkpoint_free(c);
+    /* the message without the directory: "name: tensor ..." */
+    snprintf(msg, sizeof msg, "%s", rc ? err.msg + strlen(dir) + 1 : "");
+    if (rc && strncmp(err.msg, dir, strlen(dir)) != 0)
+        snprintf(msg, sizeof msg, "(no path) %s", err.msg);
+    return msg;
+}
+
+static void test_model_check(void)
+{
+    const struct edit none = {0}, both = {.adam = 1};
+    CHECK_STR(check_msg("m1.tfm", MODEL1, MODEL1, &none, 0, 0), "");
+    CHECK_STR(check_msg("m1a.tfm", MODEL1, MODEL1, &both, 0, 1), "");
+    /* non-finite values, in parameters and moments; a negative second moment */
+    struct edit e = {.poison = "param.enc.0.ffn.w1", .bad = NAN};
+    CHECK_STR(check_msg("nan.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "nan.tfm: tensor param.enc.0.ffn.w1: element 3 is NaN");
+    e = (struct edit){.poison = "param.emb", .bad = -INFINITY};
+    CHECK_STR(check_msg("inf.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "inf.tfm: tensor param.emb: element 3 is Inf");
+    e = (struct edit){.poison = "adam.m.dec.0.cross.wkv", .bad = NAN, .adam = 1};
+    CHECK_STR(check_msg("mnan.tfm", MODEL1, MODEL1, &e, 0, 1),
+              "mnan.tfm: tensor adam.m.dec.0.cross.wkv: element 3 is NaN");
+    /* (passed over unread, the moments are not looked at) */
+    CHECK_STR(check_msg("mnan.tfm", MODEL1, MODEL1, &e, TFM_CKPT_NO_OPTIMIZER, 0), "");
+    e = (struct edit){.poison = "adam.v.enc.0.ln1.g", .bad = -1e-30f, .adam = 1};
+    CHECK_STR(check_msg("vneg.tfm", MODEL1, MODEL1, &e, 0, 1),
+              "vneg.tfm: tensor adam.v.enc.0.ln1.g: element 3 is negative (a second moment "
+              "never is)");
+    e = (struct edit){.poison = "adam.v.enc.0.ln1.g", .bad = -0.0f, .adam = 1};
+    CHECK_STR(check_msg("vzero.tfm", MODEL1, MODEL1, &e, 0, 1), "");
+    /* a config that does not describe the tensors: fewer layers, more layers, untied */
+    CHECK_STR(check_msg("l1.tfm", MODEL2, MODEL1, &none, 0, 0),
+              "l1.tfm: tensor param.enc.1.self.wqkv: not a parameter of the model its config "
+              "describes (layer 1; the config has layers = 1)");
+    CHECK_STR(check_msg("l3.tfm", MODEL1, MODEL2, &none, 0, 0),
+              "l3.tfm: tensor param.enc.1.self.wqkv missing (config wants 8x24)");
+    char untied[256];
+    snprintf(untied, sizeof untied, "%stie = 0\n", MODEL1);
+    CHECK_STR(check_msg("tie.tfm", MODEL1, untied, &none, 0, 0),
+              "tie.tfm: tensor param.emb: not a parameter of the model its config describes "
+              "(the config has tie = 0)");
+    /* the same shapes under another width */
+    CHECK_STR(check_msg("ff.tfm", MODEL1, "layers = 1\nd_model = 8\nd_ff = 32\nheads = 2\n"
+                        "vocab = 8\nmax_len = 8\ntokens = 8\n", &none, 0, 0),
+              "ff.tfm: tensor param.enc.0.ffn.w1: shape 8x16, config wants 8x32");
+    /* an extra tensor, a missing one, a reshaped one (the same count) */
+    e = (struct edit){.extra = "param.enc.0.ffn.w3"};
+    CHECK_STR(check_msg("extra.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "extra.tfm: tensor param.enc.0.ffn.w3: not a parameter of the model its config "
+              "describes");
+    e = (struct edit){.drop = "param.dec.0.ln3.b"};
+    CHECK_STR(check_msg("drop.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "drop.tfm: tensor param.dec.0.ln3.b missing (config wants 8)");
+    e = (struct edit){.reshape = "param.enc.0.ffn.w1"};
+    CHECK_STR(check_msg("reshape.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "reshape.tfm: tensor param.enc.0.ffn.w1: shape 16x8, config wants 8x16");
+    /* the moments: all of them to resume, all or none otherwise */
+    CHECK_STR(check_msg("noadam.tfm", MODEL1, MODEL1, &none, 0, 1),
+              "noadam.tfm: tensor adam.m.emb missing (config wants 8x8): no optimizer state "
+              "to resume from (dropped, as tfm-avg does?)");
+    e = (struct edit){.adam = 2};
+    CHECK_STR(check_msg("halfadam.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "halfadam.tfm: tensor adam.v.emb missing (config wants 8x8): the other Adam "
+              "moments are there");
+    e = (struct edit){.drop = "adam.v.dec.0.ffn.b2", .adam = 1};
+    CHECK_STR(check_msg("dropv.tfm", MODEL1, MODEL1, &e, 0, 1),
+              "dropv.tfm: tensor adam.v.dec.0.ffn.b2 missing (config wants 8): the other Adam "
+              "moments are there");
+    /* a config that is no model */
+    CHECK_STR(check_msg("heads.tfm", MODEL1, "layers = 1\nd_model = 8\nheads = 3\nvocab = 8\n",
+                        &none, 0, 0),
+              "heads.tfm: config: d_model 8 is not divisible by heads 3");
+}
+
+/* tfm_checkpoint_to_model: the values arrive; a failed check copies nothing. */
+static void test_to_model(void)
+{
+    struct tfm_error err;
+    struct tfm_config cfg;
+    struct tfm_backend *be = tfm_backend_cpu(1, &err);
+    CHECK(be != NULL);
+    if (!be)
+        return;
+    const struct edit both = {.adam = 1}, nan = {.poison = "param.dec.0.ffn.b2", .bad = NAN, .adam = 1};
+    const char *good = path_in("tm.tfm"), *bad = path_in("tmbad.tfm");
+    CHECK(write_model(good, MODEL1, MODEL1, 5, 0.5f, &both) == 0);
+    CHECK(write_model(bad, MODEL1, MODEL1, 5, 0.5f, &nan) == 0);
+    struct tfm_checkpoint *c = tfm_checkpoint_load(good, 0, &err);
+    struct tfm_checkpoint *b = tfm_checkpoint_load(bad, 0, &err);
+    tfm_config_defaults(&cfg);
+    CHECK(c && b && tfm_checkpoint_config(c, &cfg, &err) == 0);
+    struct tfm_model *m = c ? tfm_model_create(&cfg, be, 0, &err) : NULL;
+    CHECK(m != NULL);
+    if (c && b && m) {
+        int64_t n = tfm_model_count(m);
+        float *host = malloc((size_t)n * sizeof *host);
+        const struct tfm_param *w1 = tfm_model_find(m, "enc.0.ffn.w1");
+        tfm_model_download(m, TFM_PARAMS, host);
+        float before = host[w1->offset + 3];
+        CHECK(before != 3.5f);                      /* initialized, not yet loaded */
+        CHECK(tfm_checkpoint_to_model(b, m, 1, &err) == -1);
+        CHECK(strstr(err.msg, "tmbad.tfm: tensor param.dec.0.ffn.b2: element 3 is NaN") != NULL);
+        tfm_model_download(m, TFM_PARAMS, host);
+        CHECK(host[w1->offset + 3] == before);      /* nothing copied */
+        CHECK(tfm_checkpoint_to_model(c, m, 1, &err) == 0);
+        tfm_model_download(m, TFM_PARAMS, host);
+        CHECK(host[w1->offset + 3] == 3.5f && host[w1->offset + 7] == 0.5f);
+        tfm_model_download(m, TFM_ADAM_V, host);
+        CHECK(host[w1->offset + 6] == 6.5f);
+        free(host);
+        /* a model of another config refuses the checkpoint */
+        struct tfm_config other = cfg;
+        other.d_ff = 32;
+        struct tfm_model *m2 = tfm_model_create(&other, be, 0, &err);
+        CHECK(m2 && tfm_checkpoint_to_model(c, m2, 0, &err) == -1);
+        CHECK(strstr(err.msg, "tm.tfm: tensor param.enc.0.ffn.w1: shape 8x16, config wants 8x32") != NULL);
+        tfm_model_free(m2);
+    }
+    tfm_model_free(m);
+    tfm_checkpoint_free(c);
+    tfm_checkpoint_free(b);
+    be->destroy(be);
+}
+
+static void test_lock(void)
+{
+    struct tfm_error err;
+    char sub[512], lockfile[600], host[256] = "?", want[2048];
+    snprintf(sub, sizeof sub, "%s/locked", dir);
+    snprintf(lockfile, sizeof lockfile, "%s/.tfm-train.lock", sub);
+    CHECK(tfm_checkpoint_dir_ready(sub, NULL, &err) == 0);
+    struct tfm_ckpt_lock *a = tfm_checkpoint_lock(sub, &err);
+    CHECK(a != NULL);
+    /* another open file: refused (flock locks conflict even within a process), naming
+     * the holder */
+    struct tfm_ckpt_lock *b = tfm_checkpoint_lock(sub, &err);
+    CHECK(b == NULL);
+    gethostname(host, sizeof host - 1);
+    snprintf(want, sizeof want, "%s: in use by another run (pid %ld on host %s; lock %s): wait "
+             "for it to end, or use another directory", sub, (long)getpid(), host, lockfile);
+    CHECK_STR(err.msg, want);
+    tfm_checkpoint_unlock(a);
+    CHECK(access(lockfile, F_OK) != 0);         /* removed with the lock */
+    b = tfm_checkpoint_lock(sub, &err);
+    CHECK(b != NULL);
+    tfm_checkpoint_unlock(b);
+    /* a directory that is not there */
+    CHECK(tfm_checkpoint_lock(path_in("nowhere/x"), &err) == NULL);
+    CHECK(strstr(err.msg, "nowhere/x/.tfm-train.lock: No such file or directory") != NULL);
 }
 
 static void test_average(void)
 {
     struct tfm_error err;
+    const struct edit both = {.adam = 1};
     const char *in[3] = {path_in("v1.tfm"), path_in("v2.tfm"), path_in("v3.tfm")};
     for (int i = 0; i < 3; i++)
-        CHECK(write_ckpt(in[i], 100 * (i + 1), (float)i * 0.5f, CONFIG, 1) == 0);
+        CHECK(write_model(in[i], MODEL1, MODEL1, 100 * (i + 1), (float)i * 0.5f, &both) == 0);
     const char *out = path_in("avg.tfm");
     CHECK(tfm_checkpoint_average(in, 3, 0, out, &err) == 0);
     struct tfm_checkpoint *c = tfm_checkpoint_load(out, 0, &err);
     CHECK(c != NULL);
     if (c) {
-        CHECK_EQ_INT(c->ntensors, 2);   /* optimizer dropped */
-        struct tfm_ckpt_tensor *w = tfm_checkpoint_find(c, "param.w");
+        struct tfm_config cfg;
+        CHECK(tfm_checkpoint_config(c, &cfg, &err) == 0 &&
+              tfm_checkpoint_check(c, &cfg, 0, &err) == 0);
+        CHECK(tfm_checkpoint_find(c, "adam.m.emb") == NULL);      /* optimizer dropped */
+        struct tfm_ckpt_tensor *w = tfm_checkpoint_find(c, "param.enc.0.ffn.w1");
         /* bases 0, 0.5, 1: mean 0.5 */
         CHECK(w && w->data[0] == 0.5f && w->data[5] == 5.5f);
         CHECK_EQ_INT(c->state.step, 300);
@@ -332,14 +588,27 @@ static void test_average(void)
     tfm_checkpoint_free(c);
     CHECK(tfm_checkpoint_average(in, 3, 1, out, &err) == 0);
     c = tfm_checkpoint_load(out, 0, &err);
-    CHECK(c && c->ntensors == 4 && tfm_checkpoint_find(c, "adam.m.w")->data[1] == 1.5f);
+    CHECK(c && tfm_checkpoint_find(c, "adam.m.emb") &&
+          tfm_checkpoint_find(c, "adam.m.emb")->data[1] == 1.5f);
     tfm_checkpoint_free(c);
     /* a config mismatch is refused and writes nothing */
     const char *bad[2] = {in[0], path_in("other.tfm")};
-    CHECK(write_ckpt(bad[1], 9, 0, "d_model = 16\nlayers = 1\n", 1) == 0);
+    static const char wide[] = "layers = 1\nd_model = 16\nd_ff = 16\nheads = 2\nvocab = 8\n"
+                               "max_len = 8\ntokens = 8\n";
+    CHECK(write_model(bad[1], wide, wide, 9, 0, &both) == 0);
     const char *out2 = path_in("avg2.tfm");
     CHECK(tfm_checkpoint_average(bad, 2, 0, out2, &err) == -1);
     CHECK(strstr(err.msg, "different config: 'd_model = 16' against 'd_model = 8'") != NULL);
+    CHECK(access(out2, F_OK) != 0);
+    /* each input must hold the model of its config, finite: named, nothing written */
+    const struct edit nan = {.poison = "param.enc.0.ffn.b1", .bad = NAN};
+    CHECK(write_model(bad[1], MODEL1, MODEL1, 9, 0, &nan) == 0);
+    CHECK(tfm_checkpoint_average(bad, 2, 0, out2, &err) == -1);
+    CHECK(strstr(err.msg, "other.tfm: tensor param.enc.0.ffn.b1: element 3 is NaN") != NULL);
+    CHECK(access(out2, F_OK) != 0);
+    CHECK(write_model(bad[1], MODEL2, MODEL1, 9, 0, &both) == 0);
+    CHECK(tfm_checkpoint_average(bad, 2, 0, out2, &err) == -1);
+    CHECK(strstr(err.msg, "other.tfm: tensor param.enc.1.self.wqkv: not a parameter") != NULL);
     CHECK(access(out2, F_OK) != 0);
 }
 
@@ -356,6 +625,9 @@ int main(void)
     t_run("wrong kind, truncated, corrupt, missing", test_refusals);
     t_run("compatibility", test_compatible);
     t_run("directory list, last.tfm, prune", test_directory);
+    t_run("the directory lock", test_lock);
+    t_run("a checkpoint against the model its config describes", test_model_check);
+    t_run("a checkpoint into a model", test_to_model);
     t_run("average", test_average);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -2,11 +2,14 @@
  * the in-process all-reduce (sum, rank order, bitwise agreement, abort), durations and
  * progress lines; then tfm_train_run on a synthetic copy task: a resumed run equals an
  * uninterrupted one bit for bit, R ranks equal 1 rank with R-fold accumulation up to float
- * reassociation, NaN, budget and memory errors. */
+ * reassociation, NaN, budget and memory errors; a resume refuses a checkpoint that does
+ * not hold its config's model, a locked directory is refused, a failed run leaves no
+ * directory it made. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -379,6 +382,61 @@ static void test_train_resume(void)
     opts(&o, "pieces", 100);
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "holds checkpoints") != NULL);
+    /* a newer checkpoint that does not hold its config's model is refused on resume,
+     * naming it and the tensor: the same count in another shape, an extra tensor, a
+     * missing moment, a NaN moment */
+    static const char *const how[4] = {"reshape", "extra", "drop", "nan"};
+    static const char *const want[4] = {
+        "cannot resume: %s: tensor param.enc.0.ffn.w1: shape 64x32, config wants 32x64",
+        "cannot resume: %s: tensor param.enc.2.ffn.w1: not a parameter of the model its "
+        "config describes (layer 2; the config has layers = 1)",
+        "cannot resume: %s: tensor adam.v.dec.0.ffn.b2 missing (config wants 32): the other "
+        "Adam moments are there",
+        "cannot resume: %s: tensor adam.m.emb: element 3 is NaN"};
+    char good[400], bad[400], msg[1200];
+    snprintf(good, sizeof good, "%s/pieces/step-000090.tfm", dir);
+    snprintf(bad, sizeof bad, "%s/pieces/step-000095.tfm", dir);
+    for (int k = 0; k < 4; k++) {
+        struct tfm_checkpoint *g = tfm_checkpoint_load(good, 0, &err);
+        CHECK(g != NULL);
+        if (!g)
+            break;
+        struct tfm_writer *w = tfm_checkpoint_begin(bad, &g->header, g->config, &g->state, &err);
+        for (int i = 0; w && i < g->ntensors; i++) {
+            struct tfm_ckpt_tensor *t = &g->tensors[i];
+            int64_t d[2] = {t->dims[0], t->dims[1]};
+            if (k == 0 && strcmp(t->name, "param.enc.0.ffn.w1") == 0) {
+                d[0] = t->dims[1];
+                d[1] = t->dims[0];
+            }
+            if (k == 2 && strcmp(t->name, "adam.v.dec.0.ffn.b2") == 0)
+                continue;
+            if (k == 3 && strcmp(t->name, "adam.m.emb") == 0)
+                t->data[3] = NAN;
+            CHECK(tfm_writer_put(w, t->name, TFM_F32, t->rank, d, t->data, &err) == 0);
+        }
+        if (w && k == 1) {
+            struct tfm_ckpt_tensor *t = tfm_checkpoint_find(g, "param.enc.0.ffn.w1");
+            CHECK(tfm_writer_put(w, "param.enc.2.ffn.w1", TFM_F32, t->rank, t->dims, t->data,
+                                 &err) == 0);
+        }
+        CHECK(w && tfm_writer_close(w, &err) == 0);
+        tfm_checkpoint_free(g);
+        tiny(&c);
+        opts(&o, "pieces", 100);
+        o.resume = 1;
+        CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
+        snprintf(msg, sizeof msg, want[k], bad);
+        printf("# %s: %s\n", how[k], err.msg);
+        CHECK_STR(err.msg, msg);
+    }
+    unlink(bad);
+    /* the good one still resumes */
+    tiny(&c);
+    opts(&o, "pieces", 92);
+    o.resume = 1;
+    CHECK(run(&c, &o, &res) == 0);
+    CHECK_EQ_INT(res.step, 92);
 }
 
 static void test_train_ranks(void)
@@ -494,6 +552,31 @@ static void test_train_errors(void)
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "batch 0: 8 x 10 = 80 padded source tokens exceed the batch budget "
                           "tokens=64") != NULL);
+    /* the failed run made its directory: it is gone; one that was there stays */
+    char made[400];
+    snprintf(made, sizeof made, "%s/budget", dir);
+    CHECK(access(made, F_OK) != 0);
+    snprintf(made, sizeof made, "%s/there", dir);
+    CHECK(mkdir(made, 0777) == 0);
+    tiny(&c);
+    c.tokens = 64;
+    opts(&o, "there", 5);
+    CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
+    CHECK(access(made, F_OK) == 0);
+    /* a directory another run holds is refused, naming it; free again, it is used */
+    struct tfm_ckpt_lock *l = tfm_checkpoint_lock(made, &err);
+    CHECK(l != NULL);
+    tiny(&c);
+    opts(&o, "there", 2);
+    CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
+    CHECK(strstr(err.msg, "there: in use by another run (pid ") != NULL);
+    char none_ck[400];
+    snprintf(none_ck, sizeof none_ck, "%s/there/last.tfm", dir);
+    CHECK(access(none_ck, F_OK) != 0);
+    CHECK(access(made, F_OK) == 0);     /* not this run's to remove */
+    tfm_checkpoint_unlock(l);
+    CHECK(run(&c, &o, &res) == 0);
+    CHECK(access(none_ck, F_OK) == 0);
     /* a memory limit */
     tiny(&c);
     opts(&o, "memory", 5);
