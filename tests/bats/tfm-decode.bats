@@ -313,6 +313,7 @@ lengths() {
         assert_failure 2
         assert_output --partial "--min-len"
     done
+}
 
 @test "tfm-decode refuses a checkpoint that is not the model its config describes, naming the tensor" {
     edit() { python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/model.tfm" "$T/$1.tfm" "${@:2}"; }
