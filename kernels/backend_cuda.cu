@@ -124,9 +124,8 @@ static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-static void cu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                    int ldc)
+void cuda_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0)
         return;
@@ -143,22 +142,6 @@ static void cu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
     }
     BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta,
                            C, ldc));
-}
-
-static void cu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
-                            float alpha, const float *A, int lda, int64_t sa, const float *B,
-                            int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
-                            int batch)
-{
-    if (M <= 0 || N <= 0 || batch <= 0)
-        return;
-    if (K <= 0) {
-        for (int i = 0; i < batch; i++)
-            cu_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C + i * sc, ldc);
-        return;
-    }
-    BLAS_CHECK(cublasSgemmStridedBatched(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb,
-                                         sb, A, lda, sa, &beta, C, ldc, sc, batch));
 }
 
 // ---- lifetime ---------------------------------------------------------------------------
@@ -281,27 +264,9 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     be->sync = cu_sync;
     be->bind = cu_bind;
     be->reserve = cu_reserve;
-    be->gemm = cu_gemm;
-    be->gemm_batched = cu_gemm_batched;
-    be->embed_fwd = cuda_embed_fwd;
-    be->embed_bwd = cuda_embed_bwd;
-    be->layernorm_fwd = cuda_layernorm_fwd;
-    be->layernorm_bwd = cuda_layernorm_bwd;
-    be->attn_fwd = cuda_attn_fwd;
-    be->attn_bwd = cuda_attn_bwd;
-    be->attn_decode = cuda_attn_decode;
-    be->bias_act = cuda_bias_act;
-    be->bias_bwd = cuda_bias_bwd;
-    be->relu_bwd = cuda_relu_bwd;
-    be->dropout = cuda_dropout;
-    be->add_dropout = cuda_add_dropout;
-    be->axpy = cuda_axpy;
-    be->scale = cuda_scale;
-    be->gather = cuda_gather;
-    be->xent = cuda_xent;
-    be->log_softmax = cuda_log_softmax;
-    be->sumsq = cuda_sumsq;
-    be->adam = cuda_adam;
+#define CUDA_OP(ret, name, params, args, devs) be->name = cuda_##name;
+    TFM_BACKEND_OPS(CUDA_OP)
+#undef CUDA_OP
     be->destroy = cu_destroy;
     return be;
 }

@@ -76,46 +76,11 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
     return (unsigned)(b > 0 ? (b < 2147483647u ? b : 2147483647u) : 1);
 }
 
-// ---- cuda_ops.cu ------------------------------------------------------------------------
-void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, const int32_t *ids,
-                    int N, int D, float scale, const float *pos, int L, int pos0);
-void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
-                    const int32_t *ids, int N, int D, int V, float scale, int L, int pos0);
-void cuda_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
-                        const float *x, const float *g, const float *b, int N, int D, float eps);
-void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
-                        const float *x, const float *mean, const float *rstd, const float *g,
-                        int N, int D, int accumulate);
-void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu);
-void cuda_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M);
-void cuda_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const float *y, size_t n,
-                   float scale);
-void cuda_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
-                  uint64_t key);
-void cuda_add_dropout(struct tfm_backend *be, float *y, const float *a, const float *b, size_t n,
-                      float p, uint64_t key);
-void cuda_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n);
-void cuda_scale(struct tfm_backend *be, float *x, float alpha, size_t n);
-void cuda_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
-                 int64_t sstride, const int32_t *idx, int n, int64_t len);
-void cuda_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
-               float eps, int ignore, float *loss, float *nll, float grad_scale);
-void cuda_log_softmax(struct tfm_backend *be, float *y, const float *x, int N, int V);
-double cuda_sumsq(struct tfm_backend *be, const float *x, size_t n);
-void cuda_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,
-               float lr, float b1, float b2, float eps, float gscale, int64_t step);
-
-// ---- cuda_attn.cu -----------------------------------------------------------------------
-void cuda_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
-                   const float *k, int ldk, const float *v, int ldv, float *o, int ldo,
-                   float *lse);
-void cuda_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
-                   const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,
-                   const float *lse, const float *dout, int lddo, float *dq, int lddq,
-                   float *dk, int lddk, float *dv, int lddv);
-void cuda_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale, const float *q,
-                      int ldq, const float *k, const float *v, int ld, int64_t bstride,
-                      const int32_t *blk, const int32_t *slot, int sstride, const int32_t *len,
-                      float *o, int ldo);
+// ---- the ops: cuda_<name> for each X of TFM_BACKEND_OPS (src/backend.h), with its
+// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, the rest in
+// cuda_ops.cu.
+#define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
+TFM_BACKEND_OPS(TFM_CUDA_DECL)
+#undef TFM_CUDA_DECL
 
 #endif

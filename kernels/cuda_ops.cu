@@ -7,7 +7,7 @@
 //                                         row adds its tokens' gradients in token order
 //   cuda_layernorm_fwd, _bwd              a block per row; dg, db by column sums
 //   cuda_bias_act, cuda_bias_bwd          bias (+ ReLU); its gradient by column sums
-//   cuda_relu_bwd, cuda_dropout, cuda_add_dropout, cuda_axpy, cuda_scale, cuda_gather
+//   cuda_relu_bwd, cuda_dropout, cuda_add_dropout, cuda_axpy, cuda_gather
 //                                         element-wise, grid-stride loops
 //   cuda_xent, cuda_log_softmax           a block per row
 //   cuda_sumsq, cuda_adam                 the optimizer's
@@ -366,12 +366,6 @@ __global__ void axpy_elems(float *y, float alpha, const float *x, size_t n)
         y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
 }
 
-__global__ void scale_elems(float *x, float alpha, size_t n)
-{
-    for (size_t i = thread_index(); i < n; i += thread_count())
-        x[i] = __fmul_rn(x[i], alpha);
-}
-
 // Element c of row i: dst[i*dstride + c] = src[(idx ? idx[i] : i)*sstride + c].
 __global__ void gather_elems(float *dst, int64_t dstride, const float *src, int64_t sstride,
                              const int32_t *idx, size_t total, int64_t len)
@@ -623,14 +617,6 @@ void cuda_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, si
     if (n == 0)
         return;
     axpy_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(y, alpha, x, n);
-    LAUNCH_CHECK();
-}
-
-void cuda_scale(struct tfm_backend *be, float *x, float alpha, size_t n)
-{
-    if (n == 0)
-        return;
-    scale_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(x, alpha, n);
     LAUNCH_CHECK();
 }
 

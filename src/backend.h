@@ -109,12 +109,145 @@ struct tfm_attn {
     uint64_t key;           /* dropout key */
 };
 
+/* ---- the ops, listed once ------------------------------------------------------------- */
+
+/* Every compute op as X(ret, name, params, args, devs): its return type, its slot name,
+ * its parameter list, the same names as an argument list, and which arguments are device
+ * pointers.  The table's slots, the sim backend's checking wrappers and the CUDA
+ * declarations (kernels/cuda.h) are made from this list; each backend defines
+ * <prefix>_<name> with exactly these parameters.  Semantics, op by op: */
+#define TFM_BACKEND_OPS(X)                                                                   \
+    /* -- dense algebra --                                                                   \
+     * C (M,N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb non-zero);         \
+     * op(A) is (M,K), op(B) is (K,N).  With beta == 0, C is not read (NaN-safe). */         \
+    X(void, gemm,                                                                            \
+      (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,             \
+       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc),     \
+      (be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), (A, B, C))                 \
+    /* -- embeddings --                                                                      \
+     * out (N,D) = scale * table[ids[n]] + (pos ? pos[pos0 + n % L] : 0).                    \
+     * table (V,D); pos (P,D) with pos0 + L <= P; ids (N) device, each in [0,V). */          \
+    X(void, embed_fwd,                                                                       \
+      (struct tfm_backend *be, float *out, const float *table, const int32_t *ids, int N,    \
+       int D, float scale, const float *pos, int L, int pos0),                               \
+      (be, out, table, ids, N, D, scale, pos, L, pos0), (out, table, ids, pos))              \
+    /* dtable[ids[n]] += scale * dout[n]; dpos[pos0 + n % L] += dout[n] when dpos. */        \
+    X(void, embed_bwd,                                                                       \
+      (struct tfm_backend *be, float *dtable, float *dpos, const float *dout,                \
+       const int32_t *ids, int N, int D, int V, float scale, int L, int pos0),               \
+      (be, dtable, dpos, dout, ids, N, D, V, scale, L, pos0), (dtable, dpos, dout, ids))     \
+    /* -- layer norm: y = (x - mean) / sqrt(var + eps) * g + b, var biased (1/D) --          \
+     * x, y (N,D) (y may equal x only if the caller keeps no copy of x); mean, rstd (N). */  \
+    X(void, layernorm_fwd,                                                                   \
+      (struct tfm_backend *be, float *y, float *mean, float *rstd, const float *x,           \
+       const float *g, const float *b, int N, int D, float eps),                             \
+      (be, y, mean, rstd, x, g, b, N, D, eps), (y, mean, rstd, x, g, b))                     \
+    /* dx (N,D) = (accumulate ? dx + : ) d/dx; dg, db (D) +=.  dx must not alias dy. */      \
+    X(void, layernorm_bwd,                                                                   \
+      (struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,             \
+       const float *x, const float *mean, const float *rstd, const float *g, int N, int D,   \
+       int accumulate),                                                                      \
+      (be, dx, dg, db, dy, x, mean, rstd, g, N, D, accumulate),                              \
+      (dx, dg, db, dy, x, mean, rstd, g))                                                    \
+    /* -- attention (struct tfm_attn above) -- */                                            \
+    X(void, attn_fwd,                                                                        \
+      (struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,            \
+       const float *k, int ldk, const float *v, int ldv, float *o, int ldo, float *lse),     \
+      (be, a, q, ldq, k, ldk, v, ldv, o, ldo, lse), (a->klen, q, k, v, o, lse))              \
+    /* dq = d/dq, dk = d/dk, dv = d/dv (all overwritten), given do and the forward's o,      \
+     * lse. */                                                                               \
+    X(void, attn_bwd,                                                                        \
+      (struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,            \
+       const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,            \
+       const float *lse, const float *dout, int lddo, float *dq, int lddq, float *dk,        \
+       int lddk, float *dv, int lddv),                                                       \
+      (be, a, q, ldq, k, ldk, v, ldv, o, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv,       \
+       lddv),                                                                                \
+      (a->klen, q, k, v, o, lse, dout, dq, dk, dv))                                          \
+    /* Incremental decoding: R query rows, each attending to its own keys.                   \
+     * q (R,H*dk) ld ldq; row r attends to keys j < len[r] at k + b*bstride + j*ld, where    \
+     * b = slot[r*sstride + j] when slot is given (each key of each row in a block of its    \
+     * own: a beam's cache shared with the rows it was copied from), else b = blk[r] (one    \
+     * block per row: the source sentence); values at v + the same offset; no mask           \
+     * otherwise; o (R,H*dk) ld ldo.  blk, len (R), slot (R,sstride) device; len[r] >= 1.    \
+     * No dropout. */                                                                        \
+    X(void, attn_decode,                                                                     \
+      (struct tfm_backend *be, int R, int H, int dk, float scale, const float *q, int ldq,   \
+       const float *k, const float *v, int ld, int64_t bstride, const int32_t *blk,          \
+       const int32_t *slot, int sstride, const int32_t *len, float *o, int ldo),             \
+      (be, R, H, dk, scale, q, ldq, k, v, ld, bstride, blk, slot, sstride, len, o, ldo),     \
+      (q, k, v, blk, slot, len, o))                                                          \
+    /* -- element-wise --                                                                    \
+     * x (N,M) += b broadcast over rows; then relu when relu. */                             \
+    X(void, bias_act, (struct tfm_backend *be, float *x, const float *b, int N, int M,       \
+                       int relu),                                                            \
+      (be, x, b, N, M, relu), (x, b))                                                        \
+    /* db (M) += column sums of dy (N,M). */                                                 \
+    X(void, bias_bwd, (struct tfm_backend *be, float *db, const float *dy, int N, int M),    \
+      (be, db, dy, N, M), (db, dy))                                                          \
+    /* dx = dy where y > 0, else 0 (dx may equal dy).  n elements.  With the ReLU output     \
+     * taken after dropout, scale = 1/(1-p) makes this the backward of dropout(relu(.))      \
+     * too. */                                                                               \
+    X(void, relu_bwd,                                                                        \
+      (struct tfm_backend *be, float *dx, const float *dy, const float *y, size_t n,         \
+       float scale),                                                                         \
+      (be, dx, dy, y, n, scale), (dx, dy, y))                                                \
+    /* y = x * keep(key, i, p) / (1 - p) for i < n (y may equal x).  The same call with the  \
+     * same key on dy is the backward.  p == 0: y = x. */                                    \
+    X(void, dropout,                                                                         \
+      (struct tfm_backend *be, float *y, const float *x, size_t n, float p, uint64_t key),   \
+      (be, y, x, n, p, key), (y, x))                                                         \
+    /* y = a + dropout(b) with (p, key) as above (y may equal a or b).  Residual +           \
+     * dropout. */                                                                           \
+    X(void, add_dropout,                                                                     \
+      (struct tfm_backend *be, float *y, const float *a, const float *b, size_t n, float p,  \
+       uint64_t key),                                                                        \
+      (be, y, a, b, n, p, key), (y, a, b))                                                   \
+    /* y += alpha * x. */                                                                    \
+    X(void, axpy, (struct tfm_backend *be, float *y, float alpha, const float *x, size_t n), \
+      (be, y, alpha, x, n), (y, x))                                                          \
+    /* Copy n rows of len floats: dst + i*dstride = src + (idx ? idx[i] : i)*sstride. */     \
+    X(void, gather,                                                                          \
+      (struct tfm_backend *be, float *dst, int64_t dstride, const float *src,                \
+       int64_t sstride, const int32_t *idx, int n, int64_t len),                             \
+      (be, dst, dstride, src, sstride, idx, n, len), (dst, src, idx))                        \
+    /* -- output layer --                                                                    \
+     * Cross-entropy with label smoothing eps over V classes, rows with label == ignore      \
+     * skipped (loss 0, gradient 0).  Target distribution q = (1-eps) onehot(label) + eps/V. \
+     *   loss[n] = -sum_k q_k log softmax(z_n)_k;  nll[n] = -log softmax(z_n)_label.         \
+     * logits (N,V); loss, nll (N) device.  When grad_scale != 0, logits is overwritten      \
+     * with grad_scale * (softmax(z_n) - q) (rows skipped: 0). */                            \
+    X(void, xent,                                                                            \
+      (struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,           \
+       float eps, int ignore, float *loss, float *nll, float grad_scale),                    \
+      (be, logits, labels, N, V, eps, ignore, loss, nll, grad_scale),                        \
+      (logits, labels, loss, nll))                                                           \
+    /* y (N,V) = log softmax of x over each row (y may equal x). */                          \
+    X(void, log_softmax, (struct tfm_backend *be, float *y, const float *x, int N, int V),   \
+      (be, y, x, N, V), (y, x))                                                              \
+    /* -- optimizer --                                                                       \
+     * Sum of squares of x (n), accumulated in double in a fixed order; returned to host. */ \
+    X(double, sumsq, (struct tfm_backend *be, const float *x, size_t n), (be, x, n), (x))    \
+    /* Adam with bias correction, for every i < n, with g = gscale * grad[i]:                \
+     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;                                        \
+     *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)      (t = step >= 1)      \
+     * then grad[i] = 0, ready for the next step's accumulation (one pass over memory        \
+     * instead of two: the update is memory-bound). */                                       \
+    X(void, adam,                                                                            \
+      (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,          \
+       float lr, float b1, float b2, float eps, float gscale, int64_t step),                 \
+      (be, p, grad, m, v, n, lr, b1, b2, eps, gscale, step), (p, grad, m, v))
+
 /* ---- the table ------------------------------------------------------------------------- */
 
+/* Which backend a table is (and which device a tool computes on, device.h).  SIM: the CPU
+ * behind device memory (tfm_backend_sim). */
 enum tfm_backend_kind { TFM_BACKEND_CPU = 0, TFM_BACKEND_CUDA = 1, TFM_BACKEND_SIM = 2 };
 
+#define TFM_BACKEND_SLOT(ret, name, params, args, devs) ret(*name) params;
+
 struct tfm_backend {
-    const char *name;                 /* "cpu", "cuda" */
+    const char *name;                 /* "cpu", "cuda", "sim" */
     enum tfm_backend_kind kind;
     int threads;                      /* CPU threads used by the ops */
     int host_memory;                  /* device pointers are host pointers (the CPU):
@@ -140,7 +273,9 @@ struct tfm_backend {
     void (*download)(struct tfm_backend *be, void *host, const void *src, size_t bytes);
     void (*copy)(struct tfm_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(struct tfm_backend *be, void *dst, size_t bytes);
-    /* Wait until every op issued so far is complete (a no-op on the CPU). */
+    /* Wait until every op issued so far is complete (a no-op on the CPU).  The model never
+     * needs it (a download waits for the ops before it); benchmarks and tests that time
+     * ops or read device memory behind the table's back do. */
     void (*sync)(struct tfm_backend *be);
     /* Make the calling thread's work go to this backend's device (CUDA: cudaSetDevice),
      * before a thread first uses it; NULL where there is nothing to do.  Needed when one
@@ -150,112 +285,17 @@ struct tfm_backend {
      * sentence (called once, by tfm_model_create and tfm_decoder_create; grows only). */
     int (*reserve)(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err);
 
-    /* -- dense algebra ----------------------------------------------------------------- */
-    /* C (M,N) = alpha * op(A) op(B) + beta * C, op(X) = X or X^T (ta, tb non-zero);
-     * op(A) is (M,K), op(B) is (K,N).  With beta == 0, C is not read (NaN-safe). */
-    void (*gemm)(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                 int ldc);
-    /* The same for batch independent products: A + i*sa, B + i*sb, C + i*sc. */
-    void (*gemm_batched)(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
-                         float alpha, const float *A, int lda, int64_t sa, const float *B,
-                         int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
-                         int batch);
+    /* -- compute: TFM_BACKEND_OPS -------------------------------------------------------- */
+    TFM_BACKEND_OPS(TFM_BACKEND_SLOT)
 
-    /* -- embeddings ---------------------------------------------------------------------- */
-    /* out (N,D) = scale * table[ids[n]] + (pos ? pos[pos0 + n % L] : 0).
-     * table (V,D); pos (P,D) with pos0 + L <= P; ids (N) device, each in [0,V). */
-    void (*embed_fwd)(struct tfm_backend *be, float *out, const float *table,
-                      const int32_t *ids, int N, int D, float scale, const float *pos,
-                      int L, int pos0);
-    /* dtable[ids[n]] += scale * dout[n]; dpos[pos0 + n % L] += dout[n] when dpos. */
-    void (*embed_bwd)(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
-                      const int32_t *ids, int N, int D, int V, float scale, int L, int pos0);
-
-    /* -- layer norm: y = (x - mean) / sqrt(var + eps) * g + b, var biased (1/D) ------ */
-    /* x, y (N,D) (y may equal x only if the caller keeps no copy of x); mean, rstd (N). */
-    void (*layernorm_fwd)(struct tfm_backend *be, float *y, float *mean, float *rstd,
-                          const float *x, const float *g, const float *b, int N, int D,
-                          float eps);
-    /* dx (N,D) = (accumulate ? dx + : ) d/dx; dg, db (D) +=.  dx must not alias dy. */
-    void (*layernorm_bwd)(struct tfm_backend *be, float *dx, float *dg, float *db,
-                          const float *dy, const float *x, const float *mean,
-                          const float *rstd, const float *g, int N, int D, int accumulate);
-
-    /* -- attention (struct tfm_attn above) ----------------------------------------------- */
-    void (*attn_fwd)(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
-                     int ldq, const float *k, int ldk, const float *v, int ldv, float *o,
-                     int ldo, float *lse);
-    /* dq = d/dq, dk = d/dk, dv = d/dv (all overwritten), given do and the forward's o, lse. */
-    void (*attn_bwd)(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
-                     int ldq, const float *k, int ldk, const float *v, int ldv,
-                     const float *o, int ldo, const float *lse, const float *dout, int lddo,
-                     float *dq, int lddq, float *dk, int lddk, float *dv, int lddv);
-    /* Incremental decoding: R query rows, each attending to its own keys.
-     * q (R,H*dk) ld ldq; row r attends to keys j < len[r] at k + b*bstride + j*ld, where
-     * b = slot[r*sstride + j] when slot is given (each key of each row in a block of its
-     * own: a beam's cache shared with the rows it was copied from), else b = blk[r] (one
-     * block per row: the source sentence); values at v + the same offset; no mask
-     * otherwise; o (R,H*dk) ld ldo.  blk, len (R), slot (R,sstride) device; len[r] >= 1.
-     * No dropout. */
-    void (*attn_decode)(struct tfm_backend *be, int R, int H, int dk, float scale,
-                        const float *q, int ldq, const float *k, const float *v, int ld,
-                        int64_t bstride, const int32_t *blk, const int32_t *slot,
-                        int sstride, const int32_t *len, float *o, int ldo);
-
-    /* -- element-wise ---------------------------------------------------------------------- */
-    /* x (N,M) += b broadcast over rows; then relu when relu. */
-    void (*bias_act)(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu);
-    /* db (M) += column sums of dy (N,M). */
-    void (*bias_bwd)(struct tfm_backend *be, float *db, const float *dy, int N, int M);
-    /* dx = dy where y > 0, else 0 (dx may equal dy).  n elements.  With the ReLU output
-     * taken after dropout, scale = 1/(1-p) makes this the backward of dropout(relu(.)) too. */
-    void (*relu_bwd)(struct tfm_backend *be, float *dx, const float *dy, const float *y,
-                     size_t n, float scale);
-    /* y = x * keep(key, i, p) / (1 - p) for i < n (y may equal x).  The same call with the
-     * same key on dy is the backward.  p == 0: y = x. */
-    void (*dropout)(struct tfm_backend *be, float *y, const float *x, size_t n, float p,
-                    uint64_t key);
-    /* y = a + dropout(b) with (p, key) as above (y may equal a or b).  Residual + dropout. */
-    void (*add_dropout)(struct tfm_backend *be, float *y, const float *a, const float *b,
-                        size_t n, float p, uint64_t key);
-    /* y += alpha * x. */
-    void (*axpy)(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n);
-    /* x *= alpha. */
-    void (*scale)(struct tfm_backend *be, float *x, float alpha, size_t n);
-    /* Copy n rows of len floats: dst + i*dstride = src + (idx ? idx[i] : i)*sstride. */
-    void (*gather)(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
-                   int64_t sstride, const int32_t *idx, int n, int64_t len);
-
-    /* -- output layer ------------------------------------------------------------------ */
-    /* Cross-entropy with label smoothing eps over V classes, rows with label == ignore
-     * skipped (loss 0, gradient 0).  Target distribution q = (1-eps) onehot(label) + eps/V.
-     *   loss[n] = -sum_k q_k log softmax(z_n)_k;  nll[n] = -log softmax(z_n)_label.
-     * logits (N,V); loss, nll (N) device.  When grad_scale != 0, logits is overwritten
-     * with grad_scale * (softmax(z_n) - q) (rows skipped: 0). */
-    void (*xent)(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
-                 float eps, int ignore, float *loss, float *nll, float grad_scale);
-    /* y (N,V) = log softmax of x over each row (y may equal x). */
-    void (*log_softmax)(struct tfm_backend *be, float *y, const float *x, int N, int V);
     /* Optional (NULL: callers run log_softmax and select on the host, src/topk.h).  What
      * a search needs of each row's log softmax y_n = log_softmax(x_n) (the same bits),
      * without writing it: the k largest values by tfm_topk_row (ids in ban[0..nban)
      * skipped) into top_y, top_id (N,k), and y_n[also] into also_y (N).  x (N,V) device;
-     * ban, top_y, top_id, also_y host. */
+     * ban, top_y, top_id, also_y host.  The CPU backend has it. */
     void (*log_softmax_top)(struct tfm_backend *be, const float *x, int N, int V, int k,
                             const int32_t *ban, int nban, int also, float *top_y,
                             int32_t *top_id, float *also_y);
-
-    /* -- optimizer ------------------------------------------------------------------ */
-    /* Sum of squares of x (n), accumulated in double in a fixed order; returned to host. */
-    double (*sumsq)(struct tfm_backend *be, const float *x, size_t n);
-    /* Adam with bias correction, for every i < n, with g = gscale * grad[i]:
-     *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-     *   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)      (t = step >= 1)
-     * then grad[i] = 0, ready for the next step's accumulation (one pass over memory
-     * instead of two: the update is memory-bound). */
-    void (*adam)(struct tfm_backend *be, float *p, float *grad, float *m, float *v,
-                 size_t n, float lr, float b1, float b2, float eps, float gscale, int64_t step);
 
     /* -- lifetime ------------------------------------------------------------------- */
     void (*destroy)(struct tfm_backend *be);

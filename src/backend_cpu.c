@@ -269,13 +269,12 @@ static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float
 #define GEMM_BLOCKS 1
 #endif
 
-/* A product cut into slices (gemm) or a batch of products (gemm_batched). */
+/* A product cut into slices. */
 struct gemm_job {
     int ta, tb, M, N, K, lda, ldb, ldc, split_n, chunk, len;
     float alpha, beta;
     const float *A, *B;
     float *C;
-    int64_t sa, sb, sc;         /* batch strides */
 };
 
 static void gemm_slices(void *ctx, int64_t k0, int64_t k1, int thread)
@@ -307,30 +306,10 @@ static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     /* Split the larger of M and N into GEMM_BLOCKS * T slices (multiples of 16), claimed
      * by the threads as each finishes one.  The slices depend on T only, so the bits do
      * too; which thread computes a slice does not matter. */
-    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, N >= M, 0, 0, alpha, beta, A, B, C,
-                         0, 0, 0};
+    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, N >= M, 0, 0, alpha, beta, A, B, C};
     j.len = j.split_n ? N : M;
     j.chunk = ((j.len + GEMM_BLOCKS * T - 1) / (GEMM_BLOCKS * T) + 15) / 16 * 16;
     tfm_pool_run(CPU(be)->pool, (j.len + j.chunk - 1) / j.chunk, 1, gemm_slices, &j);
-}
-
-static void gemm_batch_items(void *ctx, int64_t i0, int64_t i1, int thread)
-{
-    const struct gemm_job *j = ctx;
-    (void)thread;
-    for (int64_t i = i0; i < i1; i++)
-        sgemm1(j->ta, j->tb, j->M, j->N, j->K, j->alpha, j->A + i * j->sa, j->lda,
-               j->B + i * j->sb, j->ldb, j->beta, j->C + i * j->sc, j->ldc);
-}
-
-static void cpu_gemm_batched(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
-                             float alpha, const float *A, int lda, int64_t sa, const float *B,
-                             int ldb, int64_t sb, float beta, float *C, int ldc, int64_t sc,
-                             int batch)
-{
-    struct gemm_job j = {ta, tb, M, N, K, lda, ldb, ldc, 0, 0, 0, alpha, beta, A, B, C,
-                         sa, sb, sc};
-    par(be, batch, batch > 1 ? PAR_MIN + 1 : 0, gemm_batch_items, &j);
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
@@ -899,22 +878,6 @@ static void cpu_axpy(struct tfm_backend *be, float *y, float alpha, const float 
     par_range(be, (int64_t)n, axpy_range, &j);
 }
 
-SIMD_CLONES static void scale_range(void *ctx, int64_t i0, int64_t i1, int thread)
-{
-    const struct ew_job *j = ctx;
-    float *x = j->y, alpha = j->alpha;
-    (void)thread;
-#pragma omp simd
-    for (int64_t i = i0; i < i1; i++)
-        x[i] *= alpha;
-}
-
-static void cpu_scale(struct tfm_backend *be, float *x, float alpha, size_t n)
-{
-    struct ew_job j = {.y = x, .alpha = alpha};
-    par_range(be, (int64_t)n, scale_range, &j);
-}
-
 struct gather_job {
     float *dst;
     const float *src;
@@ -1315,28 +1278,10 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->zero = cpu_zero;
     be->sync = cpu_sync;
     be->reserve = cpu_reserve;
-    be->gemm = cpu_gemm;
-    be->gemm_batched = cpu_gemm_batched;
-    be->embed_fwd = cpu_embed_fwd;
-    be->embed_bwd = cpu_embed_bwd;
-    be->layernorm_fwd = cpu_layernorm_fwd;
-    be->layernorm_bwd = cpu_layernorm_bwd;
-    be->attn_fwd = cpu_attn_fwd;
-    be->attn_bwd = cpu_attn_bwd;
-    be->attn_decode = cpu_attn_decode;
-    be->bias_act = cpu_bias_act;
-    be->bias_bwd = cpu_bias_bwd;
-    be->relu_bwd = cpu_relu_bwd;
-    be->dropout = cpu_dropout;
-    be->add_dropout = cpu_add_dropout;
-    be->axpy = cpu_axpy;
-    be->scale = cpu_scale;
-    be->gather = cpu_gather;
-    be->xent = cpu_xent;
-    be->log_softmax = cpu_log_softmax;
+#define CPU_OP(ret, name, params, args, devs) be->name = cpu_##name;
+    TFM_BACKEND_OPS(CPU_OP)
+#undef CPU_OP
     be->log_softmax_top = cpu_log_softmax_top;
-    be->sumsq = cpu_sumsq;
-    be->adam = cpu_adam;
     be->destroy = cpu_destroy;
     if (cpu_reserve(be, 64, 64, err) < 0) {
         cpu_destroy(be);

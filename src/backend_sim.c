@@ -136,128 +136,58 @@ static int sim_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tf
     return SIM(be)->in->reserve(SIM(be)->in, max_tq, max_tk, err);
 }
 
-/* An op: open the blocks, check that each named pointer is device memory, run the CPU
- * backend's op on the same arguments, close the blocks. */
-#define SIM_OP(op, params, checks, args) \
-    static void sim_##op params           \
-    {                                     \
-        OPEN(be);                         \
-        checks;                           \
-        s->in->op args;                   \
-        CLOSE();                          \
-    }
-
-SIM_OP(gemm,
-       (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc),
-       DEV(A); DEV(B); DEV(C),
-       (s->in, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
-SIM_OP(gemm_batched,
-       (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-        const float *A, int lda, int64_t sa, const float *B, int ldb, int64_t sb, float beta,
-        float *C, int ldc, int64_t sc, int batch),
-       DEV(A); DEV(B); DEV(C),
-       (s->in, ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch))
-SIM_OP(embed_fwd,
-       (struct tfm_backend *be, float *out, const float *table, const int32_t *ids, int N,
-        int D, float scale, const float *pos, int L, int pos0),
-       DEV(out); DEV(table); DEV(ids); DEV(pos),
-       (s->in, out, table, ids, N, D, scale, pos, L, pos0))
-SIM_OP(embed_bwd,
-       (struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
-        const int32_t *ids, int N, int D, int V, float scale, int L, int pos0),
-       DEV(dtable); DEV(dpos); DEV(dout); DEV(ids),
-       (s->in, dtable, dpos, dout, ids, N, D, V, scale, L, pos0))
-SIM_OP(layernorm_fwd,
-       (struct tfm_backend *be, float *y, float *mean, float *rstd, const float *x,
-        const float *g, const float *b, int N, int D, float eps),
-       DEV(y); DEV(mean); DEV(rstd); DEV(x); DEV(g); DEV(b),
-       (s->in, y, mean, rstd, x, g, b, N, D, eps))
-SIM_OP(layernorm_bwd,
-       (struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
-        const float *x, const float *mean, const float *rstd, const float *g, int N, int D,
-        int accumulate),
-       DEV(dx); DEV(dg); DEV(db); DEV(dy); DEV(x); DEV(mean); DEV(rstd); DEV(g),
-       (s->in, dx, dg, db, dy, x, mean, rstd, g, N, D, accumulate))
-SIM_OP(attn_fwd,
-       (struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
-        const float *k, int ldk, const float *v, int ldv, float *o, int ldo, float *lse),
-       DEV(a->klen); DEV(q); DEV(k); DEV(v); DEV(o); DEV(lse),
-       (s->in, a, q, ldq, k, ldk, v, ldv, o, ldo, lse))
-SIM_OP(attn_bwd,
-       (struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
-        const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,
-        const float *lse, const float *dout, int lddo, float *dq, int lddq, float *dk, int lddk,
-        float *dv, int lddv),
-       DEV(a->klen); DEV(q); DEV(k); DEV(v); DEV(o); DEV(lse); DEV(dout); DEV(dq); DEV(dk);
-       DEV(dv),
-       (s->in, a, q, ldq, k, ldk, v, ldv, o, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv,
-        lddv))
-SIM_OP(attn_decode,
-       (struct tfm_backend *be, int R, int H, int dk, float scale, const float *q, int ldq,
-        const float *k, const float *v, int ld, int64_t bstride, const int32_t *blk,
-        const int32_t *slot, int sstride, const int32_t *len, float *o, int ldo),
-       DEV(q); DEV(k); DEV(v); DEV(blk); DEV(slot); DEV(len); DEV(o),
-       (s->in, R, H, dk, scale, q, ldq, k, v, ld, bstride, blk, slot, sstride, len, o, ldo))
-SIM_OP(bias_act,
-       (struct tfm_backend *be, float *x, const float *b, int N, int M, int relu),
-       DEV(x); DEV(b),
-       (s->in, x, b, N, M, relu))
-SIM_OP(bias_bwd,
-       (struct tfm_backend *be, float *db, const float *dy, int N, int M),
-       DEV(db); DEV(dy),
-       (s->in, db, dy, N, M))
-SIM_OP(relu_bwd,
-       (struct tfm_backend *be, float *dx, const float *dy, const float *y, size_t n,
-        float scale),
-       DEV(dx); DEV(dy); DEV(y),
-       (s->in, dx, dy, y, n, scale))
-SIM_OP(dropout,
-       (struct tfm_backend *be, float *y, const float *x, size_t n, float p, uint64_t key),
-       DEV(y); DEV(x),
-       (s->in, y, x, n, p, key))
-SIM_OP(add_dropout,
-       (struct tfm_backend *be, float *y, const float *a, const float *b, size_t n, float p,
-        uint64_t key),
-       DEV(y); DEV(a); DEV(b),
-       (s->in, y, a, b, n, p, key))
-SIM_OP(axpy,
-       (struct tfm_backend *be, float *y, float alpha, const float *x, size_t n),
-       DEV(y); DEV(x),
-       (s->in, y, alpha, x, n))
-SIM_OP(scale,
-       (struct tfm_backend *be, float *x, float alpha, size_t n),
-       DEV(x),
-       (s->in, x, alpha, n))
-SIM_OP(gather,
-       (struct tfm_backend *be, float *dst, int64_t dstride, const float *src, int64_t sstride,
-        const int32_t *idx, int n, int64_t len),
-       DEV(dst); DEV(src); DEV(idx),
-       (s->in, dst, dstride, src, sstride, idx, n, len))
-SIM_OP(xent,
-       (struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V, float eps,
-        int ignore, float *loss, float *nll, float grad_scale),
-       DEV(logits); DEV(labels); DEV(loss); DEV(nll),
-       (s->in, logits, labels, N, V, eps, ignore, loss, nll, grad_scale))
-SIM_OP(log_softmax,
-       (struct tfm_backend *be, float *y, const float *x, int N, int V),
-       DEV(y); DEV(x),
-       (s->in, y, x, N, V))
-
-static double sim_sumsq(struct tfm_backend *be, const float *x, size_t n)
+/* Abort unless each of the n pointers d (the arguments named in `names`, "(a, b, c)") is
+ * NULL or device memory. */
+static void devs(const struct sim *s, const void *const *d, int n, const char *names,
+                 const char *op)
 {
-    OPEN(be);
-    DEV(x);
-    double r = s->in->sumsq(s->in, x, n);
-    CLOSE();
-    return r;
+    for (int i = 0; i < n; i++) {
+        int j = 0;
+        const char *p = names + 1;                  /* past "(" */
+        for (; j < i && *p; p++)
+            j += *p == ',';
+        while (*p == ' ')
+            p++;
+        char name[64];
+        size_t len = strcspn(p, ",)");
+        snprintf(name, sizeof name, "%.*s", (int)len, p);
+        dev(s, d[i], name, op);
+    }
 }
 
-SIM_OP(adam,
-       (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n, float lr,
-        float b1, float b2, float eps, float gscale, int64_t step),
-       DEV(p); DEV(grad); DEV(m); DEV(v),
-       (s->in, p, grad, m, v, n, lr, b1, b2, eps, gscale, step))
+/* Each op of TFM_BACKEND_OPS: open the blocks, check that each pointer its list names is
+ * device memory, run the CPU backend's op on the same arguments, close the blocks. */
+#define SIM_LIST(...) __VA_ARGS__
+#define SIM_CHECK(devlist)                                                              \
+    OPEN(be);                                                                           \
+    const void *const d_[] = {SIM_LIST devlist};                                        \
+    devs(s, d_, (int)(sizeof d_ / sizeof *d_), #devlist, __func__);                     \
+    struct tfm_backend *inner_ = s->in
+#define SIM_OP_void(name, params, args, devlist)                                        \
+    static void sim_##name params                                                       \
+    {                                                                                   \
+        SIM_CHECK(devlist);                                                             \
+        {                                                                               \
+            struct tfm_backend *be = inner_;    /* args name the CPU backend */         \
+            be->name args;                                                              \
+        }                                                                               \
+        CLOSE();                                                                        \
+    }
+#define SIM_OP_double(name, params, args, devlist)                                      \
+    static double sim_##name params                                                     \
+    {                                                                                   \
+        SIM_CHECK(devlist);                                                             \
+        double r_;                                                                      \
+        {                                                                               \
+            struct tfm_backend *be = inner_;                                            \
+            r_ = be->name args;                                                         \
+        }                                                                               \
+        CLOSE();                                                                        \
+        return r_;                                                                      \
+    }
+#define SIM_OP(ret, name, params, args, devlist) SIM_OP_##ret(name, params, args, devlist)
+TFM_BACKEND_OPS(SIM_OP)
+#undef SIM_OP
 
 static void sim_destroy(struct tfm_backend *be)
 {
@@ -303,27 +233,9 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
     be->zero = sim_zero;
     be->sync = sim_sync;
     be->reserve = sim_reserve;
-    be->gemm = sim_gemm;
-    be->gemm_batched = sim_gemm_batched;
-    be->embed_fwd = sim_embed_fwd;
-    be->embed_bwd = sim_embed_bwd;
-    be->layernorm_fwd = sim_layernorm_fwd;
-    be->layernorm_bwd = sim_layernorm_bwd;
-    be->attn_fwd = sim_attn_fwd;
-    be->attn_bwd = sim_attn_bwd;
-    be->attn_decode = sim_attn_decode;
-    be->bias_act = sim_bias_act;
-    be->bias_bwd = sim_bias_bwd;
-    be->relu_bwd = sim_relu_bwd;
-    be->dropout = sim_dropout;
-    be->add_dropout = sim_add_dropout;
-    be->axpy = sim_axpy;
-    be->scale = sim_scale;
-    be->gather = sim_gather;
-    be->xent = sim_xent;
-    be->log_softmax = sim_log_softmax;
-    be->sumsq = sim_sumsq;
-    be->adam = sim_adam;
+#define SIM_SET(ret, name, params, args, devlist) be->name = sim_##name;
+    TFM_BACKEND_OPS(SIM_SET)
+#undef SIM_SET
     be->destroy = sim_destroy;
     return be;
 }

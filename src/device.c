@@ -42,7 +42,7 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
         return 0;
     }
     if (strcmp(want, "sim") == 0) {
-        dev->kind = TFM_DEVICE_SIM;
+        dev->kind = TFM_BACKEND_SIM;
         dev->count = 1;
         snprintf(dev->note, sizeof dev->note, "device: sim (the CPU behind device memory, "
                  "as asked)");
@@ -50,7 +50,7 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
     }
     int n = tfm_device_cuda_count(cuda, sizeof cuda);
     if (n > 0) {
-        dev->kind = TFM_DEVICE_CUDA;
+        dev->kind = TFM_BACKEND_CUDA;
         dev->count = n;
         snprintf(dev->note, sizeof dev->note, "device: cuda (%s)", cuda);
         return 0;
@@ -212,11 +212,11 @@ int tfm_device_open_gpus(const char *want, int threads, int first, int n,
     *count = 0;
     if (tfm_device_choose(want, &dev, err))
         return -1;
-    if (dev.kind == TFM_DEVICE_CPU) {
+    if (dev.kind == TFM_BACKEND_CPU) {
         snprintf(note, len, "%s", dev.note);
         return 0;
     }
-    int sim = dev.kind == TFM_DEVICE_SIM, have = sim ? TFM_DEVICE_MAX : dev.count - first;
+    int sim = dev.kind == TFM_BACKEND_SIM, have = sim ? TFM_DEVICE_MAX : dev.count - first;
     if (n > TFM_DEVICE_MAX || n > have || have < 1) {
         tfm_fail(err, "%d GPU%s wanted from GPU %d on, %d %s", n > 0 ? n : 1, n > 1 ? "s" : "",
                  first, have < TFM_DEVICE_MAX ? (have > 0 ? have : 0) : TFM_DEVICE_MAX,

@@ -6,14 +6,13 @@
 
 #include <stddef.h>
 
+#include "backend.h"
 #include "error.h"
 
-/* SIM: the CPU behind device memory (tfm_backend_sim), asked for by name only: tests the
- * GPU paths of the tools on any machine. */
-enum tfm_device_kind { TFM_DEVICE_CPU = 0, TFM_DEVICE_CUDA = 1, TFM_DEVICE_SIM = 2 };
-
+/* kind: the backend the tool makes (TFM_BACKEND_SIM, the CPU behind device memory, is
+ * asked for by name only: it tests the GPU paths of the tools on any machine). */
 struct tfm_device {
-    enum tfm_device_kind kind;
+    enum tfm_backend_kind kind;
     int count;              /* GPUs used (0 on CPU) */
     char note[512];         /* what was found and chosen, one line, for the log */
 };

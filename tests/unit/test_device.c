@@ -16,7 +16,7 @@ static void test_cpu(void)
     struct tfm_device d;
     struct tfm_error err;
     CHECK(tfm_device_choose("cpu", &d, &err) == 0);
-    CHECK_EQ_INT(d.kind, TFM_DEVICE_CPU);
+    CHECK_EQ_INT(d.kind, TFM_BACKEND_CPU);
     CHECK(tfm_device_choose("tpu", &d, &err) == -1);
     CHECK(strstr(err.msg, "unknown device 'tpu'") != NULL);
 }
@@ -31,12 +31,12 @@ static void test_auto(void)
     CHECK(tfm_device_choose("auto", &d, &err) == 0);
     printf("# %s\n", d.note);
     if (n == 0) {
-        CHECK_EQ_INT(d.kind, TFM_DEVICE_CPU);
+        CHECK_EQ_INT(d.kind, TFM_BACKEND_CPU);
         CHECK(strstr(d.note, "device: cpu, no GPU found") != NULL);
         CHECK(tfm_device_choose("cuda", &d, &err) == -1);
         CHECK(strstr(err.msg, "no CUDA device") != NULL);
     } else {
-        CHECK_EQ_INT(d.kind, TFM_DEVICE_CUDA);
+        CHECK_EQ_INT(d.kind, TFM_BACKEND_CUDA);
         CHECK_EQ_INT(d.count, n);
     }
 #ifdef TFM_CUDA
@@ -196,7 +196,7 @@ static void op_gets_host(struct tfm_backend *be)
 {
     float host[16] = {0};
     freopen("/dev/null", "w", stderr);      /* the abort's message is expected */
-    be->scale(be, host, 2.0f, 16);
+    be->axpy(be, host, 1.0f, host, 16);
 }
 
 static void op_gets_device(struct tfm_backend *be)
@@ -206,7 +206,7 @@ static void op_gets_device(struct tfm_backend *be)
     for (int i = 0; i < 64; i++)
         h[i] = (float)i;
     be->upload(be, x, h, sizeof h);
-    be->scale(be, x, 2.0f, 64);
+    be->axpy(be, x, 1.0f, x, 64);     /* x *= 2 */
     be->download(be, h, x, sizeof h);
     _exit(h[63] == 126.0f ? 0 : 1);
 }
