@@ -312,7 +312,8 @@ static int xfer(struct tfm_comm *c, int peer, void *p, size_t n, int out, struct
     char *s = p;
     double last = seconds(), signalled = 0;
     while (n > 0) {
-        ssize_t k = out ? send(fd, s, n, MSG_NOSIGNAL | MSG_DONTWAIT) : recv(fd, s, n, MSG_DONTWAIT);
+        ssize_t k = out ? send(fd, s, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, s, n, MSG_DONTWAIT);
         if (k > 0) {
             s += k;
             n -= (size_t)k;
