@@ -6,12 +6,15 @@
  * every process sends and receives about twice the buffer whatever their number, and no
  * link ever has both ends writing (the chain has no cycle).  Exact, but W hops long each
  * way; NCCL (GPUs) would replace it.  Process 0 meets the others first (the rendezvous)
- * and tells each where its successor listens.
+ * and tells each where its successor listens; every connection starts with a hello in
+ * which both sides prove the run's secret (HMAC-SHA256, sha256.h), several hellos at once
+ * (meet_run), each bounded in time, and every wait on a neighbour is bounded too.
  */
 #include "dist.h"
 
 #include <errno.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -21,9 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "sha256.h"
 
 /* ---- environment ------------------------------------------------------------------ */
 
@@ -90,6 +97,9 @@ struct tfm_comm {
      * only the neighbours p-1 and p+1 in the chain, -1 elsewhere */
     int procs, rank, *fd;
     char *chunk;        /* one chunk from a neighbour */
+    double timeout;     /* TFM_COLLECTIVE_TIMEOUT: seconds a neighbour may be silent */
+    double stop_timeout;    /* TFM_STOP_TIMEOUT: the same once *stop is set */
+    volatile sig_atomic_t *stop;    /* set by a signal handler, or NULL */
     struct tfm_comm *up;    /* threads: the processes above them (tfm_comm_stack), or NULL */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -260,10 +270,31 @@ void tfm_comm_stack(struct tfm_comm *local, struct tfm_comm *procs)
     local->up = procs;
 }
 
-/* ---- processes ----------------------------------------------------------------------- */
+/* ---- processes: the sums ------------------------------------------------------------- */
 
 #define CHUNK (1u << 22)                    /* bytes a process sends at a time */
-#define MAGIC 0x524d4654u                   /* "TFMR" */
+#define NEXT_MAGIC 0x524d4654u              /* process 0's word on a process's successor */
+#define SLICE 0.1                           /* seconds between looks at the stop flag */
+
+static int stopped(volatile sig_atomic_t *stop)
+{
+    return stop && *stop;
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A poll(2) timeout: left seconds, at most SLICE, at least 0. */
+static int slice_ms(double left)
+{
+    if (left > SLICE)
+        left = SLICE;
+    return left > 0 ? (int)(left * 1000) + 1 : 0;
+}
 
 static int lost(struct tfm_comm *c, int peer, struct tfm_error *err)
 {
@@ -272,18 +303,44 @@ static int lost(struct tfm_comm *c, int peer, struct tfm_error *err)
     return tfm_fail(err, "process %d of %d left the run (see its messages)", peer, c->n);
 }
 
-/* All n bytes to (out) or from socket fd: 0, or -1 when the other end is gone. */
-static int xfer(int fd, void *p, size_t n, int out)
+/* All n bytes to (out) or from neighbour peer.  The neighbour may take or send nothing for
+ * TFM_COLLECTIVE_TIMEOUT seconds at a time, or, once a signal has set the stop flag, for
+ * TFM_STOP_TIMEOUT seconds from then (the smaller); then the sum fails, naming it. */
+static int xfer(struct tfm_comm *c, int peer, void *p, size_t n, int out, struct tfm_error *err)
 {
+    int fd = c->fd[peer];
     char *s = p;
+    double last = seconds(), signalled = 0;
     while (n > 0) {
-        ssize_t k = out ? send(fd, s, n, MSG_NOSIGNAL) : recv(fd, s, n, 0);
+        ssize_t k = out ? send(fd, s, n, MSG_NOSIGNAL | MSG_DONTWAIT)
+                        : recv(fd, s, n, MSG_DONTWAIT);
+        if (k > 0) {
+            s += k;
+            n -= (size_t)k;
+            last = seconds();
+            continue;
+        }
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0)
-            return -1;
-        s += k;
-        n -= (size_t)k;
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+            return lost(c, peer, err);
+        double now = seconds();
+        if (!signalled && stopped(c->stop))
+            signalled = now;
+        double from = signalled > last ? signalled : last, limit = c->timeout;
+        if (signalled && c->stop_timeout < limit)
+            limit = c->stop_timeout;
+        if (now - from >= limit) {
+            const char *what = out ? "took" : "sent";
+            if (limit < c->timeout)
+                return tfm_fail(err, "stopped by a signal: process %d of %d %s nothing in the "
+                                "%g s that followed (TFM_STOP_TIMEOUT)", peer, c->n, what, limit);
+            return tfm_fail(err, "process %d of %d %s nothing for %g s (TFM_COLLECTIVE_TIMEOUT): "
+                            "it stopped, hangs, or waits for one that does", peer, c->n, what,
+                            limit);
+        }
+        struct pollfd pf = {.fd = fd, .events = out ? POLLOUT : POLLIN};
+        poll(&pf, 1, slice_ms(limit - (now - from)));
     }
     return 0;
 }
@@ -291,12 +348,12 @@ static int xfer(int fd, void *p, size_t n, int out)
 static int send_all(struct tfm_comm *c, int peer, const void *p, size_t n,
                     struct tfm_error *err)
 {
-    return xfer(c->fd[peer], (void *)(uintptr_t)p, n, 1) ? lost(c, peer, err) : 0;
+    return xfer(c, peer, (void *)(uintptr_t)p, n, 1, err);
 }
 
 static int recv_all(struct tfm_comm *c, int peer, void *p, size_t n, struct tfm_error *err)
 {
-    return xfer(c->fd[peer], p, n, 0) ? lost(c, peer, err) : 0;
+    return xfer(c, peer, p, n, 0, err);
 }
 
 /* A chain: process p adds its buffer to the partial sums of processes 0 .. p-1 that come
@@ -338,25 +395,337 @@ static int procs_sum(struct tfm_comm *c, void *buf, size_t n, size_t size, int f
     return 0;
 }
 
-static double seconds(void)
+/* ---- processes: meeting ---------------------------------------------------------------- */
+
+/* A hello: "tfm2", the sender's rank, the run's number of processes, the port the sender
+ * listens on (0: none), each 4 bytes big-endian, then NONCE random bytes.  The connecting
+ * side sends its hello; the accepting side sends its own as soon as it accepts; the
+ * connecting side then sends its proof, HMAC-SHA256 under the secret of "client" and both
+ * hellos (the connecting side's first), and the accepting side, once that proof holds,
+ * sends its own, the same of "server".  Each proof covers the other side's fresh nonce, so
+ * that none can be replayed, and names its role, so that none can be sent back as the
+ * other's; the accepting side proves nothing to a side that has not proven first. */
+#define HELLO_MAGIC 0x74666d32u             /* "tfm2" */
+#define NONCE 32
+#define HELLO (16 + NONCE)
+#define MAC TFM_SHA256_BYTES
+#define SECRET_MIN 16
+#define SECRET_MAX 256
+#define PENDING_MAX 64                      /* connections in their hello at once */
+
+struct meet {
+    int rank, world;
+    char secret[SECRET_MAX + 1];
+    double hello_timeout;                   /* TFM_JOIN_TIMEOUT */
+    double timeout, deadline;               /* TFM_RENDEZVOUS_TIMEOUT, and when it runs out */
+    const struct tfm_dist_watch *watch;
+    int token;                              /* the secret is TFM_RUN_TOKEN's */
+};
+
+/* One side of a connection in its hello. */
+struct link {
+    int fd;
+    int client;                             /* this process connected, else it accepted */
+    unsigned char mine[HELLO];
+    unsigned char in[HELLO + MAC];          /* the other side's hello, then its proof */
+    size_t have;
+    double deadline;                        /* for the bytes awaited (TFM_JOIN_TIMEOUT) */
+    struct sockaddr_in addr;                /* the other end */
+    int done;
+};
+
+/* A process that has proven itself: its connection, address and the port it listens on. */
+struct peer {
+    int fd;
+    uint32_t ip;                            /* network order */
+    uint16_t port;                          /* network order */
+};
+
+static int random_bytes(void *p, size_t n, struct tfm_error *err)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    unsigned char *c = p;
+    while (n > 0) {
+        ssize_t k = getrandom(c, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return tfm_fail(err, "getrandom: %s", strerror(errno));
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
 }
 
-static void nodelay(int fd)
+static void put32(unsigned char *p, uint32_t v)
 {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void proof(const struct meet *m, const char *role, const struct link *l,
+                  unsigned char out[MAC])
+{
+    const unsigned char *hc = l->client ? l->mine : l->in, *hs = l->client ? l->in : l->mine;
+    const void *parts[] = {role, hc, hs};
+    size_t lens[] = {strlen(role) + 1, HELLO, HELLO};
+    tfm_hmac_sha256(m->secret, strlen(m->secret), parts, lens, 3, out);
+}
+
+/* Whether the other side's proof, in l->in after its hello, holds (in constant time). */
+static int proven(const struct meet *m, const struct link *l)
+{
+    unsigned char want[MAC];
+    proof(m, l->client ? "server" : "client", l, want);
+    unsigned d = 0;
+    for (int i = 0; i < MAC; i++)
+        d |= want[i] ^ l->in[HELLO + i];
+    return d == 0;
+}
+
+/* Start a hello on connected fd: send this side's. */
+static int link_start(const struct meet *m, struct link *l, int fd, int client, int port,
+                      struct tfm_error *err)
+{
+    memset(l, 0, sizeof *l);
+    l->fd = fd;
+    l->client = client;
+    put32(l->mine, HELLO_MAGIC);
+    put32(l->mine + 4, (uint32_t)m->rank);
+    put32(l->mine + 8, (uint32_t)m->world);
+    put32(l->mine + 12, (uint32_t)port);
+    if (random_bytes(l->mine + 16, NONCE, err))
+        return -1;
+    l->deadline = seconds() + m->hello_timeout;
+    if (send(fd, l->mine, HELLO, MSG_NOSIGNAL | MSG_DONTWAIT) != HELLO)
+        return tfm_fail(err, "%s", strerror(errno ? errno : EPIPE));
+    return 0;
+}
+
+/* Read what has come on l: 0 while the hello goes on, 1 once done, -1 with why (a
+ * connecting side: also when the other side fails to prove the secret). */
+static int link_step(const struct meet *m, struct link *l, char *why, size_t cap)
+{
+    size_t want = l->client && l->have < HELLO ? HELLO : HELLO + MAC;
+    ssize_t k = recv(l->fd, l->in + l->have, want - l->have, MSG_DONTWAIT);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (k <= 0) {
+        if (k < 0)
+            snprintf(why, cap, "%s", strerror(errno));
+        else if (l->client && l->have >= HELLO)
+            snprintf(why, cap, "it refused this process's proof of the run's secret (%s)",
+                     m->token ? "is TFM_RUN_TOKEN the same for every process?"
+                              : "is the rendezvous file another run's?");
+        else
+            snprintf(why, cap, "it closed the connection %s", l->have ? "in the middle of its "
+                     "hello" : l->client ? "before its hello" : "without a hello");
+        return -1;
+    }
+    l->have += (size_t)k;
+    if (l->have >= 4 && get32(l->in) != HELLO_MAGIC) {
+        snprintf(why, cap, l->client ? "it is not a tfm-train process" : "not a tfm-train hello");
+        return -1;
+    }
+    if (l->have < want)
+        return 0;
+    if (l->client && l->have == HELLO) {            /* the other's hello: our proof */
+        unsigned char mac[MAC];
+        proof(m, "client", l, mac);
+        if (send(l->fd, mac, MAC, MSG_NOSIGNAL | MSG_DONTWAIT) != MAC) {
+            snprintf(why, cap, "%s", strerror(errno ? errno : EPIPE));
+            return -1;
+        }
+        l->deadline = seconds() + m->hello_timeout;
+        return 0;
+    }
+    if (!proven(m, l)) {
+        snprintf(why, cap, "it did not prove the run's secret");
+        return -1;
+    }
+    if (!l->client) {                               /* proven: ours in return */
+        unsigned char mac[MAC];
+        proof(m, "server", l, mac);
+        if (send(l->fd, mac, MAC, MSG_NOSIGNAL | MSG_DONTWAIT) != MAC) {
+            snprintf(why, cap, "%s", strerror(errno ? errno : EPIPE));
+            return -1;
+        }
+    }
+    l->done = 1;
+    return 1;
+}
+
+static void note(const struct meet *m, const struct link *l, const char *why)
+{
+    if (!m->watch || !m->watch->notes)
+        return;
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &l->addr.sin_addr, ip, sizeof ip);
+    fprintf(m->watch->notes, "%s%sdropped a connection from %s:%d: %s\n",
+            m->watch->prog ? m->watch->prog : "", m->watch->prog ? ": " : "", ip,
+            ntohs(l->addr.sin_port), why);
+    fflush(m->watch->notes);
+}
+
+/* The hellos of this process: accept connections on lfd (-1: none) and run the hello with
+ * each, several at a time, until one process of each rank lo .. hi has proven the secret
+ * (got[rank - lo]); and take the hello on the connection this process opened, *out (NULL:
+ * none), to its end.  A connection that fails its hello, sends nothing for
+ * TFM_JOIN_TIMEOUT seconds or is not a tfm-train process is dropped and noted; one that
+ * proves the secret but says it is another process than expected ends the meeting (two
+ * processes with one rank, or runs of other sizes).  -1 with err when the rendezvous time
+ * runs out, the stop flag is set, out fails (its messages then start with out_name, when
+ * not NULL) or such a process comes. */
+static int meet_run(const struct meet *m, int lfd, int lo, int hi, struct peer *got,
+                    struct link *out, const char *out_name, struct tfm_error *err)
+{
+    struct link pend[PENDING_MAX];
+    int np = 0, need = lfd >= 0 ? hi - lo + 1 : 0, joined = 0, rc = 0;
+    char why[512];
+    const char *pre = out_name ? out_name : "", *sep = out_name ? ": " : "";
+    for (int i = 0; i < need; i++)
+        got[i].fd = -1;
+    while (rc == 0 && (joined < need || (out && !out->done))) {
+        double now = seconds(), next = now + SLICE;
+        if (stopped(m->watch ? m->watch->stop : NULL)) {
+            if (joined == need)
+                rc = tfm_fail(err, "%s%sstopped by a signal in the hello", pre, sep);
+            else if (m->rank != 0)
+                rc = tfm_fail(err, "stopped by a signal while waiting for process %d", lo);
+            else
+                rc = tfm_fail(err, "stopped by a signal while %d of %d processes had joined",
+                              joined + 1, m->world);
+            break;
+        }
+        if (joined < need && now > m->deadline) {
+            if (m->rank != 0)
+                rc = tfm_fail(err, "no link from process %d within %g s "
+                              "(TFM_RENDEZVOUS_TIMEOUT)", lo, m->timeout);
+            else
+                rc = tfm_fail(err, "%d of %d processes joined within %g s "
+                              "(TFM_RENDEZVOUS_TIMEOUT)", joined + 1, m->world, m->timeout);
+            break;
+        }
+        for (int i = 0; i < np; i++) {
+            if (now <= pend[i].deadline) {
+                next = pend[i].deadline < next ? pend[i].deadline : next;
+                continue;
+            }
+            snprintf(why, sizeof why, pend[i].have ? "its hello was not complete within %g s "
+                     "(TFM_JOIN_TIMEOUT)" : "it sent no hello within %g s (TFM_JOIN_TIMEOUT)",
+                     m->hello_timeout);
+            note(m, &pend[i], why);
+            close(pend[i].fd);
+            pend[i--] = pend[--np];
+        }
+        if (out && !out->done && now > out->deadline) {
+            rc = tfm_fail(err, "%s%sit said nothing for %g s (TFM_JOIN_TIMEOUT)", pre, sep,
+                          m->hello_timeout);
+            break;
+        }
+        struct pollfd pf[PENDING_MAX + 2];
+        int n = 0, at_l = -1, at_out = -1;
+        if (lfd >= 0 && joined < need) {
+            at_l = n;
+            pf[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        }
+        for (int i = 0; i < np; i++)
+            pf[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        if (out && !out->done) {
+            at_out = n;
+            pf[n++] = (struct pollfd){.fd = out->fd, .events = POLLIN};
+        }
+        if (poll(pf, (nfds_t)n, slice_ms(next - now)) <= 0)
+            continue;
+        if (at_out >= 0 && pf[at_out].revents) {
+            if (link_step(m, out, why, sizeof why) < 0) {
+                rc = tfm_fail(err, "%s%s%s", pre, sep, why);
+                break;
+            }
+        }
+        /* the waiting connections, newest first, so that removing one moves none unseen */
+        for (int i = np - 1; i >= 0; i--) {
+            if (!pf[(at_l >= 0) + i].revents)
+                continue;
+            struct link *l = &pend[i];
+            int k = link_step(m, l, why, sizeof why);
+            if (k == 0)
+                continue;
+            if (k < 0) {
+                note(m, l, why);
+                close(l->fd);
+                pend[i] = pend[--np];
+                continue;
+            }
+            uint32_t r = get32(l->in + 4), w = get32(l->in + 8);
+            if (w != (uint32_t)m->world)
+                rc = tfm_fail(err, "process %u says the run has %u processes, this one %d: "
+                              "give every process the same TFM_WORLD_SIZE", r, w, m->world);
+            else if (r < (uint32_t)lo || r > (uint32_t)hi)
+                rc = tfm_fail(err, "process %d: a connection from process %u of %d, not from "
+                              "process %d", m->rank, r, m->world, lo);
+            else if (got[r - (uint32_t)lo].fd >= 0)
+                rc = tfm_fail(err, "two processes say they are process %u of %d: give each "
+                              "its own TFM_RANK", r, m->world);
+            if (rc) {
+                close(l->fd);
+                pend[i] = pend[--np];
+                break;
+            }
+            got[r - (uint32_t)lo] = (struct peer){l->fd, l->addr.sin_addr.s_addr,
+                                                  htons((uint16_t)get32(l->in + 12))};
+            joined++;
+            pend[i] = pend[--np];
+        }
+        if (rc || at_l < 0 || !pf[at_l].revents)
+            continue;
+        struct link *l = &pend[np];
+        if (np == PENDING_MAX) {                /* full: one of them makes room */
+            note(m, &pend[0], "too many connections in their hello at once");
+            close(pend[0].fd);
+            pend[0] = pend[--np];
+            l = &pend[np];
+        }
+        socklen_t len = sizeof l->addr;
+        struct sockaddr_in a;
+        int fd = accept4(lfd, (struct sockaddr *)&a, &len, SOCK_CLOEXEC);
+        if (fd < 0) {       /* a connection's own failure (ECONNABORTED, ...) is not ours */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                rc = tfm_fail(err, "accepting process connections: %s", strerror(errno));
+            continue;
+        }
+        struct tfm_error e;
+        int bad = link_start(m, l, fd, 0, 0, &e);
+        l->addr = a;
+        if (bad) {
+            note(m, l, e.msg);
+            close(fd);
+            continue;
+        }
+        np++;
+    }
+    for (int i = 0; i < np; i++)
+        close(pend[i].fd);
+    if (rc)
+        for (int i = 0; i < need; i++)
+            if (got[i].fd >= 0)
+                close(got[i].fd);
+    return rc;
 }
 
 /* Where process 0 listens: TFM_MASTER_ADDR and TFM_MASTER_PORT, or the file named by
- * TFM_RENDEZVOUS ("HOST PORT", written by process 0 once it listens). */
+ * TFM_RENDEZVOUS ("HOST PORT SECRET", written by process 0 once it listens). */
 struct where {
     char host[256];
     int port;           /* 0: any (process 0 with a file) */
     const char *file;
+    const char *addr;   /* TFM_MASTER_ADDR: process 0 listens there only */
 };
 
 static int where_from_env(struct where *w, struct tfm_error *err)
@@ -364,6 +733,7 @@ static int where_from_env(struct where *w, struct tfm_error *err)
     memset(w, 0, sizeof *w);
     const char *addr = getenv("TFM_MASTER_ADDR"), *port = getenv("TFM_MASTER_PORT");
     w->file = getenv("TFM_RENDEZVOUS");
+    w->addr = addr && *addr ? addr : NULL;
     if (addr && port) {
         char *end;
         long p = strtol(port, &end, 10);
@@ -380,18 +750,22 @@ static int where_from_env(struct where *w, struct tfm_error *err)
                     "TFM_MASTER_PORT, or TFM_RENDEZVOUS to a file on a shared file system");
 }
 
-static int listen_on(const struct where *w, int *port, struct tfm_error *err)
+/* A listening socket on address ip (network order; INADDR_ANY: every interface) and port
+ * (0: a free one, then in *port). */
+static int listen_on(uint32_t ip, int want, int *port, struct tfm_error *err)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), one = 1;
     if (fd < 0)
         return tfm_fail(err, "socket: %s", strerror(errno));
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)w->port),
-                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)want),
+                            .sin_addr.s_addr = ip};
     socklen_t len = sizeof a;
     if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128) ||
         getsockname(fd, (struct sockaddr *)&a, &len)) {
-        tfm_fail(err, "listening on port %d: %s", w->port, strerror(errno));
+        char host[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &ip, host, sizeof host);
+        tfm_fail(err, "listening on %s:%d: %s", host, want, strerror(errno));
         close(fd);
         return -1;
     }
@@ -399,143 +773,286 @@ static int listen_on(const struct where *w, int *port, struct tfm_error *err)
     return fd;
 }
 
-static int publish(const struct where *w, int port, struct tfm_error *err)
+/* The IPv4 address of host, in network order. */
+static int resolve(const char *host, uint32_t *ip, char *why, size_t cap)
 {
-    char host[256], tmp[4096];
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    int e = getaddrinfo(host, NULL, &hints, &ai);
+    if (e) {
+        snprintf(why, cap, "%s: %s", host, gai_strerror(e));
+        return -1;
+    }
+    *ip = ((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr.s_addr;
+    freeaddrinfo(ai);
+    return 0;
+}
+
+/* Process 0's file: "HOST PORT SECRET" ("-" for the secret when it is TFM_RUN_TOKEN's),
+ * written to a new file of a name no one can guess, created with O_EXCL and O_NOFOLLOW and
+ * readable by this user only, then renamed into place (a link planted at either name is
+ * never followed). */
+static int publish(const struct meet *m, const struct where *w, int port,
+                   struct tfm_error *err)
+{
+    char host[256], tmp[4096], line[1024];
+    unsigned char r[8];
     if (gethostname(host, sizeof host))
         snprintf(host, sizeof host, "localhost");
     host[sizeof host - 1] = 0;
-    const char *addr = getenv("TFM_MASTER_ADDR");
-    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", w->file, (long)getpid()) >= (int)sizeof tmp)
+    if (random_bytes(r, sizeof r, err))
+        return -1;
+    if (snprintf(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", w->file, r[0],
+                 r[1], r[2], r[3], r[4], r[5], r[6], r[7]) >= (int)sizeof tmp)
         return tfm_fail(err, "TFM_RENDEZVOUS: path too long");
-    FILE *f = fopen(tmp, "w");
-    if (!f)
+    int n = snprintf(line, sizeof line, "%s %d %s\n", w->addr ? w->addr : host, port,
+                     m->token ? "-" : m->secret);
+    if (n < 0 || n >= (int)sizeof line)
+        return tfm_fail(err, "TFM_MASTER_ADDR: too long");
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
         return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", tmp, strerror(errno));
-    int bad = fprintf(f, "%s %d\n", addr ? addr : host, port) < 0;
-    if (fclose(f) || bad || rename(tmp, w->file)) {
+    int bad = write(fd, line, (size_t)n) != n;
+    int e = errno;
+    if (close(fd) || bad || rename(tmp, w->file)) {
+        e = bad ? e : errno;
         unlink(tmp);
-        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", w->file, strerror(errno));
+        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", w->file, strerror(e));
     }
     return 0;
 }
 
-/* A connection to w (its file read again on every try: process 0 may write it later, or
- * it may still name an earlier run's port), retried for `timeout` seconds; `who` names the
- * process for the message. */
-static int connect_to(const struct where *w0, double timeout, const char *who,
-                      struct tfm_error *err)
+/* The rendezvous file, when it is process 0's for this run: a regular file of this user's
+ * that no one else may read or write, holding "HOST PORT SECRET".  1 when read; 0 with
+ * why when not (yet). */
+static int read_where(const char *path, struct where *w, char *secret, size_t cap, char *why,
+                      size_t whycap)
 {
-    double deadline = seconds() + timeout;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whycap, "%s", errno == ENOENT ? "not written yet" : errno == ELOOP ?
+                 "a symbolic link: ignored" : strerror(errno));
+        return 0;
+    }
+    struct stat st;
+    char buf[1024], host[256], sec[SECRET_MAX + 2], nl = 0;
+    ssize_t k = -1;
+    int port = 0, ok = 0;
+    if (fstat(fd, &st))
+        snprintf(why, whycap, "%s", strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        snprintf(why, whycap, "not a regular file: ignored");
+    else if (st.st_uid != geteuid())
+        snprintf(why, whycap, "user %ld's, not this user's (%ld): ignored", (long)st.st_uid,
+                 (long)geteuid());
+    else if (st.st_mode & 077)
+        snprintf(why, whycap, "mode %o, not 600: ignored (process 0 makes it for its user "
+                 "alone)", (unsigned)(st.st_mode & 0777));
+    else if ((k = read(fd, buf, sizeof buf - 1)) < 0)
+        snprintf(why, whycap, "%s", strerror(errno));
+    else {
+        buf[k] = 0;
+        ok = sscanf(buf, "%255s %d %257s%c", host, &port, sec, &nl) == 4 && nl == '\n' &&
+             port > 0 && port < 65536 && strlen(sec) <= SECRET_MAX && strlen(sec) < cap;
+        if (!ok)
+            snprintf(why, whycap, "not HOST PORT SECRET: ignored");
+    }
+    close(fd);
+    if (!ok)
+        return 0;
+    snprintf(w->host, sizeof w->host, "%s", host);
+    w->port = port;
+    snprintf(secret, cap, "%s", sec);
+    return 1;
+}
+
+/* A connection to ip:port (network order) before the deadline: fd, -1 with why, or -2
+ * when the deadline passes or the stop flag is set first (why untouched). */
+static int connect_within(uint32_t ip, uint16_t port, double deadline,
+                          volatile sig_atomic_t *stop, char *why, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(why, cap, "socket: %s", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = port, .sin_addr.s_addr = ip};
+    int e = connect(fd, (struct sockaddr *)&a, sizeof a) ? errno : 0;
+    while (e == EINPROGRESS) {
+        double left = deadline - seconds();
+        if (left <= 0 || stopped(stop)) {
+            close(fd);
+            return -2;
+        }
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        if (poll(&pf, 1, slice_ms(left)) > 0) {
+            socklen_t len = sizeof e;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+        }
+    }
+    if (e) {
+        snprintf(why, cap, "%s", strerror(e));
+        close(fd);
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    return fd;
+}
+
+/* Sleep for s seconds, or less when the stop flag is set. */
+static void nap(double s, volatile sig_atomic_t *stop)
+{
+    for (double end = seconds() + s; !stopped(stop) && seconds() < end;) {
+        struct timespec t = {0, 20000000};
+        nanosleep(&t, NULL);
+    }
+}
+
+/* Another process: connect to process 0 and prove the secret, retrying (the file read
+ * again each time: process 0 may write it later, or it may still be an earlier run's)
+ * until the rendezvous time runs out.  Processes 2 and up first listen, for their
+ * predecessor in the chain, on the address they reach process 0 from (*lfd, *lport).
+ * The connection to process 0, or -1 with err. */
+static int meet_process0(struct meet *m, const struct where *w0, int *lfd, int *lport,
+                         struct tfm_error *err)
+{
+    volatile sig_atomic_t *stop = m->watch ? m->watch->stop : NULL;
+    char why[512] = "", where[300], secret[SECRET_MAX + 1];
     for (;;) {
         struct where w = *w0;
-        int ready = 1;
-        if (w.file) {
-            FILE *f = fopen(w.file, "r");
-            ready = f && fscanf(f, "%255s %d", w.host, &w.port) == 2;
-            if (f)
-                fclose(f);
+        int ready = !w.file || read_where(w.file, &w, secret, sizeof secret, why, sizeof why);
+        snprintf(where, sizeof where, "%s:%d", w.host, w.port);
+        if (ready && w.file && !m->token) {
+            if (!strcmp(secret, "-"))
+                return tfm_fail(err, "%s: process 0 has TFM_RUN_TOKEN: set it for this "
+                                "process too", w.file);
+            if (strlen(secret) < SECRET_MIN) {
+                snprintf(why, sizeof why, "a secret shorter than %d characters: ignored",
+                         SECRET_MIN);
+                ready = 0;
+            }
+            snprintf(m->secret, sizeof m->secret, "%s", secret);
         }
-        if (ready) {
-            char port[16];
-            snprintf(port, sizeof port, "%d", w.port);
-            struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-            if (getaddrinfo(w.host, port, &hints, &ai) == 0) {
-                for (struct addrinfo *p = ai; p; p = p->ai_next) {
-                    int fd = socket(p->ai_family, p->ai_socktype | SOCK_CLOEXEC, 0);
-                    if (fd >= 0 && connect(fd, p->ai_addr, p->ai_addrlen) == 0) {
-                        freeaddrinfo(ai);
-                        return fd;
-                    }
-                    if (fd >= 0)
-                        close(fd);
+        uint32_t ip;
+        if (ready && resolve(w.host, &ip, why, sizeof why) == 0) {
+            int fd = connect_within(ip, htons((uint16_t)w.port), m->deadline, stop, why,
+                                    sizeof why);
+            if (fd >= 0 && m->rank >= 2 && *lfd < 0) {
+                struct sockaddr_in me;
+                socklen_t len = sizeof me;
+                if (getsockname(fd, (struct sockaddr *)&me, &len))
+                    tfm_fail(err, "getsockname: %s", strerror(errno));
+                else if ((*lfd = listen_on(me.sin_addr.s_addr, 0, lport, err)) < 0)
+                    tfm_error_prefix(err, "process %d, for process %d", m->rank, m->rank - 1);
+                if (*lfd < 0) {
+                    close(fd);
+                    return -1;
                 }
-                freeaddrinfo(ai);
+            }
+            if (fd >= 0) {
+                struct link l;
+                struct tfm_error e;
+                int rc = link_start(m, &l, fd, 1, *lport, &e);
+                if (rc == 0)
+                    rc = meet_run(m, -1, 0, -1, NULL, &l, NULL, &e);
+                if (rc == 0) {
+                    if (get32(l.in + 4) != 0 || get32(l.in + 8) != (uint32_t)m->world) {
+                        close(fd);
+                        return tfm_fail(err, "process 0 at %s says it is process %u of %u, this "
+                                        "process one of %d: give every process the same "
+                                        "TFM_WORLD_SIZE", where, get32(l.in + 4),
+                                        get32(l.in + 8), m->world);
+                    }
+                    return fd;
+                }
+                close(fd);
+                if (stopped(stop))
+                    return tfm_fail(err, "stopped by a signal while waiting for process 0 at "
+                                    "%s", w.file ? w.file : where);
+                if (w.file)
+                    snprintf(why, sizeof why, "%.200s: %.300s", where, e.msg);
+                else
+                    snprintf(why, sizeof why, "%.500s", e.msg);
+                nap(0.5, stop);     /* a hello that failed: not ten times a second */
+            } else if (fd == -1 && w.file) {
+                char c[sizeof why];
+                snprintf(c, sizeof c, "%.200s: %.300s", where, why);
+                snprintf(why, sizeof why, "%s", c);
             }
         }
-        if (seconds() > deadline)
-            return tfm_fail(err, "no %s at %s%s%s:%d after %.0f s (TFM_RENDEZVOUS_TIMEOUT)", who,
-                            w.file ? w.file : "", w.file ? ": " : "",
-                            w.host[0] ? w.host : "(not written yet)", w.port, timeout);
-        struct timespec nap = {0, 100000000};
-        nanosleep(&nap, NULL);
+        if (stopped(stop))
+            return tfm_fail(err, "stopped by a signal while waiting for process 0 at %s",
+                            w.file ? w.file : where);
+        if (seconds() > m->deadline)
+            return tfm_fail(err, "no process 0 at %s within %g s (TFM_RENDEZVOUS_TIMEOUT): %s",
+                            w.file ? w.file : where, m->timeout, why);
+        nap(0.1, stop);
     }
 }
 
-/* One connection on lfd before the deadline, with its peer's address when peer is given;
- * -1 with err ("<waiting> within N s" when the time is up). */
-static int accept_one(int lfd, double deadline, double timeout, struct sockaddr_in *peer,
-                      const char *waiting, struct tfm_error *err)
+/* Process 0's word on this process's successor, sent once all have joined: n bytes from
+ * fd before the rendezvous time runs out.  0, or -1 with err. */
+static int read_next(const struct meet *m, int fd, void *p, size_t n, struct tfm_error *err)
 {
-    for (;;) {
-        struct pollfd pf = {.fd = lfd, .events = POLLIN};
-        int left = (int)((deadline - seconds()) * 1000);
-        int k = left > 0 ? poll(&pf, 1, left) : 0;
-        if (k < 0 && errno == EINTR)
+    volatile sig_atomic_t *stop = m->watch ? m->watch->stop : NULL;
+    char *s = p;
+    while (n > 0) {
+        if (stopped(stop))
+            return tfm_fail(err, "stopped by a signal while waiting for the others to join");
+        double left = m->deadline - seconds();
+        if (left <= 0)
+            return tfm_fail(err, "the processes did not all join within %g s "
+                            "(TFM_RENDEZVOUS_TIMEOUT)", m->timeout);
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        if (poll(&pf, 1, slice_ms(left)) <= 0)
+            continue;
+        ssize_t k = recv(fd, s, n, MSG_DONTWAIT);
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             continue;
         if (k <= 0)
-            return tfm_fail(err, "%s within %.0f s (TFM_RENDEZVOUS_TIMEOUT)", waiting, timeout);
-        socklen_t len = sizeof *peer;
-        int fd = accept4(lfd, (struct sockaddr *)peer, peer ? &len : NULL, SOCK_CLOEXEC);
-        if (fd >= 0)
-            return fd;
-        if (errno != EINTR && errno != ECONNABORTED)
-            return tfm_fail(err, "accepting process connections: %s", strerror(errno));
+            return tfm_fail(err, "process 0 left the run before all had joined (see its "
+                            "messages)");
+        s += k;
+        n -= (size_t)k;
     }
+    return 0;
 }
 
-/* A hello of n words from fd: 0, or -1 when it is not one of ours. */
-static int hello_from(int fd, uint32_t *h, size_t n)
+static void nodelay(int fd)
 {
-    return xfer(fd, h, n * sizeof *h, 0) || h[0] != MAGIC ? -1 : 0;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* Process 0: every other process joins (hello: MAGIC, rank, world, the port it listens on)
- * and learns where its successor listens (MAGIC, address, port). */
-static int gather(struct tfm_comm *c, const struct where *w, double deadline, double timeout,
+/* Process 0: every other process joins and learns where its successor listens (NEXT_MAGIC,
+ * address, port). */
+static int gather(struct tfm_comm *c, const struct meet *m, const struct where *w,
                   struct tfm_error *err)
 {
-    int world = c->n, port = 0, lfd = listen_on(w, &port, err);
-    if (lfd < 0 || (w->file && publish(w, port, err))) {
+    int world = c->n, port = 0;
+    uint32_t ip = htonl(INADDR_ANY);
+    char why[512];
+    if (w->addr && resolve(w->addr, &ip, why, sizeof why))
+        return tfm_fail(err, "TFM_MASTER_ADDR=%s", why);
+    int lfd = listen_on(ip, w->port, &port, err);
+    if (lfd < 0 || (w->file && publish(m, w, port, err))) {
         if (lfd >= 0)
             close(lfd);
         return -1;
     }
-    uint32_t *ip = calloc((size_t)world, sizeof *ip);
-    uint16_t *lport = calloc((size_t)world, sizeof *lport);
-    int bad = !ip || !lport ? tfm_fail(err, "out of memory") : 0;
-    for (int joined = 1; joined < world && !bad;) {
-        struct sockaddr_in peer;
-        char waiting[64];
-        snprintf(waiting, sizeof waiting, "%d of %d processes joined", joined, world);
-        int fd = accept_one(lfd, deadline, timeout, &peer, waiting, err);
-        if (fd < 0) {
-            bad = -1;
-            break;
-        }
-        uint32_t h[4];
-        if (hello_from(fd, h, 4)) {                 /* not one of ours: ignore it */
-            close(fd);
-            continue;
-        }
-        if (h[2] != (uint32_t)world || h[1] == 0 || h[1] >= (uint32_t)world ||
-            c->fd[h[1]] >= 0) {
-            bad = tfm_fail(err, "a process says it is %u of %u; this run has %d processes%s",
-                           h[1], h[2], world, h[2] == (uint32_t)world && h[1] ? ", and that "
-                           "one has joined already" : "");
-            close(fd);
-            break;
-        }
-        nodelay(fd);
-        c->fd[h[1]] = fd;
-        ip[h[1]] = peer.sin_addr.s_addr;
-        lport[h[1]] = htons((uint16_t)h[3]);
-        joined++;
-    }
+    struct peer *got = calloc((size_t)world, sizeof *got);
+    int bad = !got ? tfm_fail(err, "out of memory")
+                   : meet_run(m, lfd, 1, world - 1, got, NULL, NULL, err);
     close(lfd);
     if (w->file)
         unlink(w->file);
     for (int p = 1; p < world && !bad; p++) {
-        uint32_t next[3] = {MAGIC, p + 1 < world ? ip[p + 1] : 0, p + 1 < world ? lport[p + 1] : 0};
+        c->fd[p] = got[p - 1].fd;
+        nodelay(c->fd[p]);
+    }
+    for (int p = 1; p < world && !bad; p++) {
+        uint32_t next[3] = {NEXT_MAGIC, p + 1 < world ? got[p].ip : 0,
+                            p + 1 < world ? got[p].port : 0};
         bad = send_all(c, p, next, sizeof next, err);
     }
     for (int p = 2; p < world; p++)                 /* keep the link to process 1 only */
@@ -543,63 +1060,64 @@ static int gather(struct tfm_comm *c, const struct where *w, double deadline, do
             close(c->fd[p]);
             c->fd[p] = -1;
         }
-    free(ip);
-    free(lport);
+    free(got);
     return bad ? -1 : 0;
 }
 
-/* Another process: join process 0, then link to its neighbours in the chain. */
-static int join(struct tfm_comm *c, const struct where *w, double deadline, double timeout,
+/* Another process: join process 0, then link to its neighbours in the chain: the hello
+ * with its successor and the one with its predecessor (process 2 and up) at once. */
+static int join(struct tfm_comm *c, struct meet *m, const struct where *w,
                 struct tfm_error *err)
 {
-    int rank = c->rank, world = c->n, lport = 0, lfd = -1;
-    struct where any = {.port = 0};
-    if (rank >= 2 && (lfd = listen_on(&any, &lport, err)) < 0)
-        return -1;
-    uint32_t hello[4] = {MAGIC, (uint32_t)rank, (uint32_t)world, (uint32_t)lport}, next[3];
-    int fd0 = connect_to(w, timeout, "process 0", err), rc = -1;
+    int rank = c->rank, world = c->n, lport = 0, lfd = -1, rc = -1;
+    uint32_t next[3];
+    int fd0 = meet_process0(m, w, &lfd, &lport, err);
     if (fd0 < 0)
         goto out;
     c->fd[0] = fd0;
     nodelay(fd0);
-    if (send_all(c, 0, hello, sizeof hello, err) || recv_all(c, 0, next, sizeof next, err))
+    if (read_next(m, fd0, next, sizeof next, err))
         goto out;
-    if (next[0] != MAGIC) {
+    if (next[0] != NEXT_MAGIC) {
         tfm_fail(err, "process 0 answered with a bad message");
         goto out;
     }
+    struct link succ;
+    char name[128];
     if (rank + 1 < world) {
-        struct where succ = {.port = ntohs((uint16_t)next[2])};
-        char who[32];
-        inet_ntop(AF_INET, &next[1], succ.host, sizeof succ.host);
-        snprintf(who, sizeof who, "process %d", rank + 1);
-        double left = deadline - seconds();
-        int fd = connect_to(&succ, left > 0 ? left : 0, who, err);
-        if (fd < 0)
+        char why[256], host[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &next[1], host, sizeof host);
+        snprintf(name, sizeof name, "process %d at %s:%d", rank + 1, host,
+                 ntohs((uint16_t)next[2]));
+        int fd = connect_within(next[1], (uint16_t)next[2], m->deadline,
+                                m->watch ? m->watch->stop : NULL, why, sizeof why);
+        if (fd < 0) {
+            tfm_fail(err, "%s: %s", name, fd == -1 ? why : stopped(m->watch ? m->watch->stop
+                     : NULL) ? "stopped by a signal" : "no answer within TFM_RENDEZVOUS_TIMEOUT");
             goto out;
-        nodelay(fd);
+        }
         c->fd[rank + 1] = fd;
-        uint32_t me[4] = {MAGIC, (uint32_t)rank, (uint32_t)world, 0};
-        if (send_all(c, rank + 1, me, sizeof me, err))
+        nodelay(fd);
+        if (link_start(m, &succ, fd, 1, 0, err)) {
+            tfm_error_prefix(err, "%s", name);
             goto out;
+        }
+    }
+    struct peer pred;
+    if (meet_run(m, rank >= 2 ? lfd : -1, rank - 1, rank - 1, &pred,
+                 rank + 1 < world ? &succ : NULL, name, err))
+        goto out;
+    if (rank + 1 < world &&
+        (get32(succ.in + 4) != (uint32_t)rank + 1 || get32(succ.in + 8) != (uint32_t)world)) {
+        tfm_fail(err, "process %d: its successor says it is process %u of %u", rank,
+                 get32(succ.in + 4), get32(succ.in + 8));
+        goto out;
     }
     if (rank >= 2) {                    /* the predecessor's link; process 0's is not needed */
         close(fd0);
         c->fd[0] = -1;
-        uint32_t h[4];
-        char waiting[64];
-        snprintf(waiting, sizeof waiting, "no link from process %d", rank - 1);
-        int fd = accept_one(lfd, deadline, timeout, NULL, waiting, err);
-        if (fd < 0)
-            goto out;
-        if (hello_from(fd, h, 4) || h[1] != (uint32_t)rank - 1 || h[2] != (uint32_t)world) {
-            close(fd);
-            tfm_fail(err, "process %d: a connection that is not from process %d", rank,
-                     rank - 1);
-            goto out;
-        }
-        nodelay(fd);
-        c->fd[rank - 1] = fd;
+        c->fd[rank - 1] = pred.fd;
+        nodelay(pred.fd);
     }
     rc = 0;
 out:
@@ -608,23 +1126,67 @@ out:
     return rc;
 }
 
-struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err)
+int tfm_dist_env_seconds(const char *name, double dflt, double *out, struct tfm_error *err)
+{
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !*v)
+        return 0;
+    char *end;
+    double s = strtod(v, &end);
+    if (*end || !(s > 0) || s > 1e7)
+        return tfm_fail(err, "%s=%s: not a number of seconds in (0, 1e7]", name, v);
+    *out = s;
+    return 0;
+}
+
+struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch *watch,
+                                struct tfm_error *err)
 {
     if (world < 2 || rank < 0 || rank >= world || world > TFM_DIST_MAX_WORLD) {
         tfm_fail(err, "process %d of %d", rank, world);
         return NULL;
     }
     struct where w;
-    if (where_from_env(&w, err))
+    struct meet m = {.rank = rank, .world = world, .watch = watch};
+    double timeout, stop_timeout;
+    if (where_from_env(&w, err) ||
+        tfm_dist_env_seconds("TFM_RENDEZVOUS_TIMEOUT", 300, &m.timeout, err) ||
+        tfm_dist_env_seconds("TFM_JOIN_TIMEOUT", 10, &m.hello_timeout, err) ||
+        tfm_dist_env_seconds("TFM_COLLECTIVE_TIMEOUT", 300, &timeout, err) ||
+        tfm_dist_env_seconds("TFM_STOP_TIMEOUT", 30, &stop_timeout, err))
         return NULL;
-    const char *t = getenv("TFM_RENDEZVOUS_TIMEOUT");
-    double timeout = t && atof(t) > 0 ? atof(t) : 300, deadline = seconds() + timeout;
+    const char *token = getenv("TFM_RUN_TOKEN");
+    if (token && *token) {
+        size_t n = strlen(token);
+        if (n < SECRET_MIN || n > SECRET_MAX) {
+            tfm_fail(err, "TFM_RUN_TOKEN: %zu characters, %d at least and %d at most", n,
+                     SECRET_MIN, SECRET_MAX);
+            return NULL;
+        }
+        snprintf(m.secret, sizeof m.secret, "%s", token);
+        m.token = 1;
+    } else if (!w.file) {
+        tfm_fail(err, "TFM_MASTER_ADDR and TFM_MASTER_PORT: set TFM_RUN_TOKEN too, to one "
+                 "secret of %d characters or more for every process of the run", SECRET_MIN);
+        return NULL;
+    } else if (rank == 0) {             /* a new secret, for the rendezvous file */
+        unsigned char r[32];
+        if (random_bytes(r, sizeof r, err))
+            return NULL;
+        for (size_t i = 0; i < sizeof r; i++)
+            snprintf(m.secret + 2 * i, 3, "%02x", r[i]);
+    }
+    m.deadline = seconds() + m.timeout;
     struct tfm_comm *c = tfm_comm_threads(1, err);
     if (!c)
         return NULL;
     c->procs = 1;
     c->n = world;
     c->rank = rank;
+    c->timeout = timeout;
+    c->stop_timeout = stop_timeout;
+    c->stop = watch ? watch->stop : NULL;
     if (!(c->fd = malloc((size_t)world * sizeof *c->fd)) || !(c->chunk = malloc(CHUNK))) {
         tfm_comm_free(c);
         tfm_fail(err, "out of memory");
@@ -632,7 +1194,9 @@ struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err)
     }
     for (int i = 0; i < world; i++)
         c->fd[i] = -1;
-    if (rank == 0 ? gather(c, &w, deadline, timeout, err) : join(c, &w, deadline, timeout, err)) {
+    int rc = rank == 0 ? gather(c, &m, &w, err) : join(c, &m, &w, err);
+    memset(m.secret, 0, sizeof m.secret);
+    if (rc) {
         tfm_comm_free(c);
         return NULL;
     }

@@ -15,7 +15,9 @@
 #ifndef TFM_DIST_H
 #define TFM_DIST_H
 
+#include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "error.h"
 
@@ -36,15 +38,50 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);
 /* A communicator among nranks ranks of this process. */
 struct tfm_comm;
 struct tfm_comm *tfm_comm_threads(int nranks, struct tfm_error *err);
+/* What the waits of a process on the others watch (tfm_comm_procs): stop, a flag that a
+ * signal handler sets (NULL: none), and notes, where the connections dropped while joining
+ * are noted (NULL: nowhere), each line after "prog: " (prog may be NULL). */
+struct tfm_dist_watch {
+    volatile sig_atomic_t *stop;
+    FILE *notes;
+    const char *prog;
+};
+
 /* A communicator among the world processes of a run, one rank each (rank = this process's):
- * a chain of TCP links between neighbours.  They meet through process 0, which listens on
- * TFM_MASTER_PORT (with TFM_MASTER_ADDR set for the others), or on a free port that it
- * writes to the file TFM_RENDEZVOUS ("HOST PORT"; on a file system every process sees;
- * removed once all have joined).  The others connect, retrying for TFM_RENDEZVOUS_TIMEOUT
- * seconds (default 300).  Its collectives take the
- * local rank 0.  A process that fails or calls tfm_comm_abort closes its sockets, and
- * the others' collectives fail saying which process left. */
-struct tfm_comm *tfm_comm_procs(int rank, int world, struct tfm_error *err);
+ * a chain of TCP links between neighbours.  Its collectives take the local rank 0.
+ *
+ * Meeting.  The processes meet through process 0, which listens on TFM_MASTER_ADDR:
+ * TFM_MASTER_PORT (that address only), or on a free port that it writes to the file
+ * TFM_RENDEZVOUS (on a file system every process sees; on TFM_MASTER_ADDR when set, else
+ * on every interface).  The others connect, retrying for TFM_RENDEZVOUS_TIMEOUT seconds
+ * (default 300) from their start, and are told where their successor in the chain
+ * listens; processes 2 and up listen for their predecessor on the address they reach
+ * process 0 from.  Every connection starts with a hello in which each side proves that it
+ * knows the run's secret, HMAC-SHA256 over both sides' fresh random challenges (never the
+ * secret itself): TFM_RUN_TOKEN (16 to 256 characters, the same for every process;
+ * required with TFM_MASTER_PORT), else 32 random bytes (getrandom) that process 0 writes,
+ * in hex, into the rendezvous file "HOST PORT SECRET", created under a name no one can
+ * guess with O_EXCL, O_NOFOLLOW and mode 0600 and renamed into place (removed once all
+ * have joined).  The others read it only when it is a regular file of their own user with
+ * no permission for others.  A connection whose hello is not complete within
+ * TFM_JOIN_TIMEOUT seconds (default 10), that is not a tfm-train hello or that does not
+ * prove the secret is dropped and noted on watch->notes, and the meeting goes on: several
+ * hellos run at once, so none holds up the others.  One that proves the secret but claims
+ * a rank already taken, or another number of processes, ends the meeting (two processes
+ * were given one rank).  When watch->stop is set, the meeting ends within 0.1 s.
+ *
+ * Sums.  A process waits at most TFM_COLLECTIVE_TIMEOUT seconds (default 300) for a
+ * neighbour that sends or takes nothing (which includes the time process 0 takes to
+ * validate and write checkpoints between updates), then fails naming that neighbour;
+ * once watch->stop is set, at most TFM_STOP_TIMEOUT seconds (default 30) from then.  A
+ * process that fails or calls tfm_comm_abort closes its sockets, and its neighbours'
+ * collectives fail saying which process left.  The traffic is not encrypted: the secret
+ * keeps strangers out of the run, not off the network. */
+struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch *watch,
+                                struct tfm_error *err);
+/* A number of seconds from environment variable name: dflt when unset or empty; -1 with err
+ * when it is not a number in (0, 1e7]. */
+int tfm_dist_env_seconds(const char *name, double dflt, double *out, struct tfm_error *err);
 /* Several ranks in each of several processes: the collectives of `local` (threads) then sum
  * over the local ranks in rank order, local rank 0 sums that over the processes, and every
  * local rank gets the result: ((b0 + b1) + (b2 + b3)) for 2 ranks in 2 processes, the

@@ -10,16 +10,7 @@
 
 int tfm_gpu_comm_timeout(double *seconds, struct tfm_error *err)
 {
-    const char *v = getenv("TFM_COLLECTIVE_TIMEOUT");
-    *seconds = 300;
-    if (!v || !*v)
-        return 0;
-    char *end;
-    double s = strtod(v, &end);
-    if (*end || !(s > 0) || s > 1e7)
-        return tfm_fail(err, "TFM_COLLECTIVE_TIMEOUT=%s: not a number of seconds in (0, 1e7]", v);
-    *seconds = s;
-    return 0;
+    return tfm_dist_env_seconds("TFM_COLLECTIVE_TIMEOUT", 300, seconds, err);
 }
 
 static const struct tfm_cuda_plugin *plugin(struct tfm_error *err)

@@ -840,7 +840,8 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     int per = threads / u->R > 0 ? threads / u->R : 1;
     if (!(u->comm = tfm_comm_threads(u->R, err)) ||
-        (u->W > 1 && !(u->procs = tfm_comm_procs(u->g, u->W, err))))
+        (u->W > 1 && !(u->procs = tfm_comm_procs(u->g, u->W, &(struct tfm_dist_watch){
+                                                      o->stop, o->notes, o->prog}, err))))
         return -1;
     if (u->procs)
         tfm_comm_stack(u->comm, u->procs);

@@ -441,13 +441,13 @@ teardown() {
     assert_success
     diff <(params "$T/p/step-000004.tfm") <(params "$T/r/step-000004.tfm")
     # resumed by two processes, over TCP to a fixed port this time
-    export TFM_MASTER_ADDR=127.0.0.1 TFM_MASTER_PORT=$((20000 + RANDOM % 20000))
+    export TFM_MASTER_ADDR=127.0.0.1 TFM_MASTER_PORT=$((20000 + RANDOM % 20000)) TFM_RUN_TOKEN=tfm-train.bats-token
     run two "${SMALL[@]}" -o "$T/p" --max-steps 6 --save-every 2 --resume -q "$M/b500.tfm"
     assert_success
     diff <(params "$T/p/step-000006.tfm") <(params "$T/r/step-000006.tfm")
     ! diff -q <(params "$T/p/step-000006.tfm") <(params "$T/p/step-000004.tfm")
     # four processes: a chain of four links, still the in-process sums
-    unset TFM_MASTER_ADDR TFM_MASTER_PORT
+    unset TFM_MASTER_ADDR TFM_MASTER_PORT TFM_RUN_TOKEN
     rm -f "$T/rv"
     for r in 3 2 1; do
         TFM_RANK=$r TFM_WORLD_SIZE=4 TFM_RENDEZVOUS="$T/rv" tfm-train "${SMALL[@]}" -o "$T/p4" --max-steps 3 -q "$M/b500.tfm" &

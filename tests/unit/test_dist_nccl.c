@@ -23,7 +23,7 @@ static void make_id(unsigned char *id)
 static int child(int rank, int world)
 {
     struct tfm_error err;
-    struct tfm_comm *c = tfm_comm_procs(rank, world, &err);
+    struct tfm_comm *c = tfm_comm_procs(rank, world, NULL, &err);
     if (!c) {
         fprintf(stderr, "rank %d: %s\n", rank, err.msg);
         return 2;
