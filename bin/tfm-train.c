@@ -328,7 +328,8 @@ int main(int argc, char **argv)
         gpus[i]->destroy(gpus[i]);
     if (failed) {
         fprintf(stderr, "tfm-train: %s\n", err.msg);
-        return 1;
+        /* a run the signal cut short (joining, or a peer silent after it) says so */
+        return stop_signal ? 128 + (int)stop_signal : 1;
     }
     if (notes) {
         static const char *const why[] = {"", "max steps reached", "max time reached",
