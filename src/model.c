@@ -101,8 +101,10 @@ struct tfm_model {
     int32_t *host_ints;         /* (3M + M) host staging for ids */
 };
 
+/* ---- the parameters: build_params is their one list (names, shapes, order, start) ---- */
+
 static struct tfm_param *add_param(struct tfm_model *m, const char *name, int rank, int64_t d0,
-                                   int64_t d1)
+                                   int64_t d1, enum tfm_init init, int parts)
 {
     struct tfm_param *p = &m->params[m->np++];
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -110,17 +112,21 @@ static struct tfm_param *add_param(struct tfm_model *m, const char *name, int ra
     p->dims[0] = d0;
     p->dims[1] = rank == 2 ? d1 : 1;
     p->count = d0 * p->dims[1];
+    p->init = init;
+    p->parts = parts;
     p->offset = (size_t)m->count;
     m->count += (p->count + 15) / 16 * 16;
     return p;
 }
 
-static struct tfm_param *addf(struct tfm_model *m, int rank, int64_t d0, int64_t d1,
+/* A matrix (d0, d1) made of `parts` side by side, or a bias (d0) (d1 0). */
+static struct tfm_param *addf(struct tfm_model *m, int64_t d0, int64_t d1, int parts,
                               const char *fmt, int layer, const char *what)
 {
     char name[64];
     snprintf(name, sizeof name, fmt, layer, what);
-    return add_param(m, name, rank, d0, d1);
+    return d1 ? add_param(m, name, 2, d0, d1, TFM_INIT_XAVIER, parts)
+              : add_param(m, name, 1, d0, 0, TFM_INIT_ZERO, 1);
 }
 
 static void add_attn(struct tfm_model *m, struct attn_p *a, const char *pfx, int l, int cross)
@@ -130,77 +136,117 @@ static void add_attn(struct tfm_model *m, struct attn_p *a, const char *pfx, int
     snprintf(f, sizeof f, "%s.%%d.%s.%%s", pfx, cross ? "cross" : "self");
     memset(a, 0, sizeof *a);
     if (!cross) {
-        a->wqkv = addf(m, 2, D, 3 * D, f, l, "wqkv");
-        a->bqkv = addf(m, 1, 3 * D, 0, f, l, "bqkv");
+        a->wqkv = addf(m, D, 3 * D, 3, f, l, "wqkv");
+        a->bqkv = addf(m, 3 * D, 0, 1, f, l, "bqkv");
     } else {
-        a->wq = addf(m, 2, D, D, f, l, "wq");
-        a->bq = addf(m, 1, D, 0, f, l, "bq");
-        a->wkv = addf(m, 2, D, 2 * D, f, l, "wkv");
-        a->bkv = addf(m, 1, 2 * D, 0, f, l, "bkv");
+        a->wq = addf(m, D, D, 1, f, l, "wq");
+        a->bq = addf(m, D, 0, 1, f, l, "bq");
+        a->wkv = addf(m, D, 2 * D, 2, f, l, "wkv");
+        a->bkv = addf(m, 2 * D, 0, 1, f, l, "bkv");
     }
-    a->wo = addf(m, 2, D, D, f, l, "wo");
-    a->bo = addf(m, 1, D, 0, f, l, "bo");
+    a->wo = addf(m, D, D, 1, f, l, "wo");
+    a->bo = addf(m, D, 0, 1, f, l, "bo");
 }
 
-static void add_ln(struct tfm_model *m, struct ln_p *n, const char *pfx, int l, const char *nm)
+static void add_ln(struct tfm_model *m, struct ln_p *n, const char *name)
 {
-    char f[48], w[16];
-    snprintf(f, sizeof f, "%s.%%d.%s.%%s", pfx, nm);
-    (void)w;
-    n->g = addf(m, 1, m->D, 0, f, l, "g");
-    n->b = addf(m, 1, m->D, 0, f, l, "b");
+    char g[64], b[64];
+    snprintf(g, sizeof g, "%s.g", name);
+    snprintf(b, sizeof b, "%s.b", name);
+    n->g = add_param(m, g, 1, m->D, 0, TFM_INIT_ONE, 1);
+    n->b = add_param(m, b, 1, m->D, 0, TFM_INIT_ZERO, 1);
+}
+
+static void add_layer_ln(struct tfm_model *m, struct ln_p *n, const char *pfx, int l,
+                         const char *nm)
+{
+    char name[48];
+    snprintf(name, sizeof name, "%s.%d.%s", pfx, l, nm);
+    add_ln(m, n, name);
 }
 
 static void add_ffn(struct tfm_model *m, struct ffn_p *p, const char *pfx, int l)
 {
     char f[48];
     snprintf(f, sizeof f, "%s.%%d.ffn.%%s", pfx);
-    p->w1 = addf(m, 2, m->D, m->F, f, l, "w1");
-    p->b1 = addf(m, 1, m->F, 0, f, l, "b1");
-    p->w2 = addf(m, 2, m->F, m->D, f, l, "w2");
-    p->b2 = addf(m, 1, m->D, 0, f, l, "b2");
+    p->w1 = addf(m, m->D, m->F, 1, f, l, "w1");
+    p->b1 = addf(m, m->F, 0, 1, f, l, "b1");
+    p->w2 = addf(m, m->F, m->D, 1, f, l, "w2");
+    p->b2 = addf(m, m->D, 0, 1, f, l, "b2");
 }
 
-/* The parameter list of cfg, in checkpoint order (also used for sizes). */
+/* The parameter list of cfg, in checkpoint order: what tfm_model_create allocates, what
+ * tfm_model_layout and the memory estimates count, how each tensor starts. */
 static void build_params(struct tfm_model *m)
 {
     const struct tfm_config *c = &m->cfg;
     m->np = 0;
     m->count = 0;
     if (c->tie) {
-        m->emb_src = m->emb_tgt = m->emb_out = add_param(m, "emb", 2, m->V, m->D);
+        m->emb_src = m->emb_tgt = m->emb_out =
+            add_param(m, "emb", 2, m->V, m->D, TFM_INIT_NORMAL, 1);
     } else {
-        m->emb_src = add_param(m, "src_emb", 2, m->V, m->D);
-        m->emb_tgt = add_param(m, "tgt_emb", 2, m->V, m->D);
-        m->emb_out = add_param(m, "out", 2, m->V, m->D);
+        m->emb_src = add_param(m, "src_emb", 2, m->V, m->D, TFM_INIT_NORMAL, 1);
+        m->emb_tgt = add_param(m, "tgt_emb", 2, m->V, m->D, TFM_INIT_NORMAL, 1);
+        m->emb_out = add_param(m, "out", 2, m->V, m->D, TFM_INIT_NORMAL, 1);
     }
     m->pos_enc = m->pos_dec = NULL;
     if (c->pos == TFM_POS_LEARNED) {
-        m->pos_enc = add_param(m, "enc.pos", 2, m->L, m->D);
-        m->pos_dec = add_param(m, "dec.pos", 2, m->L, m->D);
+        m->pos_enc = add_param(m, "enc.pos", 2, m->L, m->D, TFM_INIT_NORMAL, 1);
+        m->pos_dec = add_param(m, "dec.pos", 2, m->L, m->D, TFM_INIT_NORMAL, 1);
     }
     for (int l = 0; l < m->N; l++) {
         add_attn(m, &m->enc[l].self, "enc", l, 0);
-        add_ln(m, &m->enc[l].ln1, "enc", l, "ln1");
+        add_layer_ln(m, &m->enc[l].ln1, "enc", l, "ln1");
         add_ffn(m, &m->enc[l].ffn, "enc", l);
-        add_ln(m, &m->enc[l].ln2, "enc", l, "ln2");
+        add_layer_ln(m, &m->enc[l].ln2, "enc", l, "ln2");
     }
-    if (c->norm == TFM_NORM_PRE) {
-        m->efin.g = add_param(m, "enc.ln.g", 1, m->D, 0);
-        m->efin.b = add_param(m, "enc.ln.b", 1, m->D, 0);
-    }
+    if (c->norm == TFM_NORM_PRE)
+        add_ln(m, &m->efin, "enc.ln");
     for (int l = 0; l < m->N; l++) {
         add_attn(m, &m->dec[l].self, "dec", l, 0);
-        add_ln(m, &m->dec[l].ln1, "dec", l, "ln1");
+        add_layer_ln(m, &m->dec[l].ln1, "dec", l, "ln1");
         add_attn(m, &m->dec[l].cross, "dec", l, 1);
-        add_ln(m, &m->dec[l].ln2, "dec", l, "ln2");
+        add_layer_ln(m, &m->dec[l].ln2, "dec", l, "ln2");
         add_ffn(m, &m->dec[l].ffn, "dec", l);
-        add_ln(m, &m->dec[l].ln3, "dec", l, "ln3");
+        add_layer_ln(m, &m->dec[l].ln3, "dec", l, "ln3");
     }
-    if (c->norm == TFM_NORM_PRE) {
-        m->dfin.g = add_param(m, "dec.ln.g", 1, m->D, 0);
-        m->dfin.b = add_param(m, "dec.ln.b", 1, m->D, 0);
+    if (c->norm == TFM_NORM_PRE)
+        add_ln(m, &m->dfin, "dec.ln");
+}
+
+/* A model without memory with cfg's parameter list (build_params): free with
+ * shell_free.  NULL when out of memory.  cfg must be checked. */
+static struct tfm_model *shell(const struct tfm_config *cfg)
+{
+    struct tfm_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    m->cfg = *cfg;
+    m->D = cfg->d_model;
+    m->F = cfg->d_ff;
+    m->V = cfg->vocab;
+    m->L = cfg->max_len;
+    m->N = cfg->layers;
+    m->enc = calloc((size_t)m->N, sizeof *m->enc);
+    m->dec = calloc((size_t)m->N, sizeof *m->dec);
+    if (!m->enc || !m->dec) {
+        free(m->enc);
+        free(m->dec);
+        free(m);
+        return NULL;
     }
+    build_params(m);
+    return m;
+}
+
+static void shell_free(struct tfm_model *m)
+{
+    if (m) {
+        free(m->enc);
+        free(m->dec);
+    }
+    free(m);
 }
 
 /* Rows per logits chunk: about 8M floats, at least 256 rows, at most M. */
@@ -297,44 +343,15 @@ static size_t carve(const struct tfm_config *c, int64_t M, char *base, struct ac
     return off;
 }
 
-static int64_t param_count(const struct tfm_config *c)
-{
-    /* Same arithmetic as build_params, without a model. */
-    int64_t D = c->d_model, F = c->d_ff, V = c->vocab, L = c->max_len, n = 0;
-#define P(x) n += ((int64_t)(x) + 15) / 16 * 16
-    for (int i = 0; i < (c->tie ? 1 : 3); i++)
-        P(V * D);
-    if (c->pos == TFM_POS_LEARNED) {
-        P(L * D);
-        P(L * D);
-    }
-    for (int l = 0; l < c->layers; l++) {
-        P(D * 3 * D); P(3 * D); P(D * D); P(D);                 /* self */
-        P(D); P(D);                                             /* ln1 */
-        P(D * F); P(F); P(F * D); P(D);                         /* ffn */
-        P(D); P(D);                                             /* ln2 */
-    }
-    for (int l = 0; l < c->layers; l++) {
-        P(D * 3 * D); P(3 * D); P(D * D); P(D);
-        P(D); P(D);
-        P(D * D); P(D); P(D * 2 * D); P(2 * D); P(D * D); P(D); /* cross */
-        P(D); P(D);
-        P(D * F); P(F); P(F * D); P(D);
-        P(D); P(D);
-    }
-    if (c->norm == TFM_NORM_PRE) {
-        P(D); P(D); P(D); P(D);
-    }
-#undef P
-    return n;
-}
-
 size_t tfm_model_param_memory(const struct tfm_config *cfg)
 {
     struct tfm_error err;
-    if (tfm_config_check(cfg, 1, &err) < 0)
+    if (tfm_config_check(cfg, 1, &err) < 0 || (int64_t)cfg->layers * 32 + 8 > MAX_PARAMS)
         return 0;
-    return (size_t)param_count(cfg) * 4 * sizeof(float);
+    struct tfm_model *m = shell(cfg);
+    size_t n = m ? (size_t)m->count : 0;
+    shell_free(m);
+    return n * 4 * sizeof(float);
 }
 
 size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
@@ -351,33 +368,31 @@ size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
 static void init_tensor(const struct tfm_param *p, int idx, uint64_t seed, int D, float *out)
 {
     uint64_t key = tfm_rng_key(seed, 0x1417, (uint64_t)idx);
-    const char *dot = strrchr(p->name, '.');
-    const char *leaf = dot ? dot + 1 : p->name;
-    int emb = !strcmp(p->name, "emb") || !strcmp(p->name, "src_emb") ||
-              !strcmp(p->name, "tgt_emb") || !strcmp(p->name, "out") || !strcmp(leaf, "pos");
-    if (emb) {
+    switch (p->init) {
+    case TFM_INIT_NORMAL: {                     /* Box-Muller, sd 1/sqrt(D) */
         double sd = 1.0 / sqrt((double)D);
         for (int64_t i = 0; i < p->count; i++) {
             double u1 = tfm_rng_uniform(key, 2 * (uint64_t)i) + 1.0 / (1 << 25);
             double u2 = tfm_rng_uniform(key, 2 * (uint64_t)i + 1);
             out[i] = (float)(sd * sqrt(-2.0 * log(u1)) * cos(2 * M_PI * u2));
         }
-    } else if (p->rank == 2) {
-        /* Xavier-uniform; wqkv and wkv count as 3 and 2 (D,D) matrices. */
-        double fan_in = (double)p->dims[0], fan_out = (double)p->dims[1];
-        if (!strcmp(leaf, "wqkv"))
-            fan_out /= 3;
-        else if (!strcmp(leaf, "wkv"))
-            fan_out /= 2;
+        break;
+    }
+    case TFM_INIT_XAVIER: {                     /* each of the parts is one matrix */
+        double fan_in = (double)p->dims[0], fan_out = (double)p->dims[1] / p->parts;
         double a = sqrt(6.0 / (fan_in + fan_out));
         for (int64_t i = 0; i < p->count; i++)
             out[i] = (float)(a * (2.0 * tfm_rng_uniform(key, (uint64_t)i) - 1.0));
-    } else if (!strcmp(leaf, "g")) {
+        break;
+    }
+    case TFM_INIT_ONE:
         for (int64_t i = 0; i < p->count; i++)
             out[i] = 1.0f;
-    } else {
+        break;
+    case TFM_INIT_ZERO:
         for (int64_t i = 0; i < p->count; i++)
             out[i] = 0.0f;
+        break;
     }
 }
 
@@ -418,7 +433,6 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         tfm_fail(err, "token budget %lld: out of range [1, 2^30]", (long long)max_tokens);
         return NULL;
     }
-    int64_t np = param_count(cfg);
     if ((int64_t)cfg->layers * 32 + 8 > MAX_PARAMS) {
         tfm_fail(err, "layers %d: too many parameter tensors", cfg->layers);
         return NULL;
@@ -451,11 +465,6 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         goto fail;
     }
     build_params(m);
-    if (m->count != np) {
-        tfm_fail(err, "internal error: parameter count %lld != %lld", (long long)m->count,
-                 (long long)np);
-        goto fail;
-    }
     size_t pbytes = (size_t)m->count * (inference ? 1 : 4) * sizeof(float);
     m->arena = be->alloc(be, pbytes, err);
     if (!m->arena)
@@ -548,30 +557,12 @@ int tfm_model_layout(const struct tfm_config *cfg, struct tfm_param **params, in
         return -1;
     if ((int64_t)cfg->layers * 32 + 8 > MAX_PARAMS)
         return tfm_fail(err, "layers %d: too many parameter tensors", cfg->layers);
-    /* build_params on a model without memory: the same names, shapes and order */
-    struct tfm_model *m = calloc(1, sizeof *m);
-    if (m) {
-        m->cfg = *cfg;
-        m->D = cfg->d_model;
-        m->F = cfg->d_ff;
-        m->V = cfg->vocab;
-        m->L = cfg->max_len;
-        m->N = cfg->layers;
-        m->enc = calloc((size_t)m->N, sizeof *m->enc);
-        m->dec = calloc((size_t)m->N, sizeof *m->dec);
+    struct tfm_model *m = shell(cfg);
+    if (m && (*params = malloc((size_t)m->np * sizeof **params))) {
+        memcpy(*params, m->params, (size_t)m->np * sizeof **params);
+        *n = m->np;
     }
-    if (m && m->enc && m->dec) {
-        build_params(m);
-        if ((*params = malloc((size_t)m->np * sizeof **params))) {
-            memcpy(*params, m->params, (size_t)m->np * sizeof **params);
-            *n = m->np;
-        }
-    }
-    if (m) {
-        free(m->enc);
-        free(m->dec);
-    }
-    free(m);
+    shell_free(m);
     return *params ? 0 : tfm_fail(err, "out of memory");
 }
 

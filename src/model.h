@@ -61,11 +61,21 @@
 struct tfm_model;
 
 /* One parameter tensor.  data/grad/m/v are device pointers into the arena. */
+/* How a parameter starts (tfm-config(5), "Initialization"). */
+enum tfm_init {
+    TFM_INIT_ZERO,          /* biases, layer-norm shifts */
+    TFM_INIT_ONE,           /* layer-norm gains */
+    TFM_INIT_NORMAL,        /* embeddings and learned positions: N(0, 1/d_model) */
+    TFM_INIT_XAVIER,        /* matrices: Xavier-uniform over (rows, cols / parts) */
+};
+
 struct tfm_param {
     char name[64];          /* "enc.0.self.wqkv"; records are "param." + name */
     int rank;               /* 1 or 2 */
     int64_t dims[2];
     int64_t count;
+    enum tfm_init init;
+    int parts;              /* XAVIER: side-by-side matrices (wqkv 3, wkv 2, others 1) */
     size_t offset;          /* in floats, the same in every block of the arena */
     float *data, *grad, *m, *v;
 };
