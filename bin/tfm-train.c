@@ -217,7 +217,7 @@ int main(int argc, char **argv)
         }
     } else if (o.resume && o.out_dir) {
         char path[4096];
-        int found = tfm_train_find_resume(o.out_dir, path, sizeof path, &err);
+        int found = tfm_checkpoint_find_last(o.out_dir, path, sizeof path, &err);
         struct tfm_checkpoint *ck = found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, &err) : NULL;
         if (found < 0 || (found > 0 && (!ck || tfm_checkpoint_config(ck, &cfg, &err)))) {
             fprintf(stderr, "tfm-train: %s\n", err.msg);
@@ -260,9 +260,6 @@ int main(int argc, char **argv)
         free(text);
         return 0;
     }
-    o.max_steps = cfg.max_steps;
-    o.save_every_steps = cfg.save_every;
-    o.keep = cfg.keep;
 
     /* where: device and ranks */
     FILE *notes = quiet ? NULL : stderr;
@@ -332,9 +329,8 @@ int main(int argc, char **argv)
         return stop_signal ? 128 + (int)stop_signal : 1;
     }
     if (notes) {
-        static const char *const why[] = {"", "max steps reached", "max time reached",
-                                           "end of the batch stream", "stopped by a signal"};
-        fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n", why[res.end],
+        fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n",
+                tfm_train_end_name(res.end),
                 (long long)res.step, res.last_checkpoint[0] ? res.last_checkpoint : "(none)");
     }
     if (res.end == TFM_TRAIN_STOPPED && stop_signal)   /* 0: a signal to another process */

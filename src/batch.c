@@ -879,3 +879,109 @@ void tfm_batch_close(struct tfm_batch_reader *br)
     free(br->look);
     free(br);
 }
+
+/* ---- epochs (batch.h): the training loop's reader ------------------------------------ */
+
+
+const char *tfm_epochs_name(const struct tfm_epochs *d)
+{
+    return d->path ? d->path : "<stdin>";
+}
+
+int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err)
+{
+    d->r = tfm_batch_open_ranks(d->path ? d->path : "-", d->rank, d->count > 0 ? d->count : 1,
+                                d->world, err);
+    if (!d->r)
+        return -1;
+    const struct tfm_header *h = tfm_batch_header(d->r);
+    if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
+        return tfm_fail(err, "%s: a batch stream without targets: training needs source and "
+                        "target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
+    if (!d->have_header) {
+        if (tfm_header_copy(&d->header, h, err))
+            return -1;
+        d->have_header = 1;
+    } else if (tfm_header_vocab_id(h) != tfm_header_vocab_id(&d->header)) {
+        return tfm_fail(err, "%s: the vocabulary changed between readings", tfm_epochs_name(d));
+    }
+    d->pos = 0;
+    return 0;
+}
+
+void tfm_epochs_close(struct tfm_epochs *d)
+{
+    tfm_batch_close(d->r);
+    d->r = NULL;
+    if (d->have_header)
+        tfm_header_free(&d->header);
+    d->have_header = 0;
+}
+
+static int grow_ids(int32_t **p, size_t *cap, size_t n, struct tfm_error *err)
+{
+    if (n <= *cap)
+        return 0;
+    int32_t *q = realloc(*p, n * sizeof *q);
+    if (!q)
+        return tfm_fail(err, "out of memory");
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+int tfm_epochs_next(struct tfm_epochs *d, struct tfm_batch_copy *b, struct tfm_error *err)
+{
+    struct tfm_batch tb;
+    for (int tries = 0;; tries++) {
+        int k = tfm_batch_next(d->r, &tb, err);
+        if (k < 0)
+            return -1;
+        if (k == 1)
+            break;
+        if (!d->repeat)
+            return 0;
+        if (d->pos == 0 || tries > 0)
+            return tfm_fail(err, "%s: no batch for rank %d of %d in the stream", tfm_epochs_name(d),
+                            d->rank, d->world);
+        tfm_batch_close(d->r);
+        d->r = NULL;
+        if (tfm_epochs_open(d, err))
+            return -1;
+        d->epoch++;
+    }
+    if (!tb.tgt)
+        return tfm_fail(err, "%s: batch %lld has no targets: training needs them",
+                        tfm_epochs_name(d), (long long)tb.number);
+    if (tb.B > INT32_MAX || tb.S > INT32_MAX || tb.T > INT32_MAX)
+        return tfm_fail(err, "%s: batch %lld: too large", tfm_epochs_name(d), (long long)tb.number);
+    b->B = (int)tb.B;
+    b->S = (int)tb.S;
+    b->T = (int)tb.T;
+    b->number = tb.number;
+    if (grow_ids(&b->src, &b->cap_src, (size_t)(tb.B * tb.S), err) ||
+        grow_ids(&b->tgt, &b->cap_tgt, (size_t)(tb.B * tb.T), err))
+        return -1;
+    memcpy(b->src, tb.src, (size_t)(tb.B * tb.S) * sizeof *b->src);
+    memcpy(b->tgt, tb.tgt, (size_t)(tb.B * tb.T) * sizeof *b->tgt);
+    d->pos++;
+    return 1;
+}
+
+int tfm_epochs_skip(struct tfm_epochs *d, int64_t epoch, int64_t pos, struct tfm_error *err)
+{
+    d->epoch = epoch;
+    if (pos > 0 && tfm_batch_skip(d->r, pos, err))
+        return tfm_error_prefix(err, "%s: cannot skip the %lld batches the checkpoint has read "
+                                "in its epoch (not the stream it was trained on?)",
+                                tfm_epochs_name(d), (long long)pos);
+    d->pos = pos;
+    return 0;
+}
+
+void tfm_batch_copy_free(struct tfm_batch_copy *b)
+{
+    free(b->src);
+    free(b->tgt);
+    memset(b, 0, sizeof *b);
+}

@@ -132,4 +132,40 @@ int tfm_batch_next(struct tfm_batch_reader *r, struct tfm_batch *b, struct tfm_e
 int tfm_batch_skip(struct tfm_batch_reader *r, int64_t k, struct tfm_error *err);
 void tfm_batch_close(struct tfm_batch_reader *r);
 
+/* ---- epochs: a batch stream for training --------------------------------------------- */
+
+/* One padded batch, host copies that outlive the reader's: src (B,S), tgt (B,T). */
+struct tfm_batch_copy {
+    int B, S, T;
+    int32_t *src, *tgt;
+    size_t cap_src, cap_tgt;    /* elements */
+    int64_t number;             /* position in its epoch's stream, 0-based */
+};
+void tfm_batch_copy_free(struct tfm_batch_copy *b);
+
+/* A batch stream read from its start again at its end (a file, repeat), or to its end (a
+ * pipe), with targets: this process's shard, ranks rank .. rank+count-1 of world. */
+struct tfm_epochs {
+    const char *path;           /* NULL: stdin */
+    int rank, count, world;     /* count 0 counts as 1 */
+    int repeat;                 /* reopen at the end */
+    struct tfm_batch_reader *r;
+    struct tfm_header header;   /* of the first opening: every later one has its vocabulary */
+    int have_header;
+    int64_t epoch;              /* openings - 1 */
+    int64_t pos;                /* batches of this shard read in this epoch */
+};
+
+/* The file's name for messages ("<stdin>" for a pipe). */
+const char *tfm_epochs_name(const struct tfm_epochs *d);
+/* Open (or reopen) at the start of an epoch; a stream of batches without targets is
+ * refused.  0, or -1 with err. */
+int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err);
+/* The next batch of the shard copied into b: 1; 0 at the end of a pipe; -1 with err (also
+ * for a file that gives the shard no batch). */
+int tfm_epochs_next(struct tfm_epochs *d, struct tfm_batch_copy *b, struct tfm_error *err);
+/* Position a freshly opened stream at (epoch, pos), as a checkpoint records it. */
+int tfm_epochs_skip(struct tfm_epochs *d, int64_t epoch, int64_t pos, struct tfm_error *err);
+void tfm_epochs_close(struct tfm_epochs *d);
+
 #endif

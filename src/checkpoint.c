@@ -856,3 +856,48 @@ int tfm_checkpoint_clean(const char *dir, struct tfm_error *err)
     closedir(d);
     return removed;
 }
+
+/* ---- resuming (train.c) ---------------------------------------------------------------- */
+
+int tfm_checkpoint_key_may_change(const char *key)
+{
+    for (int i = 0; tfm_checkpoint_run_keys[i]; i++)
+        if (strcmp(key, tfm_checkpoint_run_keys[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int tfm_checkpoint_find_last(const char *dir, char *path, size_t n, struct tfm_error *err)
+{
+    char **paths;
+    int64_t *steps;
+    int count;
+    if (access(dir, F_OK) != 0)
+        return 0;
+    if (tfm_checkpoint_list(dir, &paths, &steps, &count, err))
+        return -1;
+    int found = count > 0;
+    if (found && snprintf(path, n, "%s", paths[count - 1]) >= (int)n)
+        found = tfm_fail(err, "%s: path too long", paths[count - 1]);
+    tfm_checkpoint_list_free(paths, steps, count);
+    return found;
+}
+
+int tfm_checkpoint_same_config(const struct tfm_config *cfg, const struct tfm_config *ck,
+                               const char *path, struct tfm_error *err)
+{
+    int n;
+    const struct tfm_config_key *keys = tfm_config_keys(&n);
+    for (int i = 0; i < n; i++) {
+        char a[256], b[256];
+        if (tfm_checkpoint_key_may_change(keys[i].name))
+            continue;
+        tfm_config_get(cfg, keys[i].name, a, sizeof a);
+        tfm_config_get(ck, keys[i].name, b, sizeof b);
+        if (strcmp(a, b) != 0)
+            return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
+                            "resume with the checkpoint's config (only max_steps, save_every "
+                            "and keep may change)", path, keys[i].name, b, a);
+    }
+    return 0;
+}

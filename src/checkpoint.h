@@ -166,4 +166,16 @@ struct tfm_ckpt_lock *tfm_checkpoint_lock(const char *dir, struct tfm_error *err
 /* Remove the lock file and release the lock (NULL: nothing). */
 void tfm_checkpoint_unlock(struct tfm_ckpt_lock *l);
 
+/* ---- resuming ---------------------------------------------------------------------- */
+
+/* The newest checkpoint of dir into path (n bytes): 1 found, 0 none (also no dir), -1. */
+int tfm_checkpoint_find_last(const char *dir, char *path, size_t n, struct tfm_error *err);
+/* Config keys that may differ between a checkpoint and the run resuming it
+ * (tfm_checkpoint_run_keys). */
+int tfm_checkpoint_key_may_change(const char *key);
+/* cfg against a checkpoint's config ck (of file path): 0 when only the keys that may
+ * change differ, else -1 with err naming the key and both values. */
+int tfm_checkpoint_same_config(const struct tfm_config *cfg, const struct tfm_config *ck,
+                               const char *path, struct tfm_error *err);
+
 #endif

@@ -24,6 +24,17 @@
 #include "spm.h"
 #include "stream.h"
 
+const char *tfm_train_end_name(enum tfm_train_end end)
+{
+    static const char *const names[TFM_TRAIN_ENDS] = {
+        [TFM_TRAIN_MAX_STEPS] = "max steps reached",
+        [TFM_TRAIN_MAX_TIME] = "max time reached",
+        [TFM_TRAIN_DATA_END] = "end of the batch stream",
+        [TFM_TRAIN_STOPPED] = "stopped by a signal",
+    };
+    return end > 0 && end < TFM_TRAIN_ENDS && names[end] ? names[end] : "";
+}
+
 void tfm_train_defaults(struct tfm_train_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -43,174 +54,15 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- batches ------------------------------------------------------------------------ */
-
-/* One padded batch, host copies.  src (B,S), tgt (B,T). */
-struct batch {
-    int B, S, T;
-    int32_t *src, *tgt;
-    size_t cap_src, cap_tgt;    /* elements */
-    int64_t number;             /* position in its epoch's stream, 0-based */
-};
-
-/* A batch stream (batch.h) read from the start again at its end (a file), or to its end
- * (a pipe).  The reader gives this process its shard (rank of world). */
-struct data {
-    const char *path;           /* NULL: stdin */
-    int rank, count, world;     /* ranks rank .. rank+count-1 of world (batch.h) */
-    int repeat;                 /* reopen at the end */
-    struct tfm_batch_reader *r;
-    struct tfm_header header;   /* of the first opening */
-    int have_header;
-    int64_t epoch;              /* openings - 1 */
-    int64_t pos;                /* batches of this shard read in this epoch */
-};
-
-static const char *data_name(const struct data *d)
-{
-    return d->path ? d->path : "<stdin>";
-}
-
-static int data_open(struct data *d, struct tfm_error *err)
-{
-    d->r = tfm_batch_open_ranks(d->path ? d->path : "-", d->rank, d->count > 0 ? d->count : 1,
-                                d->world, err);
-    if (!d->r)
-        return -1;
-    const struct tfm_header *h = tfm_batch_header(d->r);
-    if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
-        return tfm_fail(err, "%s: a batch stream without targets: training needs source and "
-                        "target (tfm-batch SRC.tfm TGT.tfm)", data_name(d));
-    if (!d->have_header) {
-        if (tfm_header_copy(&d->header, h, err))
-            return -1;
-        d->have_header = 1;
-    } else if (tfm_header_vocab_id(h) != tfm_header_vocab_id(&d->header)) {
-        return tfm_fail(err, "%s: the vocabulary changed between readings", data_name(d));
-    }
-    d->pos = 0;
-    return 0;
-}
-
-static void data_close(struct data *d)
-{
-    tfm_batch_close(d->r);
-    d->r = NULL;
-    if (d->have_header)
-        tfm_header_free(&d->header);
-    d->have_header = 0;
-}
-
-static int grow(int32_t **p, size_t *cap, size_t n, struct tfm_error *err)
-{
-    if (n <= *cap)
-        return 0;
-    int32_t *q = realloc(*p, n * sizeof *q);
-    if (!q)
-        return tfm_fail(err, "out of memory");
-    *p = q;
-    *cap = n;
-    return 0;
-}
-
-/* The next batch of this process's shard, copied into b: 1, 0 at the end of a pipe, -1. */
-static int data_next(struct data *d, struct batch *b, struct tfm_error *err)
-{
-    struct tfm_batch tb;
-    for (int tries = 0;; tries++) {
-        int k = tfm_batch_next(d->r, &tb, err);
-        if (k < 0)
-            return -1;
-        if (k == 1)
-            break;
-        if (!d->repeat)
-            return 0;
-        if (d->pos == 0 || tries > 0)
-            return tfm_fail(err, "%s: no batch for rank %d of %d in the stream", data_name(d),
-                            d->rank, d->world);
-        tfm_batch_close(d->r);
-        d->r = NULL;
-        if (data_open(d, err))
-            return -1;
-        d->epoch++;
-    }
-    if (!tb.tgt)
-        return tfm_fail(err, "%s: batch %lld has no targets: training needs them",
-                        data_name(d), (long long)tb.number);
-    if (tb.B > INT32_MAX || tb.S > INT32_MAX || tb.T > INT32_MAX)
-        return tfm_fail(err, "%s: batch %lld: too large", data_name(d), (long long)tb.number);
-    b->B = (int)tb.B;
-    b->S = (int)tb.S;
-    b->T = (int)tb.T;
-    b->number = tb.number;
-    if (grow(&b->src, &b->cap_src, (size_t)(tb.B * tb.S), err) ||
-        grow(&b->tgt, &b->cap_tgt, (size_t)(tb.B * tb.T), err))
-        return -1;
-    memcpy(b->src, tb.src, (size_t)(tb.B * tb.S) * sizeof *b->src);
-    memcpy(b->tgt, tb.tgt, (size_t)(tb.B * tb.T) * sizeof *b->tgt);
-    d->pos++;
-    return 1;
-}
-
-/* Position a freshly opened data at (epoch, pos). */
-static int data_skip(struct data *d, int64_t epoch, int64_t pos, struct tfm_error *err)
-{
-    d->epoch = epoch;
-    if (pos > 0 && tfm_batch_skip(d->r, pos, err))
-        return tfm_error_prefix(err, "%s: cannot skip the %lld batches the checkpoint has read "
-                                "in its epoch (not the stream it was trained on?)",
-                                data_name(d), (long long)pos);
-    d->pos = pos;
-    return 0;
-}
-
-/* ---- checkpoints and configs -------------------------------------------------------------- */
-
-int tfm_train_key_may_change(const char *key)
-{
-    for (int i = 0; tfm_checkpoint_run_keys[i]; i++)
-        if (strcmp(key, tfm_checkpoint_run_keys[i]) == 0)
-            return 1;
-    return 0;
-}
-
-int tfm_train_find_resume(const char *dir, char *path, size_t n, struct tfm_error *err)
-{
-    char **paths;
-    int64_t *steps;
-    int count;
-    if (access(dir, F_OK) != 0)
-        return 0;
-    if (tfm_checkpoint_list(dir, &paths, &steps, &count, err))
-        return -1;
-    int found = count > 0;
-    if (found && snprintf(path, n, "%s", paths[count - 1]) >= (int)n)
-        found = tfm_fail(err, "%s: path too long", paths[count - 1]);
-    tfm_checkpoint_list_free(paths, steps, count);
-    return found;
-}
-
-/* cfg against the checkpoint's config: only MAY_CHANGE keys may differ. */
-static int same_config(const struct tfm_config *cfg, const struct tfm_config *ck, const char *path,
-                       struct tfm_error *err)
-{
-    int n;
-    const struct tfm_config_key *keys = tfm_config_keys(&n);
-    for (int i = 0; i < n; i++) {
-        char a[256], b[256];
-        if (tfm_train_key_may_change(keys[i].name))
-            continue;
-        tfm_config_get(cfg, keys[i].name, a, sizeof a);
-        tfm_config_get(ck, keys[i].name, b, sizeof b);
-        if (strcmp(a, b) != 0)
-            return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
-                            "resume with the checkpoint's config (only max_steps, save_every "
-                            "and keep may change)", path, keys[i].name, b, a);
-    }
-    return 0;
-}
-
 /* ---- the run -------------------------------------------------------------------------- */
+
+/* One update's totals over a rank's batches, then over every rank (summed as doubles). */
+struct update_sums {
+    double loss, nll;           /* summed over target tokens */
+    double tokens, src_tokens;
+    double failed;              /* ranks whose batch failed */
+};
+_Static_assert(sizeof(struct update_sums) == 5 * sizeof(double), "no padding");
 
 struct run;
 
@@ -243,8 +95,8 @@ struct run {
     struct tfm_comm *comm;          /* the ranks of this process, stacked on procs */
     struct tfm_comm *procs;         /* the processes (W > 1), or NULL */
     struct replica *rep;            /* [R] */
-    struct batch *slots;            /* [K*R] the batches of the update in progress */
-    struct data train;
+    struct tfm_batch_copy *slots;            /* [K*R] the batches of the update in progress */
+    struct tfm_epochs train;
     struct tfm_header ck_header;    /* vocabulary and keys of every checkpoint */
     struct tfm_ckpt_lock *lock;     /* process 0: the checkpoint directory, for the run */
     int created_dir;                /* this process made the checkpoint directory */
@@ -268,14 +120,14 @@ struct run {
     uint32_t vocab_id;
 };
 
-static double elapsed(const struct run *u)
+static double elapsed(const struct run *run)
 {
-    return u->elapsed0 + (now_s() - u->t0);
+    return run->elapsed0 + (now_s() - run->t0);
 }
 
 /* ---- summing the gradients over the ranks ---------------------------------------------
  *
- * In buckets (u->bucket floats), from the end of the gradient arena down, each summed as
+ * In buckets (run->bucket floats), from the end of the gradient arena down, each summed as
  * soon as the backward pass of the update's last micro-batch has finished writing it
  * (backend.h, grads_ready), so that on GPUs the sums of the top layers overlap the
  * backward of the lower ones.  GPU ranks sum with NCCL on the devices (dist_nccl.h); CPU
@@ -357,91 +209,91 @@ static int bucket_floats(size_t *floats, struct tfm_error *err)
     return 0;
 }
 
-static int save_checkpoint(struct run *u, struct tfm_error *err)
+static int save_checkpoint(struct run *run, struct tfm_error *err)
 {
     char path[4096];
-    if (tfm_checkpoint_path(path, sizeof path, u->o->out_dir, u->step))
-        return tfm_fail(err, "%s: path too long", u->o->out_dir);
+    if (tfm_checkpoint_path(path, sizeof path, run->o->out_dir, run->step))
+        return tfm_fail(err, "%s: path too long", run->o->out_dir);
     struct tfm_ckpt_state st = {
-        .step = u->step, .epoch = u->train.epoch, .batch_pos = u->train.pos,
-        .tokens = u->tokens, .elapsed_ms = (int64_t)(elapsed(u) * 1000), .seed = u->cfg->seed,
-        .nrng = 1, .rng = {(uint64_t)u->counter},
+        .step = run->step, .epoch = run->train.epoch, .batch_pos = run->train.pos,
+        .tokens = run->tokens, .elapsed_ms = (int64_t)(elapsed(run) * 1000), .seed = run->cfg->seed,
+        .nrng = 1, .rng = {(uint64_t)run->counter},
     };
-    struct tfm_model *m = u->rep[0].m;
-    struct tfm_writer *w = tfm_checkpoint_begin(path, &u->ck_header, u->config_text, &st, err);
+    struct tfm_model *m = run->rep[0].m;
+    struct tfm_writer *w = tfm_checkpoint_begin(path, &run->ck_header, run->config_text, &st, err);
     if (!w)
         return -1;
     static const struct { const char *prefix; enum tfm_block block; } parts[] = {
         {TFM_CKPT_PARAM, TFM_PARAMS}, {TFM_CKPT_ADAM_M, TFM_ADAM_M}, {TFM_CKPT_ADAM_V, TFM_ADAM_V},
     };
     for (int k = 0; k < 3; k++) {
-        tfm_model_download(m, parts[k].block, u->host);
+        tfm_model_download(m, parts[k].block, run->host);
         for (int i = 0; i < tfm_model_nparams(m); i++) {
             const struct tfm_param *p = tfm_model_param(m, i);
             if (tfm_checkpoint_put(w, parts[k].prefix, p->name, p->rank, p->dims,
-                                   u->host + p->offset, err)) {
+                                   run->host + p->offset, err)) {
                 tfm_writer_abort(w);
                 return tfm_error_prefix(err, "%s", path);
             }
         }
     }
-    if (tfm_writer_close(w, err) || tfm_checkpoint_link_last(u->o->out_dir, u->step, err) ||
-        tfm_checkpoint_prune(u->o->out_dir, u->o->keep, err))
+    if (tfm_writer_close(w, err) || tfm_checkpoint_link_last(run->o->out_dir, run->step, err) ||
+        tfm_checkpoint_prune(run->o->out_dir, run->cfg->keep, err))
         return -1;
-    snprintf(u->res->last_checkpoint, sizeof u->res->last_checkpoint, "%s", path);
-    u->saved_step = u->step;
-    u->last_save = now_s();
-    if (u->o->notes)
-        fprintf(u->o->notes, "%s: saved %s\n", u->o->prog, path);
+    snprintf(run->res->last_checkpoint, sizeof run->res->last_checkpoint, "%s", path);
+    run->saved_step = run->step;
+    run->last_save = now_s();
+    if (run->o->notes)
+        fprintf(run->o->notes, "%s: saved %s\n", run->o->prog, path);
     return 0;
 }
 
-static int check_batch(const struct run *u, const struct data *d, const struct batch *b,
+static int check_batch(const struct run *run, const struct tfm_epochs *d, const struct tfm_batch_copy *b,
                        struct tfm_error *err)
 {
-    int64_t budget = u->cfg->tokens;
+    int64_t budget = run->cfg->tokens;
     int64_t ns = (int64_t)b->B * b->S, nt = (int64_t)b->B * b->T;
     if (ns > budget || nt > budget)
         return tfm_fail(err, "%s: batch %lld: %d x %d = %lld padded %s tokens exceed the batch "
                         "budget tokens=%lld: re-batch with tfm-batch --tokens %lld or less, or "
                         "raise --set tokens=N (memory grows with it)",
-                        data_name(d), (long long)b->number, b->B, ns > budget ? b->S : b->T,
+                        tfm_epochs_name(d), (long long)b->number, b->B, ns > budget ? b->S : b->T,
                         (long long)(ns > budget ? ns : nt), ns > budget ? "source" : "target",
                         (long long)budget, (long long)budget);
-    if (b->S > u->cfg->max_len || b->T > u->cfg->max_len)
+    if (b->S > run->cfg->max_len || b->T > run->cfg->max_len)
         return tfm_fail(err, "%s: batch %lld: sentences of %d tokens, longer than max_len=%d: "
                         "re-batch with tfm-batch --max-len %d or raise --set max_len",
-                        data_name(d), (long long)b->number, b->S > b->T ? b->S : b->T,
-                        u->cfg->max_len, u->cfg->max_len);
+                        tfm_epochs_name(d), (long long)b->number, b->S > b->T ? b->S : b->T,
+                        run->cfg->max_len, run->cfg->max_len);
     return 0;
 }
 
 /* A report; a --log that cannot be written (a full disk) does not fail the update: the
  * run stops at the next one, saving its checkpoint first, and then reports the error. */
-static int log_report(struct run *u, const struct tfm_progress_row *row)
+static int log_report(struct run *run, const struct tfm_progress_row *row)
 {
     struct tfm_error e;
-    if (tfm_progress_report(&u->prog, row, &e) && !u->log_failed) {
-        u->log_failed = 1;
-        u->log_err = e;
+    if (tfm_progress_report(&run->prog, row, &e) && !run->log_failed) {
+        run->log_failed = 1;
+        run->log_err = e;
     }
     return 0;
 }
 
-static int validate(struct run *u, struct tfm_error *err)
+static int validate(struct run *run, struct tfm_error *err)
 {
-    struct data d = {.path = u->o->valid_path, .rank = 0, .world = 1};
-    struct batch b = {0};
+    struct tfm_epochs d = {.path = run->o->valid_path, .rank = 0, .world = 1};
+    struct tfm_batch_copy b = {0};
     struct tfm_loss sum = {0};
     int rc = -1, k;
-    if (data_open(&d, err))
+    if (tfm_epochs_open(&d, err))
         goto out;
-    while ((k = data_next(&d, &b, err)) == 1) {
+    while ((k = tfm_epochs_next(&d, &b, err)) == 1) {
         struct tfm_loss l;
-        if (check_batch(u, &d, &b, err))
+        if (check_batch(run, &d, &b, err))
             goto out;
-        if (tfm_model_eval_batch(u->rep[0].m, b.B, b.S, b.T, b.src, b.tgt, &l, err)) {
-            tfm_error_prefix(err, "%s: batch %lld", data_name(&d), (long long)b.number);
+        if (tfm_model_eval_batch(run->rep[0].m, b.B, b.S, b.T, b.src, b.tgt, &l, err)) {
+            tfm_error_prefix(err, "%s: batch %lld", tfm_epochs_name(&d), (long long)b.number);
             goto out;
         }
         sum.loss += l.loss;
@@ -451,128 +303,128 @@ static int validate(struct run *u, struct tfm_error *err)
     if (k < 0)
         goto out;
     if (sum.tokens == 0) {
-        tfm_fail(err, "%s: no target tokens to validate on", data_name(&d));
+        tfm_fail(err, "%s: no target tokens to validate on", tfm_epochs_name(&d));
         goto out;
     }
     struct tfm_progress_row row = {
-        .valid = 1, .step = u->step, .loss = sum.loss / (double)sum.tokens,
-        .ppl = exp(sum.nll / (double)sum.tokens), .elapsed = elapsed(u), .tokens = sum.tokens,
+        .valid = 1, .step = run->step, .loss = sum.loss / (double)sum.tokens,
+        .ppl = exp(sum.nll / (double)sum.tokens), .elapsed = elapsed(run), .tokens = sum.tokens,
     };
-    u->res->valid_loss = row.loss;
-    u->res->valid_ppl = row.ppl;
-    u->valid_step = u->step;
-    rc = log_report(u, &row);
+    run->res->valid_loss = row.loss;
+    run->res->valid_ppl = row.ppl;
+    run->valid_step = run->step;
+    rc = log_report(run, &row);
 out:
-    data_close(&d);
+    tfm_epochs_close(&d);
     free(b.src);
     free(b.tgt);
     return rc;
 }
 
-static int report(struct run *u)
+static int report(struct run *run)
 {
-    if (u->iv_tokens == 0)
+    if (run->iv_tokens == 0)
         return 0;
     double t = now_s();
     struct tfm_progress_row row = {
-        .step = u->step, .loss = u->iv_loss / (double)u->iv_tokens,
-        .ppl = exp(u->iv_nll / (double)u->iv_tokens), .lr = tfm_optim_lr(u->cfg, u->step),
-        .tokens_per_s = t > u->iv_time ? (double)u->iv_tokens / (t - u->iv_time) : 0,
-        .elapsed = elapsed(u), .tokens = u->tokens,
+        .step = run->step, .loss = run->iv_loss / (double)run->iv_tokens,
+        .ppl = exp(run->iv_nll / (double)run->iv_tokens), .lr = tfm_optim_lr(run->cfg, run->step),
+        .tokens_per_s = t > run->iv_time ? (double)run->iv_tokens / (t - run->iv_time) : 0,
+        .elapsed = elapsed(run), .tokens = run->tokens,
     };
-    u->res->loss = row.loss;
-    u->iv_loss = u->iv_nll = 0;
-    u->iv_tokens = 0;
-    u->iv_time = t;
-    return log_report(u, &row);
+    run->res->loss = row.loss;
+    run->iv_loss = run->iv_nll = 0;
+    run->iv_tokens = 0;
+    run->iv_time = t;
+    return log_report(run, &row);
 }
 
 /* Rank 0, before update step+1: stop, or read its K*R batches into the slots. */
-static void plan_update(struct run *u)
+static void plan_update(struct run *run)
 {
-    const struct tfm_train_opts *o = u->o;
-    if ((o->stop && *o->stop) || u->log_failed) {
-        u->end = TFM_TRAIN_STOPPED;
+    const struct tfm_train_opts *o = run->o;
+    if ((o->stop && *o->stop) || run->log_failed) {
+        run->end = TFM_TRAIN_STOPPED;
         return;
     }
-    if (o->max_steps > 0 && u->step >= o->max_steps) {
-        u->end = TFM_TRAIN_MAX_STEPS;
+    if (run->cfg->max_steps > 0 && run->step >= run->cfg->max_steps) {
+        run->end = TFM_TRAIN_MAX_STEPS;
         return;
     }
-    if (o->max_time > 0 && now_s() - u->t0 >= o->max_time) {
-        u->end = TFM_TRAIN_MAX_TIME;
+    if (o->max_time > 0 && now_s() - run->t0 >= o->max_time) {
+        run->end = TFM_TRAIN_MAX_TIME;
         return;
     }
-    for (int i = 0; i < u->K * u->R; i++) {
-        int k = data_next(&u->train, &u->slots[i], &u->err);
-        if (k == 0 && u->step == u->start_step) {
+    for (int i = 0; i < run->K * run->R; i++) {
+        int k = tfm_epochs_next(&run->train, &run->slots[i], &run->err);
+        if (k == 0 && run->step == run->start_step) {
             /* a piped stream that ends before the first update: nothing to train on (a
-             * file without batches is refused when it is read again, data_next) */
-            int64_t read = u->train.pos - u->start_pos;
-            if (read == 0 && u->start_pos == 0)
-                tfm_fail(&u->err, "%s: no batch in the stream: nothing to train on",
-                         data_name(&u->train));
+             * file without batches is refused when it is read again, tfm_epochs_next) */
+            int64_t read = run->train.pos - run->start_pos;
+            if (read == 0 && run->start_pos == 0)
+                tfm_fail(&run->err, "%s: no batch in the stream: nothing to train on",
+                         tfm_epochs_name(&run->train));
             else if (read == 0)
-                tfm_fail(&u->err, "%s: no batch after the %lld already trained on: nothing to "
-                         "train on", data_name(&u->train), (long long)u->start_pos);
+                tfm_fail(&run->err, "%s: no batch after the %lld already trained on: nothing to "
+                         "train on", tfm_epochs_name(&run->train), (long long)run->start_pos);
             else
-                tfm_fail(&u->err, "%s: the stream ended after %lld batch%s, before the first "
-                         "update (%d batches each): nothing trained", data_name(&u->train),
-                         (long long)read, read > 1 ? "es" : "", u->K * u->R);
-            u->failed = 1;
+                tfm_fail(&run->err, "%s: the stream ended after %lld batch%s, before the first "
+                         "update (%d batches each): nothing trained", tfm_epochs_name(&run->train),
+                         (long long)read, read > 1 ? "es" : "", run->K * run->R);
+            run->failed = 1;
             return;
         }
         if (k == 0) {
-            u->end = TFM_TRAIN_DATA_END;
+            run->end = TFM_TRAIN_DATA_END;
             return;
         }
-        if (k < 0 || check_batch(u, &u->train, &u->slots[i], &u->err)) {
-            u->failed = 1;
+        if (k < 0 || check_batch(run, &run->train, &run->slots[i], &run->err)) {
+            run->failed = 1;
             return;
         }
     }
 }
 
 /* Rank 0, after update step: counters, reports, validation, checkpoint. */
-static int after_update(struct run *u, const double *sums, struct tfm_error *err)
+static int after_update(struct run *run, const struct update_sums *sums, struct tfm_error *err)
 {
-    const struct tfm_train_opts *o = u->o;
-    u->tokens += (int64_t)sums[2];
-    u->iv_loss += sums[0];
-    u->iv_nll += sums[1];
-    u->iv_tokens += (int64_t)sums[2];
-    if (u->step % o->report_every == 0 && report(u))
+    const struct tfm_train_opts *o = run->o;
+    run->tokens += (int64_t)sums->tokens;
+    run->iv_loss += sums->loss;
+    run->iv_nll += sums->nll;
+    run->iv_tokens += (int64_t)sums->tokens;
+    if (run->step % o->report_every == 0 && report(run))
         return -1;
-    if (u->g != 0)              /* process 0 validates and saves for the run */
+    if (run->g != 0)              /* process 0 validates and saves for the run */
         return 0;
-    if (o->valid_path && o->valid_every > 0 && u->step % o->valid_every == 0 && validate(u, err))
+    if (o->valid_path && o->valid_every > 0 && run->step % o->valid_every == 0 && validate(run, err))
         return -1;
-    if (((o->save_every_steps > 0 && u->step % o->save_every_steps == 0) ||
-         (o->save_every_sec > 0 && now_s() - u->last_save >= o->save_every_sec)) &&
-        save_checkpoint(u, err))
-        return tfm_error_prefix(err, "update %lld", (long long)u->step);
+    if (((run->cfg->save_every > 0 && run->step % run->cfg->save_every == 0) ||
+         (o->save_every_sec > 0 && now_s() - run->last_save >= o->save_every_sec)) &&
+        save_checkpoint(run, err))
+        return tfm_error_prefix(err, "update %lld", (long long)run->step);
     return 0;
 }
 
 /* Processes, before the first update: every one must have the same config, stream and
  * place in it (the same resume point), or their sums would mix different models. */
-static int same_start(struct run *u, struct tfm_error *err)
+static int same_start(struct run *run, struct tfm_error *err)
 {
     uint64_t h = 1469598103934665603ull;             /* FNV-1a */
-    const char *t = u->config_text;
+    const char *t = run->config_text;
     for (; *t; t++)
         h = (h ^ (unsigned char)*t) * 1099511628211ull;
-    int64_t v[] = {u->step, u->counter, u->tokens, u->train.epoch, u->train.pos, u->K,
-                   (int64_t)tfm_header_vocab_id(&u->train.header)};
+    int64_t v[] = {run->step, run->counter, run->tokens, run->train.epoch, run->train.pos, run->K,
+                   (int64_t)tfm_header_vocab_id(&run->train.header)};
     for (size_t i = 0; i < sizeof v / sizeof *v; i++)
         for (int b = 0; b < 64; b += 8)
             h = (h ^ (uint64_t)((v[i] >> b) & 0xff)) * 1099511628211ull;
-    double *all = calloc((size_t)u->W, sizeof *all);
+    double *all = calloc((size_t)run->W, sizeof *all);
     if (!all)
         return tfm_fail(err, "out of memory");
-    all[u->g] = (double)(h >> 12);                    /* 52 bits: exact in a double */
-    int rc = tfm_comm_sum_f64(u->procs, 0, all, (size_t)u->W, err);
-    for (int w = 0; rc == 0 && w < u->W; w++)
+    all[run->g] = (double)(h >> 12);                    /* 52 bits: exact in a double */
+    int rc = tfm_comm_sum_f64(run->procs, 0, all, (size_t)run->W, err);
+    for (int w = 0; rc == 0 && w < run->W; w++)
         if (all[w] != all[0])
             rc = tfm_fail(err, "process %d does not start where process 0 does (config, batch "
                           "stream or resume point differ): give every process the same options "
@@ -584,28 +436,35 @@ static int same_start(struct run *u, struct tfm_error *err)
 /* Processes, after each one's plan_update (every local rank calls it; rank r of this
  * process): stop together, for the first reason any of them has (a signal, the time limit,
  * the data's end), or because one failed.  *stop: this update is not to be done. */
-static int agree(struct run *u, int r, int *stop, struct tfm_error *err)
+/* What each process says before an update, summed over the processes as doubles. */
+struct vote {
+    double ends[TFM_TRAIN_ENDS];    /* processes with each reason to end (0 unused) */
+    double failed;                  /* processes that failed */
+};
+_Static_assert(sizeof(struct vote) == (TFM_TRAIN_ENDS + 1) * sizeof(double), "no padding");
+
+static int agree(struct run *run, int r, int *stop, struct tfm_error *err)
 {
-    double v[6] = {0};          /* [reason] = 1, [5] = failed */
+    struct vote v = {{0}, 0};
     if (r == 0) {
-        if (u->end > 0 && u->end < 5)
-            v[u->end] = 1;
-        v[5] = u->failed;
+        if (run->end > 0 && run->end < TFM_TRAIN_ENDS)
+            v.ends[run->end] = 1;
+        v.failed = run->failed;
     }
-    if (tfm_comm_sum_f64(u->comm, r, v, 6, err))
+    if (tfm_comm_sum_f64(run->comm, r, (double *)&v, sizeof v / sizeof(double), err))
         return -1;
-    int end = 0;
-    for (int k = 1; k < 5 && !end; k++)
-        if (v[k] > 0)
+    enum tfm_train_end end = 0;
+    for (int k = 1; k < TFM_TRAIN_ENDS && !end; k++)
+        if (v.ends[k] > 0)
             end = k;
-    *stop = end || v[5] > 0;
+    *stop = end || v.failed > 0;
     if (r == 0) {
-        if (v[5] > 0 && !u->failed) {
-            u->failed = 1;
-            tfm_fail(&u->err, "another process of the run failed (see its messages)");
+        if (v.failed > 0 && !run->failed) {
+            run->failed = 1;
+            tfm_fail(&run->err, "another process of the run failed (see its messages)");
         }
-        if (!u->end)
-            u->end = end;
+        if (!run->end)
+            run->end = end;
     }
     return 0;
 }
@@ -613,72 +472,72 @@ static int agree(struct run *u, int r, int *stop, struct tfm_error *err)
 static int rank_main(int r, void *arg)
 {
     struct replica *p = arg;
-    struct run *u = p->run;
-    const int N = u->R * u->W, gr = u->g * u->R + r;      /* ranks in all, this one's */
+    struct run *run = p->run;
+    const int N = run->R * run->W, gr = run->g * run->R + r;      /* ranks in all, this one's */
     if (p->be->bind)
         p->be->bind(p->be);
     for (;;) {
         if (r == 0)
-            plan_update(u);
+            plan_update(run);
         int stop;
-        if (u->W > 1) {
-            if (agree(u, r, &stop, &p->err))
+        if (run->W > 1) {
+            if (agree(run, r, &stop, &p->err))
                 return -1;
         } else {
-            if (tfm_comm_barrier(u->comm, r, &p->err))
+            if (tfm_comm_barrier(run->comm, r, &p->err))
                 return -1;
-            stop = u->end || u->failed;
+            stop = run->end || run->failed;
         }
         if (stop)
             return 0;
-        /* sums over this rank's batches: loss, nll, tokens, src tokens, failures */
-        double sums[5] = {0};
-        for (int j = 0; j < u->K && !sums[4]; j++) {
-            const struct batch *b = &u->slots[j * u->R + r];
+        struct update_sums sums = {0, 0, 0, 0, 0};
+        for (int j = 0; j < run->K && !sums.failed; j++) {
+            const struct tfm_batch_copy *b = &run->slots[j * run->R + r];
             struct tfm_loss l;
-            uint64_t rng_step = (uint64_t)(u->counter + j * N + gr);
-            if (N > 1 && j == u->K - 1) {       /* its backward sums the finished buckets */
+            uint64_t rng_step = (uint64_t)(run->counter + j * N + gr);
+            if (N > 1 && j == run->K - 1) {       /* its backward sums the finished buckets */
                 p->armed = 1;
                 p->hi = (size_t)tfm_model_count(p->m);
             }
             if (tfm_model_train_batch(p->m, b->B, b->S, b->T, b->src, b->tgt, rng_step, &l,
                                       &p->err)) {
-                tfm_error_prefix(&p->err, "%s: batch %lld", data_name(&u->train),
+                tfm_error_prefix(&p->err, "%s: batch %lld", tfm_epochs_name(&run->train),
                                  (long long)b->number);
                 if (N > 1) {    /* the others may be summing buckets already: stop them */
-                    tfm_comm_abort(u->comm, p->err.msg);
+                    tfm_comm_abort(run->comm, p->err.msg);
                     return -1;
                 }
-                sums[4] = 1;
+                sums.failed = 1;
                 break;
             }
-            sums[0] += l.loss;
-            sums[1] += l.nll;
-            sums[2] += (double)l.tokens;
-            sums[3] += (double)l.src_tokens;
+            sums.loss += l.loss;
+            sums.nll += l.nll;
+            sums.tokens += (double)l.tokens;
+            sums.src_tokens += (double)l.src_tokens;
         }
-        /* read before the last collective of the update: past it, rank 0 moves u->step on
+        /* read before the last collective of the update: past it, rank 0 moves run->step on
          * (after its optimizer step) while the others may not have reached this line */
-        int64_t step = u->step + 1;
+        int64_t step = run->step + 1;
         if (p->sum_failed) {    /* a bucket's sum failed during the backward pass */
             p->err = p->sum_err;
             p->sum_failed = p->armed = 0;
             tfm_error_prefix(&p->err, "update %lld: summing the gradients", (long long)step);
-            tfm_comm_abort(u->comm, p->err.msg);
+            tfm_comm_abort(run->comm, p->err.msg);
             return -1;
         }
-        if (tfm_comm_sum_f64(u->comm, r, sums, 5, &p->err))
+        if (tfm_comm_sum_f64(run->comm, r, (double *)&sums, sizeof sums / sizeof(double),
+                             &p->err))
             return -1;
-        if (sums[4] > 0)
+        if (sums.failed > 0)
             return p->err.msg[0] ? -1 : 1;     /* the failing ranks carry the message */
-        if (!isfinite(sums[0]) || !isfinite(sums[1])) {
+        if (!isfinite(sums.loss) || !isfinite(sums.nll)) {
             tfm_fail(&p->err, "update %lld: the loss is %s: stopping without a checkpoint "
                      "(lower lr_scale, raise warmup, or set clip_norm)", (long long)step,
-                     isnan(sums[0]) || isnan(sums[1]) ? "NaN" : "Inf");
+                     isnan(sums.loss) || isnan(sums.nll) ? "NaN" : "Inf");
             return -1;
         }
         struct tfm_optim_stats st;
-        if (tfm_optim_step(p->m, step, (int64_t)sums[2], &st, &p->err)) {
+        if (tfm_optim_step(p->m, step, (int64_t)sums.tokens, &st, &p->err)) {
             char msg[sizeof p->err.msg];
             memcpy(msg, p->err.msg, sizeof msg);
             tfm_fail(&p->err, "update %lld: %.900s; stopping without a checkpoint",
@@ -686,10 +545,10 @@ static int rank_main(int r, void *arg)
             return -1;
         }
         if (r == 0) {
-            u->step = step;
-            u->counter += (int64_t)u->K * N;       /* micro-batches of all processes */
-            if (after_update(u, sums, &p->err)) {
-                tfm_comm_abort(u->comm, p->err.msg);
+            run->step = step;
+            run->counter += (int64_t)run->K * N;       /* micro-batches of all processes */
+            if (after_update(run, &sums, &p->err)) {
+                tfm_comm_abort(run->comm, p->err.msg);
                 return -1;
             }
         }
@@ -719,23 +578,23 @@ static int stream_vocab(const struct tfm_header *h, const char *name, int *vocab
     return 0;
 }
 
-static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *err)
+static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *err)
 {
-    const struct tfm_train_opts *o = u->o;
-    struct tfm_config *cfg = u->cfg;
+    const struct tfm_train_opts *o = run->o;
+    struct tfm_config *cfg = run->cfg;
     char resume_path[4096] = "";
-    if (tfm_checkpoint_dir_ready(o->out_dir, &u->created_dir, err))
+    if (tfm_checkpoint_dir_ready(o->out_dir, &run->created_dir, err))
         return -1;
     /* one run at a time in the directory; process 0 writes the checkpoints, and holds it */
-    if (u->g == 0 && !(u->lock = tfm_checkpoint_lock(o->out_dir, err)))
+    if (run->g == 0 && !(run->lock = tfm_checkpoint_lock(o->out_dir, err)))
         return -1;
-    int removed = u->g == 0 ? tfm_checkpoint_clean(o->out_dir, err) : 0;
+    int removed = run->g == 0 ? tfm_checkpoint_clean(o->out_dir, err) : 0;
     if (removed < 0)
         return -1;
     if (removed > 0 && o->notes)
         fprintf(o->notes, "%s: %s: removed %d unfinished file%s of a killed run\n", o->prog,
                 o->out_dir, removed, removed > 1 ? "s" : "");
-    int found = tfm_train_find_resume(o->out_dir, resume_path, sizeof resume_path, err);
+    int found = tfm_checkpoint_find_last(o->out_dir, resume_path, sizeof resume_path, err);
     if (found < 0)
         return -1;
     if (found && !o->resume)
@@ -747,24 +606,24 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
     }
 
     /* the training stream and its vocabulary */
-    u->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
-    u->train.repeat = u->train.path != NULL;
-    if (u->W > 1) {             /* this process's ranks' batches (batch.h) */
-        u->train.world = u->R * u->W;
-        u->train.rank = u->g * u->R;
-        u->train.count = u->R;
+    run->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
+    run->train.repeat = run->train.path != NULL;
+    if (run->W > 1) {             /* this process's ranks' batches (batch.h) */
+        run->train.world = run->R * run->W;
+        run->train.rank = run->g * run->R;
+        run->train.count = run->R;
     } else {                    /* every batch: the slots give them to the ranks */
-        u->train.world = 1;
-        u->train.count = 1;
+        run->train.world = 1;
+        run->train.count = 1;
     }
-    if (u->W > 1 && !u->train.path)
+    if (run->W > 1 && !run->train.path)
         return tfm_fail(err, "%d processes: each reads its own shard of the batch stream, so "
-                        "it must be a file, not standard input", u->W);
-    if (data_open(&u->train, err))
+                        "it must be a file, not standard input", run->W);
+    if (tfm_epochs_open(&run->train, err))
         return -1;
-    const struct tfm_header *h = &u->train.header;
+    const struct tfm_header *h = &run->train.header;
     int vocab;
-    if (stream_vocab(h, data_name(&u->train), &vocab, err))
+    if (stream_vocab(h, tfm_epochs_name(&run->train), &vocab, err))
         return -1;
     if (cfg->vocab == 0 && *ck) {
         struct tfm_config ckc;
@@ -776,16 +635,16 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         cfg->vocab = vocab;
     if (cfg->vocab == 0)
         return tfm_fail(err, "%s: the stream carries no vocabulary: give --set vocab=N",
-                        data_name(&u->train));
+                        tfm_epochs_name(&run->train));
     if (vocab && vocab != cfg->vocab)
         return tfm_fail(err, "%s: vocabulary of %d pieces, config says vocab=%d",
-                        data_name(&u->train), vocab, cfg->vocab);
-    u->vocab_id = tfm_header_vocab_id(h);
+                        tfm_epochs_name(&run->train), vocab, cfg->vocab);
+    run->vocab_id = tfm_header_vocab_id(h);
     const char *budget = tfm_header_get(h, "tokens");
     if (budget && atoll(budget) > cfg->tokens)
         return tfm_fail(err, "%s: batches of up to %s tokens, more than the batch budget "
                         "tokens=%d: re-batch with tfm-batch --tokens %d or less, or raise "
-                        "--set tokens=N (memory grows with it)", data_name(&u->train), budget,
+                        "--set tokens=N (memory grows with it)", tfm_epochs_name(&run->train), budget,
                         cfg->tokens, cfg->tokens);
     if (tfm_config_check(cfg, 1, err))
         return tfm_error_prefix(err, "config");
@@ -793,64 +652,64 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         struct tfm_config ckc;
         if (tfm_checkpoint_config(*ck, &ckc, err))
             return tfm_error_prefix(err, "cannot resume");
-        if (same_config(cfg, &ckc, resume_path, err))
+        if (tfm_checkpoint_same_config(cfg, &ckc, resume_path, err))
             return -1;
         /* the parameters and Adam moments of exactly that model, before any memory */
         if (tfm_checkpoint_check(*ck, &ckc, 1, err))
             return tfm_error_prefix(err, "cannot resume");
         uint32_t cv = tfm_header_vocab_id(&(*ck)->header);
-        if (cv != u->vocab_id)
+        if (cv != run->vocab_id)
             return tfm_fail(err, "%s: vocabulary mismatch: the batches have vocabulary crc "
-                            "%08x, checkpoint %s has %08x", data_name(&u->train), u->vocab_id,
+                            "%08x, checkpoint %s has %08x", tfm_epochs_name(&run->train), run->vocab_id,
                             resume_path, cv);
     }
     if (o->valid_path) {
-        struct data v = {.path = o->valid_path, .world = 1};
-        int rc = data_open(&v, err);
-        if (rc == 0 && tfm_header_vocab_id(&v.header) != u->vocab_id)
+        struct tfm_epochs v = {.path = o->valid_path, .world = 1};
+        int rc = tfm_epochs_open(&v, err);
+        if (rc == 0 && tfm_header_vocab_id(&v.header) != run->vocab_id)
             rc = tfm_fail(err, "%s: vocabulary mismatch with the training batches %s",
-                          o->valid_path, data_name(&u->train));
-        data_close(&v);
+                          o->valid_path, tfm_epochs_name(&run->train));
+        tfm_epochs_close(&v);
         if (rc)
             return -1;
     }
 
     /* the checkpoint header: the stream's vocabulary, the producer, the layout */
-    tfm_header_init(&u->ck_header, TFM_KIND_CHECKPOINT);
-    if ((h->spm && tfm_header_set_spm(&u->ck_header, h->spm, h->spm_size, err)) ||
-        tfm_header_set(&u->ck_header, "producer", "tfm-train " TFM_VERSION, err) ||
-        tfm_header_setf(&u->ck_header, err, "ranks", "%d", u->R * u->W) ||
-        tfm_header_setf(&u->ck_header, err, "update_freq", "%d", u->K))
+    tfm_header_init(&run->ck_header, TFM_KIND_CHECKPOINT);
+    if ((h->spm && tfm_header_set_spm(&run->ck_header, h->spm, h->spm_size, err)) ||
+        tfm_header_set(&run->ck_header, "producer", "tfm-train " TFM_VERSION, err) ||
+        tfm_header_setf(&run->ck_header, err, "ranks", "%d", run->R * run->W) ||
+        tfm_header_setf(&run->ck_header, err, "update_freq", "%d", run->K))
         return -1;
-    if (!(u->config_text = tfm_config_format(cfg)))
+    if (!(run->config_text = tfm_config_format(cfg)))
         return tfm_fail(err, "out of memory");
 
     /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging buffer */
     double limit = o->memory_limit > 0 ? o->memory_limit : physical_memory();
-    double need = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * u->R) +
+    double need = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * run->R) +
                   (double)tfm_model_param_memory(cfg) / 4;
     if (limit > 0 && need > limit)
         return tfm_fail(err, "the model with a batch budget of tokens=%d needs %.2f GiB "
                         "(%d rank%s), more than the %.2f GiB available: lower the budget "
                         "(--set tokens=N and tfm-batch --tokens N) or --ranks",
-                        cfg->tokens, need / 1073741824.0, u->R, u->R > 1 ? "s" : "",
+                        cfg->tokens, need / 1073741824.0, run->R, run->R > 1 ? "s" : "",
                         limit / 1073741824.0);
 
     /* ranks: a backend and a model replica each */
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int per = threads / u->R > 0 ? threads / u->R : 1;
-    if (!(u->comm = tfm_comm_threads(u->R, err)) ||
-        (u->W > 1 && !(u->procs = tfm_comm_procs(u->g, u->W, &(struct tfm_dist_watch){
+    int per = threads / run->R > 0 ? threads / run->R : 1;
+    if (!(run->comm = tfm_comm_threads(run->R, err)) ||
+        (run->W > 1 && !(run->procs = tfm_comm_procs(run->g, run->W, &(struct tfm_dist_watch){
                                                       o->stop, o->notes, o->prog}, err))))
         return -1;
-    if (u->procs)
-        tfm_comm_stack(u->comm, u->procs);
-    if (!(u->rep = calloc((size_t)u->R, sizeof *u->rep)) ||
-        !(u->slots = calloc((size_t)u->R * (size_t)u->K, sizeof *u->slots)))
+    if (run->procs)
+        tfm_comm_stack(run->comm, run->procs);
+    if (!(run->rep = calloc((size_t)run->R, sizeof *run->rep)) ||
+        !(run->slots = calloc((size_t)run->R * (size_t)run->K, sizeof *run->slots)))
         return tfm_fail(err, "out of memory");
-    for (int r = 0; r < u->R; r++) {
-        struct replica *p = &u->rep[r];
-        p->run = u;
+    for (int r = 0; r < run->R; r++) {
+        struct replica *p = &run->rep[r];
+        p->run = run;
         p->rank = r;
         if (o->backends) {
             p->be = o->backends[r];
@@ -859,7 +718,7 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         } else if (!(p->be = tfm_backend_cpu(per, err))) {
             return -1;
         }
-        if (u->R * u->W > 1) {
+        if (run->R * run->W > 1) {
             p->be->all_reduce = all_reduce;
             p->be->grads_ready = grads_ready;
             p->be->all_reduce_ctx = p;
@@ -873,22 +732,22 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         }
         if (*ck && tfm_checkpoint_to_model(*ck, p->m, 1, err))
             return tfm_error_prefix(err, "cannot resume");
-        if (u->R * u->W > 1 && p->be->kind == TFM_BACKEND_SIM &&
+        if (run->R * run->W > 1 && p->be->kind == TFM_BACKEND_SIM &&
             !(p->stage = malloc((size_t)tfm_model_count(p->m) * sizeof *p->stage)))
             return tfm_fail(err, "out of memory");
     }
     /* GPU ranks: NCCL communicators, process 0's id passed over the processes' links */
-    if (u->R * u->W > 1 && o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA) {
+    if (run->R * run->W > 1 && o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA) {
         unsigned char id[TFM_GPU_COMM_ID_BYTES];
         struct tfm_gpu_comm *c[TFM_DIST_MAX_LOCAL];
-        if (tfm_gpu_comm_id(u->procs, u->g == 0, id, err) ||
-            tfm_gpu_comm_open(o->backends, u->R, id, u->R * u->W, u->g * u->R, u->timeout, c,
+        if (tfm_gpu_comm_id(run->procs, run->g == 0, id, err) ||
+            tfm_gpu_comm_open(o->backends, run->R, id, run->R * run->W, run->g * run->R, run->timeout, c,
                               err))
             return tfm_error_prefix(err, "the GPUs' communicators (NCCL)");
-        for (int r = 0; r < u->R; r++)
-            u->rep[r].nccl = c[r];
+        for (int r = 0; r < run->R; r++)
+            run->rep[r].nccl = c[r];
     }
-    if (!(u->host = malloc((size_t)tfm_model_count(u->rep[0].m) * sizeof *u->host)))
+    if (!(run->host = malloc((size_t)tfm_model_count(run->rep[0].m) * sizeof *run->host)))
         return tfm_fail(err, "out of memory");
 
     /* where the data and the counters stand */
@@ -897,23 +756,23 @@ static int setup(struct run *u, struct tfm_checkpoint **ck, struct tfm_error *er
         if (st->nrng != 1)
             return tfm_fail(err, "%s: state has %d rng words, tfm-train writes 1", resume_path,
                             st->nrng);
-        u->step = st->step;
-        u->counter = (int64_t)st->rng[0];
-        u->tokens = st->tokens;
-        u->elapsed0 = (double)st->elapsed_ms / 1000;
-        u->saved_step = u->step;
-        if (!u->train.repeat && (st->epoch > 0))
+        run->step = st->step;
+        run->counter = (int64_t)st->rng[0];
+        run->tokens = st->tokens;
+        run->elapsed0 = (double)st->elapsed_ms / 1000;
+        run->saved_step = run->step;
+        if (!run->train.repeat && (st->epoch > 0))
             return tfm_fail(err, "<stdin>: the checkpoint is in epoch %lld of its stream; "
                             "resume from a file", (long long)st->epoch);
-        if (data_skip(&u->train, st->epoch, st->batch_pos, err))
+        if (tfm_epochs_skip(&run->train, st->epoch, st->batch_pos, err))
             return -1;
         if (o->notes)
             fprintf(o->notes, "%s: resuming from %s: update %lld, epoch %lld, batch %lld\n",
                     o->prog, resume_path, (long long)st->step, (long long)st->epoch,
                     (long long)st->batch_pos);
     }
-    u->start_step = u->step;
-    u->start_pos = u->train.pos;
+    run->start_step = run->step;
+    run->start_pos = run->train.pos;
     return 0;
 }
 
@@ -925,92 +784,92 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     if (o->update_freq < 1 || o->ranks < 1 || o->ranks > TFM_DIST_MAX_LOCAL || o->report_every < 1)
         return tfm_fail(err, "bad update_freq %d, ranks %d or report interval", o->update_freq,
                         o->ranks);
-    struct run u = {.o = o, .cfg = cfg, .res = res, .R = o->ranks, .K = o->update_freq,
+    struct run run = {.o = o, .cfg = cfg, .res = res, .R = o->ranks, .K = o->update_freq,
                     .W = o->world > 1 ? o->world : 1, .g = o->world_rank,
                     .saved_step = -1, .valid_step = -1};
-    if (u.g < 0 || u.g >= u.W)
-        return tfm_fail(err, "process %d of %d", u.g, u.W);
-    if (bucket_floats(&u.bucket, err) || tfm_gpu_comm_timeout(&u.timeout, err))
+    if (run.g < 0 || run.g >= run.W)
+        return tfm_fail(err, "process %d of %d", run.g, run.W);
+    if (bucket_floats(&run.bucket, err) || tfm_gpu_comm_timeout(&run.timeout, err))
         return -1;
     struct tfm_checkpoint *ck = NULL;
-    int rc = setup(&u, &ck, err);
+    int rc = setup(&run, &ck, err);
     tfm_checkpoint_free(ck);
-    if (rc == 0 && u.W > 1)
-        rc = same_start(&u, err);
+    if (rc == 0 && run.W > 1)
+        rc = same_start(&run, err);
     if (rc == 0)
-        rc = tfm_progress_open(&u.prog, o->prog, o->progress, o->log_path, err);
+        rc = tfm_progress_open(&run.prog, o->prog, o->progress, o->log_path, err);
     if (rc == 0) {
-        u.t0 = u.last_save = u.iv_time = now_s();
-        u.prog.valid_out = o->notes;
-        u.prog.max_steps = o->max_steps;
-        u.prog.max_time = o->max_time > 0 ? u.elapsed0 + o->max_time : 0;
-        u.prog.start_step = u.step;
-        u.prog.start_elapsed = u.elapsed0;
+        run.t0 = run.last_save = run.iv_time = now_s();
+        run.prog.valid_out = o->notes;
+        run.prog.max_steps = cfg->max_steps;
+        run.prog.max_time = o->max_time > 0 ? run.elapsed0 + o->max_time : 0;
+        run.prog.start_step = run.step;
+        run.prog.start_elapsed = run.elapsed0;
         void *args[TFM_DIST_MAX_LOCAL];
-        for (int r = 0; r < u.R; r++)
-            args[r] = &u.rep[r];
-        int bad = tfm_dist_run(u.R, rank_main, args, u.comm, err);
+        for (int r = 0; r < run.R; r++)
+            args[r] = &run.rep[r];
+        int bad = tfm_dist_run(run.R, rank_main, args, run.comm, err);
         if (bad < 0) {
             rc = -1;
-        } else if (u.failed) {
-            *err = u.err;
+        } else if (run.failed) {
+            *err = run.err;
             rc = -1;
         } else if (bad > 0) {
             /* the first rank with a message of its own (not "ranks stopped") */
             int pick = -1;
-            for (int r = 0; r < u.R && pick < 0; r++)
-                if (u.rep[r].err.msg[0] && strncmp(u.rep[r].err.msg, "ranks stopped", 13) != 0)
+            for (int r = 0; r < run.R && pick < 0; r++)
+                if (run.rep[r].err.msg[0] && strncmp(run.rep[r].err.msg, "ranks stopped", 13) != 0)
                     pick = r;
-            for (int r = 0; r < u.R && pick < 0; r++)
-                if (u.rep[r].err.msg[0])
+            for (int r = 0; r < run.R && pick < 0; r++)
+                if (run.rep[r].err.msg[0])
                     pick = r;
-            tfm_fail(err, "%s", pick >= 0 ? u.rep[pick].err.msg : "a rank failed");
+            tfm_fail(err, "%s", pick >= 0 ? run.rep[pick].err.msg : "a rank failed");
             rc = -1;
         } else {
             /* a clean end: last report, validation and checkpoint of the final state */
-            res->end = u.end;
-            if (u.step % o->report_every != 0)
-                rc = report(&u);
-            if (rc == 0 && u.g == 0 && o->valid_path && u.valid_step != u.step)
-                rc = validate(&u, err);
-            if (rc == 0 && u.g == 0 && u.saved_step != u.step)
-                rc = save_checkpoint(&u, err);
-            if (rc == 0 && u.log_failed) {
+            res->end = run.end;
+            if (run.step % o->report_every != 0)
+                rc = report(&run);
+            if (rc == 0 && run.g == 0 && o->valid_path && run.valid_step != run.step)
+                rc = validate(&run, err);
+            if (rc == 0 && run.g == 0 && run.saved_step != run.step)
+                rc = save_checkpoint(&run, err);
+            if (rc == 0 && run.log_failed) {
                 tfm_fail(err, "%s; stopped at update %lld, its checkpoint saved",
-                         u.log_err.msg, (long long)u.step);
+                         run.log_err.msg, (long long)run.step);
                 rc = -1;
             }
         }
-        res->step = u.step;
-        if (tfm_progress_close(&u.prog, rc ? NULL : err))
+        res->step = run.step;
+        if (tfm_progress_close(&run.prog, rc ? NULL : err))
             rc = -1;
     }
-    for (int r = 0; u.rep && r < u.R; r++) {
-        if (u.rep[r].be && u.rep[r].be->bind)
-            u.rep[r].be->bind(u.rep[r].be);
-        tfm_gpu_comm_free(u.rep[r].nccl);
-        tfm_model_free(u.rep[r].m);
-        free(u.rep[r].stage);
-        if (u.rep[r].be && !o->backends)
-            u.rep[r].be->destroy(u.rep[r].be);
+    for (int r = 0; run.rep && r < run.R; r++) {
+        if (run.rep[r].be && run.rep[r].be->bind)
+            run.rep[r].be->bind(run.rep[r].be);
+        tfm_gpu_comm_free(run.rep[r].nccl);
+        tfm_model_free(run.rep[r].m);
+        free(run.rep[r].stage);
+        if (run.rep[r].be && !o->backends)
+            run.rep[r].be->destroy(run.rep[r].be);
     }
-    for (int i = 0; u.slots && i < u.R * u.K; i++) {
-        free(u.slots[i].src);
-        free(u.slots[i].tgt);
+    for (int i = 0; run.slots && i < run.R * run.K; i++) {
+        free(run.slots[i].src);
+        free(run.slots[i].tgt);
     }
-    free(u.slots);
-    free(u.rep);
-    free(u.host);
-    free(u.config_text);
-    tfm_comm_free(u.comm);
-    tfm_comm_free(u.procs);
-    data_close(&u.train);
-    if (u.ck_header.kind[0])
-        tfm_header_free(&u.ck_header);
-    tfm_checkpoint_unlock(u.lock);
+    free(run.slots);
+    free(run.rep);
+    free(run.host);
+    free(run.config_text);
+    tfm_comm_free(run.comm);
+    tfm_comm_free(run.procs);
+    tfm_epochs_close(&run.train);
+    if (run.ck_header.kind[0])
+        tfm_header_free(&run.ck_header);
+    tfm_checkpoint_unlock(run.lock);
     /* a failed run leaves no empty directory of its own behind (rmdir removes only an
      * empty one; a directory that was there before is never this run's) */
-    if (rc && u.created_dir)
+    if (rc && run.created_dir)
         rmdir(o->out_dir);
     return rc;
 }

@@ -38,11 +38,10 @@ struct tfm_train_opts {
     const char *train_path;     /* batch stream; "-" or NULL: stdin */
     const char *valid_path;     /* batch stream with targets, or NULL */
     const char *out_dir;        /* checkpoints: DIR/step-NNNNNN.tfm, DIR/last.tfm */
-    int64_t max_steps;          /* stop after this update; 0: no limit */
     double max_time;            /* seconds of this run; 0: no limit */
     double save_every_sec;      /* checkpoint period in seconds; 0: none */
-    int64_t save_every_steps;   /* checkpoint period in updates; 0: none */
-    int keep;                   /* checkpoints kept; 0: all */
+    /* the limit in updates, the period in updates and the checkpoints kept are the
+     * config's max_steps, save_every and keep */
     int update_freq;            /* K >= 1 */
     int ranks;                  /* R >= 1 in-process ranks */
     int world, world_rank;      /* processes of the run (1: this one alone) and this one's
@@ -66,8 +65,12 @@ enum tfm_train_end {
     TFM_TRAIN_MAX_STEPS = 1,    /* reached max_steps */
     TFM_TRAIN_MAX_TIME = 2,     /* reached max_time */
     TFM_TRAIN_DATA_END = 3,     /* the (piped) stream ended */
-    TFM_TRAIN_STOPPED = 4,      /* *stop was set */
+    TFM_TRAIN_STOPPED = 4,      /* *stop was set (or the --log could not be written) */
+    TFM_TRAIN_ENDS              /* how many (0 is "not ended") */
 };
+
+/* Why a run ended, for people: "max steps reached", ... ("" for 0). */
+const char *tfm_train_end_name(enum tfm_train_end end);
 
 struct tfm_train_result {
     enum tfm_train_end end;
@@ -88,11 +91,5 @@ struct tfm_train_result {
  * and it is still empty. */
 int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                   struct tfm_train_result *res, struct tfm_error *err);
-
-/* The newest checkpoint of dir into path (n bytes): 1 found, 0 none, -1 error. */
-int tfm_train_find_resume(const char *dir, char *path, size_t n, struct tfm_error *err);
-
-/* Config keys that may differ between a checkpoint and the run resuming it. */
-int tfm_train_key_may_change(const char *key);
 
 #endif

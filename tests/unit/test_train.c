@@ -264,7 +264,7 @@ static void tiny(struct tfm_config *c)
 
 static char batches[300];
 
-static void opts(struct tfm_train_opts *o, const char *sub, int64_t steps)
+static void opts(struct tfm_train_opts *o, struct tfm_config *c, const char *sub, int steps)
 {
     static char out[8][300];
     static int k;
@@ -273,7 +273,7 @@ static void opts(struct tfm_train_opts *o, const char *sub, int64_t steps)
     tfm_train_defaults(o);
     o->train_path = batches;
     o->out_dir = out[k];
-    o->max_steps = steps;
+    c->max_steps = steps;
     o->save_every_sec = 0;
     o->threads = 2;
 }
@@ -341,7 +341,7 @@ static void test_train_resume(void)
     struct tfm_train_result res;
     /* 57 batches: 90 updates cross an epoch boundary */
     tiny(&c);
-    opts(&o, "whole", 90);
+    opts(&o, &c, "whole", 90);
     CHECK(run(&c, &o, &res) == 0);
     CHECK_EQ_INT(res.end, TFM_TRAIN_MAX_STEPS);
     CHECK_EQ_INT(res.step, 90);
@@ -350,7 +350,7 @@ static void test_train_resume(void)
     int64_t stops[3] = {33, 70, 90};
     for (int i = 0; i < 3; i++) {
         tiny(&c);
-        opts(&o, "pieces", stops[i]);
+        opts(&o, &c, "pieces", stops[i]);
         o.resume = i > 0;
         CHECK(run(&c, &o, &res) == 0);
         CHECK_EQ_INT(res.step, stops[i]);
@@ -372,14 +372,14 @@ static void test_train_resume(void)
     /* resuming with a changed architecture is refused; max_steps may change */
     tiny(&c);
     c.d_ff = 128;
-    opts(&o, "pieces", 100);
+    opts(&o, &c, "pieces", 100);
     o.resume = 1;
     struct tfm_error err;
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "config key 'd_ff' is 64 in the checkpoint and 128 now") != NULL);
     /* without --resume a directory with checkpoints is refused */
     tiny(&c);
-    opts(&o, "pieces", 100);
+    opts(&o, &c, "pieces", 100);
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "holds checkpoints") != NULL);
     /* a newer checkpoint that does not hold its config's model is refused on resume,
@@ -423,7 +423,7 @@ static void test_train_resume(void)
         CHECK(w && tfm_writer_close(w, &err) == 0);
         tfm_checkpoint_free(g);
         tiny(&c);
-        opts(&o, "pieces", 100);
+        opts(&o, &c, "pieces", 100);
         o.resume = 1;
         CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
         snprintf(msg, sizeof msg, want[k], bad);
@@ -433,7 +433,7 @@ static void test_train_resume(void)
     unlink(bad);
     /* the good one still resumes */
     tiny(&c);
-    opts(&o, "pieces", 92);
+    opts(&o, &c, "pieces", 92);
     o.resume = 1;
     CHECK(run(&c, &o, &res) == 0);
     CHECK_EQ_INT(res.step, 92);
@@ -462,7 +462,7 @@ static void test_train_ranks(void)
         struct tfm_train_result res;
         tiny(&c);
         c.adam_eps = 1e-3;
-        opts(&o, sub[i], 5);
+        opts(&o, &c, sub[i], 5);
         o.ranks = ranks[i];
         o.update_freq = freq[i];
         CHECK(run(&c, &o, &res) == 0);
@@ -489,7 +489,7 @@ static void test_train_ranks(void)
         struct tfm_train_opts o;
         struct tfm_train_result res;
         tiny(&c);
-        opts(&o, i ? "det1" : "det0", 10);
+        opts(&o, &c, i ? "det1" : "det0", 10);
         o.ranks = 2;
         CHECK(run(&c, &o, &res) == 0);
         x[i] = load(i ? "det1" : "det0", 10);
@@ -505,7 +505,7 @@ static void test_train_ranks(void)
         struct tfm_train_result res;
         struct tfm_error err;
         tiny(&c);
-        opts(&o, "badbucket", 1);
+        opts(&o, &c, "badbucket", 1);
         o.ranks = 2;
         CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
         CHECK(strstr(err.msg, "TFM_BUCKET_MB=lots") != NULL);
@@ -524,8 +524,8 @@ static void test_train_errors(void)
     tiny(&c);
     c.adam_eps = 0;
     c.tie = 0;
-    opts(&o, "nan", 50);
-    o.save_every_steps = 1;
+    opts(&o, &c, "nan", 50);
+    c.save_every = 1;
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     printf("# %s\n", err.msg);
     CHECK(strstr(err.msg, "update 1: ") == err.msg);
@@ -537,7 +537,7 @@ static void test_train_errors(void)
     tiny(&c);
     c.adam_eps = 0;
     c.tie = 0;
-    opts(&o, "nan2", 50);
+    opts(&o, &c, "nan2", 50);
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     printf("# %s\n", err.msg);
     CHECK(strstr(err.msg, "update 2: ") != NULL);
@@ -548,7 +548,7 @@ static void test_train_errors(void)
     /* a batch over the budget */
     tiny(&c);
     c.tokens = 64;
-    opts(&o, "budget", 5);
+    opts(&o, &c, "budget", 5);
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "batch 0: 8 x 10 = 80 padded source tokens exceed the batch budget "
                           "tokens=64") != NULL);
@@ -560,14 +560,14 @@ static void test_train_errors(void)
     CHECK(mkdir(made, 0777) == 0);
     tiny(&c);
     c.tokens = 64;
-    opts(&o, "there", 5);
+    opts(&o, &c, "there", 5);
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(access(made, F_OK) == 0);
     /* a directory another run holds is refused, naming it; free again, it is used */
     struct tfm_ckpt_lock *l = tfm_checkpoint_lock(made, &err);
     CHECK(l != NULL);
     tiny(&c);
-    opts(&o, "there", 2);
+    opts(&o, &c, "there", 2);
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "there: in use by another run (pid ") != NULL);
     char none_ck[400];
@@ -579,14 +579,14 @@ static void test_train_errors(void)
     CHECK(access(none_ck, F_OK) == 0);
     /* a memory limit */
     tiny(&c);
-    opts(&o, "memory", 5);
+    opts(&o, &c, "memory", 5);
     o.memory_limit = 100000;
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "lower the budget (--set tokens=N") != NULL);
     /* a stop request finishes with a checkpoint */
     volatile sig_atomic_t stop = 1;
     tiny(&c);
-    opts(&o, "stop", 5);
+    opts(&o, &c, "stop", 5);
     o.stop = &stop;
     CHECK(run(&c, &o, &res) == 0);
     CHECK_EQ_INT(res.end, TFM_TRAIN_STOPPED);
