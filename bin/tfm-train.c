@@ -19,7 +19,8 @@
 static const char USAGE[] =
     "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
     "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
-    "                 [--resume] [--device cpu|cuda|sim|auto] [--threads N] [--ranks R]\n"
+    "                 [--valid-bleu] [--early-stop N] [--resume] [--device cpu|cuda|sim|auto]\n"
+    "                 [--threads N] [--ranks R]\n"
     "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n";
 
 static const char HELP[] =
@@ -29,6 +30,9 @@ static const char HELP[] =
     "  -o, --output DIR       checkpoint directory: DIR/step-NNNNNN.tfm, DIR/last.tfm\n"
     "  -V, --valid FILE       validation batch stream: loss and perplexity\n"
     "      --valid-every N    updates between validations (default 1000; 0: at the end)\n"
+    "      --valid-bleu       also BLEU of greedy translations of the validation set\n"
+    "      --early-stop N     stop after N validations without a better BLEU (with\n"
+    "                         --valid-bleu) or perplexity\n"
     "  -n, --max-steps N      stop after update N (config key max_steps)\n"
     "  -t, --max-time DUR     stop after DUR of training in this run (90s, 10m, 2h)\n"
     "  -S, --save-every DUR|N checkpoint every DUR of time or every N updates (default 10m)\n"
@@ -82,7 +86,7 @@ static int all_digits(const char *s)
     return 1;
 }
 
-enum { OPT_VERSION = 1000, OPT_REPORT, OPT_VALID_EVERY, OPT_MAX_MEMORY };
+enum { OPT_VERSION = 1000, OPT_REPORT, OPT_VALID_EVERY, OPT_MAX_MEMORY, OPT_VALID_BLEU, OPT_EARLY_STOP };
 
 int main(int argc, char **argv)
 {
@@ -99,6 +103,8 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, OPT_VERSION},
         {"report-every", required_argument, NULL, OPT_REPORT},
         {"valid-every", required_argument, NULL, OPT_VALID_EVERY},
+        {"valid-bleu", no_argument, NULL, OPT_VALID_BLEU},
+        {"early-stop", required_argument, NULL, OPT_EARLY_STOP},
         {"max-memory", required_argument, NULL, OPT_MAX_MEMORY},
         {NULL, 0, NULL, 0},
     };
@@ -193,11 +199,20 @@ int main(int argc, char **argv)
             if (tfm_cli_size("--max-memory", optarg, &o.memory_limit))
                 return 2;
             break;
+        case OPT_VALID_BLEU: o.valid_bleu = 1; break;
+        case OPT_EARLY_STOP:
+            if (tfm_cli_int("--early-stop", optarg, 1, 1000000, &v))
+                return 2;
+            o.early_stop = (int)v;
+            break;
         default: return tfm_cli_usage();
         }
     }
     if (optind < argc - 1)
         return tfm_cli_usage_error("one batch stream at most (got %d)", argc - optind);
+    if ((o.valid_bleu || o.early_stop) && !o.valid_path)
+        return tfm_cli_usage_error("%s needs --valid FILE",
+                                   o.valid_bleu ? "--valid-bleu" : "--early-stop");
     o.train_path = optind < argc ? argv[optind] : "-";
     if (strcmp(o.train_path, "-") == 0 && !print_config && isatty(0))
         return tfm_cli_usage_error("no batch stream: give FILE or a pipe (tfm-batch ... |)");

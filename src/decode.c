@@ -33,6 +33,60 @@ void tfm_decode_defaults(struct tfm_decode_opts *o)
     o->device = "auto";
 }
 
+/* ---- one model, one batch of sources --------------------------------------------------- */
+
+static int one_step(void *ctx, int nrows, const int32_t *last, const int32_t *src, float *logp,
+                    struct tfm_error *err)
+{
+    return tfm_decoder_step(ctx, nrows, last, src, logp, err);
+}
+
+static int one_step_top(void *ctx, int nrows, const int32_t *last, const int32_t *src, int k,
+                        const int32_t *ban, int nban, int32_t also, float *top_lp,
+                        int32_t *top_tok, float *also_lp, struct tfm_error *err)
+{
+    return tfm_decoder_step_top(ctx, nrows, last, src, k, ban, nban, also, top_lp, top_tok,
+                                also_lp, err);
+}
+
+static int one_select(void *ctx, int nrows, const int32_t *keep, struct tfm_error *err)
+{
+    return tfm_decoder_select(ctx, nrows, keep, err);
+}
+
+int tfm_decode_sources(struct tfm_model *m, int B, int S, const int32_t *src,
+                       const struct tfm_beam_opts *o, int max_len_b, struct tfm_hyps *out,
+                       struct tfm_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const struct tfm_config *c = tfm_model_config(m);
+    if (B < 1 || S < 1 || max_len_b < 0 || o->nbest != 1)
+        return tfm_fail(err, "decode: %d sources of %d tokens, max_len_b %d, nbest %d", B, S,
+                        max_len_b, o->nbest);
+    int *max_len = malloc((size_t)B * sizeof *max_len);
+    if (!max_len)
+        return tfm_fail(err, "out of memory for %d sentences", B);
+    int T = 1;
+    for (int b = 0; b < B; b++) {
+        int L = 0;                                  /* tokens before the padding, eos too */
+        while (L < S && src[(size_t)b * S + L] != TFM_PAD)
+            L++;
+        int64_t lim = (int64_t)(L > 0 ? L - 1 : 0) + max_len_b;
+        max_len[b] = (int)(lim < c->max_len - 1 ? lim : c->max_len - 1);
+        T = max_len[b] + 1 > T ? max_len[b] + 1 : T;
+    }
+    int width = o->sample ? o->nbest : o->beam;
+    struct tfm_decoder *d = tfm_decoder_create(m, B, S, B * width, T, err);
+    int rc = -1;
+    if (d && tfm_decoder_encode(d, B, S, src, err) == 0) {
+        struct tfm_step_model sm = {d, c->vocab, one_step, one_select, one_step_top};
+        rc = tfm_beam_search(&sm, B, max_len, NULL, o, out, err);
+    }
+    tfm_decoder_free(d);
+    free(max_len);
+    return rc;
+}
+
 /* ---- batching ---------------------------------------------------------------------- */
 
 static const int32_t *g_len;    /* qsort context: lengths, for the order below */

@@ -58,6 +58,17 @@ void tfm_decode_defaults(struct tfm_decode_opts *o);
 int tfm_decode_run(const char *const *paths, int n, const char *in_path, const char *out_path,
                    struct tfm_decode_opts *o, struct tfm_error *err);
 
+struct tfm_model;
+
+/* Translate B sources src (B,S) host, padded with 0, with model m as it is now (a
+ * training model too: validation BLEU), one hypothesis each, in order: out gets the best
+ * hypothesis of sentence b as its b-th (tfm_hyps_free).  Outputs have at most the source
+ * length (without eos) + max_len_b tokens, and fewer than m's max_len.  o's nbest must
+ * be 1; sampling is allowed.  0, or -1 with err. */
+int tfm_decode_sources(struct tfm_model *m, int B, int S, const int32_t *src,
+                       const struct tfm_beam_opts *o, int max_len_b, struct tfm_hyps *out,
+                       struct tfm_error *err);
+
 /* Batching, a pure function (exposed for tests).  Sentences of len[i] source tokens (eos
  * included) with out[i] decoder steps at most each are ordered longest first (ties in
  * input order) into order[0..n); batch b is order[first[b] .. first[b+1]).  A batch of k

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char LOG_HEADER[] = "kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\n";
+static const char LOG_HEADER[] =
+    "kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\tbleu\n";
 
 int tfm_progress_open(struct tfm_progress *p, const char *prog, FILE *out, const char *log_path,
                       struct tfm_error *err)
@@ -61,8 +62,10 @@ void tfm_progress_format(const struct tfm_progress *p, const struct tfm_progress
     char el[32], eta[32], tps[32], steps[48];
     tfm_duration_format(row->elapsed, el, sizeof el);
     if (row->valid) {
-        snprintf(buf, n, "valid step %lld loss %.4f ppl %.2f tokens %lld", (long long)row->step,
-                 row->loss, row->ppl, (long long)row->tokens);
+        int k = snprintf(buf, n, "valid step %lld loss %.4f ppl %.2f tokens %lld",
+                         (long long)row->step, row->loss, row->ppl, (long long)row->tokens);
+        if (row->bleu >= 0 && k > 0 && (size_t)k < n)
+            snprintf(buf + k, n - (size_t)k, " bleu %.2f", row->bleu);
         return;
     }
     double e = tfm_progress_eta(p, row->step, row->elapsed);
@@ -91,13 +94,18 @@ int tfm_progress_report(struct tfm_progress *p, const struct tfm_progress_row *r
     }
     if (!p->log)
         return 0;
-    if (row->valid)
-        fprintf(p->log, "valid\t%lld\t%.6f\t%.6f\t-\t-\t%.3f\t%lld\n", (long long)row->step,
-                row->loss, row->ppl, row->elapsed, (long long)row->tokens);
-    else
-        fprintf(p->log, "train\t%lld\t%.6f\t%.6f\t%.6e\t%.1f\t%.3f\t%lld\n", (long long)row->step,
-                row->loss, row->ppl, row->lr, row->tokens_per_s, row->elapsed,
-                (long long)row->tokens);
+    if (row->valid) {
+        char bleu[32] = "-";
+        if (row->bleu >= 0)
+            snprintf(bleu, sizeof bleu, "%.4f", row->bleu);
+        fprintf(p->log, "valid\t%lld\t%.6f\t%.6f\t-\t-\t%.3f\t%lld\t%s\n",
+                (long long)row->step, row->loss, row->ppl, row->elapsed, (long long)row->tokens,
+                bleu);
+    } else {
+        fprintf(p->log, "train\t%lld\t%.6f\t%.6f\t%.6e\t%.1f\t%.3f\t%lld\t-\n",
+                (long long)row->step, row->loss, row->ppl, row->lr, row->tokens_per_s,
+                row->elapsed, (long long)row->tokens);
+    }
     if (fflush(p->log) || ferror(p->log)) {
         int e = errno;
         fclose(p->log);

@@ -3,7 +3,7 @@
  * A report is one line for people ("step 1200/100000 loss 4.321 ppl 75.3 lr 3.1e-04
  * 12.3k tok/s elapsed 1h02m eta 3h45m") and, with a log file, one tab-separated line for
  * programs, under a header line that names the columns:
- *     kind  step  loss  ppl  lr  tokens_per_s  elapsed_s  tokens
+ *     kind  step  loss  ppl  lr  tokens_per_s  elapsed_s  tokens  bleu
  * kind is "train" or "valid"; a column that does not apply is "-".
  * Validation lines are printed even without progress lines (to valid_out).  A log is appended
  * to (a resumed run continues its plot); the header is written only into an empty file.
@@ -38,6 +38,7 @@ struct tfm_progress_row {
     double tokens_per_s;    /* train only */
     double elapsed;         /* seconds of training so far (across resumes) */
     int64_t tokens;         /* target tokens trained on (train), or in the valid set */
+    double bleu;            /* valid only: BLEU of the validation set, or < 0: none */
 };
 
 /* Open log_path for appending (NULL: no log).  p is zeroed first; set max_* after. */

@@ -17,6 +17,9 @@
 
 #include "backend.h"
 #include "batch.h"
+#include "beam.h"
+#include "bleu.h"
+#include "decode.h"
 #include "dist.h"
 #include "dist_nccl.h"
 #include "optim.h"
@@ -31,6 +34,7 @@ const char *tfm_train_end_name(enum tfm_train_end end)
         [TFM_TRAIN_MAX_TIME] = "max time reached",
         [TFM_TRAIN_DATA_END] = "end of the batch stream",
         [TFM_TRAIN_STOPPED] = "stopped by a signal",
+        [TFM_TRAIN_EARLY_STOP] = "no better validation in --early-stop validations",
     };
     return end > 0 && end < TFM_TRAIN_ENDS && names[end] ? names[end] : "";
 }
@@ -85,6 +89,8 @@ struct replica {
 struct run {
     const struct tfm_train_opts *o;
     int log_failed;                 /* the --log could not be written: stop and say so */
+    int have_best, worse, early;    /* early stopping: a best validation; how many since */
+    double best;                    /* BLEU, or -perplexity */
     struct tfm_error log_err;
     struct tfm_config *cfg;
     struct tfm_train_result *res;
@@ -280,19 +286,78 @@ static int log_report(struct run *run, const struct tfm_progress_row *row)
     return 0;
 }
 
+/* Greedy translations of batch b scored against its targets into bleu: what tfm-decode
+ * --beam 1 and tfm-score would say of the validation set. */
+static int bleu_batch(struct run *run, const struct tfm_batch_copy *b, const struct tfm_spm *spm,
+                      struct tfm_bleu *bleu, struct tfm_error *err)
+{
+    struct tfm_beam_opts o;
+    tfm_beam_defaults(&o);
+    o.beam = 1;
+    o.min_len = run->cfg->min_len;
+    struct tfm_hyps h;
+    char *hyp = NULL, *ref = NULL;
+    size_t hcap = 0, rcap = 0;
+    int rc = tfm_decode_sources(run->rep[0].m, b->B, b->S, b->src, &o, run->cfg->max_len_b, &h,
+                                err);
+    for (int i = 0; rc == 0 && i < b->B; i++) {
+        int64_t nh = tfm_spm_decode(spm, h.ids + h.offsets[i], h.offsets[i + 1] - h.offsets[i],
+                                    &hyp, &hcap, err);
+        int64_t nr = nh < 0 ? -1 : tfm_spm_decode(spm, b->tgt + (size_t)i * b->T, b->T, &ref,
+                                                  &rcap, err);     /* pad and eos ignored */
+        const char *refs[1] = {ref};
+        size_t lens[1] = {(size_t)nr};
+        if (nr < 0 || tfm_bleu_add(bleu, hyp, (size_t)nh, 1, refs, lens, err))
+            rc = -1;
+    }
+    tfm_hyps_free(&h);
+    free(hyp);
+    free(ref);
+    return rc;
+}
+
+/* After a validation: is it the best so far (higher BLEU with --valid-bleu, else lower
+ * perplexity)?  early_stop validations in a row that are not stop the run. */
+static void early_stop(struct run *run, const struct tfm_progress_row *row)
+{
+    double score = run->o->valid_bleu ? row->bleu : -row->ppl;
+    if (!run->have_best || score > run->best) {
+        run->have_best = 1;
+        run->best = score;
+        run->worse = 0;
+    } else if (++run->worse >= run->o->early_stop && run->o->early_stop > 0) {
+        run->early = 1;
+    }
+}
+
 static int validate(struct run *run, struct tfm_error *err)
 {
     struct tfm_epochs d = {.path = run->o->valid_path, .rank = 0, .world = 1};
     struct tfm_batch_copy b = {0};
     struct tfm_loss sum = {0};
+    struct tfm_spm *spm = NULL;
+    struct tfm_bleu *bleu = NULL;
     int rc = -1, k;
     if (tfm_epochs_open(&d, err))
         goto out;
+    if (run->o->valid_bleu) {
+        struct tfm_bleu_opts bo;
+        tfm_bleu_opts_default(&bo);
+        if (!d.header.spm) {
+            tfm_fail(err, "%s: no vocabulary in the stream: --valid-bleu needs it to "
+                     "detokenize", tfm_epochs_name(&d));
+            goto out;
+        }
+        if (!(spm = tfm_spm_load(d.header.spm, d.header.spm_size, err)) ||
+            !(bleu = tfm_bleu_new(&bo, err)))
+            goto out;
+    }
     while ((k = tfm_epochs_next(&d, &b, err)) == 1) {
         struct tfm_loss l;
         if (check_batch(run, &d, &b, err))
             goto out;
-        if (tfm_model_eval_batch(run->rep[0].m, b.B, b.S, b.T, b.src, b.tgt, &l, err)) {
+        if (tfm_model_eval_batch(run->rep[0].m, b.B, b.S, b.T, b.src, b.tgt, &l, err) ||
+            (bleu && bleu_batch(run, &b, spm, bleu, err))) {
             tfm_error_prefix(err, "%s: batch %lld", tfm_epochs_name(&d), (long long)b.number);
             goto out;
         }
@@ -309,13 +374,25 @@ static int validate(struct run *run, struct tfm_error *err)
     struct tfm_progress_row row = {
         .valid = 1, .step = run->step, .loss = sum.loss / (double)sum.tokens,
         .ppl = exp(sum.nll / (double)sum.tokens), .elapsed = elapsed(run), .tokens = sum.tokens,
+        .bleu = -1,
     };
+    if (bleu) {
+        struct tfm_bleu_opts bo;
+        struct tfm_bleu_score sc;
+        tfm_bleu_opts_default(&bo);
+        tfm_bleu_compute(tfm_bleu_stats(bleu), &bo, &sc);
+        row.bleu = sc.score;
+        run->res->valid_bleu = row.bleu;
+    }
     run->res->valid_loss = row.loss;
     run->res->valid_ppl = row.ppl;
     run->valid_step = run->step;
+    early_stop(run, &row);
     rc = log_report(run, &row);
 out:
     tfm_epochs_close(&d);
+    tfm_bleu_free(bleu);
+    tfm_spm_free(spm);
     free(b.src);
     free(b.tgt);
     return rc;
@@ -345,6 +422,10 @@ static void plan_update(struct run *run)
     const struct tfm_train_opts *o = run->o;
     if ((o->stop && *o->stop) || run->log_failed) {
         run->end = TFM_TRAIN_STOPPED;
+        return;
+    }
+    if (run->early) {
+        run->end = TFM_TRAIN_EARLY_STOP;
         return;
     }
     if (run->cfg->max_steps > 0 && run->step >= run->cfg->max_steps) {
@@ -780,7 +861,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                   struct tfm_train_result *res, struct tfm_error *err)
 {
     memset(res, 0, sizeof *res);
-    res->valid_loss = res->valid_ppl = -1;
+    res->valid_loss = res->valid_ppl = res->valid_bleu = -1;
     if (o->update_freq < 1 || o->ranks < 1 || o->ranks > TFM_DIST_MAX_LOCAL || o->report_every < 1)
         return tfm_fail(err, "bad update_freq %d, ranks %d or report interval", o->update_freq,
                         o->ranks);

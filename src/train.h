@@ -50,6 +50,9 @@ struct tfm_train_opts {
     int resume;                 /* continue from the newest checkpoint of out_dir if any */
     int64_t report_every;       /* updates between progress reports (>= 1) */
     int64_t valid_every;        /* updates between validations; 0: at the end only */
+    int valid_bleu;             /* also greedy BLEU of the validation set (tfm_decode_sources) */
+    int early_stop;             /* stop after this many validations without a better BLEU
+                                 * (valid_bleu) or perplexity; 0: never */
     FILE *progress;             /* progress lines (stderr) or NULL */
     FILE *notes;                /* one-off notes (device, resume, saves) or NULL */
     const char *log_path;       /* --log, or NULL */
@@ -66,6 +69,7 @@ enum tfm_train_end {
     TFM_TRAIN_MAX_TIME = 2,     /* reached max_time */
     TFM_TRAIN_DATA_END = 3,     /* the (piped) stream ended */
     TFM_TRAIN_STOPPED = 4,      /* *stop was set (or the --log could not be written) */
+    TFM_TRAIN_EARLY_STOP = 5,   /* early_stop validations without improvement */
     TFM_TRAIN_ENDS              /* how many (0 is "not ended") */
 };
 
@@ -78,6 +82,7 @@ struct tfm_train_result {
     char last_checkpoint[4096]; /* path of the checkpoint written last ("" if none) */
     double loss;                /* mean loss per token over the last report interval */
     double valid_loss, valid_ppl;   /* last validation (-1: none) */
+    double valid_bleu;              /* last validation BLEU (-1: none) */
 };
 
 /* Train with cfg (effective config; cfg->vocab 0: from the stream's vocabulary).  With

@@ -753,3 +753,36 @@ teardown() {
     run tfm-batch --tokens ' 100' "$M/en500.tfm"
     assert_failure 2
 }
+
+@test "--valid-bleu: the logged BLEU is what tfm-decode --beam 1 and tfm-score give" {
+    run tfm-train -c "$CONF" -o "$T/vb" --max-steps 40 --save-every 1000 --threads 2 \
+        --valid "$M/v.tfm" --valid-every 20 --valid-bleu --log "$T/log" "$M/b.tfm"
+    assert_success
+    assert_line --regexp '^tfm-train: valid step 40 loss [0-9.]+ ppl [0-9.]+ tokens [0-9]+ bleu [0-9.]+$'
+    assert_equal "$(head -n 1 "$T/log" | cut -f 9)" "bleu"
+    logged=$(awk -F '\t' '$1 == "valid" && $2 == 40 { print $9 }' "$T/log")
+    assert_equal "$(awk -F '\t' '$1 == "train" { print $9 }' "$T/log" | sort -u)" "-"
+    # the same model, decoded and scored by the tools (references: the targets' text)
+    tfm-decode -q -m "$T/vb/last.tfm" --beam 1 "$M/val.en.tfm" | tfm-tokenize decode > "$T/hyp"
+    tfm-tokenize decode "$M/val.de.tfm" > "$T/ref"
+    scored=$(tfm-score --json -r "$T/ref" "$T/hyp" | sed -n 's/.*"score": *\([0-9.]*\).*/\1/p')
+    echo "logged $logged, tfm-score $scored"
+    [ -n "$logged" ] && [ -n "$scored" ]
+    awk -v a="$logged" -v b="$scored" 'BEGIN { exit !(a > 0 && (a - b) ^ 2 < 1e-8) }'
+    run tfm-train -c "$CONF" -o "$T/vb2" --valid-bleu "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--valid-bleu needs --valid FILE"
+}
+
+@test "--early-stop N: N validations without a better perplexity end the run, saved" {
+    # lr_scale 0: the model never changes, so no validation after the first is better
+    run tfm-train -c "$CONF" --set lr_scale=0 -o "$T/es" --max-steps 100 --save-every 1000 \
+        --threads 1 --valid "$M/v.tfm" --valid-every 5 --early-stop 2 "$M/b.tfm"
+    assert_success
+    assert_line --partial "no better validation in --early-stop validations at update 15"
+    run tfm-cat --header "$T/es/last.tfm"
+    assert_line "meta step=15"
+    run tfm-train -c "$CONF" -o "$T/es2" --early-stop 0 --valid "$M/v.tfm" "$M/b.tfm"
+    assert_failure 2
+    assert_output --partial "--early-stop"
+}
