@@ -64,7 +64,7 @@ void tfm_progress_format(const struct tfm_progress *p, const struct tfm_progress
     if (row->valid) {
         int k = snprintf(buf, n, "valid step %lld loss %.4f ppl %.2f tokens %lld",
                          (long long)row->step, row->loss, row->ppl, (long long)row->tokens);
-        if (row->bleu >= 0 && k > 0 && (size_t)k < n)
+        if (row->has_bleu && k > 0 && (size_t)k < n)
             snprintf(buf + k, n - (size_t)k, " bleu %.2f", row->bleu);
         return;
     }
@@ -96,7 +96,7 @@ int tfm_progress_report(struct tfm_progress *p, const struct tfm_progress_row *r
         return 0;
     if (row->valid) {
         char bleu[32] = "-";
-        if (row->bleu >= 0)
+        if (row->has_bleu)
             snprintf(bleu, sizeof bleu, "%.4f", row->bleu);
         fprintf(p->log, "valid\t%lld\t%.6f\t%.6f\t-\t-\t%.3f\t%lld\t%s\n",
                 (long long)row->step, row->loss, row->ppl, row->elapsed, (long long)row->tokens,

@@ -38,7 +38,8 @@ struct tfm_progress_row {
     double tokens_per_s;    /* train only */
     double elapsed;         /* seconds of training so far (across resumes) */
     int64_t tokens;         /* target tokens trained on (train), or in the valid set */
-    double bleu;            /* valid only: BLEU of the validation set, or < 0: none */
+    int has_bleu;           /* valid only: bleu is the validation set's BLEU */
+    double bleu;
 };
 
 /* Open log_path for appending (NULL: no log).  p is zeroed first; set max_* after. */

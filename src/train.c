@@ -374,13 +374,13 @@ static int validate(struct run *run, struct tfm_error *err)
     struct tfm_progress_row row = {
         .valid = 1, .step = run->step, .loss = sum.loss / (double)sum.tokens,
         .ppl = exp(sum.nll / (double)sum.tokens), .elapsed = elapsed(run), .tokens = sum.tokens,
-        .bleu = -1,
     };
     if (bleu) {
         struct tfm_bleu_opts bo;
         struct tfm_bleu_score sc;
         tfm_bleu_opts_default(&bo);
         tfm_bleu_compute(tfm_bleu_stats(bleu), &bo, &sc);
+        row.has_bleu = 1;
         row.bleu = sc.score;
         run->res->valid_bleu = row.bleu;
     }

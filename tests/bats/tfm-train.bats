@@ -184,15 +184,15 @@ teardown() {
     assert_line --regexp '^tfm-train: step 2/4 loss [0-9.]+ ppl [0-9.]+ lr [0-9.e+-]+ [0-9.]+k? tok/s elapsed [0-9]+s eta [0-9]+s$'
     assert_line --regexp '^tfm-train: step 4/4 '
     run cat "$T/log"
-    assert_line --index 0 $'kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens'
-    assert_line --index 1 --regexp $'^train\t2\t[0-9.]+\t[0-9.]+\t[0-9.e+-]+\t[0-9.]+\t[0-9.]+\t[0-9]+$'
+    assert_line --index 0 $'kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\tbleu'
+    assert_line --index 1 --regexp $'^train\t2\t[0-9.]+\t[0-9.]+\t[0-9.e+-]+\t[0-9.]+\t[0-9.]+\t[0-9]+\t-$'
     assert_line --index 2 --regexp $'^valid\t3\t[0-9.]+\t[0-9.]+\t-\t-\t'
     assert_line --index 3 --regexp $'^train\t4\t'
     assert_line --index 4 --regexp $'^train\t6\t'
     assert_line --index 5 --regexp $'^valid\t6\t'
     assert_equal "${#lines[@]}" 6
-    # every train line has 8 columns and a loss below the uniform one (ln 1000 + smoothing)
-    run awk -F '\t' '$1 == "train" && (NF != 8 || $3 > 7.5) { bad++ } END { print bad + 0 }' "$T/log"
+    # every train line has 9 columns and a loss below the uniform one (ln 1000 + smoothing)
+    run awk -F '\t' '$1 == "train" && (NF != 9 || $3 > 7.5) { bad++ } END { print bad + 0 }' "$T/log"
     assert_output 0
 }
 

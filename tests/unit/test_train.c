@@ -189,6 +189,11 @@ static void test_progress(void)
     tfm_progress_format(&p, &v, line, sizeof line);
     CHECK_STR(line, "valid step 300 loss 4.0000 ppl 54.60 tokens 50");
     CHECK(tfm_progress_report(&p, &v, &err) == 0);
+    v.has_bleu = 1;
+    v.bleu = 27.5;
+    tfm_progress_format(&p, &v, line, sizeof line);
+    CHECK_STR(line, "valid step 300 loss 4.0000 ppl 54.60 tokens 50 bleu 27.50");
+    CHECK(tfm_progress_report(&p, &v, &err) == 0);
     CHECK(tfm_progress_close(&p, &err) == 0);
     /* appending keeps one header */
     CHECK(tfm_progress_open(&p, "tfm-train", NULL, log, &err) == 0);
@@ -200,10 +205,11 @@ static void test_progress(void)
     if (f)
         fclose(f);
     text[n] = 0;
-    CHECK_STR(text, "kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\n"
-                    "train\t300\t4.500000\t90.017000\t3.100000e-04\t12345.0\t90.000\t777\n"
-                    "valid\t300\t4.000000\t54.600000\t-\t-\t90.000\t50\n"
-                    "train\t300\t4.500000\t90.017000\t3.100000e-04\t12345.0\t90.000\t777\n");
+    CHECK_STR(text, "kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\tbleu\n"
+                    "train\t300\t4.500000\t90.017000\t3.100000e-04\t12345.0\t90.000\t777\t-\n"
+                    "valid\t300\t4.000000\t54.600000\t-\t-\t90.000\t50\t-\n"
+                    "valid\t300\t4.000000\t54.600000\t-\t-\t90.000\t50\t27.5000\n"
+                    "train\t300\t4.500000\t90.017000\t3.100000e-04\t12345.0\t90.000\t777\t-\n");
     unlink(log);
     CHECK(tfm_progress_open(&p, "tfm-train", NULL, "/nonexistent/dir/log", &err) == -1);
     CHECK(strstr(err.msg, "/nonexistent/dir/log: No such file") != NULL);
