@@ -23,6 +23,7 @@
 #include "model.h"
 #include "spm.h"
 #include "stream.h"
+#include "util.h"
 
 void tfm_decode_defaults(struct tfm_decode_opts *o)
 {
@@ -470,12 +471,6 @@ done:
 
 /* ---- the run -------------------------------------------------------------------------- */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 struct run {
     struct tfm_backend *be;
@@ -763,14 +758,14 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         tfm_fail(err, "bad batch plan");
         goto done;
     }
-    double t0 = now();
+    double t0 = tfm_now();
     for (int64_t b = 0; b < nb; b++) {
         int64_t k = R.first[b + 1] - R.first[b];
         if (decode_batch(&R, R.order + R.first[b], k, o, width, err))
             goto done;
         o->stats.done += k;
         o->stats.batches++;
-        o->stats.seconds = now() - t0;
+        o->stats.seconds = tfm_now() - t0;
         if (o->progress)
             o->progress(o->progress_ctx, &o->stats, 0);
     }
@@ -787,7 +782,7 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     } else if (write_stream(out_path, &R.out, &R.hdr, paths, n, o, max_len_b, err)) {
         goto done;
     }
-    o->stats.seconds = now() - t0;
+    o->stats.seconds = tfm_now() - t0;
     if (o->progress)
         o->progress(o->progress_ctx, &o->stats, 1);
     rc = 0;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "sha256.h"
+#include "util.h"
 
 /* ---- environment ------------------------------------------------------------------ */
 
@@ -281,12 +282,6 @@ static int stopped(volatile sig_atomic_t *stop)
     return stop && *stop;
 }
 
-static double seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* A poll(2) timeout: left seconds, at most SLICE, at least 0. */
 static int slice_ms(double left)
@@ -310,21 +305,21 @@ static int xfer(struct tfm_comm *c, int peer, void *p, size_t n, int out, struct
 {
     int fd = c->fd[peer];
     char *s = p;
-    double last = seconds(), signalled = 0;
+    double last = tfm_now(), signalled = 0;
     while (n > 0) {
         ssize_t k = out ? send(fd, s, n, MSG_NOSIGNAL | MSG_DONTWAIT)
                         : recv(fd, s, n, MSG_DONTWAIT);
         if (k > 0) {
             s += k;
             n -= (size_t)k;
-            last = seconds();
+            last = tfm_now();
             continue;
         }
         if (k < 0 && errno == EINTR)
             continue;
         if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
             return lost(c, peer, err);
-        double now = seconds();
+        double now = tfm_now();
         if (!signalled && stopped(c->stop))
             signalled = now;
         double from = signalled > last ? signalled : last, limit = c->timeout;
@@ -502,7 +497,7 @@ static int link_start(const struct meet *m, struct link *l, int fd, int client, 
     put32(l->mine + 12, (uint32_t)port);
     if (random_bytes(l->mine + 16, NONCE, err))
         return -1;
-    l->deadline = seconds() + m->hello_timeout;
+    l->deadline = tfm_now() + m->hello_timeout;
     if (send(fd, l->mine, HELLO, MSG_NOSIGNAL | MSG_DONTWAIT) != HELLO)
         return tfm_fail(err, "%s", strerror(errno ? errno : EPIPE));
     return 0;
@@ -542,7 +537,7 @@ static int link_step(const struct meet *m, struct link *l, char *why, size_t cap
             snprintf(why, cap, "%s", strerror(errno ? errno : EPIPE));
             return -1;
         }
-        l->deadline = seconds() + m->hello_timeout;
+        l->deadline = tfm_now() + m->hello_timeout;
         return 0;
     }
     if (!proven(m, l)) {
@@ -592,7 +587,7 @@ static int meet_run(const struct meet *m, int lfd, int lo, int hi, struct peer *
     for (int i = 0; i < need; i++)
         got[i].fd = -1;
     while (rc == 0 && (joined < need || (out && !out->done))) {
-        double now = seconds(), next = now + SLICE;
+        double now = tfm_now(), next = now + SLICE;
         if (stopped(m->watch ? m->watch->stop : NULL)) {
             if (joined == need)
                 rc = tfm_fail(err, "%s%sstopped by a signal in the hello", pre, sep);
@@ -878,7 +873,7 @@ static int connect_within(uint32_t ip, uint16_t port, double deadline,
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = port, .sin_addr.s_addr = ip};
     int e = connect(fd, (struct sockaddr *)&a, sizeof a) ? errno : 0;
     while (e == EINPROGRESS) {
-        double left = deadline - seconds();
+        double left = deadline - tfm_now();
         if (left <= 0 || stopped(stop)) {
             close(fd);
             return -2;
@@ -902,7 +897,7 @@ static int connect_within(uint32_t ip, uint16_t port, double deadline,
 /* Sleep for s seconds, or less when the stop flag is set. */
 static void nap(double s, volatile sig_atomic_t *stop)
 {
-    for (double end = seconds() + s; !stopped(stop) && seconds() < end;) {
+    for (double end = tfm_now() + s; !stopped(stop) && tfm_now() < end;) {
         struct timespec t = {0, 20000000};
         nanosleep(&t, NULL);
     }
@@ -983,7 +978,7 @@ static int meet_process0(struct meet *m, const struct where *w0, int *lfd, int *
         if (stopped(stop))
             return tfm_fail(err, "stopped by a signal while waiting for process 0 at %s",
                             w.file ? w.file : where);
-        if (seconds() > m->deadline)
+        if (tfm_now() > m->deadline)
             return tfm_fail(err, "no process 0 at %s within %g s (TFM_RENDEZVOUS_TIMEOUT): %s",
                             w.file ? w.file : where, m->timeout, why);
         nap(0.1, stop);
@@ -999,7 +994,7 @@ static int read_next(const struct meet *m, int fd, void *p, size_t n, struct tfm
     while (n > 0) {
         if (stopped(stop))
             return tfm_fail(err, "stopped by a signal while waiting for the others to join");
-        double left = m->deadline - seconds();
+        double left = m->deadline - tfm_now();
         if (left <= 0)
             return tfm_fail(err, "the processes did not all join within %g s "
                             "(TFM_RENDEZVOUS_TIMEOUT)", m->timeout);
@@ -1177,7 +1172,7 @@ struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch
         for (size_t i = 0; i < sizeof r; i++)
             snprintf(m.secret + 2 * i, 3, "%02x", r[i]);
     }
-    m.deadline = seconds() + m.timeout;
+    m.deadline = tfm_now() + m.timeout;
     struct tfm_comm *c = tfm_comm_threads(1, err);
     if (!c)
         return NULL;

@@ -5,6 +5,7 @@
  */
 #include "model.h"
 #include "topk.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -1231,18 +1232,6 @@ struct tfm_decoder *tfm_decoder_create(struct tfm_model *m, int max_sent, int ma
     return d;
 }
 
-/* Grow a host array of n elements of `size` bytes to hold want; 0 or -1. */
-static int grow(void *pp, size_t *n, size_t want, size_t size)
-{
-    if (want <= *n)
-        return 0;
-    void *p = realloc(*(void **)pp, want * size);
-    if (!p)
-        return -1;
-    *(void **)pp = p;
-    *n = want;
-    return 0;
-}
 
 int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int max_rows,
                         int max_steps, struct tfm_error *err)
@@ -1261,10 +1250,10 @@ int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int ma
     d->max_steps = max_steps;
     d->B = d->S = d->rows = d->t = 0;
     size_t cells = (size_t)max_rows * max_steps;
-    if (grow(&d->anc_host, &d->anc_cap, cells, sizeof(int32_t)) ||
-        grow(&d->anc_next, &d->anc_next_cap, cells, sizeof(int32_t)) ||
-        grow(&d->src_len_host, &d->sent_cap, (size_t)max_sent, sizeof(int32_t)) ||
-        grow(&d->hbuf, &d->hbuf_cap, (size_t)max_rows * 2, sizeof(int32_t)))
+    if (tfm_grow(&d->anc_host, &d->anc_cap, cells, sizeof(int32_t)) ||
+        tfm_grow(&d->anc_next, &d->anc_next_cap, cells, sizeof(int32_t)) ||
+        tfm_grow(&d->src_len_host, &d->sent_cap, (size_t)max_sent, sizeof(int32_t)) ||
+        tfm_grow(&d->hbuf, &d->hbuf_cap, (size_t)max_rows * 2, sizeof(int32_t)))
         return tfm_fail(err, "out of memory for %d rows of %d steps", max_rows, max_steps);
     if (d->host_lp_cap < (size_t)max_rows * m->V) {  /* made again on demand */
         free(d->host_lp);

@@ -26,6 +26,7 @@
 #include "progress.h"
 #include "spm.h"
 #include "stream.h"
+#include "util.h"
 
 const char *tfm_train_end_name(enum tfm_train_end end)
 {
@@ -51,12 +52,6 @@ void tfm_train_defaults(struct tfm_train_opts *o)
     o->valid_every = 1000;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- the run -------------------------------------------------------------------------- */
 
@@ -128,7 +123,7 @@ struct run {
 
 static double elapsed(const struct run *run)
 {
-    return run->elapsed0 + (now_s() - run->t0);
+    return run->elapsed0 + (tfm_now() - run->t0);
 }
 
 /* ---- summing the gradients over the ranks ---------------------------------------------
@@ -248,7 +243,7 @@ static int save_checkpoint(struct run *run, struct tfm_error *err)
         return -1;
     snprintf(run->res->last_checkpoint, sizeof run->res->last_checkpoint, "%s", path);
     run->saved_step = run->step;
-    run->last_save = now_s();
+    run->last_save = tfm_now();
     if (run->o->notes)
         fprintf(run->o->notes, "%s: saved %s\n", run->o->prog, path);
     return 0;
@@ -402,7 +397,7 @@ static int report(struct run *run)
 {
     if (run->iv_tokens == 0)
         return 0;
-    double t = now_s();
+    double t = tfm_now();
     struct tfm_progress_row row = {
         .step = run->step, .loss = run->iv_loss / (double)run->iv_tokens,
         .ppl = exp(run->iv_nll / (double)run->iv_tokens), .lr = tfm_optim_lr(run->cfg, run->step),
@@ -432,7 +427,7 @@ static void plan_update(struct run *run)
         run->end = TFM_TRAIN_MAX_STEPS;
         return;
     }
-    if (o->max_time > 0 && now_s() - run->t0 >= o->max_time) {
+    if (o->max_time > 0 && tfm_now() - run->t0 >= o->max_time) {
         run->end = TFM_TRAIN_MAX_TIME;
         return;
     }
@@ -481,7 +476,7 @@ static int after_update(struct run *run, const struct update_sums *sums, struct 
     if (o->valid_path && o->valid_every > 0 && run->step % o->valid_every == 0 && validate(run, err))
         return -1;
     if (((run->cfg->save_every > 0 && run->step % run->cfg->save_every == 0) ||
-         (o->save_every_sec > 0 && now_s() - run->last_save >= o->save_every_sec)) &&
+         (o->save_every_sec > 0 && tfm_now() - run->last_save >= o->save_every_sec)) &&
         save_checkpoint(run, err))
         return tfm_error_prefix(err, "update %lld", (long long)run->step);
     return 0;
@@ -880,7 +875,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     if (rc == 0)
         rc = tfm_progress_open(&run.prog, o->prog, o->progress, o->log_path, err);
     if (rc == 0) {
-        run.t0 = run.last_save = run.iv_time = now_s();
+        run.t0 = run.last_save = run.iv_time = tfm_now();
         run.prog.valid_out = o->notes;
         run.prog.max_steps = cfg->max_steps;
         run.prog.max_time = o->max_time > 0 ? run.elapsed0 + o->max_time : 0;
