@@ -67,6 +67,8 @@ fetch() {   # NAME
         rm -f "$part"; have=0
     fi
     if [ "$have" -lt "$size" ]; then
+        command -v curl > /dev/null ||
+            { echo "$prog: $name: curl, which downloads the archives, is not installed" >&2; return 1; }
         if [ "$have" -gt 0 ]; then
             echo "$prog: $name: continuing at byte $have of $size from $url" >&2
         else

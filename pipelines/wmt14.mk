@@ -8,8 +8,9 @@
 #   WMT14_DIR/train.en train.L2       the members of WMT14_CORPORA, concatenated in order
 #   WMT14_DIR/newstest2014.en .L2     the test set, the text of the SGML in dev.tgz
 # Files already in WMT14_DIR are used as they are, and the archives are needed only to
-# make the missing ones: they are secondary files, whose absence redoes nothing.  Each
-# archive is checked (size and SHA-256) again right before it is read.
+# make the missing ones: they are order-only prerequisites and secondary files, so that
+# neither a newer archive nor a deleted one redoes anything.  Each archive is checked (size
+# and SHA-256) again right before it is read.
 
 WMT_MIRROR  ?=
 WMT_SUMS    ?= $(PIPE_ROOT)/pipelines/wmt14.sums
@@ -25,8 +26,8 @@ FETCH = WMT_MIRROR='$(WMT_MIRROR)' WMT_SUMS='$(WMT_SUMS)' \
 
 WMT_TRAIN_ARCHIVES := $(sort $(foreach c,$(WMT14_CORPORA),$(firstword $(subst :, ,$(c)))))
 WMT_ARCHIVES       := $(WMT_TRAIN_ARCHIVES) dev.tgz
-# newstest2014 as tensorflow-datasets reads it from dev.tgz: the full set (the documents of
-# both directions), English in the -ref.en file, the other language in the -src one.
+# newstest2014 as tensorflow-datasets reads it from dev.tgz: English in the -ref.en file,
+# the other language in the -src one.
 WMT_TEST_EN := dev/newstest2014-$(L2)en-ref.en.sgm
 WMT_TEST_L2 := dev/newstest2014-$(L2)en-src.$(L2).sgm
 
@@ -56,7 +57,7 @@ $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES)):
 download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 
 # ---- training corpus: both sides at once, a corpus at a time, its line counts compared ---
-%/train.en %/train.$(L2): $(addprefix $(WMT_DL)/,$(WMT_TRAIN_ARCHIVES))
+%/train.en %/train.$(L2): | $(addprefix $(WMT_DL)/,$(WMT_TRAIN_ARCHIVES))
 	@$(FETCH) $(WMT_TRAIN_ARCHIVES)
 	@mkdir -p $*; rm -f $*/train.en.tmp $*/train.$(L2).tmp
 	@for c in $(WMT14_CORPORA); do \
@@ -73,16 +74,16 @@ download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 # ---- test set: the segments of the SGML, whitespace runs made one space, ends trimmed ------
 SGM_TEXT = perl -CSD -ne 's{^<seg[^>]*>(.*)</seg>.*}{$$1}s or next; s/\s+/ /g; s/^ | $$//g; print "$$_\n"'
 
-%/newstest2014.en %/newstest2014.$(L2): $(WMT_DL)/dev.tgz
+%/newstest2014.en %/newstest2014.$(L2): | $(WMT_DL)/dev.tgz
 	@$(FETCH) dev.tgz
 	@mkdir -p $*
-	@tar -xOf $< $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp
-	@tar -xOf $< $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp
+	@tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp
+	@tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp
 	@n1=$$(wc -l < $*/newstest2014.en.tmp); n2=$$(wc -l < $*/newstest2014.$(L2).tmp); \
 	if [ $$n1 -ne $$n2 ] || [ $$n1 -eq 0 ]; then \
-	    echo "$(MAKEFILE_NAME): $<: $(WMT_TEST_EN) has $$n1 segments, $(WMT_TEST_L2) $$n2" >&2; \
+	    echo "$(MAKEFILE_NAME): $(WMT_DL)/dev.tgz: $(WMT_TEST_EN) has $$n1 segments, $(WMT_TEST_L2) $$n2" >&2; \
 	    exit 1; fi; \
-	echo "$*/newstest2014: $$n1 segments from $< ($(WMT_TEST_EN), $(WMT_TEST_L2))"
+	echo "$*/newstest2014: $$n1 segments from $(WMT_DL)/dev.tgz ($(WMT_TEST_EN), $(WMT_TEST_L2))"
 	mv $*/newstest2014.$(L2).tmp $*/newstest2014.$(L2); mv $*/newstest2014.en.tmp $*/newstest2014.en
 
 # ---- the score: sacreBLEU and the paper's BLEU, each under its label ----------------------

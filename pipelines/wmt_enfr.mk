@@ -2,8 +2,8 @@
 # model (configs/big-enfr.conf), a shared 32000-piece word-piece vocabulary (SentencePiece's
 # unigram model), newstest2013 (bundled) for validation, newstest2014 for the score, the
 # last 20 checkpoints averaged.  The WMT14 EN-FR corpus (Europarl v7, Common Crawl, News
-# Commentary v9, UN, Giga-FrEn: 40.8 million pairs, 36 million after cleaning) is not
-# bundled: wmt14.mk downloads and prepares it, unless WMT14_DIR holds it already.
+# Commentary v9, UN, Giga-FrEn: about 40.8 million pairs before cleaning) is not bundled:
+# wmt14.mk downloads and prepares it, unless WMT14_DIR holds it already.
 #   make -f pipelines/wmt_enfr.mk                     download, prepare, train, score
 #   make -f pipelines/wmt_enfr.mk download            the archives only
 #   make -f pipelines/wmt_enfr.mk WMT14_DIR=DIR       ready files

@@ -33,6 +33,10 @@ need_tools() {
     done
 }
 
+need_curl() {
+    command -v curl > /dev/null || skip "curl not installed"
+}
+
 sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 
 @test "help names the download variables, the download target and the cleaning" {
@@ -72,6 +76,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "download: every EN-FR archive from a file:// mirror, byte for byte; a second run does nothing" {
+    need_curl
     run $ENFR WMT_MIRROR="file://$M" WMT_DL=dl download
     assert_success
     local f
@@ -91,6 +96,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "WMT_MIRROR may be a local directory; unset, the addresses of the list are used" {
+    need_curl
     mkdir local; cp "$M/dev.tgz" local/
     run $ENDE WMT_MIRROR=local WMT_DL=dl dl/dev.tgz
     assert_success
@@ -103,6 +109,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "EN-DE: train.{en,de} are Europarl, Common Crawl, News Commentary in order; newstest2014 is the text of the SGML" {
+    need_curl
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/train.en d/train.de d/newstest2014.en d/newstest2014.de
     assert_success
     assert_line "d/train: 120 pairs from dl/training-parallel-europarl-v7.tgz (training/europarl-v7.de-en.*)"
@@ -123,6 +130,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "EN-FR: UN and Giga-FrEn too (gzip members of a plain tar)" {
+    need_curl
     run $ENFR WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/train.en d/newstest2014.fr
     assert_success
     assert_line "d/train: 60 pairs from dl/training-parallel-un.tgz (un/undoc.2000.fr-en.*)"
@@ -136,6 +144,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "a corrupted archive is refused by its SHA-256 and removed; nothing is made from it" {
+    need_curl
     mkdir bad; cp "$M"/*.t* bad/
     printf 'X' | dd of=bad/training-parallel-commoncrawl.tgz bs=1 seek=100 conv=notrunc 2> /dev/null
     [ "$(stat -c %s bad/training-parallel-commoncrawl.tgz)" = "$(stat -c %s "$M/training-parallel-commoncrawl.tgz")" ]
@@ -172,6 +181,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "an interrupted download continues where it stopped (curl -C -)" {
+    need_curl
     local a=training-parallel-un.tgz size
     size=$(stat -c %s "$M/$a")
     # The connection drops after 2000 bytes: a mirror whose copy ends there.
@@ -197,6 +207,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "offline: the download stops at once, naming the archive, its address and the ways out" {
+    need_curl
     local t0=$SECONDS
     run $ENFR WMT_MIRROR="$OFFLINE" WMT_DL=dl W=w
     assert_failure
@@ -218,6 +229,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 }
 
 @test "ready files in WMT14_DIR are used as they are: no archive is needed" {
+    need_curl
     mkdir d
     printf 'a house\nthe dog\n' > d/train.en; printf 'ein Haus\nder Hund\n' > d/train.de
     printf 'a cat\n' > d/newstest2014.en; printf 'eine Katze\n' > d/newstest2014.de
@@ -227,9 +239,14 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     assert_not_exist dl
     diff d/train.de w/train.raw.tgt
     diff d/newstest2014.en w/test.src
-    # Made from the archives, then the archives deleted: nothing is redone.
+    # Made from the archives, then the archives newer, or deleted: nothing is redone.
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d2 d2/train.en d2/newstest2014.en
     assert_success
+    touch -d '+1 hour' dl/*
+    run $ENDE WMT_MIRROR="$OFFLINE" WMT_DL=dl WMT14_DIR=d2 d2/train.en d2/newstest2014.en
+    assert_success
+    refute_output --partial "pairs from"
+    refute_output --partial "segments from"
     rm -r dl
     run $ENDE WMT_MIRROR="$OFFLINE" WMT_DL=dl WMT14_DIR=d2 W=w2 w2/train.raw.src w2/test.tgt
     assert_success
@@ -248,6 +265,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 
 @test "cleaning: pairs with an empty side, over CLEAN_LEN pieces or a ratio over CLEAN_RATIO are dropped" {
     need_tools tfm-tokenize
+    need_curl
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w VOCAB=300 THREADS=1 w/train.src w/train.tgt
     assert_success
     # the expected pairs, from the piece counts of the pipeline's model, by the rule
@@ -286,11 +304,12 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     assert_file_not_exist w3/train.raw.src
 }
 
-@test "tokenize-13a.pl writes the tokens that sacreBLEU counts: its statistics on WMT17 systems" {
+@test "tokenize-13a.pl writes the tokens that 13a BLEU counts: the n-gram statistics of WMT17 systems" {
     need_tools tfm-score
     local D="$TFM_ROOT/data/wmt17-ende-bleu" sys file stats
     perl "$TFM_ROOT/pipelines/tokenize-13a.pl" < "$D/newstest2017-ende.ref.de" > ref.tok
-    # expected_scores.tsv: sacreBLEU's matches and totals (columns 7-14) per system
+    # expected_scores.tsv: the 13a n-gram matches and totals (columns 7-14) per system,
+    # whose BLEU is the published mteval-v13a score
     while read -r sys file m1 m2 m3 m4 t1 t2 t3 t4; do
         stats=$(perl "$TFM_ROOT/pipelines/tokenize-13a.pl" < "$D/$file" |
                 tfm-score --tokenized --json -r ref.tok | tr -d ' \n')
@@ -308,6 +327,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 
 @test "EN-DE end to end: score.txt holds sacreBLEU and the paper's BLEU, each labelled" {
     need_tools tfm-batch tfm-train tfm-avg tfm-decode tfm-score
+    need_curl
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w $TINY
     assert_success
     assert_line "sacreBLEU, detokenized text (20 sentences of newstest2014):"
@@ -345,6 +365,7 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 
 @test "EN-FR end to end on the tiny archives: both scores" {
     need_tools tfm-batch tfm-train tfm-avg tfm-decode tfm-score
+    need_curl
     run $ENFR WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w $TINY
     assert_success
     assert_output --regexp "w/train: [0-9]+ of 420 pairs kept; dropped 0 empty, 0 over 250 pieces, [0-9]+ over ratio 1.5"

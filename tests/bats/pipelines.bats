@@ -52,6 +52,7 @@ need_tools() {
 }
 
 @test "WMT14 without its data and offline stops at once, says what it needs, and makes nothing" {
+    command -v curl > /dev/null || skip "curl not installed"
     cd "$BATS_TEST_TMPDIR"
     # a closed port of this machine stands for the unreachable WMT server
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" CORPUS=wmt14 WMT14_DIR=none W=w \
