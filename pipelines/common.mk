@@ -46,6 +46,8 @@ DEVICE      ?= auto
 LAUNCH      ?=
 TRAIN_LINES ?=
 TEST_LINES  ?=
+CLEAN_LEN   ?=
+CLEAN_RATIO ?=
 SCORE_FLAGS ?=
 
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
@@ -66,28 +68,63 @@ VALID_SEL ?= p
 TEST_SEL  ?= p
 PREP      ?= cat
 head_n     = $(if $(1),| awk 'NR <= $(1)')
+# The training text before cleaning (see below): train, or train.raw when it is cleaned.
+TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 
 # ---- text ---------------------------------------------------------------------------------
 # A pipeline with its own text stage sets OWN_TEXT.
 ifndef OWN_TEXT
-# A missing corpus file stops the run with DATA_HELP (set by the corpus).
-$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALID_TGT) $(TEST_SRC) $(TEST_TGT)):
+# A missing corpus file stops the run with DATA_HELP (set by the corpus), unless the
+# corpus makes it (CORPUS_MADE: the files with rules of their own).
+$(filter-out $(CORPUS_MADE),$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALID_TGT) $(TEST_SRC) $(TEST_TGT))):
 	@printf '%s\n' "$(MAKEFILE_NAME): $@: no such file." $(DATA_HELP) >&2; exit 1
 
 # $(call text,FILE,SED,HEAD): decompress, select lines, clean (PREP), into $@ atomically.
 text = @mkdir -p $(@D); \
        zcat -f $(1) | sed -n '$(2)' | $(PREP) $(call head_n,$(3)) > $@.tmp; mv $@.tmp $@
 
-$(W)/train.src: $(TRAIN_SRC) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
-$(W)/train.tgt: $(TRAIN_TGT) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
 $(W)/valid.src: $(VALID_SRC) ; $(call text,$<,$(VALID_SEL))
 $(W)/valid.tgt: $(VALID_TGT) ; $(call text,$<,$(VALID_SEL))
 $(W)/test.src:  $(TEST_SRC)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
 $(W)/test.tgt:  $(TEST_TGT)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
 endif
 
+# ---- cleaning of the training pairs, by their length in pieces -----------------------------
+# With CLEAN_LEN or CLEAN_RATIO set, the text stage writes train.raw.{src,tgt}, the
+# SentencePiece model learns from them, and train.{src,tgt} keep the pairs whose sides
+# both have 1 to CLEAN_LEN pieces (eos not counted) and whose longer side has at most
+# CLEAN_RATIO times the pieces of the shorter: Moses's clean-corpus-n.perl's rule, on
+# pieces instead of words.  train.len holds the piece counts of every pair, "src tgt".
+ifneq ($(CLEAN_LEN)$(CLEAN_RATIO),)
+pieces = $(TFM)tokenize encode -m $(W)/spm.model --threads $(THREADS) --quiet $(1) | \
+         $(TFM)tokenize decode --ids | awk '{ print NF }'
+$(W)/train.len: $(W)/train.raw.src $(W)/train.raw.tgt $(W)/spm.model
+	paste -d ' ' <($(call pieces,$(W)/train.raw.src)) <($(call pieces,$(W)/train.raw.tgt)) | \
+	    awk 'NF != 2 { print "$(MAKEFILE_NAME): $(W)/train.raw.src and .tgt: line counts differ" \
+	                   > "/dev/stderr"; exit 1 } 1' > $@.tmp
+	[ $$(wc -l < $@.tmp) -eq $$(wc -l < $(W)/train.raw.src) ] || \
+	    { echo "$(MAKEFILE_NAME): $@: piece counts missing" >&2; exit 1; }
+	mv $@.tmp $@
+
+# $(call keep,SIDE): the lines of train.raw.SIDE whose pair passes.
+keep = paste -d '\t' $(W)/train.len $(W)/train.raw.$(1) | \
+       awk -v max=$(or $(CLEAN_LEN),0) -v ratio=$(or $(CLEAN_RATIO),0) -v report=$(if $(filter src,$(1)),1,0) ' \
+           { s = $$1; t = $$2; why = "" } \
+           s == 0 || t == 0 { why = "empty" } \
+           why == "" && max > 0 && (s > max || t > max) { why = "long" } \
+           why == "" && ratio > 0 && (s > ratio * t || t > ratio * s) { why = "ratio" } \
+           why != "" { dropped[why]++; next } \
+           { kept++; print substr($$0, index($$0, "\t") + 1) } \
+           END { if (report) printf "$(W)/train: %d of %d pairs kept; dropped %d empty, %d over %s pieces, %d over ratio %s\n", \
+                     kept, NR, dropped["empty"], dropped["long"], max, dropped["ratio"], ratio > "/dev/stderr" }'
+$(W)/train.src: $(W)/train.len $(W)/train.raw.src ; @$(call keep,src) > $@.tmp; mv $@.tmp $@
+$(W)/train.tgt: $(W)/train.len $(W)/train.raw.tgt ; @$(call keep,tgt) > $@.tmp; mv $@.tmp $@
+endif
+
 # ---- SentencePiece model and token streams -------------------------------------------------
-$(W)/spm.model: $(W)/train.src $(W)/train.tgt
+$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt
 	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
 	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $^
 
@@ -157,6 +194,7 @@ help:
 	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG)  checkpoint interval (time or updates), checkpoints averaged"
 	@echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"
 	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
+	@echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"
 	@echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"
 	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
 

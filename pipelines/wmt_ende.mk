@@ -2,7 +2,8 @@
 # stage as make rules over real files (common.mk), so an interrupted run continues:
 #   make -f pipelines/wmt_ende.mk                      the bundled Multi30k, tiny model, CPU
 #   make -f pipelines/wmt_ende.mk CORPUS=toy           the bundled 10k-pair WMT sample
-#   make -f pipelines/wmt_ende.mk CORPUS=wmt14 WMT14_DIR=DIR CONFIG=configs/base.conf
+#   make -f pipelines/wmt_ende.mk CORPUS=wmt14 CONFIG=configs/base.conf
+#                                      WMT14 from the WMT archives (wmt14.mk), or WMT14_DIR
 #   make -f pipelines/wmt_ende.mk help                 the variables
 
 MAKEFILE_NAME := wmt_ende.mk
@@ -45,8 +46,15 @@ PREP      := sed -e "s/&apos;/'/g; s/&quot;/\"/g; s/&lt;/</g; s/&gt;/>/g" \
 MAX_TIME  ?= 20m
 SAVE_EVERY ?= 1m
 else ifeq ($(CORPUS),wmt14)
-# WMT14 EN-DE from the user; newstest2013 (bundled) validates, newstest2014 is the test.
+# WMT14 EN-DE: Europarl v7, Common Crawl and News Commentary v9 (4.5 million pairs),
+# downloaded and prepared by wmt14.mk unless WMT14_DIR holds them already; pairs cleaned by
+# their length in pieces (CLEAN_LEN, CLEAN_RATIO); newstest2013 (bundled) validates,
+# newstest2014 is the test, scored twice (sacreBLEU and the paper's tokenized BLEU).
 # The paper: shared BPE of about 37000 pieces, checkpoints every 10 minutes, last 5 averaged.
+L2 := de
+WMT14_CORPORA := training-parallel-europarl-v7.tgz:training/europarl-v7.de-en.@ \
+                 training-parallel-commoncrawl.tgz:commoncrawl.de-en.@ \
+                 training-parallel-nc-v9.tgz:training/news-commentary-v9.de-en.@
 TRAIN_SRC ?= $(WMT14_DIR)/train.en
 TRAIN_TGT ?= $(WMT14_DIR)/train.de
 VALID_SRC ?= $(DATA)/newstest2013/newstest2013.en
@@ -55,17 +63,21 @@ TEST_SRC  ?= $(WMT14_DIR)/newstest2014.en
 TEST_TGT  ?= $(WMT14_DIR)/newstest2014.de
 VOCAB     ?= 37000
 SAVE_EVERY ?= 10m
-DATA_HELP = "CORPUS=wmt14 reads the WMT14 EN-DE data from WMT14_DIR=$(WMT14_DIR):" \
-    "  train.en train.de                the training corpus, parallel lines, plain or gzip" \
-    "  newstest2014.en newstest2014.de  the test set as plain text (from the SGML)" \
-    "Put them there, or name them: TRAIN_SRC=... TRAIN_TGT=... TEST_SRC=... TEST_TGT=..."
+DATA_HELP = "CORPUS=wmt14 reads the files that TRAIN_SRC, TRAIN_TGT, TEST_SRC and TEST_TGT name:" \
+    "  the training corpus, parallel lines, plain or gzip; the test set as plain text." \
+    "Left unset, they are train.{en,de} and newstest2014.{en,de} in WMT14_DIR=$(WMT14_DIR)," \
+    "made from the WMT archives when missing."
 else
 $(error $(MAKEFILE_NAME): CORPUS=$(CORPUS): use multi30k, toy or wmt14)
 endif
 DATA_HELP ?= "The bundled corpus comes with the tfm sources: is DATA=$(DATA) right?"
 HELP_CORPUS = "CORPUS=$(CORPUS)  multi30k (bundled, default), toy (bundled WMT sample) or wmt14" \
-    "WMT14_DIR=$(WMT14_DIR)  train.{en,de}, newstest2014.{en,de} for CORPUS=wmt14"
+    "WMT14_DIR=$(WMT14_DIR)  train.{en,de}, newstest2014.{en,de} for CORPUS=wmt14, made when missing" \
+    $(if $(L2),$(WMT_HELP_VARS))
 
 all: $(W)/score.txt $(W)/test.hyp.txt
 
+ifeq ($(CORPUS),wmt14)
+include $(PIPE_ROOT)/pipelines/wmt14.mk
+endif
 include $(PIPE_ROOT)/pipelines/common.mk
