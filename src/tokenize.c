@@ -469,10 +469,10 @@ static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_decode_
             long v = strtol(p, &end, 10);
             if (end == p || (*end && *end != ' ' && *end != '\t') || errno || v < 0 ||
                 v >= vocab) {
-                int w = (int)strcspn(p, " \t");
-                rc = tfm_fail(err, "%s: line %lld: '%.*s' is not a token id of this model "
+                char q[64];
+                rc = tfm_fail(err, "%s: line %lld: '%s' is not a token id of this model "
                               "(0 to %d)", name, (long long)tfm_lines_number(in),
-                              w > 40 ? 40 : w, p, vocab - 1);
+                              tfm_quote(q, sizeof q, p, strcspn(p, " \t")), vocab - 1);
                 break;
             }
             if (grow((void **)&ids, &cap_ids, n + 1, sizeof *ids)) {
