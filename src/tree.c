@@ -126,6 +126,8 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
             return 1;
         }
         char c = text[i];
+        if (c == '\0')     /* labels and words are C strings: one would end there */
+            return parse_fail(err, text, i, pos, "a NUL byte");
         if (c == '(') {
             if (depth == MAX_DEPTH)
                 return parse_fail(err, text, i, pos, "brackets nested deeper than %d",
@@ -134,7 +136,7 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
                 return parse_fail(err, text, i, pos,
                                   "a bracket after the word of a preterminal");
             size_t b = ++i;
-            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')')
+            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')' && text[i])
                 i++;
             int32_t lab = add_str(t, text + b, i - b, err);
             if (lab < 0)
@@ -168,7 +170,7 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
             i++;
         } else {
             size_t b = i;
-            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')')
+            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')' && text[i])
                 i++;
             if (depth == 0)
                 return parse_fail(err, text, b, pos, "a word outside brackets");

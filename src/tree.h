@@ -6,8 +6,8 @@
  * one line; the outer unlabeled bracket "( (S ...) )" (an empty label, kept as such);
  * "(TAG word)" preterminals, whitespace anywhere between tokens; several top-level trees
  * on one line (a forest, as EVALB reads a line).  A bracket holding a word beside other
- * children, a ')' with nothing open, a bracket left open and a word outside any bracket
- * are errors naming the column.
+ * children, a ')' with nothing open, a bracket left open, a word outside any bracket and
+ * a NUL byte are errors naming the column.
  *
  * LINEARIZATION (the parse pipeline's target side), one token per space:
  *   (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat)) (. .))   source: The cat sat .

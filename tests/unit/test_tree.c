@@ -64,6 +64,11 @@ static void test_parse(void)
     CHECK_EQ_INT(tfm_tree_parse(&T, open, strlen(open), &pos, 1, &err), -1);
     CHECK_STR(err.msg, "column 9: unbalanced brackets: 1 left open at the end");
     CHECK_EQ_INT(pos, 11);
+    /* a NUL byte would end a word early (found by fuzz_tree): refused where it is */
+    static const char nul[] = "(S (NN a\0b))";
+    pos = 0;
+    CHECK_EQ_INT(tfm_tree_parse(&T, nul, sizeof nul - 1, &pos, 0, &err), -1);
+    CHECK_STR(err.msg, "column 9: a NUL byte");
 }
 
 static const char *linearize(const char *s, int keep_tags)
