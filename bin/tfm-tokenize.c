@@ -96,7 +96,8 @@ static const struct option OPTS[] = {
 /* Which options each subcommand takes (short letters; OPT_SEED is train only). */
 static const char *const SHORT[] = {"m:n:t:c:s:j:O:vpqh", "m:bej:zo:pqh", "m:ipqh"};
 
-int main(int argc, char **argv)
+/* The tool, with room for the --trainer-option values (one per argument at most). */
+static int run(int argc, char **argv, const char **options)
 {
     tfm_cli_init("tfm-tokenize", USAGE);
     if (argc < 2)
@@ -118,7 +119,6 @@ int main(int argc, char **argv)
 
     struct tfm_spm_train_opts topt;
     tfm_spm_train_defaults(&topt);
-    const char **options = calloc((size_t)argc, sizeof *options);
     struct tfm_encode_opts eopt = {.threads = 1, .producer = "tfm-tokenize " TFM_VERSION};
     struct tfm_decode_opts dopt = {0};
     const char *model = NULL, *output = NULL;
@@ -126,8 +126,6 @@ int main(int argc, char **argv)
     long long v;
     double d;
     int c;
-    if (!options)
-        return perror("tfm-tokenize"), 1;
     optind = 2;
     while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, NULL)) != -1) {
         /* a long option of another subcommand */
@@ -213,7 +211,6 @@ int main(int argc, char **argv)
         if (progress)
             fprintf(stderr, "tfm-tokenize: %s: %s model, %d pieces, %.1f s\n", model,
                     topt.type, vocab, now() - t0);
-        free(options);
         return close_stdout(0);
     }
 
@@ -255,9 +252,20 @@ int main(int argc, char **argv)
         }
     }
     tfm_spm_free(s);
-    free(options);
     /* a failed write to stdout was the error just printed */
     if (close_stdout(status != 0 && ferror(stdout)))
         return 1;
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    const char **options = calloc((size_t)argc, sizeof *options);
+    if (!options) {
+        perror("tfm-tokenize");
+        return 1;
+    }
+    int rc = run(argc, argv, options);
+    free(options);
+    return rc;
 }

@@ -55,6 +55,7 @@ real_driver() {
 }
 
 @test "no driver: auto computes on the CPU saying why; --device cuda fails saying why" {
+    need_plugin
     real_driver && skip "this machine has an NVIDIA driver"
     run train a
     assert_success

@@ -41,7 +41,7 @@ static int lines_of(const void *data, size_t n, char out[][64], int max, struct 
         return -2;
     close(fd);
     struct tfm_lines *l = tfm_lines_open(path, err);
-    int k = 0, rc;
+    int k = 0, rc = 0;
     const char *line;
     size_t len;
     while (l && k < max && (rc = tfm_lines_next(l, &line, &len, err)) == 1)
