@@ -3,12 +3,14 @@
 #   make                 library and bin/tfm-* (CPU backend; CUDA too when nvcc is found)
 #   make CUDA=0          CPU only
 #   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed"
+#   make check-asan      the same built with ASan and UBSan (gcc) in build-asan, CPU only
 #   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
 #   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)
 #   make gpu-report      on a GPU machine: build for sm_90, every GPU check and benchmark
 #                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh)
 #   make bench           throughput and memory against references measured in the same run
-#   make fuzz            libFuzzer on the stream reader (clang, ASan, UBSan)
+#   make fuzz            libFuzzer on the readers: streams, configs, text lines, trees,
+#                        EVALB parameter files (clang, ASan, UBSan; FUZZ_TIME in all)
 #   make install PREFIX=/usr/local
 #
 # Layout: src/*.c and src/*.cc form libtfm.a; bin/tfm-X.c is the main of tool tfm-X;
@@ -120,6 +122,28 @@ $(BUILD)/ref/%: tests/ref/%.c $(LIB)
 check: all
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BUILD=$(abspath $(BUILD)) tests/run $(TESTS)
 
+# make check again, built with gcc's AddressSanitizer and UndefinedBehaviorSanitizer into
+# ASAN_BUILD (CPU only), the same tests/run.  A sanitizer's report goes to a file in
+# ASAN_BUILD/reports, never to the stderr that tests compare, so a report from a tool that
+# was expected to fail is caught too: any report fails the target.  TFM_SANITIZE=1 tells a
+# test what cannot work under the sanitizers (ulimit -v: the shadow memory is terabytes).
+ASAN_BUILD ?= build-asan
+ASAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+              -fno-omit-frame-pointer
+ASAN_REPORTS = $(abspath $(ASAN_BUILD))/reports
+check-asan:
+	@rm -rf $(ASAN_REPORTS) && mkdir -p $(ASAN_REPORTS)
+	$(MAKE) BUILD=$(ASAN_BUILD) BINDIR=$(ASAN_BUILD)/bin CUDA=0 OPT='-O1 -g $(ASAN_FLAGS)' all
+	@TFM_SANITIZE=1 \
+	ASAN_OPTIONS=log_path=$(ASAN_REPORTS)/asan:detect_leaks=1 \
+	UBSAN_OPTIONS=log_path=$(ASAN_REPORTS)/ubsan:print_stacktrace=1 \
+	LSAN_OPTIONS=suppressions=$(abspath tests/lsan.supp):print_suppressions=0 \
+	$(MAKE) --no-print-directory BUILD=$(ASAN_BUILD) BINDIR=$(ASAN_BUILD)/bin CUDA=0 \
+	    OPT='-O1 -g $(ASAN_FLAGS)' check; rc=$$?; \
+	if [ -n "$$(ls $(ASAN_REPORTS))" ]; then \
+	    echo "sanitizer reports in $(ASAN_REPORTS):"; head -n 40 $(ASAN_REPORTS)/*; exit 1; \
+	fi; exit $$rc
+
 check-ref: all $(REFPROGS)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_REF_BIN=$(abspath $(BUILD)/ref) tests/ref/run
 
@@ -134,14 +158,30 @@ gpu-report:
 bench: all $(BENCHES)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BENCH_BIN=$(abspath $(BUILD)/bench) tests/bench/run
 
-# libFuzzer needs clang; the reader is built again with the sanitizers.
-FUZZ_TIME ?= 600
+# libFuzzer needs clang.  Each reader (tests/fuzz/fuzz_NAME.c) is built again with the
+# sanitizers, with the sources it needs, and run for FUZZ_TIME/5 seconds on its corpus:
+# tests/fuzz/corpus/NAME (grown by the runs, not in git) and tests/fuzz/seeds/NAME (seeds
+# and the inputs of past findings).  A finding is saved as $(BUILD)/fuzz/crash-*.
+# make fuzz FUZZ_TARGETS=tree FUZZ_TIME=60 runs one for a minute.
+FUZZ_TIME    ?= 600
+FUZZ_TARGETS ?= stream config lines tree evalb
+FUZZ_CC      ?= clang
+FUZZ_FLAGS   := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_IO      := src/stream.c src/output.c src/error.c
+FUZZ_SRC_stream := src/corpus.c $(FUZZ_IO)
+FUZZ_SRC_config := src/config.c src/lines.c $(FUZZ_IO)
+FUZZ_SRC_lines  := src/lines.c $(FUZZ_IO)
+FUZZ_SRC_tree   := src/tree.c src/error.c
+FUZZ_SRC_evalb  := src/evalb.c src/tree.c src/lines.c $(FUZZ_IO)
+define fuzz_one
+	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus/$(1)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(CPPFLAGS) -o $(BUILD)/fuzz/fuzz_$(1) tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1)) -lz
+	$(BUILD)/fuzz/fuzz_$(1) -max_total_time=$$(($(FUZZ_TIME) / $(words $(FUZZ_TARGETS)))) \
+	    -max_len=4096 -artifact_prefix=$(BUILD)/fuzz/ tests/fuzz/corpus/$(1) tests/fuzz/seeds/$(1)
+
+endef
 fuzz:
-	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus
-	clang -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	    $(CPPFLAGS) -o $(BUILD)/fuzz/fuzz_stream tests/fuzz/fuzz_stream.c src/stream.c src/corpus.c src/error.c -lz
-	$(BUILD)/fuzz/fuzz_stream -max_total_time=$(FUZZ_TIME) -max_len=4096 \
-	    tests/fuzz/corpus tests/fuzz/seeds
+	$(foreach t,$(FUZZ_TARGETS),$(call fuzz_one,$(t)))
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
@@ -153,9 +193,9 @@ install: all
 	install -m 644 $(filter %.5,$(MANPAGES)) $(DESTDIR)$(PREFIX)/share/man/man5
 
 clean:
-	rm -rf build $(TOOLS)
+	rm -rf build build-asan $(TOOLS)
 
-.PHONY: all check check-ref check-gpu gpu-report bench fuzz install clean
+.PHONY: all check check-asan check-ref check-gpu gpu-report bench fuzz install clean
 .DELETE_ON_ERROR:
 .SECONDARY:
 

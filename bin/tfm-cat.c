@@ -1,4 +1,5 @@
 /* tfm-cat: print tfm streams as text (man/tfm-cat.1). */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,18 +40,23 @@ int main(int argc, char **argv)
     const char *stdin_only[] = {"-"};
     const char **files = optind < argc ? (const char **)argv + optind : stdin_only;
     int nfiles = optind < argc ? argc - optind : 1;
-    for (int i = 0; i < nfiles; i++) {
+    for (int i = 0; i < nfiles && !ferror(stdout); i++) {
         struct tfm_error err;
         struct tfm_reader *r = tfm_reader_open(files[i], &err);
         if (!r || tfm_dump(r, stdout, flags, &err)) {
-            fflush(stdout);
-            fprintf(stderr, "tfm-cat: %s\n", err.msg);
             status = 1;
+            /* a failed write is said once, below */
+            if (!ferror(stdout)) {
+                fflush(stdout);
+                fprintf(stderr, "tfm-cat: %s\n", err.msg);
+            }
         }
         tfm_reader_close(r);
     }
+    errno = 0;
     if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        perror("tfm-cat: write error");
+        fprintf(stderr, "tfm-cat: write error%s%s\n", errno ? ": " : "",
+                errno ? strerror(errno) : "");
         return 1;
     }
     return status;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "config.h"
 #include "decode.h"
 #include "device.h"
 
@@ -22,7 +23,7 @@ static const char HELP[] =
     "the model's config.\n"
     "  -m, --model MODEL      checkpoint; repeat for an ensemble (log-probs averaged)\n"
     "  -k, --beam K           beam size, 1..4096; 1 is greedy\n"
-    "  -a, --alpha A          length penalty ((5+|Y|)/6)^A\n"
+    "  -a, --alpha A          length penalty ((5+|Y|)/6)^A, A in [0, 10]\n"
     "  -b, --max-len-b N      at most source length + N tokens\n"
     "      --min-len N        at least N tokens before eos (1: never empty; 0: no limit)\n"
     "  -n, --nbest N          hypotheses per sentence (<= beam), or samples (1)\n"
@@ -62,6 +63,17 @@ static void report(void *ctx, const struct tfm_decode_stats *st, int final)
     else
         fprintf(stderr, "tfm-decode: %lld/%lld sentences, batch %lld, %.1f s\n",
                 (long long)st->done, (long long)st->sentences, (long long)st->batches, s);
+}
+
+/* The row of a config key (config.h), which exists. */
+static const struct tfm_config_key *config_key(const char *name)
+{
+    int n;
+    const struct tfm_config_key *keys = tfm_config_keys(&n);
+    for (int i = 0; i < n; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    abort();    /* a key of the table: a bug if missing */
 }
 
 int main(int argc, char **argv)
@@ -113,12 +125,14 @@ int main(int argc, char **argv)
             o.search.beam = (int)v;
             o.beam_given = 1;
             break;
-        case 'a':
-            if (tfm_cli_double("--alpha", optarg, -100, 100, 0, &d))
+        case 'a': {     /* the range of the config key alpha: one place for it */
+            const struct tfm_config_key *k = config_key("alpha");
+            if (tfm_cli_double("--alpha", optarg, k->min, k->max, 0, &d))
                 return 2;
             o.search.alpha = d;
             o.alpha_given = 1;
             break;
+        }
         case 'b':
             if (tfm_cli_int("--max-len-b", optarg, 0, 1 << 20, &v))
                 return 2;

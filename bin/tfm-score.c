@@ -682,14 +682,20 @@ static int run_linearize(const char *path, const struct tfm_linearize_opts *lo)
         size_t at = pos;
         int k = tfm_tree_parse(&t, all, off, &pos, 1, &err);
         if (k <= 0) {
-            if (k < 0) {
+            if (k < 0) {    /* pos: the problem, its column in err; name both lines */
                 while (at < off && (all[at] == ' ' || all[at] == '\n' || all[at] == '\t'))
                     at++;
-                int64_t ln = 0;
+                int64_t ln = 0, bad = 0;
                 while (ln + 1 < in.n && (size_t)line_at[ln + 1] <= at)
                     ln++;
-                fprintf(stderr, PROG ": %s: tree starting on line %lld: %s\n", in.name,
-                        (long long)ln + 1, err.msg);
+                while (bad + 1 < in.n && (size_t)line_at[bad + 1] <= pos)
+                    bad++;
+                if (bad == ln)
+                    fprintf(stderr, PROG ": %s: tree starting on line %lld: %s\n", in.name,
+                            (long long)ln + 1, err.msg);
+                else
+                    fprintf(stderr, PROG ": %s: tree starting on line %lld: line %lld, %s\n",
+                            in.name, (long long)ln + 1, (long long)bad + 1, err.msg);
                 rc = 1;
             }
             break;

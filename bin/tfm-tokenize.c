@@ -1,5 +1,6 @@
 /* tfm-tokenize: SentencePiece models and token streams (man/tfm-tokenize.1).
  * A thin main: options per subcommand, then src/tokenize.h does the work. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -54,10 +55,15 @@ static double now(void)
     return (double)t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static int close_stdout(void)
+/* Flush and close stdout: 0, or 1 after "tfm-tokenize: write error: ..." (said once: not
+ * when reported already). */
+static int close_stdout(int reported)
 {
+    errno = 0;
     if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        perror("tfm-tokenize: write error");
+        if (!reported)
+            fprintf(stderr, "tfm-tokenize: write error%s%s\n", errno ? ": " : "",
+                    errno ? strerror(errno) : "");
         return 1;
     }
     return 0;
@@ -90,7 +96,8 @@ static const struct option OPTS[] = {
 /* Which options each subcommand takes (short letters; OPT_SEED is train only). */
 static const char *const SHORT[] = {"m:n:t:c:s:j:O:vpqh", "m:bej:zo:pqh", "m:ipqh"};
 
-int main(int argc, char **argv)
+/* The tool, with room for the --trainer-option values (one per argument at most). */
+static int run(int argc, char **argv, const char **options)
 {
     tfm_cli_init("tfm-tokenize", USAGE);
     if (argc < 2)
@@ -99,11 +106,11 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
         fputs(USAGE, stdout);
         fputs(HELP, stdout);
-        return close_stdout();
+        return close_stdout(0);
     }
     if (strcmp(cmd, "--version") == 0) {
         puts("tfm-tokenize " TFM_VERSION);
-        return close_stdout();
+        return close_stdout(0);
     }
     int sub = strcmp(cmd, "train") == 0 ? 0 : strcmp(cmd, "encode") == 0 ? 1
             : strcmp(cmd, "decode") == 0 ? 2 : -1;
@@ -112,7 +119,6 @@ int main(int argc, char **argv)
 
     struct tfm_spm_train_opts topt;
     tfm_spm_train_defaults(&topt);
-    const char **options = calloc((size_t)argc, sizeof *options);
     struct tfm_encode_opts eopt = {.threads = 1, .producer = "tfm-tokenize " TFM_VERSION};
     struct tfm_decode_opts dopt = {0};
     const char *model = NULL, *output = NULL;
@@ -120,8 +126,6 @@ int main(int argc, char **argv)
     long long v;
     double d;
     int c;
-    if (!options)
-        return perror("tfm-tokenize"), 1;
     optind = 2;
     while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, NULL)) != -1) {
         /* a long option of another subcommand */
@@ -183,8 +187,8 @@ int main(int argc, char **argv)
         case 'h':
             fputs(USAGE, stdout);
             fputs(HELP, stdout);
-            return close_stdout();
-        case OPT_VERSION: puts("tfm-tokenize " TFM_VERSION); return close_stdout();
+            return close_stdout(0);
+        case OPT_VERSION: puts("tfm-tokenize " TFM_VERSION); return close_stdout(0);
         default: return tfm_cli_usage();
         }
     }
@@ -207,8 +211,7 @@ int main(int argc, char **argv)
         if (progress)
             fprintf(stderr, "tfm-tokenize: %s: %s model, %d pieces, %.1f s\n", model,
                     topt.type, vocab, now() - t0);
-        free(options);
-        return close_stdout();
+        return close_stdout(0);
     }
 
     if (nfiles > 1)
@@ -241,6 +244,7 @@ int main(int argc, char **argv)
         }
     } else {            /* decode */
         dopt.model = s;
+        dopt.model_name = model;
         if (tfm_tokenize_decode(in, stdout, &dopt, &err)) {
             fflush(stdout);
             fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
@@ -248,8 +252,20 @@ int main(int argc, char **argv)
         }
     }
     tfm_spm_free(s);
-    free(options);
-    if (close_stdout())
+    /* a failed write to stdout was the error just printed */
+    if (close_stdout(status != 0 && ferror(stdout)))
         return 1;
     return status;
+}
+
+int main(int argc, char **argv)
+{
+    const char **options = calloc((size_t)argc, sizeof *options);
+    if (!options) {
+        perror("tfm-tokenize");
+        return 1;
+    }
+    int rc = run(argc, argv, options);
+    free(options);
+    return rc;
 }

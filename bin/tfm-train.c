@@ -111,7 +111,9 @@ int main(int argc, char **argv)
     struct tfm_train_opts o;
     tfm_train_defaults(&o);
     const char *config_path = NULL, *device = "auto";
-    const char **sets = calloc((size_t)argc, sizeof *sets);
+    /* --set values, kept to the end (a global: every early return may leave it) */
+    static const char **sets;
+    sets = calloc((size_t)argc, sizeof *sets);
     int nsets = 0, print_config = 0, progress = 0, quiet = 0, save_given = 0, ranks_given = 0, c;
     int64_t max_steps = -1, save_steps = -1, keep = -1;
     long long v;

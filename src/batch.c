@@ -578,6 +578,11 @@ struct tfm_batch_reader {
     int64_t seen;           /* batches of the stream read */
     int64_t given;          /* batches given to this rank */
     int at_end;             /* tfm.end read */
+    /* concatenated batch streams (stream.h): the stream of the batch last read; numbers of
+     * its sentences are offset by base (the sentences of the streams before it); next is
+     * one more than the largest number given so far */
+    uint64_t member;
+    int64_t base, next;
     /* the batch last read; index buffers swap with the lookahead */
     struct tfm_batch b;
     size_t cap_index, cap_src, cap_tgt;
@@ -641,20 +646,69 @@ static int take_rows(struct tfm_batch_reader *br, const struct tfm_record *rec, 
     return 0;
 }
 
+/* The counts of a header: -1 for each one absent; -1 with err for one that is not a count. */
+static int header_counts(const struct tfm_header *h, const char *name, int64_t vals[4],
+                         struct tfm_error *err)
+{
+    static const char *const keys[] = {"batches", "vocab.size", "tokens", "sentences"};
+    for (int i = 0; i < 4; i++) {
+        vals[i] = header_int(h, keys[i]);
+        if (tfm_header_get(h, keys[i]) && vals[i] < 0)
+            return tfm_fail(err, "%s: header: %s=%s is not a count", name, keys[i],
+                            tfm_header_get(h, keys[i]));
+    }
+    return 0;
+}
+
+/* rec, a batch.index, is the first record of the next stream of a concatenation: its
+ * batches follow the first stream's (one rank only: sharing needs the count at the start). */
+static int next_stream(struct tfm_batch_reader *br, const struct tfm_record *rec,
+                       struct tfm_error *err)
+{
+    if (br->nranks > 1)
+        return tfm_reader_fail(br->r, rec, err, "a second batch stream follows the first: "
+                               "concatenated batch streams cannot be shared among %d ranks "
+                               "(the count of batches must be known at the start; run "
+                               "tfm-batch on the joined token streams instead)", br->nranks);
+    int64_t vals[4];
+    if (header_counts(tfm_reader_member_header(br->r), tfm_reader_name(br->r), vals, err))
+        return tfm_error_prefix(err, "stream %llu", (unsigned long long)rec->member + 1);
+    br->total = br->total >= 0 && vals[0] >= 0 ? br->total + vals[0] : -1;
+    br->share = br->total;
+    br->budget = vals[2] > 0 ? vals[2] : 0;
+    /* the numbers go on after the stream before: its sentences=, or its largest number */
+    if (br->sentences > INT64_MAX - br->base)
+        return tfm_reader_fail(br->r, rec, err, "too many sentences");
+    if (br->sentences >= 0 && br->base + br->sentences > br->next)
+        br->next = br->base + br->sentences;
+    br->base = br->next;
+    br->sentences = vals[3];
+    br->member = rec->member;
+    return 0;
+}
+
 /* A "batch.index" record into *dst (B entries). */
 static int take_index(struct tfm_batch_reader *br, const struct tfm_record *rec, int64_t **dst,
                       size_t *cap, int64_t *B, struct tfm_error *err)
 {
+    if (rec->member != br->member && next_stream(br, rec, err))
+        return -1;
     if (rec->dtype != TFM_I64 || rec->rank != 1 || rec->dims[0] < 1)
         return tfm_reader_fail(br->r, rec, err, "must be i64 [B], B >= 1");
     const int64_t *ix = rec->data;
     for (int64_t i = 0; i < rec->dims[0]; i++)
-        if (ix[i] < 0 || (br->sentences >= 0 && ix[i] >= br->sentences))
+        if (ix[i] < 0 || (br->sentences >= 0 && ix[i] >= br->sentences) ||
+            ix[i] >= INT64_MAX - br->base)
             return tfm_reader_fail(br->r, rec, err, "sentence number %lld out of range",
                                    (long long)ix[i]);
     if (grow_bytes((void **)dst, cap, rec->nbytes))
         return tfm_reader_fail(br->r, rec, err, "out of memory");
-    memcpy(*dst, ix, rec->nbytes);
+    int64_t *out = *dst;
+    for (int64_t i = 0; i < rec->dims[0]; i++) {
+        out[i] = br->base + ix[i];
+        if (out[i] >= br->next)
+            br->next = out[i] + 1;
+    }
     *B = rec->dims[0];
     return 0;
 }
@@ -697,6 +751,9 @@ static int read_batch(struct tfm_batch_reader *br, struct tfm_error *err)
     if (k < 0)
         return -1;
     int has_tgt = k == 1 && strcmp(rec.name, "batch.tgt") == 0;
+    if (has_tgt && rec.member != br->member)
+        return tfm_reader_fail(br->r, &rec, err, "the stream before this one ends where "
+                               "'batch.tgt' was expected");
     if (br->targets < 0)
         br->targets = has_tgt;
     if (has_tgt != br->targets) {
@@ -757,16 +814,9 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
         tfm_fail(err, "%s: a '%s' stream, expected batches (made by tfm-batch)", name, h->kind);
         goto fail;
     }
-    const char *keys[] = {"batches", "vocab.size", "tokens", "sentences"};
     int64_t vals[4];
-    for (int i = 0; i < 4; i++) {
-        vals[i] = header_int(h, keys[i]);
-        if (tfm_header_get(h, keys[i]) && vals[i] < 0) {
-            tfm_fail(err, "%s: header: %s=%s is not a count", name, keys[i],
-                     tfm_header_get(h, keys[i]));
-            goto fail;
-        }
-    }
+    if (header_counts(h, name, vals, err))
+        goto fail;
     br->total = vals[0];
     br->vocab = vals[1] > 0 ? vals[1] : 0;
     br->budget = vals[2] > 0 ? vals[2] : 0;
@@ -830,7 +880,9 @@ static int finish(struct tfm_batch_reader *br, struct tfm_error *err)
 
 int tfm_batch_next(struct tfm_batch_reader *br, struct tfm_batch *b, struct tfm_error *err)
 {
-    if (br->share >= 0 && br->given >= br->share)
+    /* one rank takes every batch, to the end of a concatenation too; several stop at an
+     * equal share */
+    if (br->nranks > 1 && br->share >= 0 && br->given >= br->share)
         return finish(br, err) ? -1 : 0;
     for (;;) {
         int k = 1;

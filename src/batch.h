@@ -121,7 +121,8 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
                                               int nranks, struct tfm_error *err);
 const struct tfm_header *tfm_batch_header(const struct tfm_batch_reader *r);
 /* Batches this rank gets in all (floor(K/N), times count), or -1 when the header does not
- * say K. */
+ * say K.  Of a concatenation of batch streams (stream.h; one rank only), the count of the
+ * first stream: the batches of the streams after it follow, numbered on. */
 int64_t tfm_batch_count(const struct tfm_batch_reader *r);
 /* Does the stream have targets?  Known after open when K > 0 (from the first batch). */
 int tfm_batch_has_targets(const struct tfm_batch_reader *r);

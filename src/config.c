@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lines.h"
+
 #define KEY_INT(n, def, lo, hi, doc) \
     { #n, TFM_CFG_INT, offsetof(struct tfm_config, n), def, lo, hi, NULL, doc }
 #define KEY_NUM(n, def, lo, hi, doc) \
@@ -163,8 +165,10 @@ static void trim(const char **b, const char **e)
 static int apply_line(struct tfm_config *c, const char *b, const char *e, struct tfm_error *err)
 {
     const char *eq = memchr(b, '=', (size_t)(e - b));
+    char q[80];     /* input quoted in a message: escaped, a binary file's bytes too */
     if (!eq)
-        return tfm_fail(err, "expected 'key = value', got '%.*s'", (int)(e - b > 60 ? 60 : e - b), b);
+        return tfm_fail(err, "expected 'key = value', got '%s'",
+                        tfm_quote(q, sizeof q, b, (size_t)(e - b)));
     const char *kb = b, *ke = eq, *vb = eq + 1, *ve = e;
     trim(&kb, &ke);
     trim(&vb, &ve);
@@ -172,7 +176,7 @@ static int apply_line(struct tfm_config *c, const char *b, const char *e, struct
         return tfm_fail(err, "missing key before '='");
     const struct tfm_config_key *k = find_key(kb, (size_t)(ke - kb));
     if (!k)
-        return tfm_fail(err, "key '%.*s': unknown key", (int)(ke - kb > 60 ? 60 : ke - kb), kb);
+        return tfm_fail(err, "key '%s': unknown key", tfm_quote(q, sizeof q, kb, (size_t)(ke - kb)));
     char v[256];
     if ((size_t)(ve - vb) >= sizeof v)
         return tfm_fail(err, "key '%s': value too long", k->name);

@@ -1,6 +1,7 @@
 /* corpus.c: ragged sentences in memory and as chunk records (see corpus.h). */
 #include "corpus.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,10 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
     int k = tfm_reader_next(r, &rec, err);
     if (k <= 0)
         return k;
+    if (rec.member != c->member) {      /* the next stream of a concatenation */
+        c->member = rec.member;
+        c->index_base = c->index_next;
+    }
     if (strcmp(rec.name, "tokens.offsets") != 0)
         return tfm_reader_fail(r, &rec, err, "'tokens.offsets' expected");
     if (rec.dtype != TFM_I64 || rec.rank != 1 || rec.dims[0] < 1)
@@ -89,7 +94,10 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
             return tfm_reader_fail(r, &rec, err, "offsets decrease at sentence %lld",
                                    (long long)i);
     int64_t m = off[n];
-    if (reserve(c, c->n + n, base + m, hyp, err))
+    if (m > INT64_MAX - base)
+        return tfm_reader_fail(r, &rec, err, "offsets too large");
+    /* room for the ids once their record has shown that they exist */
+    if (reserve(c, c->n + n, base, hyp, err))
         return -1;
     for (int64_t i = 0; i < n; i++)
         c->offsets[c->n + 1 + i] = base + off[i + 1];
@@ -99,6 +107,8 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
     if (rec.dims[0] != m)
         return tfm_reader_fail(r, &rec, err, "%lld ids, offsets say %lld",
                                (long long)rec.dims[0], (long long)m);
+    if (reserve(c, c->n + n, base + m, hyp, err))
+        return -1;
     const int32_t *ids = rec.data;
     for (int64_t j = 0; j < m; j++)
         if (ids[j] < 0 || (vocab_size > 0 && ids[j] >= vocab_size))
@@ -115,10 +125,16 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
             return tfm_reader_fail(r, &rec, err, "%lld entries, chunk has %lld sentences",
                                    (long long)rec.dims[0], (long long)n);
         const int64_t *index = rec.data;
-        for (int64_t i = 0; i < n; i++)
+        for (int64_t i = 0; i < n; i++) {
             if (index[i] < 0)
                 return tfm_reader_fail(r, &rec, err, "negative sentence index");
-        memcpy(c->index + c->n, index, (size_t)n * sizeof *index);
+            if (index[i] >= INT64_MAX - c->index_base)
+                return tfm_reader_fail(r, &rec, err, "sentence index %lld too large",
+                                       (long long)index[i]);
+            c->index[c->n + i] = c->index_base + index[i];
+            if (c->index[c->n + i] >= c->index_next)
+                c->index_next = c->index[c->n + i] + 1;
+        }
         if (tfm_reader_expect(r, &rec, "hyp.score", TFM_F32, 1, err) < 0)
             return -1;
         if (rec.dims[0] != n)

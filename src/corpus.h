@@ -10,6 +10,8 @@
  *     "hyp.score"       f32 [n]     length-normalized log-probability
  * (n-best lists repeat an index, best first).  Chunks hold at most TFM_CHUNK_SENTS
  * sentences and about TFM_CHUNK_IDS ids.
+ * Of concatenated hypothesis streams (stream.h), each stream's hyp.index is read offset by
+ * one more than the largest index before it, so that its sentences follow the first's.
  */
 #ifndef TFM_CORPUS_H
 #define TFM_CORPUS_H
@@ -29,6 +31,10 @@ struct tfm_corpus {
     int64_t *index;     /* [n] or NULL: hyp.index */
     float *score;       /* [n] or NULL: hyp.score */
     int64_t cap_n, cap_ids;
+    /* reading concatenated hypothesis streams: the stream of the last chunk read, the
+     * offset of its hyp.index, one more than the largest index read so far */
+    uint64_t member;
+    int64_t index_base, index_next;
 };
 
 void tfm_corpus_init(struct tfm_corpus *c);

@@ -231,15 +231,43 @@ done:
 
 /* ---- sources -------------------------------------------------------------------------- */
 
+/* The sentences= of a batch stream's header, or -1. */
+static int64_t header_sentences(const struct tfm_header *h)
+{
+    const char *v = tfm_header_get(h, "sentences");
+    char *end;
+    if (!v || *v < '0' || *v > '9')
+        return -1;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    return *end || errno ? -1 : (int64_t)n;
+}
+
 /* Rows of a batch stream become sentences (tokens before the padding); their numbers
- * come from batch.index.  Sentences are appended to c, numbers to *index. */
+ * come from batch.index.  Sentences are appended to c, numbers to *index.  Of
+ * concatenated batch streams, each one's numbers go on after the stream before it: its
+ * sentences= count, or its largest number. */
 static int read_batches(struct tfm_reader *r, struct tfm_corpus *c, int64_t **index,
                         int64_t *cap, int vocab, struct tfm_error *err)
 {
     struct tfm_record rec;
     int k;
     int64_t B = -1;     /* rows announced by the last batch.index, -1: none pending */
+    uint64_t member = 0;
+    int64_t base = 0, next = 0, count = header_sentences(tfm_reader_header(r));
     while ((k = tfm_reader_next(r, &rec, err)) == 1) {
+        if (rec.member != member) {
+            if (B >= 0)
+                return tfm_reader_fail(r, &rec, err, "the stream before this one ends where "
+                                       "'batch.src' was expected");
+            if (count > INT64_MAX - base)
+                return tfm_reader_fail(r, &rec, err, "too many sentences");
+            if (count >= 0 && base + count > next)
+                next = base + count;
+            base = next;
+            count = header_sentences(tfm_reader_member_header(r));
+            member = rec.member;
+        }
         if (strcmp(rec.name, "batch.index") == 0) {
             if (rec.dtype != TFM_I64 || rec.rank != 1)
                 return tfm_reader_fail(r, &rec, err, "batch.index must be i64 [B]");
@@ -258,7 +286,11 @@ static int read_batches(struct tfm_reader *r, struct tfm_corpus *c, int64_t **in
             for (int64_t i = 0; i < B; i++) {
                 if (ix[i] < 0)
                     return tfm_reader_fail(r, &rec, err, "negative sentence number");
-                (*index)[c->n + i] = ix[i];
+                if (ix[i] >= INT64_MAX - base)
+                    return tfm_reader_fail(r, &rec, err, "sentence number too large");
+                (*index)[c->n + i] = base + ix[i];
+                if (base + ix[i] >= next)
+                    next = base + ix[i] + 1;
             }
         } else if (strcmp(rec.name, "batch.src") == 0) {
             if (B < 0)
@@ -549,6 +581,17 @@ static int read_sources(struct run *R, const char *in_path, const char *model_pa
     if (tokens) {
         if (tfm_corpus_read(r, &raw, vocab, err))
             goto done;
+        /* the model takes a pad for the end of the sentence: refuse one inside it here,
+         * where the input's line can be named */
+        for (int64_t i = 0; i < raw.n; i++) {
+            const int32_t *s = tfm_corpus_sent(&raw, i);
+            for (int64_t j = 0; j < tfm_corpus_len(&raw, i); j++)
+                if (s[j] == TFM_PAD_ID) {
+                    tfm_fail(err, "%s: line %lld: pad id %d inside a sentence (at token %lld)",
+                             name, (long long)i + 1, TFM_PAD_ID, (long long)j + 1);
+                    goto done;
+                }
+        }
         R->ncap = raw.n ? raw.n : 1;
         R->number = malloc((size_t)R->ncap * sizeof *R->number);
         if (!R->number) {

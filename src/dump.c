@@ -6,6 +6,8 @@
  *   record 2 tokens.offsets i64 [3] 24 bytes at 1216
  *   	0 5 12                          with --values: a row of the last dimension a line
  *   end 4 records
+ *   stream NAME version 1 at byte 4416   the next stream of a concatenation (cat a b):
+ *   meta kind=tokens                 its header, records and end the same way
  */
 #include "dump.h"
 
@@ -57,24 +59,50 @@ static void print_value(FILE *out, int dtype, const void *data, int64_t i)
     }
 }
 
+static void print_header(FILE *out, const struct tfm_header *h)
+{
+    fprintf(out, "meta kind=%s\n", h->kind);
+    for (int i = 0; i < h->nmeta; i++)
+        fprintf(out, "meta %s=%s\n", h->keys[i], h->values[i]);
+}
+
+struct dump_state {
+    FILE *out;
+    const char *name;
+    uint64_t n;         /* records of the current stream before its end record */
+};
+
+/* The next stream of a concatenation begins: end the last one, print its header. */
+static int next_stream(void *ctx, const struct tfm_header *h, uint64_t member, uint64_t offset,
+                       struct tfm_error *err)
+{
+    struct dump_state *d = ctx;
+    (void)member;
+    fprintf(d->out, "end %" PRIu64 " records\n", d->n + 1);
+    fprintf(d->out, "stream %s version %d at byte %" PRIu64 "\n", d->name, TFM_STREAM_VERSION,
+            offset);
+    print_header(d->out, h);
+    d->n = h->spm ? 2 : 1;
+    return ferror(d->out) ? tfm_fail(err, "write error") : 0;
+}
+
 int tfm_dump(struct tfm_reader *r, FILE *out, int flags, struct tfm_error *err)
 {
     const struct tfm_header *h = tfm_reader_header(r);
     fprintf(out, "stream %s version %d\n", tfm_reader_name(r), TFM_STREAM_VERSION);
-    fprintf(out, "meta kind=%s\n", h->kind);
-    for (int i = 0; i < h->nmeta; i++)
-        fprintf(out, "meta %s=%s\n", h->keys[i], h->values[i]);
+    print_header(out, h);
     if (flags & TFM_DUMP_HEADER)
         return ferror(out) ? tfm_fail(err, "write error") : 0;
     struct tfm_record rec;
     int k;
-    uint64_t n = h->spm ? 2 : 1;
+    struct dump_state d = {out, tfm_reader_name(r), h->spm ? 2 : 1};
+    tfm_reader_on_member(r, next_stream, &d);
     while ((k = tfm_reader_next(r, &rec, err)) == 1) {
         fprintf(out, "record %" PRIu64 " %s %s [", rec.index, rec.name, tfm_dtype_name(rec.dtype));
         for (int d = 0; d < rec.rank; d++)
             fprintf(out, d ? ",%" PRId64 : "%" PRId64, rec.dims[d]);
         fprintf(out, "] %zu bytes at %" PRIu64 "\n", rec.nbytes, rec.offset);
-        n = rec.index + 1;
+        d.n = rec.index + 1;
         if ((flags & TFM_DUMP_VALUES) && rec.count > 0) {
             int64_t row = rec.rank ? rec.dims[rec.rank - 1] : 1;
             for (int64_t i = 0; i < rec.count; i++) {
@@ -87,8 +115,9 @@ int tfm_dump(struct tfm_reader *r, FILE *out, int flags, struct tfm_error *err)
         if (ferror(out))
             return tfm_fail(err, "write error");
     }
+    tfm_reader_on_member(r, NULL, NULL);
     if (k < 0)
         return -1;
-    fprintf(out, "end %" PRIu64 " records\n", n + 1);
+    fprintf(out, "end %" PRIu64 " records\n", d.n + 1);
     return ferror(out) ? tfm_fail(err, "write error") : 0;
 }

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lines.h"
+
 /* ---- parameters ---------------------------------------------------------------------- */
 
 void tfm_evalb_params_init(struct tfm_evalb_params *p)
@@ -59,8 +61,11 @@ static int set_param(struct tfm_evalb_params *p, const char *key, size_t klen, c
         long x = strtol(v, &end, 10);
         while (*end && isspace((unsigned char)*end))
             end++;
-        if (end == v || *end || x < 0 || x > 1000000)
-            return tfm_fail(err, "%.*s: '%s' is not a number in 0..1000000", (int)klen, key, v);
+        if (end == v || *end || x < 0 || x > 1000000) {
+            char q[80];
+            return tfm_fail(err, "%.*s: '%s' is not a number in 0..1000000", (int)klen, key,
+                            tfm_quote(q, sizeof q, v, vlen));
+        }
         if (IS("MAX_ERROR"))
             p->max_error = (int)x;
         else if (IS("CUTOFF_LEN"))
@@ -99,7 +104,8 @@ static int set_param(struct tfm_evalb_params *p, const char *key, size_t klen, c
         (*n)++;
         return 0;
     }
-    return tfm_fail(err, "unknown keyword '%.*s'", (int)klen, key);
+    char q[80];
+    return tfm_fail(err, "unknown keyword '%s'", tfm_quote(q, sizeof q, key, klen));
 #undef IS
 }
 
@@ -120,20 +126,23 @@ int tfm_evalb_params_collins(struct tfm_evalb_params *p, struct tfm_error *err)
     return 0;
 }
 
-int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct tfm_error *err)
+int tfm_evalb_params_parse(struct tfm_evalb_params *p, const char *text, size_t len,
+                           const char *name, struct tfm_error *err)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return tfm_fail(err, "%s: %s", path, strerror(errno));
     char line[4096];
-    int ln = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    int ln = 0;
+    const char *s = text, *end = text + len;
+    while (s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        size_t n = (size_t)((nl ? nl : end) - s);
         ln++;
-        size_t n = strlen(line);
-        if (n == sizeof line - 1 && line[n - 1] != '\n') {
-            rc = tfm_fail(err, "%s: line %d: longer than %zu bytes", path, ln, sizeof line - 2);
-            break;
-        }
+        if (n > sizeof line - 2)
+            return tfm_fail(err, "%s: line %d: longer than %zu bytes", name, ln, sizeof line - 2);
+        if (memchr(s, '\0', n))
+            return tfm_fail(err, "%s: line %d: a NUL byte (not a parameter file)", name, ln);
+        memcpy(line, s, n);
+        line[n] = '\0';
+        s = nl ? nl + 1 : end;
         while (n > 0 && isspace((unsigned char)line[n - 1]))
             line[--n] = '\0';
         if (line[0] == '#' || n < 3)
@@ -145,17 +154,41 @@ int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct t
         while (line[v] && isspace((unsigned char)line[v]))
             v++;
         if (!line[v]) {
-            rc = tfm_fail(err, "%s: line %d: '%s' has no value", path, ln, line);
-            break;
+            char q[80];
+            return tfm_fail(err, "%s: line %d: '%s' has no value", name, ln,
+                            tfm_quote(q, sizeof q, line, n));
         }
-        if (set_param(p, line, k, line + v, err) < 0) {
-            rc = tfm_error_prefix(err, "%s: line %d", path, ln);
-            break;
-        }
+        if (set_param(p, line, k, line + v, err) < 0)
+            return tfm_error_prefix(err, "%s: line %d", name, ln);
     }
-    if (!rc && ferror(f))
-        rc = tfm_fail(err, "%s: read error", path);
+    return 0;
+}
+
+int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct tfm_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tfm_fail(err, "%s: %s", path, strerror(errno));
+    /* the whole file, up to 1 MiB: a parameter file is a few lines */
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(f);
+        return tfm_fail(err, "%s: out of memory", path);
+    }
+    size_t k;
+    while (n < cap + 1 && (k = fread(buf + n, 1, cap + 1 - n, f)) > 0)
+        n += k;
+    int bad = ferror(f);
     fclose(f);
+    int rc;
+    if (bad)
+        rc = tfm_fail(err, "%s: read error", path);
+    else if (n > cap)
+        rc = tfm_fail(err, "%s: larger than 1 MiB: not a parameter file", path);
+    else
+        rc = tfm_evalb_params_parse(p, buf, n, path, err);
+    free(buf);
     if (rc == 0) {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;

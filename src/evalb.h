@@ -58,6 +58,10 @@ int tfm_evalb_params_collins(struct tfm_evalb_params *p, struct tfm_error *err);
  * than 3 characters ignored, as EVALB.  DEBUG is accepted and ignored.  An unknown key or
  * a malformed value is an error naming the line. */
 int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct tfm_error *err);
+/* The same for the text of a parameter file (len bytes) named name in messages.  Bytes of
+ * the input quoted in a message are escaped (tfm_quote, lines.h). */
+int tfm_evalb_params_parse(struct tfm_evalb_params *p, const char *text, size_t len,
+                           const char *name, struct tfm_error *err);
 void tfm_evalb_params_free(struct tfm_evalb_params *p);
 
 enum { TFM_EVALB_OK = 0, TFM_EVALB_ERROR = 1, TFM_EVALB_SKIP = 2 };

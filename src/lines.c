@@ -289,3 +289,47 @@ int tfm_utf8_valid(const char *str, size_t n, size_t *bad)
     }
     return 1;
 }
+
+const char *tfm_quote(char *buf, size_t size, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0, i = 0;
+    while (i < n) {
+        char tmp[8];
+        size_t len = 0, used = 1;
+        unsigned c = u[i];
+        if (c == '\t' || c == '\r' || c == '\n' || c == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = c == '\t' ? 't' : c == '\r' ? 'r' : c == '\n' ? 'n' : '\\';
+            len = 2;
+        } else if (c >= 0x20 && c < 0x7f) {
+            tmp[0] = (char)c;
+            len = 1;
+        } else {
+            /* a whole UTF-8 sequence (not a C1 control), or one escaped byte */
+            size_t k = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0, bad;
+            if (k && i + k <= n && tfm_utf8_valid(s + i, k, &bad) &&
+                !(c == 0xc2 && u[i + 1] < 0xa0)) {
+                memcpy(tmp, s + i, k);
+                len = used = k;
+            } else {
+                tmp[0] = '\\';
+                tmp[1] = 'x';
+                tmp[2] = hex[c >> 4];
+                tmp[3] = hex[c & 15];
+                len = 4;
+            }
+        }
+        if (o + len + 4 > size) {   /* what went before left room for "..." and the NUL */
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(buf + o, tmp, len);
+        o += len;
+        i += used;
+    }
+    buf[o] = 0;
+    return buf;
+}

@@ -47,6 +47,12 @@ void tfm_lines_close(struct tfm_lines *l);
 /* Is s[0..n) valid UTF-8?  1, or 0 with *bad the offset of the first bad byte. */
 int tfm_utf8_valid(const char *s, size_t n, size_t *bad);
 
+/* s[0..n), input to be quoted in a message, made safe to print into buf (size bytes, at
+ * least 8): valid UTF-8 text as it is; tab, CR, LF and backslash as \t \r \n \\; any other
+ * control character or byte that is not UTF-8 as \xHH; what does not fit is cut, ending
+ * in "...".  Returns buf. */
+const char *tfm_quote(char *buf, size_t size, const char *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

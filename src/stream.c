@@ -12,6 +12,9 @@
  * The reader trusts nothing: every field is checked before it sizes an allocation, pipe
  * payloads are read in growing pieces so a lying size meets end-of-file before it meets
  * malloc, and a regular file is memory-mapped so raw payloads are used in place.
+ * Concatenated streams (cat a.tfm b.tfm) are read as one: after an end record, more input
+ * must be a preamble and header of the same kind, with the same vocabulary and
+ * TFM_SAME_KEYS; padding is counted from each stream's own start.
  * This file is the only code that knows the byte layout.
  */
 #include "stream.h"
@@ -327,41 +330,59 @@ struct tfm_reader {
     /* pipes: a read buffer (pending peeked bytes first) */
     unsigned char rbuf[1 << 16];
     size_t rpos, rlen;
-    uint64_t pos;               /* stream offset of the next byte */
-    uint64_t index;             /* records read so far */
+    uint64_t pos;               /* input offset of the next byte */
+    uint64_t index;             /* records of the current stream read so far */
     int done;
-    struct tfm_header header;
+    struct tfm_header header;   /* of the first stream */
+    /* concatenations: the stream now read (0 the first), where it starts, its header */
+    uint64_t member, base;
+    struct tfm_header mheader;  /* when member > 0 */
+    uint64_t rec_member;        /* stream of the record last returned */
+    int (*on_member)(void *ctx, const struct tfm_header *h, uint64_t member, uint64_t offset,
+                     struct tfm_error *err);
+    void *on_member_ctx;
     /* the current record */
     char rname[TFM_MAX_NAME + 1];
     void *buf;                  /* aligned payload buffer (pipes, deflate) */
     size_t buf_cap;
     void *zbuf;                 /* compressed payload from a pipe */
     size_t zbuf_cap;
-    int pending;                /* a record already read, to be returned next */
-    struct tfm_record pending_rec;
+    int held;                   /* a record read raw, for tfm_reader_next to take next */
+    struct tfm_record held_rec;
     int (*skip)(const char *name, void *ctx);   /* records passed over, or NULL */
     void *skip_ctx;
 };
 
 const struct tfm_header *tfm_reader_header(const struct tfm_reader *r) { return &r->header; }
+const struct tfm_header *tfm_reader_member_header(const struct tfm_reader *r)
+{
+    return r->member ? &r->mheader : &r->header;
+}
 const char *tfm_reader_name(const struct tfm_reader *r) { return r->name; }
 
-/* "FILE: record N 'NAME': at byte OFF: reason" */
-static int rfail(const struct tfm_reader *r, uint64_t index, const char *rname, uint64_t off,
-                 struct tfm_error *err, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int rfail(const struct tfm_reader *r, uint64_t index, const char *rname, uint64_t off,
-                 struct tfm_error *err, const char *fmt, ...)
+/* "FILE: record N 'NAME': at byte OFF: reason"; "FILE: stream S, record N ..." in a
+ * following stream of a concatenation (S counted from 1). */
+static int rfail(const struct tfm_reader *r, uint64_t member, uint64_t index, const char *rname,
+                 uint64_t off, struct tfm_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+static int rfail(const struct tfm_reader *r, uint64_t member, uint64_t index, const char *rname,
+                 uint64_t off, struct tfm_error *err, const char *fmt, ...)
 {
-    char reason[512];
+    char reason[512], place[64];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
+    if (member)
+        snprintf(place, sizeof place, "stream %llu, record %llu", (unsigned long long)member + 1,
+                 (unsigned long long)index);
+    else
+        snprintf(place, sizeof place, "record %llu", (unsigned long long)index);
     if (rname && rname[0])
-        return tfm_fail(err, "%s: record %llu '%s': at byte %llu: %s", r->name,
-                        (unsigned long long)index, rname, (unsigned long long)off, reason);
-    return tfm_fail(err, "%s: record %llu: at byte %llu: %s", r->name, (unsigned long long)index,
-                    (unsigned long long)off, reason);
+        return tfm_fail(err, "%s: %s '%s': at byte %llu: %s", r->name, place, rname,
+                        (unsigned long long)off, reason);
+    return tfm_fail(err, "%s: %s: at byte %llu: %s", r->name, place, (unsigned long long)off,
+                    reason);
 }
 
 int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
@@ -372,7 +393,7 @@ int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
-    return rfail(r, rec->index, rec->name, rec->offset, err, "%s", reason);
+    return rfail(r, rec->member, rec->index, rec->name, rec->offset, err, "%s", reason);
 }
 
 /* Read up to n bytes into dst (pipes) or point at them (maps).  Returns bytes got. */
@@ -482,7 +503,7 @@ static int map_take(struct tfm_reader *r, uint64_t stored, uint64_t idx, uint64_
 {
     uint64_t avail = r->map_size - r->start - r->pos;
     if (stored > avail)
-        return rfail(r, idx, r->rname, off, err,
+        return rfail(r, r->member, idx, r->rname, off, err,
                      "truncated payload (%llu bytes expected, %llu left)",
                      (unsigned long long)stored, (unsigned long long)avail);
     *p = r->map + r->start + r->pos;
@@ -497,36 +518,36 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     int ioerr = 0;
     size_t got = src_read(r, fixed, FIXED, &ioerr);
     if (got == 0 && !ioerr)
-        return rfail(r, idx, NULL, off, err, "truncated: stream ends without its end record");
+        return rfail(r, r->member, idx, NULL, off, err, "truncated: stream ends without its end record");
     if (got < FIXED)
-        return rfail(r, idx, NULL, off, err, "%s record header (%zu of %d bytes)",
+        return rfail(r, r->member, idx, NULL, off, err, "%s record header (%zu of %d bytes)",
                      eof_reason(ioerr), got, FIXED);
     if (memcmp(fixed, REC_MAGIC, 4) != 0)
-        return rfail(r, idx, NULL, off, err, "bad record magic");
+        return rfail(r, r->member, idx, NULL, off, err, "bad record magic");
     int dtype = fixed[4], rank = fixed[5], codec = fixed[6];
     unsigned name_len = get16(fixed + 8);
     if (fixed[7] || get16(fixed + 10) || get32(fixed + 28))
-        return rfail(r, idx, NULL, off, err, "reserved header bytes are not zero");
+        return rfail(r, r->member, idx, NULL, off, err, "reserved header bytes are not zero");
     if (!tfm_dtype_size(dtype))
-        return rfail(r, idx, NULL, off, err, "unknown dtype %d", dtype);
+        return rfail(r, r->member, idx, NULL, off, err, "unknown dtype %d", dtype);
     if (rank > TFM_MAX_RANK)
-        return rfail(r, idx, NULL, off, err, "rank %d too high (at most %d)", rank, TFM_MAX_RANK);
+        return rfail(r, r->member, idx, NULL, off, err, "rank %d too high (at most %d)", rank, TFM_MAX_RANK);
     if (codec != CODEC_RAW && codec != CODEC_DEFLATE)
-        return rfail(r, idx, NULL, off, err, "unknown codec %d", codec);
+        return rfail(r, r->member, idx, NULL, off, err, "unknown codec %d", codec);
     if (name_len == 0 || name_len > TFM_MAX_NAME)
-        return rfail(r, idx, NULL, off, err, "bad name length %u", name_len);
+        return rfail(r, r->member, idx, NULL, off, err, "bad name length %u", name_len);
     size_t var = (size_t)rank * 8 + name_len;
     got = src_read(r, fixed + FIXED, var, &ioerr);
     if (got < var)
-        return rfail(r, idx, NULL, off, err, "%s record header (%zu of %zu bytes)",
+        return rfail(r, r->member, idx, NULL, off, err, "%s record header (%zu of %zu bytes)",
                      eof_reason(ioerr), FIXED + got, FIXED + var);
     uint32_t hcrc = tfm_crc32(0, fixed, 24);
     hcrc = tfm_crc32(hcrc, fixed + FIXED, var);
     if (hcrc != get32(fixed + 24))
-        return rfail(r, idx, NULL, off, err, "record header crc mismatch");
+        return rfail(r, r->member, idx, NULL, off, err, "record header crc mismatch");
     const char *name = (const char *)fixed + FIXED + rank * 8;
     if (!valid_name(name, name_len))
-        return rfail(r, idx, NULL, off, err, "bad record name");
+        return rfail(r, r->member, idx, NULL, off, err, "bad record name");
     memcpy(r->rname, name, name_len);
     r->rname[name_len] = 0;
 
@@ -536,38 +557,39 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     rec->rank = rank;
     rec->index = idx;
     rec->offset = off;
+    rec->member = r->member;
     for (int i = 0; i < rank; i++) {
         uint64_t d = get64(fixed + FIXED + 8 * i);
         if (d > (uint64_t)INT64_MAX)
-            return rfail(r, idx, r->rname, off, err, "dimension %d too large", i);
+            return rfail(r, r->member, idx, r->rname, off, err, "dimension %d too large", i);
         rec->dims[i] = (int64_t)d;
     }
     uint64_t nbytes;
     if (!shape_bytes(dtype, rank, rec->dims, &rec->count, &nbytes))
-        return rfail(r, idx, r->rname, off, err, "shape too large (over %llu bytes)",
+        return rfail(r, r->member, idx, r->rname, off, err, "shape too large (over %llu bytes)",
                      (unsigned long long)TFM_MAX_PAYLOAD);
     rec->nbytes = (size_t)nbytes;
     uint64_t stored = get64(fixed + 16);
     if (codec == CODEC_RAW && stored != nbytes)
-        return rfail(r, idx, r->rname, off, err,
+        return rfail(r, r->member, idx, r->rname, off, err,
                      "payload size %llu does not match shape (%llu bytes)",
                      (unsigned long long)stored, (unsigned long long)nbytes);
     if (codec == CODEC_DEFLATE &&
         (stored > compressBound((uLong)nbytes) + 64 || nbytes > stored * DEFLATE_MAX_RATIO + 64 ||
          stored == 0))
-        return rfail(r, idx, r->rname, off, err,
+        return rfail(r, r->member, idx, r->rname, off, err,
                      "compressed size %llu impossible for %llu bytes",
                      (unsigned long long)stored, (unsigned long long)nbytes);
 
     /* padding before the payload: zeros */
     unsigned char zeros[TFM_ALIGN];
-    size_t pad = (size_t)pad_to_align(r->pos);
+    size_t pad = (size_t)pad_to_align(r->pos - r->base);   /* from this stream's start */
     got = src_read(r, zeros, pad, &ioerr);
     if (got < pad)
-        return rfail(r, idx, r->rname, off, err, "%s padding", eof_reason(ioerr));
+        return rfail(r, r->member, idx, r->rname, off, err, "%s padding", eof_reason(ioerr));
     for (size_t i = 0; i < pad; i++)
         if (zeros[i])
-            return rfail(r, idx, r->rname, off, err, "padding is not zero");
+            return rfail(r, r->member, idx, r->rname, off, err, "padding is not zero");
 
     uint64_t payload_off = r->pos;
     const unsigned char *stored_ptr = NULL;
@@ -582,7 +604,7 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
                 size_t want = left < sizeof sink ? (size_t)left : sizeof sink;
                 size_t k = src_read(r, sink, want, &ioerr);
                 if (k < want)
-                    return rfail(r, idx, r->rname, off, err, "%s payload", eof_reason(ioerr));
+                    return rfail(r, r->member, idx, r->rname, off, err, "%s payload", eof_reason(ioerr));
                 left -= k;
             }
         }
@@ -596,10 +618,10 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         void **b = codec == CODEC_RAW ? &r->buf : &r->zbuf;
         size_t *cap = codec == CODEC_RAW ? &r->buf_cap : &r->zbuf_cap;
         if (read_payload(r, b, cap, (size_t)stored, &got, &ioerr))
-            return rfail(r, idx, r->rname, off, err, "out of memory for %llu bytes",
+            return rfail(r, r->member, idx, r->rname, off, err, "out of memory for %llu bytes",
                          (unsigned long long)stored);
         if (got < stored)
-            return rfail(r, idx, r->rname, off, err,
+            return rfail(r, r->member, idx, r->rname, off, err,
                          "%s payload (%llu bytes expected, %zu read)", eof_reason(ioerr),
                          (unsigned long long)stored, got);
         stored_ptr = *b;
@@ -608,11 +630,11 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     const unsigned char *data = stored_ptr;
     if (codec == CODEC_DEFLATE) {
         if (ensure_buf(&r->buf, &r->buf_cap, rec->nbytes))
-            return rfail(r, idx, r->rname, off, err, "out of memory for %zu bytes", rec->nbytes);
+            return rfail(r, r->member, idx, r->rname, off, err, "out of memory for %zu bytes", rec->nbytes);
         z_stream z;
         memset(&z, 0, sizeof z);
         if (inflateInit(&z) != Z_OK)
-            return rfail(r, idx, r->rname, off, err, "zlib: cannot initialize");
+            return rfail(r, r->member, idx, r->rname, off, err, "zlib: cannot initialize");
         z.next_in = (unsigned char *)stored_ptr;
         z.avail_in = (uInt)stored;
         z.next_out = r->buf;
@@ -622,19 +644,19 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         uInt left_in = z.avail_in;
         inflateEnd(&z);
         if (zr != Z_STREAM_END || produced != nbytes || left_in != 0)
-            return rfail(r, idx, r->rname, payload_off, err,
+            return rfail(r, r->member, idx, r->rname, payload_off, err,
                          "corrupt compressed payload (zlib %d, %lu of %llu bytes)", zr,
                          (unsigned long)produced, (unsigned long long)nbytes);
         data = r->buf;
     } else if (r->map && ((uintptr_t)data % TFM_ALIGN) != 0 && rec->nbytes > 0) {
         /* a stream that starts at an unaligned file offset: copy to keep the promise */
         if (ensure_buf(&r->buf, &r->buf_cap, rec->nbytes))
-            return rfail(r, idx, r->rname, off, err, "out of memory for %zu bytes", rec->nbytes);
+            return rfail(r, r->member, idx, r->rname, off, err, "out of memory for %zu bytes", rec->nbytes);
         memcpy(r->buf, data, rec->nbytes);
         data = r->buf;
     }
     if (tfm_crc32(0, data, rec->nbytes) != get32(fixed + 12))
-        return rfail(r, idx, r->rname, payload_off, err, "crc mismatch");
+        return rfail(r, r->member, idx, r->rname, payload_off, err, "crc mismatch");
     rec->data = data;
     rec->mapped = data == stored_ptr && r->map != NULL;
     r->index++;
@@ -647,44 +669,230 @@ void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *c
     r->skip_ctx = ctx;
 }
 
-int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err)
+void tfm_reader_on_member(struct tfm_reader *r,
+                          int (*fn)(void *ctx, const struct tfm_header *h, uint64_t member,
+                                    uint64_t offset, struct tfm_error *err),
+                          void *ctx)
 {
-    if (r->pending) {
-        r->pending = 0;
-        *rec = r->pending_rec;
+    r->on_member = fn;
+    r->on_member_ctx = ctx;
+}
+
+/* Is there input after the current position?  1, 0 at its end, -1 on a read error. */
+static int more_input(struct tfm_reader *r, struct tfm_error *err)
+{
+    if (r->map)
+        return r->pos < r->map_size - r->start;
+    if (r->rpos < r->rlen)
         return 1;
+    for (;;) {
+        ssize_t k = read(r->fd, r->rbuf, sizeof r->rbuf);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return tfm_fail(err, "%s: at byte %llu: %s", r->name, (unsigned long long)r->pos,
+                            strerror(errno));
+        r->rpos = 0;
+        r->rlen = (size_t)k;
+        return k > 0;
     }
-    if (r->done)
-        return 0;
+}
+
+/* The preamble of the stream that starts at r->pos (r->base). */
+static int read_preamble(struct tfm_reader *r, struct tfm_error *err)
+{
+    unsigned char pre[PREAMBLE];
+    int ioerr = 0;
+    unsigned long long at = r->pos;
+    size_t got = src_read(r, pre, PREAMBLE, &ioerr);
+    if (got == 0 && !ioerr && r->member == 0)
+        return tfm_fail(err, "%s: empty input (not a tfm stream)", r->name);
+    if (got < sizeof MAGIC || !tfm_is_stream_magic(pre, got)) {
+        if (r->member == 0)
+            return tfm_fail(err, "%s: at byte 0: bad magic (not a tfm stream)", r->name);
+        return tfm_fail(err, "%s: at byte %llu: input after the end record is not a tfm stream "
+                        "(bad magic)", r->name, at);
+    }
+    if (got < PREAMBLE)
+        return tfm_fail(err, "%s: at byte %llu: %s preamble", r->name, at + got,
+                        eof_reason(ioerr));
+    uint32_t version = get32(pre + 8), flags = get32(pre + 12);
+    if (version != TFM_STREAM_VERSION)
+        return tfm_fail(err, "%s: at byte %llu: stream version %u, this tfm reads version %d",
+                        r->name, at + 8, version, TFM_STREAM_VERSION);
+    if (flags)
+        return tfm_fail(err, "%s: at byte %llu: unknown flags 0x%x", r->name, at + 12, flags);
+    return 0;
+}
+
+/* The header record of the stream being started, parsed into h. */
+static int read_header(struct tfm_reader *r, struct tfm_header *h, struct tfm_error *err)
+{
+    struct tfm_record rec;
+    if (reader_next_raw(r, &rec, err) < 0)
+        return -1;
+    if (strcmp(rec.name, "tfm.header") != 0 || rec.dtype != TFM_U8 || rec.rank != 1)
+        return tfm_reader_fail(r, &rec, err, "first record must be 'tfm.header' u8 [n]");
+    if (header_parse(h, rec.data, rec.nbytes, err)) {
+        if (r->member)
+            return tfm_error_prefix(err, "%s: stream %llu, record 0 'tfm.header': at byte %llu",
+                                    r->name, (unsigned long long)r->member + 1,
+                                    (unsigned long long)rec.offset);
+        return tfm_error_prefix(err, "%s: record 0 'tfm.header'", r->name);
+    }
+    return 0;
+}
+
+/* The record after a header: read raw into *rec; 1 when it is the vocabulary (checked to
+ * be u8 [n]), 0 when it is another record, held for tfm_reader_next. */
+static int read_vocab(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err)
+{
     int k;
     while ((k = reader_next_raw(r, rec, err)) == 2)
         ;
     if (k < 0)
         return -1;
-    if (strcmp(rec->name, "tfm.end") == 0) {
-        if (rec->dtype != TFM_I64 || rec->rank != 1 || rec->dims[0] != 1)
-            return tfm_reader_fail(r, rec, err, "end record must be i64 [1]");
-        int64_t n;
-        memcpy(&n, rec->data, 8);
-        if (n < 0 || (uint64_t)n != rec->index)
-            return tfm_reader_fail(r, rec, err, "end record counts %lld records, stream has %llu",
-                                   (long long)n, (unsigned long long)rec->index);
-        r->done = 1;
+    if (strcmp(rec->name, "tfm.spm") != 0) {
+        r->held = 1;
+        r->held_rec = *rec;
         return 0;
     }
-    if (rec->index > 0 && strcmp(rec->name, "tfm.header") == 0)
-        return tfm_reader_fail(r, rec, err, "second header record");
+    if (rec->dtype != TFM_U8 || rec->rank != 1)
+        return tfm_reader_fail(r, rec, err, "vocabulary record must be u8 [n]");
     return 1;
+}
+
+/* Copy the vocabulary of rec into h and check it against h's spm.crc32. */
+static int take_vocab(struct tfm_reader *r, struct tfm_header *h, const struct tfm_record *rec,
+                      struct tfm_error *err)
+{
+    void *copy = malloc(rec->nbytes ? rec->nbytes : 1);
+    if (!copy)
+        return tfm_reader_fail(r, rec, err, "out of memory");
+    memcpy(copy, rec->data, rec->nbytes);
+    h->spm = copy;
+    h->spm_size = rec->nbytes;
+    const char *crc = tfm_header_get(h, "spm.crc32");
+    char want[16];
+    snprintf(want, sizeof want, "%08x", tfm_header_vocab_id(h));
+    if (crc && strcmp(crc, want) != 0)
+        return tfm_reader_fail(r, rec, err, "vocabulary crc %s, header says %s", want, crc);
+    return 0;
+}
+
+/* Input follows an end record: it must be another stream of the same kind, vocabulary
+ * and TFM_SAME_KEYS, whose records are then read on (tfm.h).  A checkpoint is one
+ * stream: nothing may follow it. */
+static int member_begin(struct tfm_reader *r, struct tfm_error *err)
+{
+    unsigned long long at = r->pos;
+    if (strcmp(r->header.kind, TFM_KIND_CHECKPOINT) == 0)
+        return tfm_fail(err, "%s: at byte %llu: input after the end of the checkpoint (a "
+                        "checkpoint is one stream; concatenated checkpoints are not read)",
+                        r->name, at);
+    r->member++;
+    r->base = at;
+    r->index = 0;
+    tfm_header_free(&r->mheader);
+    if (read_preamble(r, err) || read_header(r, &r->mheader, err))
+        return -1;
+    const char *first = r->header.kind, *kind = r->mheader.kind;
+    if (strcmp(kind, first) != 0)
+        return tfm_fail(err, "%s: stream %llu: at byte %llu: a '%s' stream after a '%s' "
+                        "stream: a concatenation must be of one kind", r->name,
+                        (unsigned long long)r->member + 1, at, kind, first);
+    struct tfm_record rec;
+    int k = read_vocab(r, &rec, err);
+    if (k < 0)
+        return -1;
+    if (k == 1) {
+        if (take_vocab(r, &r->mheader, &rec, err))
+            return -1;
+        if (!r->header.spm)
+            return tfm_reader_fail(r, &rec, err, "a vocabulary, where the first stream has "
+                                   "none: streams of different vocabularies are not read as "
+                                   "one");
+        if (rec.nbytes != r->header.spm_size || memcmp(rec.data, r->header.spm, rec.nbytes))
+            return tfm_reader_fail(r, &rec, err, "vocabulary %08x, the first stream's is %08x: "
+                                   "streams of different vocabularies are not read as one",
+                                   (unsigned)tfm_header_vocab_id(&r->mheader),
+                                   (unsigned)tfm_header_vocab_id(&r->header));
+    } else if (r->header.spm) {
+        return tfm_reader_fail(r, &rec, err, "no vocabulary, where the first stream has %08x: "
+                               "streams of different vocabularies are not read as one",
+                               (unsigned)tfm_header_vocab_id(&r->header));
+    }
+    static const char *const same[] = TFM_SAME_KEYS;
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        const char *a = tfm_header_get(&r->header, same[i]);
+        const char *b = tfm_header_get(&r->mheader, same[i]);
+        if ((a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0))
+            return tfm_fail(err, "%s: stream %llu: at byte %llu: header key '%s': %s%.40s%s "
+                            "here, %s%.40s%s in the first stream", r->name,
+                            (unsigned long long)r->member + 1, at, same[i], b ? "'" : "",
+                            b ? b : "absent", b ? "'" : "", a ? "'" : "", a ? a : "absent",
+                            a ? "'" : "");
+    }
+    if (r->on_member && r->on_member(r->on_member_ctx, &r->mheader, r->member, at, err))
+        return -1;
+    return 0;
+}
+
+int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err)
+{
+    for (;;) {
+        if (r->held) {
+            *rec = r->held_rec;
+            r->held = 0;
+        } else {
+            if (r->done)
+                return 0;
+            int k;
+            while ((k = reader_next_raw(r, rec, err)) == 2)
+                ;
+            if (k < 0)
+                return -1;
+        }
+        if (strcmp(rec->name, "tfm.end") == 0) {
+            if (rec->dtype != TFM_I64 || rec->rank != 1 || rec->dims[0] != 1)
+                return tfm_reader_fail(r, rec, err, "end record must be i64 [1]");
+            int64_t n;
+            memcpy(&n, rec->data, 8);
+            if (n < 0 || (uint64_t)n != rec->index)
+                return tfm_reader_fail(r, rec, err,
+                                       "end record counts %lld records, stream has %llu",
+                                       (long long)n, (unsigned long long)rec->index);
+            int more = more_input(r, err);
+            if (more < 0)
+                return -1;
+            if (!more) {
+                r->done = 1;
+                return 0;
+            }
+            if (member_begin(r, err))
+                return -1;
+            continue;
+        }
+        if (rec->index > 0 && strcmp(rec->name, "tfm.header") == 0)
+            return tfm_reader_fail(r, rec, err, "second header record");
+        r->rec_member = rec->member;
+        return 1;
+    }
 }
 
 int tfm_reader_expect(struct tfm_reader *r, struct tfm_record *rec, const char *name, int dtype,
                       int rank, struct tfm_error *err)
 {
+    uint64_t before = r->rec_member;
     int k = tfm_reader_next(r, rec, err);
     if (k < 0)
         return -1;
     if (k == 0)
-        return rfail(r, r->index, NULL, r->pos, err, "stream ends where '%s' was expected", name);
+        return rfail(r, r->member, r->index, NULL, r->pos, err,
+                     "stream ends where '%s' was expected", name);
+    if (rec->member != before)
+        return tfm_reader_fail(r, rec, err, "the stream before this one ends where '%s' was "
+                               "expected", name);
     if (strcmp(rec->name, name) != 0)
         return tfm_reader_fail(r, rec, err, "'%s' expected", name);
     if (dtype > 0 && rec->dtype != dtype)
@@ -695,57 +903,16 @@ int tfm_reader_expect(struct tfm_reader *r, struct tfm_record *rec, const char *
     return 1;
 }
 
-/* Preamble, header record, optional vocabulary record. */
+/* Preamble, header record, optional vocabulary record of the first stream. */
 static int reader_start(struct tfm_reader *r, struct tfm_error *err)
 {
-    unsigned char pre[PREAMBLE];
-    int ioerr = 0;
-    size_t got = src_read(r, pre, PREAMBLE, &ioerr);
-    if (got == 0 && !ioerr)
-        return tfm_fail(err, "%s: empty input (not a tfm stream)", r->name);
-    if (got < sizeof MAGIC || !tfm_is_stream_magic(pre, got))
-        return tfm_fail(err, "%s: at byte 0: bad magic (not a tfm stream)", r->name);
-    if (got < PREAMBLE)
-        return tfm_fail(err, "%s: at byte %zu: %s preamble", r->name, got, eof_reason(ioerr));
-    uint32_t version = get32(pre + 8), flags = get32(pre + 12);
-    if (version != TFM_STREAM_VERSION)
-        return tfm_fail(err, "%s: at byte 8: stream version %u, this tfm reads version %d",
-                        r->name, version, TFM_STREAM_VERSION);
-    if (flags)
-        return tfm_fail(err, "%s: at byte 12: unknown flags 0x%x", r->name, flags);
-
-    struct tfm_record rec;
-    if (reader_next_raw(r, &rec, err) < 0)
+    if (read_preamble(r, err) || read_header(r, &r->header, err))
         return -1;
-    if (strcmp(rec.name, "tfm.header") != 0 || rec.dtype != TFM_U8 || rec.rank != 1)
-        return tfm_reader_fail(r, &rec, err, "first record must be 'tfm.header' u8 [n]");
-    if (header_parse(&r->header, rec.data, rec.nbytes, err))
-        return tfm_error_prefix(err, "%s: record 0 'tfm.header'", r->name);
-
-    int k = tfm_reader_next(r, &rec, err);
+    struct tfm_record rec;
+    int k = read_vocab(r, &rec, err);
     if (k < 0)
         return -1;
-    if (k == 0)
-        return 0;
-    if (strcmp(rec.name, "tfm.spm") == 0) {
-        if (rec.dtype != TFM_U8 || rec.rank != 1)
-            return tfm_reader_fail(r, &rec, err, "vocabulary record must be u8 [n]");
-        void *copy = malloc(rec.nbytes ? rec.nbytes : 1);
-        if (!copy)
-            return tfm_reader_fail(r, &rec, err, "out of memory");
-        memcpy(copy, rec.data, rec.nbytes);
-        r->header.spm = copy;
-        r->header.spm_size = rec.nbytes;
-        const char *crc = tfm_header_get(&r->header, "spm.crc32");
-        char want[16];
-        snprintf(want, sizeof want, "%08x", tfm_header_vocab_id(&r->header));
-        if (crc && strcmp(crc, want) != 0)
-            return tfm_reader_fail(r, &rec, err, "vocabulary crc %s, header says %s", want, crc);
-    } else {
-        r->pending = 1;
-        r->pending_rec = rec;
-    }
-    return 0;
+    return k == 1 ? take_vocab(r, &r->header, &rec, err) : 0;
 }
 
 static struct tfm_reader *reader_new(int fd, const char *name, struct tfm_error *err)
@@ -838,6 +1005,7 @@ void tfm_reader_close(struct tfm_reader *r)
     if (r->own_fd)
         close(r->fd);
     tfm_header_free(&r->header);
+    tfm_header_free(&r->mheader);
     free(r->buf);
     free(r->zbuf);
     free(r->name);

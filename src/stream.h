@@ -9,6 +9,11 @@
  *
  * Readers work on pipes (no seeking) and memory-map regular files, so the payloads of a
  * checkpoint are used in place.  Every field is validated before anything is allocated.
+ * Streams written one after another (cat a.tfm b.tfm) are read as one, as gzip reads its
+ * members: after an end record, more input must be another stream of the same kind, with
+ * the same vocabulary (tfm.spm byte for byte) and the same TFM_SAME_KEYS; its records
+ * follow the first stream's.  Anything else after an end record is an error, and so is
+ * any input after a checkpoint's end.
  * Writers to a path write "PATH.tmp.PID" and rename it on tfm_writer_close, so an output
  * appears whole or not at all; "-" is stdout.
  */
@@ -48,6 +53,10 @@ size_t tfm_dtype_size(int dtype);
 const char *tfm_dtype_name(int dtype);
 /* The dtype named s, or 0. */
 int tfm_dtype_parse(const char *s);
+
+/* Header keys a stream that follows another (a concatenation) must share with the first:
+ * they say how the ids are to be read. */
+#define TFM_SAME_KEYS {"vocab.size", "bos", "eos", "src.bos", "targets"}
 
 /* What a stream holds (the header's "kind" key). */
 #define TFM_KIND_TOKENS "tokens"           /* ragged sentences: tokens.offsets + tokens.ids */
@@ -92,8 +101,9 @@ struct tfm_record {
     int64_t count;      /* number of elements: product of dims (1 for rank 0) */
     size_t nbytes;      /* count * dtype size */
     const void *data;
-    uint64_t index;     /* record number in the stream; 0 is the header */
-    uint64_t offset;    /* byte offset of the record's start in the stream */
+    uint64_t index;     /* record number in its stream; 0 is the header */
+    uint64_t offset;    /* byte offset of the record's start in the input */
+    uint64_t member;    /* which stream of a concatenation holds it: 0 the first */
     int mapped;         /* data points into the memory-mapped file and stays valid (read
                          * only) until tfm_reader_close; else only until the next read */
 };
@@ -111,12 +121,20 @@ struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *
                                           size_t npeek, struct tfm_error *err);
 int tfm_is_stream_magic(const void *buf, size_t n);
 
+/* The header of the first stream (of a concatenation: they share kind and vocabulary). */
 const struct tfm_header *tfm_reader_header(const struct tfm_reader *r);
+/* The header of the stream now being read: of a concatenation, the one that holds the
+ * record last returned (or an empty stream after it). */
+const struct tfm_header *tfm_reader_member_header(const struct tfm_reader *r);
 const char *tfm_reader_name(const struct tfm_reader *r);
-/* The next record: 1 and fills rec; 0 at "tfm.end" (stream complete and verified);
- * -1 on any error, with "FILE: record N 'NAME': at byte OFF: reason". */
+/* The next record: 1 and fills rec; 0 at the last "tfm.end" of the input (every stream
+ * complete and verified, nothing after it); -1 on any error, with
+ * "FILE: record N 'NAME': at byte OFF: reason" ("FILE: stream S, record N ..." in the
+ * S-th stream of a concatenation, S > 1).  Records of a following stream come after
+ * those of the first; its header and vocabulary records are checked, not returned. */
 int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_error *err);
-/* Read the next record and require its name, dtype and rank (dtype or rank < 0: any). */
+/* Read the next record and require its name, dtype and rank (dtype or rank < 0: any),
+ * and that it be in the same stream as the record before it (it continues a group). */
 int tfm_reader_expect(struct tfm_reader *r, struct tfm_record *rec, const char *name,
                       int dtype, int rank, struct tfm_error *err);
 /* Fill err with "FILE: record N 'NAME': at byte OFF: <fmt>" for a problem the caller
@@ -128,6 +146,14 @@ int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
  * are not returned, and their payload is neither verified nor, from a file, read.  Their
  * headers are checked and they count toward the end record's total.  NULL: none. */
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx);
+/* Call fn when a following stream of a concatenation begins, after its header and
+ * vocabulary were checked and before any of its records is returned: with its header,
+ * its number (1 for the second stream) and the byte offset of its preamble.  fn returns
+ * 0, or -1 with err set to stop reading (tfm_reader_next then fails with that error). */
+void tfm_reader_on_member(struct tfm_reader *r,
+                          int (*fn)(void *ctx, const struct tfm_header *h, uint64_t member,
+                                    uint64_t offset, struct tfm_error *err),
+                          void *ctx);
 void tfm_reader_close(struct tfm_reader *r);
 
 /* Writer flags. */

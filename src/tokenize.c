@@ -31,6 +31,8 @@ struct train_input {
     const char *const *files;
     int nfiles, next;
     struct tfm_lines *cur;
+    int64_t text;           /* lines that are not empty */
+    int ended;              /* every file was read to its end */
 };
 
 static int train_next(void *ctx, const char **line, size_t *len, struct tfm_error *err)
@@ -38,12 +40,16 @@ static int train_next(void *ctx, const char **line, size_t *len, struct tfm_erro
     struct train_input *in = ctx;
     for (;;) {
         if (!in->cur) {
-            if (in->next == in->nfiles)
+            if (in->next == in->nfiles) {
+                in->ended = 1;
                 return 0;
+            }
             if (!(in->cur = tfm_lines_open(in->files[in->next++], err)))
                 return -1;
         }
         int k = tfm_lines_next(in->cur, line, len, err);
+        if (k == 1 && *len > 0)
+            in->text++;
         if (k != 0)
             return k;
         tfm_lines_close(in->cur);
@@ -79,11 +85,22 @@ int tfm_tokenize_train(const char *const *files, int nfiles, const struct tfm_sp
             return tfm_fail(err, "%s: %s", files[i], strerror(errno));
         close(fd);
     }
-    struct train_input in = {files, nfiles, 0, NULL};
+    struct train_input in = {files, nfiles, 0, NULL, 0, 0};
     void *proto = NULL;
     size_t n = 0;
     int rc = tfm_spm_train(o, train_next, &in, &proto, &n, err);
     tfm_lines_close(in.cur);
+    if (rc && in.ended && in.text == 0) {     /* every file read: no text */
+        char names[512];
+        size_t len = 0;
+        names[0] = 0;
+        for (int i = 0; i < nfiles && len < sizeof names - 1; i++)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
+                                    strcmp(files[i], "-") == 0 ? "<stdin>" : files[i]);
+        return tfm_fail(err, "%s: no text to train on (%s)", names,
+                        nfiles == 1 ? "the file is empty or has only empty lines"
+                                    : "every file is empty or has only empty lines");
+    }
     if (rc)
         return -1;
     struct tfm_spm *s = tfm_spm_load(proto, n, err);  /* what we write must load */
@@ -391,6 +408,17 @@ static int decode_stream(struct tfm_reader *r, FILE *out, const struct tfm_decod
     const char *name = tfm_reader_name(r);
     struct tfm_spm *own = NULL;
     const struct tfm_spm *s = o->model;
+    if (s && h->spm) {      /* data is never decoded with another vocabulary */
+        size_t n;
+        const void *proto = tfm_spm_proto(s, &n);
+        if (n != h->spm_size || memcmp(proto, h->spm, n) != 0)
+            return tfm_fail(err, "%s: the stream's vocabulary (%08x) is not %s's (%08x): "
+                            "not decoded with another (leave out -m: the stream's own is "
+                            "used)", name,
+                            (unsigned)tfm_header_vocab_id(h),
+                            o->model_name ? o->model_name : "the model",
+                            (unsigned)tfm_crc32(0, proto, n));
+    }
     if (!s && h->spm) {
         if (!(own = tfm_spm_load(h->spm, h->spm_size, err)))
             return tfm_error_prefix(err, "%s: embedded model", name);
@@ -441,10 +469,10 @@ static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_decode_
             long v = strtol(p, &end, 10);
             if (end == p || (*end && *end != ' ' && *end != '\t') || errno || v < 0 ||
                 v >= vocab) {
-                int w = (int)strcspn(p, " \t");
-                rc = tfm_fail(err, "%s: line %lld: '%.*s' is not a token id of this model "
+                char q[64];
+                rc = tfm_fail(err, "%s: line %lld: '%s' is not a token id of this model "
                               "(0 to %d)", name, (long long)tfm_lines_number(in),
-                              w > 40 ? 40 : w, p, vocab - 1);
+                              tfm_quote(q, sizeof q, p, strcspn(p, " \t")), vocab - 1);
                 break;
             }
             if (grow((void **)&ids, &cap_ids, n + 1, sizeof *ids)) {

@@ -2,6 +2,8 @@
  */
 #include "tree.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +77,25 @@ static int is_sep(char c)
 
 #define MAX_DEPTH 4096
 
+/* "column C: reason" for a problem at text[off], C counted from 1 on off's own line (from
+ * the last newline before it, else from the start of text); *pos = off.  Returns -1. */
+static int parse_fail(struct tfm_error *err, const char *text, size_t off, size_t *pos,
+                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static int parse_fail(struct tfm_error *err, const char *text, size_t off, size_t *pos,
+                      const char *fmt, ...)
+{
+    char reason[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    size_t line = off;
+    while (line > 0 && text[line - 1] != '\n')
+        line--;
+    *pos = off;
+    return tfm_fail(err, "column %zu: %s", off - line + 1, reason);
+}
+
 int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int one,
                    struct tfm_error *err)
 {
@@ -90,9 +111,13 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
         while (i < len && is_sep(text[i]))
             i++;
         if (i == len) {
-            if (depth > 0)
-                return tfm_fail(err, "column %zu: unbalanced brackets: %d left open at the end",
-                                i - start + 1, depth);
+            if (depth > 0) {    /* at the end of the last token */
+                size_t e = len;
+                while (e > start && is_sep(text[e - 1]))
+                    e--;
+                return parse_fail(err, text, e, pos,
+                                  "unbalanced brackets: %d left open at the end", depth);
+            }
             *pos = i;
             return one ? (ntop > 0) : 0;
         }
@@ -101,15 +126,17 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
             return 1;
         }
         char c = text[i];
+        if (c == '\0')     /* labels and words are C strings: one would end there */
+            return parse_fail(err, text, i, pos, "a NUL byte");
         if (c == '(') {
             if (depth == MAX_DEPTH)
-                return tfm_fail(err, "column %zu: brackets nested deeper than %d",
-                                i - start + 1, MAX_DEPTH);
+                return parse_fail(err, text, i, pos, "brackets nested deeper than %d",
+                                  MAX_DEPTH);
             if (depth > 0 && word_pos[depth - 1] >= 0)
-                return tfm_fail(err, "column %zu: a bracket after the word of a preterminal",
-                                i - start + 1);
+                return parse_fail(err, text, i, pos,
+                                  "a bracket after the word of a preterminal");
             size_t b = ++i;
-            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')')
+            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')' && text[i])
                 i++;
             int32_t lab = add_str(t, text + b, i - b, err);
             if (lab < 0)
@@ -137,22 +164,21 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
             depth++;
         } else if (c == ')') {
             if (depth == 0)
-                return tfm_fail(err, "column %zu: unbalanced brackets: ')' with no '(' open",
-                                i - start + 1);
+                return parse_fail(err, text, i, pos,
+                                  "unbalanced brackets: ')' with no '(' open");
             depth--;
             i++;
         } else {
             size_t b = i;
-            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')')
+            while (i < len && !is_sep(text[i]) && text[i] != '(' && text[i] != ')' && text[i])
                 i++;
             if (depth == 0)
-                return tfm_fail(err, "column %zu: a word outside brackets", b - start + 1);
+                return parse_fail(err, text, b, pos, "a word outside brackets");
             struct tfm_tree_node *nd = &t->nodes[stack[depth - 1]];
             if (word_pos[depth - 1] >= 0)
-                return tfm_fail(err, "column %zu: more than one word in a bracket",
-                                b - start + 1);
+                return parse_fail(err, text, b, pos, "more than one word in a bracket");
             if (nd->first >= 0)
-                return tfm_fail(err, "column %zu: a word beside brackets", b - start + 1);
+                return parse_fail(err, text, b, pos, "a word beside brackets");
             int32_t w = add_str(t, text + b, i - b, err);
             if (w < 0)
                 return -1;

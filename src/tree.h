@@ -6,8 +6,8 @@
  * one line; the outer unlabeled bracket "( (S ...) )" (an empty label, kept as such);
  * "(TAG word)" preterminals, whitespace anywhere between tokens; several top-level trees
  * on one line (a forest, as EVALB reads a line).  A bracket holding a word beside other
- * children, a ')' with nothing open, a bracket left open and a word outside any bracket
- * are errors naming the column.
+ * children, a ')' with nothing open, a bracket left open, a word outside any bracket and
+ * a NUL byte are errors naming the column.
  *
  * LINEARIZATION (the parse pipeline's target side), one token per space:
  *   (S (NP-SBJ (DT The) (NN cat)) (VP (VBD sat)) (. .))   source: The cat sat .
@@ -83,7 +83,9 @@ static inline const char *tfm_tree_word(const struct tfm_tree *t, int32_t i)
  * one top-level tree (for .mrg files, where trees span lines; *pos is advanced past it and
  * 0 is returned at the end of the text, 1 for a tree); else the whole text is one forest
  * (EVALB's line), and an empty text gives an empty forest.  -1 on malformed input with
- * "column C: reason" (C counted from 1 in the text from *pos). */
+ * "column C: reason" and *pos set to the offset of the problem in text; C is counted
+ * from 1 on the problem's own line: from the last newline before it, else from the start
+ * of text (not from *pos), so the caller of a text of many lines can name the line. */
 int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int one,
                    struct tfm_error *err);
 

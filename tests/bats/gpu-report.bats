@@ -93,7 +93,7 @@ setup() {
         BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | pass | 1: GPU 0: NVIDIA H100 80GB HBM3 |"
-    assert_output --regexp "\| test_gpu_ops \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: no NVIDIA driver"
+    assert_output --regexp "\| test_gpu_ops \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| tools on the GPU \(tools.sh\) \| fail \|"
     # no CUDA device, or (in a build without the benchmarks) no train_step: a failure either way
     assert_output --regexp "\| train base 10240\+10240 \(tfm fp32\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step[^|]*No such file)"

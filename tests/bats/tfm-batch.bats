@@ -271,3 +271,35 @@ rows() {
     refute_line --regexp "^record "
     assert_line --index -1 "end 3 records"
 }
+
+@test "concatenated token streams are batched as one: the same batches as the whole" {
+    head -n 700 "$M/train.en" | tfm-tokenize encode -q -m "$M/spm.model" -o "$T/en1.tfm"
+    tail -n 1300 "$M/train.en" | tfm-tokenize encode -q -m "$M/spm.model" -o "$T/en2.tfm"
+    cat "$T/en1.tfm" "$T/en2.tfm" > "$T/en12.tfm"
+    tfm-batch -q --tokens 2000 --seed 3 -o "$T/whole.tfm" "$M/en.tfm" "$M/de.tfm"
+    run tfm-batch --tokens 2000 --seed 3 -o "$T/parts.tfm" "$T/en12.tfm" "$M/de.tfm"
+    assert_success
+    assert_output --partial "tfm-batch: 2000 sentences, "
+    cmp <(rows "$T/whole.tfm" batch.src) <(rows "$T/parts.tfm" batch.src)
+    cmp <(rows "$T/whole.tfm" batch.tgt) <(rows "$T/parts.tfm" batch.tgt)
+    assert_equal "$(meta "$T/parts.tfm" sentences)" 2000
+    # through a pipe, source only
+    run bash -c "cat '$T/en1.tfm' '$T/en2.tfm' | tfm-batch -q --tokens 2000 -"
+    assert_success
+    cat "$T/en1.tfm" "$T/en2.tfm" | tfm-batch -q --tokens 2000 - > "$T/pipe.tfm"
+    assert_equal "$(meta "$T/pipe.tfm" sentences)" 2000
+}
+
+@test "garbage or another vocabulary after a token stream is an error naming file and byte" {
+    size=$(wc -c < "$M/en.tfm")
+    { cat "$M/en.tfm"; echo x; } > "$T/junk.tfm"
+    run tfm-batch -q -o "$T/b.tfm" "$T/junk.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/junk.tfm: at byte $size: input after the end record is not a tfm stream (bad magic)"
+    [ ! -e "$T/b.tfm" ]
+    head -n 10 "$M/train.de" | tfm-tokenize encode -q -m "$M/other.model" -o "$T/other.tfm"
+    cat "$M/de.tfm" "$T/other.tfm" > "$T/mixed.tfm"
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$T/mixed.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: $T/mixed.tfm: stream 2, record 1 'tfm.spm': at byte [0-9]+: vocabulary [0-9a-f]{8}, the first stream's is [0-9a-f]{8}: streams of different vocabularies are not read as one$"
+}

@@ -103,3 +103,54 @@ setup() {
     run ls -a "$BATS_TEST_TMPDIR"
     refute_output --partial ".tmp."
 }
+
+@test "tfm-cat: concatenated streams are shown one after another, from a file or a pipe" {
+    T="$BATS_TEST_TMPDIR"
+    cat "$FIX/good.tfm" "$FIX/good.tfm" > "$T/two.tfm"
+    run tfm-cat "$T/two.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 12
+    assert_line --index 5 "end 4 records"
+    assert_line --index 6 "stream $T/two.tfm version 1 at byte 520"
+    assert_line --index 7 "meta kind=tokens"
+    assert_line --index 9 "record 1 tokens.offsets i64 [3] 24 bytes at 681"
+    assert_line --index 10 "record 2 tokens.ids i32 [5] 20 bytes at 800"
+    assert_line --index 11 "end 4 records"
+    run bash -c "cat '$FIX/good.tfm' '$FIX/good.tfm' '$FIX/good.tfm' | tfm-cat --values"
+    assert_success
+    assert_line --index 0 "stream <stdin> version 1"
+    assert_line "stream <stdin> version 1 at byte 1040"
+    assert_equal "$(echo "$output" | grep -c $'^\t5 6 7 8 9$')" 3
+}
+
+@test "tfm-cat: anything after an end record but another stream of its kind is an error" {
+    T="$BATS_TEST_TMPDIR"
+    { cat "$FIX/good.tfm"; echo junk; } > "$T/junk.tfm"
+    run tfm-cat "$T/junk.tfm"
+    assert_failure 1
+    assert_line "tfm-cat: $T/junk.tfm: at byte 520: input after the end record is not a tfm stream (bad magic)"
+    run bash -c "cat '$T/junk.tfm' | tfm-cat"
+    assert_failure 1
+    assert_line "tfm-cat: <stdin>: at byte 520: input after the end record is not a tfm stream (bad magic)"
+    # a stream cut short after a whole one
+    { cat "$FIX/good.tfm"; head -c 200 "$FIX/good.tfm"; } > "$T/cut.tfm"
+    run tfm-cat "$T/cut.tfm"
+    assert_failure 1
+    assert_line --partial "tfm-cat: $T/cut.tfm: stream 2, record 1: at byte 681: truncated"
+    # a batch stream after a token stream
+    tfm-batch -q -o "$T/b.tfm" "$FIX/good.tfm"
+    cat "$FIX/good.tfm" "$T/b.tfm" > "$T/mixed.tfm"
+    run tfm-cat "$T/mixed.tfm"
+    assert_failure 1
+    assert_line "tfm-cat: $T/mixed.tfm: stream 2: at byte 520: a 'batches' stream after a 'tokens' stream: a concatenation must be of one kind"
+}
+
+@test "tfm-cat: a write error in the middle of the output is reported once" {
+    T="$BATS_TEST_TMPDIR"
+    seq 1 3000 | awk '{ print "the cat sat on mat number " $1 }' > "$T/text"
+    tfm-tokenize train -q -m "$T/m.model" --vocab 60 -O hard_vocab_limit=false "$T/text"
+    tfm-tokenize encode -m "$T/m.model" -o "$T/big.tfm" "$T/text"
+    run bash -c "tfm-cat --values '$T/big.tfm' > /dev/full"
+    assert_failure 1
+    assert_output "tfm-cat: write error: No space left on device"
+}

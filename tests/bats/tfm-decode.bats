@@ -375,3 +375,80 @@ lengths() {
     run tfm-decode -m "$M/model.tfm" --alpha ' 0.6' "$M/test.tfm"
     assert_failure 2
 }
+
+@test "tfm-decode reads concatenated token or batch streams as one input; tfm-score their hypotheses" {
+    tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
+    head -n 8 "$M/test.txt" | tfm-tokenize encode -m "$M/spm.model" > "$T/a.tfm"
+    tail -n 12 "$M/test.txt" | tfm-tokenize encode -m "$M/spm.model" > "$T/b.tfm"
+    run bash -c "cat '$T/a.tfm' '$T/b.tfm' | tfm-decode -q -m '$M/model.tfm' --text"
+    assert_success
+    diff <(echo "$output") "$T/want.txt"
+    # batch streams: the numbers of the second go on after the first's sentences
+    tfm-batch -q --tokens 40 --seed 5 "$T/a.tfm" > "$T/ba.tfm"
+    tfm-batch -q --tokens 40 --seed 6 "$T/b.tfm" > "$T/bb.tfm"
+    cat "$T/ba.tfm" "$T/bb.tfm" > "$T/bab.tfm"
+    tfm-decode -q -m "$M/model.tfm" --text "$T/bab.tfm" > "$T/out.txt"
+    diff "$T/out.txt" "$T/want.txt"
+    # hypothesis streams: hyp.index of the second goes on after the first's
+    tfm-decode -q -m "$M/model.tfm" "$T/a.tfm" > "$T/ha.tfm"
+    tfm-decode -q -m "$M/model.tfm" --nbest 2 "$T/b.tfm" > "$T/hb.tfm"
+    run bash -c "cat '$T/ha.tfm' '$T/hb.tfm' | tfm-score -r '$M/test.txt'"
+    assert_success
+    assert_line --index 0 "$(tfm-score -r "$M/test.txt" "$T/want.txt" | head -n 1)"
+    run bash -c "cat '$T/ha.tfm' '$T/hb.tfm' | tfm-tokenize decode"
+    assert_success
+    assert_equal "${#lines[@]}" 32
+    assert_equal "$(echo "$output" | head -n 8)" "$(head -n 8 "$T/want.txt")"
+}
+
+@test "tfm-decode: garbage or another vocabulary after the input, data after a model, are errors" {
+    size=$(wc -c < "$M/test.tfm")
+    { cat "$M/test.tfm"; echo more; } > "$T/junk.tfm"
+    run tfm-decode -q -m "$M/model.tfm" "$T/junk.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/junk.tfm: at byte $size: input after the end record is not a tfm stream (bad magic)"
+    run bash -c "cat '$M/test.tfm' '$M/other.tfm' | tfm-decode -q -m '$M/model.tfm'"
+    assert_failure 1
+    assert_output --regexp "^tfm-decode: <stdin>: stream 2, record 1 'tfm.spm': at byte [0-9]+: vocabulary [0-9a-f]{8}, the first stream's is [0-9a-f]{8}: streams of different vocabularies are not read as one$"
+    cat "$M/model.tfm" "$M/model.tfm" > "$T/two.tfm"
+    run tfm-decode -q -m "$T/two.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/two.tfm: at byte $(wc -c < "$M/model.tfm"): input after the end of the checkpoint (a checkpoint is one stream; concatenated checkpoints are not read)"
+}
+
+@test "tfm-decode: a pad id inside a source sentence is reported against the input's line" {
+    # set the second id of the first sentence to 0 (pad), with the record's crcs made good
+    python3 - "$M/test.tfm" "$T/pad.tfm" <<'PY'
+import struct, sys, zlib
+b = bytearray(open(sys.argv[1], "rb").read())
+pos = 16
+while True:
+    dtype, rank, codec, _, nlen, _, crc, size, hcrc, _ = struct.unpack_from("<BBBBHHIQII", b, pos + 4)
+    npos = pos + 32 + 8 * rank
+    name = bytes(b[npos:npos + nlen]).decode()
+    p = npos + nlen
+    p += (-p) % 64
+    if name == "tokens.ids":
+        assert codec == 0
+        struct.pack_into("<i", b, p + 4, 0)
+        struct.pack_into("<I", b, pos + 12, zlib.crc32(bytes(b[p:p + size])))
+        struct.pack_into("<I", b, pos + 24, zlib.crc32(bytes(b[pos:pos + 24] + b[pos + 32:npos + nlen])))
+        break
+    pos = p + size
+open(sys.argv[2], "wb").write(b)
+PY
+    run tfm-decode -q -m "$M/model.tfm" "$T/pad.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/pad.tfm: line 1: pad id 0 inside a sentence (at token 2)"
+}
+
+@test "tfm-decode: --alpha outside the config's range 0 to 10 is a usage error" {
+    run tfm-decode -m "$M/model.tfm" --alpha -1 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --alpha: '-1': expected a number in [0, 10]"
+    run tfm-decode -m "$M/model.tfm" --alpha 10.5 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --alpha: '10.5': expected a number in [0, 10]"
+    run tfm-decode -q -m "$M/model.tfm" --alpha 10 --text "$M/test.tfm"
+    assert_success
+}

@@ -352,3 +352,30 @@ setup() {
     assert_failure 1
     assert_output --partial "tfm-score: $BATS_TEST_TMPDIR/cut.tfm"
 }
+
+@test "a binary -p file: its bytes are escaped in the message, never echoed raw" {
+    printf '(S (NP (NN x)))\n' > "$BATS_TEST_TMPDIR/g"
+    printf '\177ELF\002\001\033[2J 1\n' > "$BATS_TEST_TMPDIR/bin.prm"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" -p "$BATS_TEST_TMPDIR/bin.prm" "$BATS_TEST_TMPDIR/g"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/bin.prm: line 1: unknown keyword '\\x7fELF\\x02\\x01\\x1b[2J'"
+    printf 'CUTOFF_LEN \001\n' > "$BATS_TEST_TMPDIR/ctl.prm"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" -p "$BATS_TEST_TMPDIR/ctl.prm" "$BATS_TEST_TMPDIR/g"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/ctl.prm: line 1: CUTOFF_LEN: '\\x01' is not a number in 0..1000000"
+    head -c 4096 "$(command -v tfm-score)" > "$BATS_TEST_TMPDIR/exe.prm"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" -p "$BATS_TEST_TMPDIR/exe.prm" "$BATS_TEST_TMPDIR/g"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/exe.prm: line 1: a NUL byte (not a parameter file)"
+}
+
+@test "--linearize: an error is placed at its own line and column" {
+    printf '(S (NP (DT The) (NN cat)) (VP (VBD sat)))\n(S\n  (NP (DT The) (NN cat)) x)\n' > "$BATS_TEST_TMPDIR/t.mrg"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/t.mrg"
+    assert_failure 1
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t.mrg: tree starting on line 2: line 3, column 26: a word beside brackets"
+    printf '(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) (X y) z\n' > "$BATS_TEST_TMPDIR/one.mrg"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/one.mrg"
+    assert_failure 1
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/one.mrg: tree starting on line 1: column 55: a word outside brackets"
+}

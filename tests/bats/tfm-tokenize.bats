@@ -200,13 +200,13 @@ ids_by_cat() {
     run tfm-tokenize decode -m "$M/bpe.model" "$TFM_ROOT/tests/fixtures/good.tfm"
     assert_success
     assert_equal "${#lines[@]}" 2
-    # -m overrides the embedded model; ids beyond it are an error, not garbage
+    # -m with a stream of another vocabulary is an error, not garbage
     head -n 200 "$D/src-train.txt" > "$T/small.txt"
     tfm-tokenize train -q -m "$T/small.model" --vocab 300 "$T/small.txt"
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
     run tfm-tokenize decode -m "$T/small.model" "$T/val.tfm"
     assert_failure 1
-    assert_output --regexp "^tfm-tokenize: $T/val.tfm: record [0-9]+ 'tokens.ids': at byte [0-9]+: id [0-9]+ at position [0-9]+ outside the vocabulary \(300\)$"
+    assert_output --regexp "^tfm-tokenize: $T/val.tfm: the stream's vocabulary \([0-9a-f]{8}\) is not $T/small.model's \([0-9a-f]{8}\): not decoded with another"
 }
 
 @test "decode: a truncated stream is an error" {
@@ -349,4 +349,77 @@ ids_by_cat() {
     assert_output --regexp '^tfm-tokenize: 300 sentences, [0-9]+ tokens \([0-9]+ unknown\)'
     run bash -c "tfm-tokenize encode -m '$M/bpe.model' --quiet '$M/val.en' 2>&1 > /dev/null"
     assert_output ""
+}
+
+@test "decode: concatenated streams are read as one, from a file or a pipe" {
+    head -n 100 "$M/val.en" > "$T/a.en"
+    sed -n 101,300p "$M/val.en" > "$T/b.en"
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/a.tfm" "$T/a.en"
+    tfm-tokenize encode -m "$M/bpe.model" --compress -o "$T/b.tfm" "$T/b.en"
+    cat "$T/a.tfm" "$T/b.tfm" > "$T/ab.tfm"
+    run tfm-tokenize decode "$T/ab.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 300
+    tfm-tokenize decode "$T/ab.tfm" | cmp - <(spm_decode --model="$M/bpe.model" --input_format=id \
+        < <(spm_encode --model="$M/bpe.model" --output_format=id < "$M/val.en"))
+    cat "$T/a.tfm" "$T/b.tfm" | tfm-tokenize decode --ids | cmp - <(tfm-tokenize decode --ids "$T/ab.tfm")
+}
+
+@test "decode: garbage or another vocabulary after the end of a stream is an error" {
+    head -n 10 "$M/val.en" > "$T/a.en"
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/a.tfm" "$T/a.en"
+    size=$(wc -c < "$T/a.tfm")
+    { cat "$T/a.tfm"; printf 'more text\n'; } > "$T/junk.tfm"
+    run tfm-tokenize decode "$T/junk.tfm"
+    assert_failure 1
+    assert_line "tfm-tokenize: $T/junk.tfm: at byte $size: input after the end record is not a tfm stream (bad magic)"
+    run bash -c "cat '$T/junk.tfm' | tfm-tokenize decode"
+    assert_failure 1
+    assert_line "tfm-tokenize: <stdin>: at byte $size: input after the end record is not a tfm stream (bad magic)"
+    tfm-tokenize train -q -m "$T/other.model" --vocab 500 --max-sentences 3000 "$D/src-train.txt"
+    tfm-tokenize encode -m "$T/other.model" -o "$T/other.tfm" "$T/a.en"
+    cat "$T/a.tfm" "$T/other.tfm" > "$T/mixed.tfm"
+    run tfm-tokenize decode "$T/mixed.tfm"
+    assert_failure 1
+    assert_line --regexp "^tfm-tokenize: $T/mixed.tfm: stream 2, record 1 'tfm.spm': at byte [0-9]+: vocabulary [0-9a-f]{8}, the first stream's is [0-9a-f]{8}: streams of different vocabularies are not read as one$"
+    # ids added differently (eos) are not one stream either
+    tfm-tokenize encode -m "$M/bpe.model" --eos -o "$T/eos.tfm" "$T/a.en"
+    run bash -c "cat '$T/a.tfm' '$T/eos.tfm' | tfm-tokenize decode"
+    assert_failure 1
+    assert_line "tfm-tokenize: <stdin>: stream 2: at byte $size: header key 'eos': '1' here, absent in the first stream"
+}
+
+@test "decode -m MODEL: a stream of another vocabulary is refused, never decoded into garbage" {
+    head -n 10 "$M/val.en" > "$T/a.en"
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/a.tfm" "$T/a.en"
+    tfm-tokenize train -q -m "$T/other.model" --vocab 500 --max-sentences 3000 "$D/src-train.txt"
+    run tfm-tokenize decode -m "$T/other.model" "$T/a.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: $T/a.tfm: the stream's vocabulary \([0-9a-f]{8}\) is not $T/other.model's \([0-9a-f]{8}\): not decoded with another \(leave out -m: the stream's own is used\)$"
+    # the stream's own model given with -m is fine
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/a.tfm"
+    assert_success
+    assert_equal "$output" "$(tfm-tokenize decode "$T/a.tfm")"
+}
+
+@test "train on empty files names them" {
+    : > "$T/empty.txt"
+    printf '\n\n' > "$T/blank.txt"
+    run tfm-tokenize train -q -m "$T/e.model" "$T/empty.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/empty.txt: no text to train on (the file is empty or has only empty lines)"
+    run tfm-tokenize train -q -m "$T/e.model" "$T/empty.txt" "$T/blank.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/empty.txt, $T/blank.txt: no text to train on (every file is empty or has only empty lines)"
+    [ ! -e "$T/e.model" ]
+}
+
+@test "decode: a write error in the middle of the output is reported once" {
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/val.tfm" "$M/val.en"
+    run bash -c "tfm-tokenize decode '$T/val.tfm' > /dev/full"
+    assert_failure 1
+    assert_output "tfm-tokenize: write error: No space left on device"
+    run bash -c "tfm-tokenize decode --ids '$T/val.tfm' > /dev/full"
+    assert_failure 1
+    assert_output "tfm-tokenize: write error: No space left on device"
 }

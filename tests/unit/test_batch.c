@@ -758,6 +758,106 @@ static void test_run(void)
     tfm_corpus_free(&t2);
 }
 
+/* dst = the files srcs[0..n) one after another. */
+static void cat_files(const char *dst, const char *const *srcs, int n)
+{
+    FILE *out = fopen(dst, "wb");
+    for (int i = 0; i < n; i++) {
+        FILE *in = fopen(srcs[i], "rb");
+        char buf[4096];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+            fwrite(buf, 1, k, out);
+        fclose(in);
+    }
+    fclose(out);
+}
+
+/* Batch streams written one after another are read as one: every batch of each, numbered
+ * on, sentence numbers going on after each stream's sentences=; one rank only. */
+static void test_concat(void)
+{
+    struct tfm_error err;
+    struct tfm_corpus s1, t1, s2, t2;
+    struct tfm_batch_plan p1, p2;
+    const char *a = tmp_path("cat-a.tfm"), *b = tmp_path("cat-b.tfm"), *ab = tmp_path("cat.tfm");
+    CHECK_EQ_INT(write_pairs(a, 300, 500, 3, &s1, &t1, &p1), 0);
+    CHECK_EQ_INT(write_pairs(b, 200, 700, 4, &s2, &t2, &p2), 0);
+    const char *parts[] = {a, b, a};
+    cat_files(ab, parts, 3);
+    struct tfm_batch_reader *r = tfm_batch_open(ab, 0, 1, &err);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK_EQ_INT(tfm_batch_count(r), p1.nbatches);  /* the first stream's, known at open */
+        char *seen = calloc(800, 1);
+        struct tfm_batch bt;
+        int64_t k = 0, bad = 0, rows = 0;
+        int rc;
+        while ((rc = tfm_batch_next(r, &bt, &err)) == 1) {
+            CHECK_EQ_INT(bt.number, k);
+            int second = k >= p1.nbatches && k < p1.nbatches + p2.nbatches;
+            int64_t base = k < p1.nbatches ? 0 : second ? 300 : 500;
+            const struct tfm_corpus *s = second ? &s2 : &s1, *t = second ? &t2 : &t1;
+            for (int64_t i = 0; i < bt.B; i++) {
+                int64_t x = bt.index[i];
+                if (x < base || x >= base + s->n || seen[x] ||
+                    !row_is(bt.src + i * bt.S, bt.S, s, x - base) ||
+                    !row_is(bt.tgt + i * bt.T, bt.T, t, x - base))
+                    bad++;
+                else
+                    seen[x] = 1;
+            }
+            rows += bt.B;
+            k++;
+        }
+        if (rc < 0)
+            printf("# %s\n", err.msg);
+        CHECK_EQ_INT(rc, 0);
+        CHECK_EQ_INT(k, 2 * p1.nbatches + p2.nbatches);
+        CHECK_EQ_INT(rows, 800);
+        CHECK_EQ_INT(bad, 0);
+        free(seen);
+        tfm_batch_close(r);
+    }
+    /* shared among ranks, the count must be known at the start: refused */
+    r = tfm_batch_open(ab, 1, 2, &err);
+    CHECK(r != NULL);
+    struct tfm_batch bt;
+    int rc = 1;
+    while (r && (rc = tfm_batch_next(r, &bt, &err)) == 1) {
+    }
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(err.msg, ": stream 2, record 1 'batch.index': ") &&
+          strstr(err.msg, "cannot be shared among 2 ranks"));
+    tfm_batch_close(r);
+
+    /* a stream that ends after a batch's source: its target is not taken from the next */
+    struct tfm_header h;
+    tfm_header_init(&h, TFM_KIND_BATCHES);
+    tfm_header_set(&h, "targets", "1", &err);
+    struct tfm_writer *w = tfm_writer_open(a, &h, 0, &err);
+    int64_t one = 1, dims[2] = {1, 2};
+    int32_t row[2] = {5, 3};
+    CHECK(tfm_writer_put(w, "batch.index", TFM_I64, 1, &one, &one, &err) == 0);
+    CHECK(tfm_writer_put(w, "batch.src", TFM_I32, 2, dims, row, &err) == 0);
+    CHECK(tfm_writer_close(w, &err) == 0);
+    w = tfm_writer_open(b, &h, 0, &err);
+    CHECK(tfm_writer_put(w, "batch.tgt", TFM_I32, 2, dims, row, &err) == 0);
+    CHECK(tfm_writer_close(w, &err) == 0);
+    tfm_header_free(&h);
+    const char *cut[] = {a, b};
+    cat_files(ab, cut, 2);
+    CHECK(tfm_batch_open(ab, 0, 1, &err) == NULL);
+    CHECK(strstr(err.msg, "stream 2, record 1 'batch.tgt'") &&
+          strstr(err.msg, "the stream before this one ends where 'batch.tgt' was expected"));
+    tfm_batch_plan_free(&p1);
+    tfm_batch_plan_free(&p2);
+    tfm_corpus_free(&s1);
+    tfm_corpus_free(&t1);
+    tfm_corpus_free(&s2);
+    tfm_corpus_free(&t2);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir)) {
@@ -774,6 +874,7 @@ int main(void)
     t_run("shards: disjoint, balanced, lock-step; skipping", test_shards);
     t_run("reader rejects bad batches", test_bad_batches);
     t_run("tfm_batch_run: header, eos=1 input, mismatches", test_run);
+    t_run("concatenated batch streams: every batch, numbers go on; one rank only", test_concat);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)

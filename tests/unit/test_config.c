@@ -63,6 +63,10 @@ static void test_errors(void)
     t = "layers 6\n";
     CHECK(tfm_config_parse(&c, t, strlen(t), "w.conf", &err) < 0);
     CHECK(strstr(err.msg, "w.conf:1: expected 'key = value'") == err.msg);
+    /* a binary file: its bytes escaped in the message */
+    static const char bin[] = "\x7f" "ELF\x02\x01\x01\x1b[2J\n";
+    CHECK(tfm_config_parse(&c, bin, sizeof bin - 1, "b.conf", &err) < 0);
+    CHECK_STR(err.msg, "b.conf:1: expected 'key = value', got '\\x7fELF\\x02\\x01\\x01\\x1b[2J'");
     CHECK(tfm_config_set(&c, "norm=middle", "--set", &err) < 0);
     CHECK_STR(err.msg, "--set norm=middle: key 'norm': 'middle' is not one of post|pre");
     CHECK(tfm_config_set(&c, "lr_scale=nan", "--set", &err) < 0);

@@ -189,6 +189,7 @@ static void host_reads_device(struct tfm_backend *be)
     struct tfm_error err;
     volatile float *x = be->alloc(be, 1024, &err);
     freopen("/dev/null", "w", stderr);      /* a sanitizer's report of the fault */
+    signal(SIGSEGV, SIG_DFL);   /* the expected fault, not a sanitizer's finding */
     (void)x[3];
 }
 

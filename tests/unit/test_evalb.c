@@ -239,6 +239,20 @@ static void test_prm_errors(void)
     remove(path);
     CHECK(tfm_evalb_params_load(&p, "/nonexistent.prm", &err) < 0);
     tfm_evalb_params_free(&p);
+    /* bytes of a binary file are escaped in messages; a NUL is refused */
+    static const char bin[] = "\x7f" "ELF\x02\x01\x1b[31m 1\nX";
+    CHECK(tfm_evalb_params_parse(&p, bin, sizeof bin - 1, "b.prm", &err) < 0);
+    CHECK_STR(err.msg, "b.prm: line 1: unknown keyword '\\x7fELF\\x02\\x01\\x1b[31m'");
+    static const char nul[] = "LABELED 1\nDELETE_LABEL a\0b\n";
+    CHECK(tfm_evalb_params_parse(&p, nul, sizeof nul - 1, "n.prm", &err) < 0);
+    CHECK_STR(err.msg, "n.prm: line 2: a NUL byte (not a parameter file)");
+    tfm_evalb_params_free(&p);
+    static const char ok[] = "LABELED 0\r\nCUTOFF_LEN 7\nDELETE_LABEL TOP";   /* no last \n */
+    CHECK(tfm_evalb_params_parse(&p, ok, sizeof ok - 1, "ok.prm", &err) == 0);
+    CHECK_EQ_INT(p.labeled, 0);
+    CHECK_EQ_INT(p.cutoff_len, 7);
+    CHECK(p.ndelete == 1 && strcmp(p.delete_label[0], "TOP") == 0);
+    tfm_evalb_params_free(&p);
 }
 
 int main(void)

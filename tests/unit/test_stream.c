@@ -110,6 +110,8 @@ static void read_all(struct tfm_reader *r)
     tfm_reader_close(r);
 }
 
+static int pipe_fd = -1;    /* read end of the last open_via_pipe (the reader keeps it open) */
+
 /* Read path through a pipe (a child copies it), so the non-mmap path is exercised. */
 static struct tfm_reader *open_via_pipe(const char *path, pid_t *child)
 {
@@ -128,6 +130,7 @@ static struct tfm_reader *open_via_pipe(const char *path, pid_t *child)
         _exit(0);
     }
     close(fds[1]);
+    pipe_fd = fds[0];
     struct tfm_error err;
     struct tfm_reader *r = tfm_reader_open_fd(fds[0], "<pipe>", &err);
     if (!r)
@@ -350,6 +353,246 @@ static void test_every_byte_flip(void)
     CHECK_EQ_INT(accepted, 0);
 }
 
+/* ---- concatenated streams (cat a.tfm b.tfm) ----------------------------------------- */
+
+/* Write a tokens (or hypotheses) stream of n sentences: sentence i is first+i repeated
+ * (i % 4 + 1) times; vocabulary spm (NULL: none); extra header key=value or NULL. */
+static void write_tokens(const char *path, const char *kind, const char *spm, int64_t first,
+                         int64_t n, const char *key, const char *value, int flags)
+{
+    struct tfm_error err;
+    struct tfm_header h;
+    tfm_header_init(&h, kind);
+    if (spm)
+        CHECK(tfm_header_set_spm(&h, spm, strlen(spm), &err) == 0);
+    if (key)
+        CHECK(tfm_header_set(&h, key, value, &err) == 0);
+    struct tfm_corpus c;
+    tfm_corpus_init(&c);
+    int hyp = strcmp(kind, TFM_KIND_HYPOTHESES) == 0;
+    int64_t *index = malloc((size_t)n * sizeof *index);
+    float *score = malloc((size_t)n * sizeof *score);
+    for (int64_t i = 0; i < n; i++) {
+        int32_t ids[4] = {(int32_t)(first + i), (int32_t)(first + i), (int32_t)(first + i),
+                          (int32_t)(first + i)};
+        CHECK(tfm_corpus_push(&c, ids, i % 4 + 1, &err) == 0);
+        index[i] = i;
+        score[i] = -1.0f * (float)i;
+    }
+    if (hyp) {
+        c.index = index;
+        c.score = score;
+    }
+    struct tfm_writer *w = tfm_writer_open(path, &h, flags, &err);
+    CHECK(w != NULL);
+    CHECK(tfm_corpus_write(w, &c, &err) == 0);
+    CHECK(tfm_writer_close(w, &err) == 0);
+    if (!hyp) {
+        free(index);
+        free(score);
+    }
+    tfm_corpus_free(&c);
+    tfm_header_free(&h);
+}
+
+/* dst = the bytes of the files srcs[0..n) one after another, then extra (len bytes). */
+static void cat_files(const char *dst, const char *const *srcs, int n, const void *extra,
+                      size_t len)
+{
+    FILE *out = fopen(dst, "wb");
+    for (int i = 0; i < n; i++) {
+        FILE *in = fopen(srcs[i], "rb");
+        char buf[4096];
+        size_t k;
+        while ((k = fread(buf, 1, sizeof buf, in)) > 0)
+            fwrite(buf, 1, k, out);
+        fclose(in);
+    }
+    if (len)
+        fwrite(extra, 1, len, out);
+    fclose(out);
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Read path as a corpus from the file (mmap) and through a pipe: 0, or -1 with err (the
+ * same from both, else a check fails). */
+static int read_corpus_both(const char *path, struct tfm_corpus *c, struct tfm_error *err)
+{
+    int rc[2];
+    char msg[2][1024];
+    for (int via = 1; via >= 0; via--) {    /* the file last: its message stays in err */
+        pid_t child = -1;
+        struct tfm_reader *r = via ? open_via_pipe(path, &child) : tfm_reader_open(path, err);
+        tfm_corpus_free(c);
+        rc[via] = r ? tfm_corpus_read(r, c, 0, err) : -1;
+        snprintf(msg[via], sizeof msg[via], "%s", rc[via] ? err->msg : "");
+        tfm_reader_close(r);
+        if (child > 0) {        /* a reader may stop early: the child then gets EPIPE */
+            int status;
+            close(pipe_fd);
+            waitpid(child, &status, 0);
+        }
+    }
+    CHECK_EQ_INT(rc[0], rc[1]);
+    if (rc[1] && strstr(msg[1], "<pipe>: ")) /* the same message, but for the file's name */
+        CHECK_STR(strchr(msg[0], ':'), strchr(msg[1], ':'));
+    return rc[0];
+}
+
+static void test_concat(void)
+{
+    char a[256], b[256], e[256], ab[256], other[256], kind[256], eos[256], bad[256];
+    path_in_dir(a, sizeof a, "cat-a.tfm");
+    path_in_dir(b, sizeof b, "cat-b.tfm");
+    path_in_dir(e, sizeof e, "cat-empty.tfm");
+    path_in_dir(ab, sizeof ab, "cat-ab.tfm");
+    path_in_dir(other, sizeof other, "cat-other.tfm");
+    path_in_dir(kind, sizeof kind, "cat-kind.tfm");
+    path_in_dir(eos, sizeof eos, "cat-eos.tfm");
+    path_in_dir(bad, sizeof bad, "cat-bad.tfm");
+    write_tokens(a, TFM_KIND_TOKENS, "vocab one", 10, 5, NULL, NULL, 0);
+    write_tokens(b, TFM_KIND_TOKENS, "vocab one", 100, 70000, NULL, NULL, TFM_DEFLATE);
+    write_tokens(e, TFM_KIND_TOKENS, "vocab one", 0, 0, NULL, NULL, 0);
+    write_tokens(other, TFM_KIND_TOKENS, "vocab two", 10, 5, NULL, NULL, 0);
+    write_tokens(kind, TFM_KIND_HYPOTHESES, "vocab one", 10, 5, NULL, NULL, 0);
+    write_tokens(eos, TFM_KIND_TOKENS, "vocab one", 10, 5, "eos", "1", 0);
+    struct tfm_error err;
+    struct tfm_corpus c;
+    tfm_corpus_init(&c);
+
+    /* a, an empty stream, b (two chunks, deflated), a: every sentence, in order */
+    const char *parts[] = {a, e, b, a};
+    cat_files(ab, parts, 4, NULL, 0);
+    CHECK(read_corpus_both(ab, &c, &err) == 0);
+    CHECK_EQ_INT(c.n, 5 + 70000 + 5);
+    if (c.n != 5 + 70000 + 5) {
+        tfm_corpus_free(&c);
+        return;
+    }
+    CHECK_EQ_INT(tfm_corpus_len(&c, 4), 1);
+    CHECK_EQ_INT(tfm_corpus_sent(&c, 4)[0], 14);
+    CHECK_EQ_INT(tfm_corpus_len(&c, 5), 1);
+    CHECK_EQ_INT(tfm_corpus_sent(&c, 5)[0], 100);
+    CHECK_EQ_INT(tfm_corpus_len(&c, 5 + 69999), 4);
+    CHECK_EQ_INT(tfm_corpus_sent(&c, 5 + 69999)[3], 100 + 69999);
+    CHECK_EQ_INT(tfm_corpus_sent(&c, 70005)[0], 10);
+
+    /* records: members numbered, per-stream record numbers, payloads aligned */
+    struct tfm_reader *r = tfm_reader_open(a, &err);
+    struct tfm_record rec;
+    CHECK(tfm_reader_next(r, &rec, &err) == 1);
+    long first_off = (long)rec.offset;      /* of a stream's first record */
+    tfm_reader_close(r);
+    r = tfm_reader_open(ab, &err);
+    uint64_t members[8] = {0}, last_member = 0;
+    int k, nrec = 0;
+    while ((k = tfm_reader_next(r, &rec, &err)) == 1) {
+        CHECK(rec.member >= last_member && rec.member < 4);
+        CHECK(((uintptr_t)rec.data % TFM_ALIGN) == 0);
+        CHECK(strncmp(rec.name, "tfm.", 4) != 0);
+        members[rec.member]++;
+        last_member = rec.member;
+        CHECK_STR(tfm_reader_member_header(r)->kind, TFM_KIND_TOKENS);
+        if (rec.member == 2 && members[2] == 1) {
+            CHECK_EQ_INT(rec.index, 2);     /* after its header and vocabulary */
+            CHECK_EQ_INT(rec.offset, file_size(a) + file_size(e) + first_off);
+        }
+        nrec++;
+    }
+    CHECK_EQ_INT(k, 0);
+    CHECK_EQ_INT(members[0], 2);
+    CHECK_EQ_INT(members[1], 0);
+    CHECK_EQ_INT(members[2], 4);
+    CHECK_EQ_INT(members[3], 2);
+    tfm_reader_close(r);
+
+    /* whatever follows an end record must be another stream like the first */
+    long at = file_size(a);
+    char want[512];
+    const char *one[] = {a}, *a_other[] = {a, other}, *a_kind[] = {a, kind},
+               *a_eos[] = {a, eos}, *eos_a[] = {eos, a};
+    cat_files(bad, one, 1, "garbage\n", 8);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    snprintf(want, sizeof want, "%s: at byte %ld: input after the end record is not a tfm "
+             "stream (bad magic)", bad, at);
+    CHECK_STR(err.msg, want);
+    cat_files(bad, one, 1, "\0", 1);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    CHECK_STR(err.msg, want);
+    cat_files(bad, a_other, 2, NULL, 0);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    CHECK(strstr(err.msg, "stream 2, record 1 'tfm.spm'") && strstr(err.msg, "vocabulary"));
+    cat_files(bad, a_kind, 2, NULL, 0);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    snprintf(want, sizeof want, "%s: stream 2: at byte %ld: a 'hypotheses' stream after a "
+             "'tokens' stream: a concatenation must be of one kind", bad, at);
+    CHECK_STR(err.msg, want);
+    cat_files(bad, a_eos, 2, NULL, 0);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    CHECK(strstr(err.msg, "header key 'eos': '1' here, absent in the first stream"));
+    cat_files(bad, eos_a, 2, NULL, 0);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    CHECK(strstr(err.msg, "header key 'eos': absent here, '1' in the first stream"));
+    /* a second stream cut short: truncated, named as stream 2 */
+    FILE *f = fopen(a, "rb");
+    unsigned char head[300];
+    size_t nh = fread(head, 1, sizeof head, f);
+    fclose(f);
+    cat_files(bad, one, 1, head, nh);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    CHECK(strstr(err.msg, "stream 2, record") && strstr(err.msg, "truncated"));
+    /* a stream that ends inside a chunk, another after it: the chunk is not completed
+     * from the next stream */
+    struct tfm_header h;
+    tfm_header_init(&h, TFM_KIND_TOKENS);
+    tfm_header_set_spm(&h, "vocab one", 9, &err);
+    struct tfm_writer *w = tfm_writer_open(e, &h, 0, &err);
+    int64_t two = 2, off[2] = {0, 1};
+    CHECK(tfm_writer_put(w, "tokens.offsets", TFM_I64, 1, &two, off, &err) == 0);
+    CHECK(tfm_writer_close(w, &err) == 0);
+    tfm_header_free(&h);
+    const char *cut_a[] = {e, a};
+    cat_files(bad, cut_a, 2, NULL, 0);
+    CHECK(read_corpus_both(bad, &c, &err) == -1);
+    CHECK(strstr(err.msg, "stream 2, record 2 'tokens.offsets'") &&
+          strstr(err.msg, "the stream before this one ends where 'tokens.ids' was expected"));
+
+    /* hypotheses: each stream's hyp.index goes on after the largest before it */
+    write_tokens(a, TFM_KIND_HYPOTHESES, "vocab one", 10, 5, NULL, NULL, 0);
+    write_tokens(b, TFM_KIND_HYPOTHESES, "vocab one", 100, 3, NULL, NULL, 0);
+    const char *hyps[] = {a, b, a};
+    cat_files(ab, hyps, 3, NULL, 0);
+    CHECK(read_corpus_both(ab, &c, &err) == 0);
+    CHECK_EQ_INT(c.n, 13);
+    CHECK(c.index != NULL);
+    for (int64_t i = 0; c.index && i < c.n; i++)
+        CHECK_EQ_INT(c.index[i], i);
+    tfm_corpus_free(&c);
+
+    /* a checkpoint is one stream: nothing may follow it */
+    tfm_header_init(&h, TFM_KIND_CHECKPOINT);
+    w = tfm_writer_open(a, &h, 0, &err);
+    float x = 1;
+    CHECK(tfm_writer_put(w, "param.x", TFM_F32, 0, NULL, &x, &err) == 0);
+    CHECK(tfm_writer_close(w, &err) == 0);
+    tfm_header_free(&h);
+    const char *ckpts[] = {a, a};
+    cat_files(ab, ckpts, 2, NULL, 0);
+    r = tfm_reader_open(ab, &err);
+    CHECK(tfm_reader_next(r, &rec, &err) == 1);
+    CHECK(tfm_reader_next(r, &rec, &err) == -1);
+    snprintf(want, sizeof want, "%s: at byte %ld: input after the end of the checkpoint (a "
+             "checkpoint is one stream; concatenated checkpoints are not read)", ab,
+             file_size(a));
+    CHECK_STR(err.msg, want);
+    tfm_reader_close(r);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -364,6 +607,8 @@ int main(void)
     t_run("writes are atomic; bad records refused", test_atomic);
     t_run("corpus chunks round trip and id bounds", test_corpus);
     t_run("every single-byte corruption is detected", test_every_byte_flip);
+    t_run("concatenated streams read as one; anything else after the end refused",
+          test_concat);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0)

@@ -47,6 +47,28 @@ static void test_parse(void)
     tfm_tree_format(&T, &out, &ocap, &err);
     CHECK_STR(out, "( (S (NN b)))");
     CHECK_EQ_INT(tfm_tree_parse(&T, mrg, strlen(mrg), &pos, 1, &err), 0);
+    /* errors in a text of many lines: the column on the problem's own line, *pos at it */
+    const char *bad = "(S (NN a))\n(S\n  (NP (DT The) (NN cat)) x)\n";
+    pos = 0;
+    CHECK_EQ_INT(tfm_tree_parse(&T, bad, strlen(bad), &pos, 1, &err), 1);
+    CHECK_EQ_INT(tfm_tree_parse(&T, bad, strlen(bad), &pos, 1, &err), -1);
+    CHECK_STR(err.msg, "column 26: a word beside brackets");
+    CHECK_EQ_INT(pos, 11 + 3 + 25);
+    const char *after = "(S (NP x)) y";     /* a second tree's error, on the first's line */
+    pos = 0;
+    CHECK_EQ_INT(tfm_tree_parse(&T, after, strlen(after), &pos, 1, &err), 1);
+    CHECK_EQ_INT(tfm_tree_parse(&T, after, strlen(after), &pos, 1, &err), -1);
+    CHECK_STR(err.msg, "column 12: a word outside brackets");
+    const char *open = "(S\n  (NN a)\n\n";    /* left open: at the end of its last token */
+    pos = 0;
+    CHECK_EQ_INT(tfm_tree_parse(&T, open, strlen(open), &pos, 1, &err), -1);
+    CHECK_STR(err.msg, "column 9: unbalanced brackets: 1 left open at the end");
+    CHECK_EQ_INT(pos, 11);
+    /* a NUL byte would end a word early (found by fuzz_tree): refused where it is */
+    static const char nul[] = "(S (NN a\0b))";
+    pos = 0;
+    CHECK_EQ_INT(tfm_tree_parse(&T, nul, sizeof nul - 1, &pos, 0, &err), -1);
+    CHECK_STR(err.msg, "column 9: a NUL byte");
 }
 
 static const char *linearize(const char *s, int keep_tags)
