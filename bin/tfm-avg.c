@@ -42,8 +42,8 @@ int main(int argc, char **argv)
             break;
         case 'o': out = optarg; break;
         case 'k': keep = 1; break;
-        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
-        case 'V': puts("tfm-avg " TFM_VERSION); return 0;
+        case 'h': return tfm_cli_help(HELP);
+        case 'V': return tfm_cli_version(TFM_VERSION);
         default: return tfm_cli_usage();
         }
     }
@@ -63,7 +63,7 @@ int main(int argc, char **argv)
         }
         if (S_ISDIR(st.st_mode)) {
             if (tfm_checkpoint_list(argv[i], &paths, &steps, &n, &err)) {
-                fprintf(stderr, "tfm-avg: %s\n", err.msg);
+                tfm_cli_fail(&err, 1);
                 goto out;
             }
             if (n < last) {
@@ -98,14 +98,12 @@ int main(int argc, char **argv)
         tfm_checkpoint_list_free(paths, steps, n);
     }
     if (tfm_checkpoint_average((const char *const *)files, nfiles, keep, out, &err)) {
-        fprintf(stderr, "tfm-avg: %s\n", err.msg);
+        tfm_cli_fail(&err, 1);
         goto out;
     }
     status = 0;
-    if (strcmp(out, "-") == 0 && (fflush(stdout) || ferror(stdout) || fclose(stdout))) {
-        perror("tfm-avg: write error");
+    if (strcmp(out, "-") == 0 && tfm_cli_close_stdout(0))
         status = 1;
-    }
 out:
     for (int i = 0; i < nfiles; i++)
         free(files[i]);

@@ -27,15 +27,6 @@ static const char HELP[] =
     "  -q, --quiet        no report on stderr\n"
     "  -h, --help / --version\n";
 
-static int close_stdout(void)
-{
-    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        perror("tfm-batch: write error");
-        return 1;
-    }
-    return 0;
-}
-
 static void progress(void *ctx, const char *line)
 {
     (void)ctx;
@@ -81,11 +72,8 @@ int main(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'p': show = 1; quiet = 0; break;
         case 'q': quiet = 1; show = 0; break;
-        case 'h':
-            fputs(USAGE, stdout);
-            fputs(HELP, stdout);
-            return close_stdout();
-        case OPT_VERSION: puts("tfm-batch " TFM_VERSION); return close_stdout();
+        case 'h': return tfm_cli_help(HELP);
+        case OPT_VERSION: return tfm_cli_version(TFM_VERSION);
         default: return tfm_cli_usage();
         }
     }
@@ -106,8 +94,8 @@ int main(int argc, char **argv)
     struct tfm_batch_plan st;
     struct tfm_error err;
     if (tfm_batch_run(src, tgt, out, &o, &st, &err)) {
-        fprintf(stderr, "tfm-batch: %s\n", err.msg);
-        close_stdout();
+        tfm_cli_fail(&err, 1);
+        tfm_cli_close_stdout(1);
         return 1;
     }
     if (!quiet) {
@@ -125,5 +113,5 @@ int main(int argc, char **argv)
         else
             fprintf(stderr, ", padding %.2f%%\n", 100 * tfm_batch_pad_src(&st));
     }
-    return close_stdout();
+    return tfm_cli_close_stdout(0);
 }

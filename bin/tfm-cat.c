@@ -5,19 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "dump.h"
 
-static void usage(FILE *f)
-{
-    fputs("usage: tfm-cat [--values] [--header] [FILE...]\n"
-          "Print tfm streams as text: the header, then one line per record\n"
-          "(index, name, dtype, shape, size, offset).\n"
-          "  -v, --values   print every element, a row of the last dimension a line\n"
-          "  -H, --header   print the header only\n"
-          "  -h, --help     this help\n"
-          "      --version  print the version\n",
-          f);
-}
+static const char USAGE[] = "usage: tfm-cat [--values] [--header] [FILE...]\n";
+static const char HELP[] =
+    "Print tfm streams as text: the header, then one line per record\n"
+    "(index, name, dtype, shape, size, offset).\n"
+    "  -v, --values   print every element, a row of the last dimension a line\n"
+    "  -H, --header   print the header only\n"
+    "  -h, --help     this help\n"
+    "      --version  print the version\n";
 
 int main(int argc, char **argv)
 {
@@ -27,13 +25,14 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int flags = 0, c;
+    tfm_cli_init("tfm-cat", USAGE);
     while ((c = getopt_long(argc, argv, "vHh", opts, NULL)) != -1) {
         switch (c) {
         case 'v': flags |= TFM_DUMP_VALUES; break;
         case 'H': flags |= TFM_DUMP_HEADER; break;
-        case 'h': usage(stdout); return 0;
-        case 'V': puts("tfm-cat " TFM_VERSION); return 0;
-        default: usage(stderr); return 2;
+        case 'h': return tfm_cli_help(HELP);
+        case 'V': return tfm_cli_version(TFM_VERSION);
+        default: return tfm_cli_usage();
         }
     }
     int status = 0;
@@ -46,18 +45,12 @@ int main(int argc, char **argv)
         if (!r || tfm_dump(r, stdout, flags, &err)) {
             status = 1;
             /* a failed write is said once, below */
-            if (!ferror(stdout)) {
-                fflush(stdout);
-                fprintf(stderr, "tfm-cat: %s\n", err.msg);
-            }
+            if (!ferror(stdout))
+                tfm_cli_fail(&err, 1);
         }
         tfm_reader_close(r);
     }
-    errno = 0;
-    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        fprintf(stderr, "tfm-cat: write error%s%s\n", errno ? ": " : "",
-                errno ? strerror(errno) : "");
+    if (tfm_cli_close_stdout(0))
         return 1;
-    }
     return status;
 }

@@ -194,8 +194,8 @@ int main(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'p': progress = 1; break;
         case 'q': quiet = 1; break;
-        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
-        case O_VERSION: puts("tfm-decode " TFM_VERSION); return 0;
+        case 'h': return tfm_cli_help(HELP);
+        case O_VERSION: return tfm_cli_version(TFM_VERSION);
         default: return tfm_cli_usage();
         }
     }
@@ -216,17 +216,14 @@ int main(int argc, char **argv)
     struct tfm_error err;
     if (tfm_decode_run(models, nmodels, in, out, &o, &err)) {
         fflush(stdout);
-        fprintf(stderr, "tfm-decode: %s\n", err.msg);
-        return 1;
+        return tfm_cli_fail(&err, 1);
     }
     if (!quiet && o.stats.truncated)
         fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",
                 (long long)o.stats.truncated);
     if (pr.on && !pr.device_shown && o.stats.device[0])
         fprintf(stderr, "tfm-decode: %s\n", o.stats.device);
-    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        perror("tfm-decode: write error");
+    if (tfm_cli_close_stdout(0))
         return 1;
-    }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "stream.h"
 #include "tokenize.h"
+#include "util.h"
 
 static const char USAGE[] =
     "usage: tfm-tokenize train  -m MODEL [--vocab N] [--type bpe|unigram] [--coverage F]\n"
@@ -48,27 +49,6 @@ static const char HELP[] =
     "  -p, --progress / -q, --quiet   summary on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-/* Flush and close stdout: 0, or 1 after "tfm-tokenize: write error: ..." (said once: not
- * when reported already). */
-static int close_stdout(int reported)
-{
-    errno = 0;
-    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        if (!reported)
-            fprintf(stderr, "tfm-tokenize: write error%s%s\n", errno ? ": " : "",
-                    errno ? strerror(errno) : "");
-        return 1;
-    }
-    return 0;
-}
-
 enum { OPT_SEED = 256, OPT_VERSION };
 
 static const struct option OPTS[] = {
@@ -103,15 +83,10 @@ static int run(int argc, char **argv, const char **options)
     if (argc < 2)
         return tfm_cli_usage_error("a subcommand is needed (train, encode or decode)");
     const char *cmd = argv[1];
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0) {
-        fputs(USAGE, stdout);
-        fputs(HELP, stdout);
-        return close_stdout(0);
-    }
-    if (strcmp(cmd, "--version") == 0) {
-        puts("tfm-tokenize " TFM_VERSION);
-        return close_stdout(0);
-    }
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0)
+        return tfm_cli_help(HELP);
+    if (strcmp(cmd, "--version") == 0)
+        return tfm_cli_version(TFM_VERSION);
     int sub = strcmp(cmd, "train") == 0 ? 0 : strcmp(cmd, "encode") == 0 ? 1
             : strcmp(cmd, "decode") == 0 ? 2 : -1;
     if (sub < 0)
@@ -120,7 +95,7 @@ static int run(int argc, char **argv, const char **options)
     struct tfm_spm_train_opts topt;
     tfm_spm_train_defaults(&topt);
     struct tfm_encode_opts eopt = {.threads = 1, .producer = "tfm-tokenize " TFM_VERSION};
-    struct tfm_decode_opts dopt = {0};
+    struct tfm_detok_opts dopt = {0};
     const char *model = NULL, *output = NULL;
     int progress = isatty(2);
     long long v;
@@ -184,11 +159,8 @@ static int run(int argc, char **argv, const char **options)
         case 'i': dopt.ids = 1; break;
         case 'p': progress = 1; break;
         case 'q': progress = 0; break;
-        case 'h':
-            fputs(USAGE, stdout);
-            fputs(HELP, stdout);
-            return close_stdout(0);
-        case OPT_VERSION: puts("tfm-tokenize " TFM_VERSION); return close_stdout(0);
+        case 'h': return tfm_cli_help(HELP);
+        case OPT_VERSION: return tfm_cli_version(TFM_VERSION);
         default: return tfm_cli_usage();
         }
     }
@@ -201,17 +173,16 @@ static int run(int argc, char **argv, const char **options)
             return tfm_cli_usage_error("train: -m MODEL is needed");
         if (nfiles < 1)
             return tfm_cli_usage_error("train: at least one FILE is needed");
-        double t0 = now();
+        double t0 = tfm_now();
         int vocab = 0;
         if (tfm_tokenize_train((const char *const *)argv + optind, nfiles, &topt, model,
                                &vocab, &err)) {
-            fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
-            return 1;
+            return tfm_cli_fail(&err, 1);
         }
         if (progress)
             fprintf(stderr, "tfm-tokenize: %s: %s model, %d pieces, %.1f s\n", model,
-                    topt.type, vocab, now() - t0);
-        return close_stdout(0);
+                    topt.type, vocab, tfm_now() - t0);
+        return tfm_cli_close_stdout(0);
     }
 
     if (nfiles > 1)
@@ -221,8 +192,7 @@ static int run(int argc, char **argv, const char **options)
     if (sub == 1 && !model)
         return tfm_cli_usage_error("encode: -m MODEL is needed");
     if (model && !(s = tfm_spm_load_file(model, &err))) {
-        fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
-        return 1;
+        return tfm_cli_fail(&err, 1);
     }
     int status = 0;
     if (sub == 1) {     /* encode */
@@ -231,12 +201,11 @@ static int run(int argc, char **argv, const char **options)
             return tfm_cli_usage_error("encode: refusing to write a binary stream to a terminal "
                                        "(redirect it or use -o OUT)");
         }
-        double t0 = now();
+        double t0 = tfm_now();
         if (tfm_tokenize_encode(s, in, output, &eopt, &err)) {
-            fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
-            status = 1;
+            status = tfm_cli_fail(&err, 1);
         } else if (progress) {
-            double dt = now() - t0;
+            double dt = tfm_now() - t0;
             fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), "
                     "%.2f s, %.0f sentences/s\n", (long long)eopt.sentences,
                     (long long)eopt.tokens, (long long)eopt.unknown, dt,
@@ -246,14 +215,12 @@ static int run(int argc, char **argv, const char **options)
         dopt.model = s;
         dopt.model_name = model;
         if (tfm_tokenize_decode(in, stdout, &dopt, &err)) {
-            fflush(stdout);
-            fprintf(stderr, "tfm-tokenize: %s\n", err.msg);
-            status = 1;
+            status = tfm_cli_fail(&err, 1);
         }
     }
     tfm_spm_free(s);
     /* a failed write to stdout was the error just printed */
-    if (close_stdout(status != 0 && ferror(stdout)))
+    if (tfm_cli_close_stdout(status != 0 && ferror(stdout)))
         return 1;
     return status;
 }

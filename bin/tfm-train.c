@@ -185,8 +185,8 @@ int main(int argc, char **argv)
         case 'l': o.log_path = optarg; break;
         case 'P': progress = 1; break;
         case 'q': quiet = 1; break;
-        case 'h': fputs(USAGE, stdout); fputs(HELP, stdout); return 0;
-        case OPT_VERSION: puts("tfm-train " TFM_VERSION); return 0;
+        case 'h': return tfm_cli_help(HELP);
+        case OPT_VERSION: return tfm_cli_version(TFM_VERSION);
         case OPT_REPORT:
             if (tfm_cli_int("--report-every", optarg, 1, INT64_MAX, &v))
                 return 2;
@@ -229,17 +229,15 @@ int main(int argc, char **argv)
     tfm_config_defaults(&cfg);
     if (config_path) {
         if (tfm_config_load(&cfg, config_path, &err)) {
-            fprintf(stderr, "tfm-train: %s\n", err.msg);
-            return 1;
+            return tfm_cli_fail(&err, 1);
         }
     } else if (o.resume && o.out_dir) {
         char path[4096];
         int found = tfm_checkpoint_find_last(o.out_dir, path, sizeof path, &err);
         struct tfm_checkpoint *ck = found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, &err) : NULL;
         if (found < 0 || (found > 0 && (!ck || tfm_checkpoint_config(ck, &cfg, &err)))) {
-            fprintf(stderr, "tfm-train: %s\n", err.msg);
             tfm_checkpoint_free(ck);
-            return 1;
+            return tfm_cli_fail(&err, 1);
         }
         tfm_checkpoint_free(ck);
         if (!found) {
@@ -251,8 +249,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < nsets; i++)
         if (tfm_config_set(&cfg, sets[i], "--set", &err)) {
-            fprintf(stderr, "tfm-train: %s\n", err.msg);
-            return 2;
+            return tfm_cli_fail(&err, 2);
         }
     free(sets);
     if (max_steps >= 0)
@@ -285,8 +282,7 @@ int main(int argc, char **argv)
     /* processes: --ranks R each (default 1), on the GPUs of its place on the node */
     struct tfm_dist_env env;
     if (tfm_dist_env_read(&env, &err)) {
-        fprintf(stderr, "tfm-train: %s\n", err.msg);
-        return 1;
+        return tfm_cli_fail(&err, 1);
     }
     if (env.world > 1) {
         o.world = env.world;
@@ -304,8 +300,7 @@ int main(int argc, char **argv)
     if (tfm_device_open_gpus(device, o.threads, env.world > 1 ? env.local_rank * o.ranks : 0,
                              env.world > 1 || ranks_given ? o.ranks : 0, gpus, &ngpus, where,
                              sizeof where, &err)) {
-        fprintf(stderr, "tfm-train: %s\n", err.msg);
-        return 1;
+        return tfm_cli_fail(&err, 1);
     }
     if (notes)
         fprintf(notes, "tfm-train: %s\n", where);
@@ -341,9 +336,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < ngpus; i++)
         gpus[i]->destroy(gpus[i]);
     if (failed) {
-        fprintf(stderr, "tfm-train: %s\n", err.msg);
         /* a run the signal cut short (joining, or a peer silent after it) says so */
-        return stop_signal ? 128 + (int)stop_signal : 1;
+        return tfm_cli_fail(&err, stop_signal ? 128 + (int)stop_signal : 1);
     }
     if (notes) {
         fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n",

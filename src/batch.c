@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "spm.h"
+#include "util.h"
 
 void tfm_batch_defaults(struct tfm_batch_opts *o)
 {
@@ -384,13 +385,6 @@ done:
 
 /* ---- tfm-batch as one call --------------------------------------------------------- */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
@@ -446,7 +440,7 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
  * the final eos a header with eos=1 promises.  Closes the reader (unmapping the file). */
 static int input_read(struct input *in, const struct tfm_batch_opts *o, struct tfm_error *err)
 {
-    double t0 = now_s();
+    double t0 = tfm_now();
     int64_t vocab = header_int(&in->h, "vocab.size");
     const char *name = tfm_reader_name(in->r);
     if (tfm_corpus_read(in->r, &in->c, vocab > 0 ? vocab : 0, err))
@@ -464,7 +458,7 @@ static int input_read(struct input *in, const struct tfm_batch_opts *o, struct t
                             (long long)i + 1, len ? "does not end in eos" : "empty");
     }
     note(o, "%s: %lld sentences, %lld tokens read (%.2f s)", name, (long long)c->n,
-         (long long)(c->n ? c->offsets[c->n] : 0), now_s() - t0);
+         (long long)(c->n ? c->offsets[c->n] : 0), tfm_now() - t0);
     tfm_reader_close(in->r);
     in->r = NULL;
     return 0;
@@ -522,12 +516,12 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
         goto done;
     }
 
-    double t0 = now_s();
+    double t0 = tfm_now();
     if (tfm_batch_plan(&s.c, s.eos, tgt_path ? &t.c : NULL, t.eos, o, &p, err)) {
         tfm_error_prefix(err, "%s", sname);
         goto done;
     }
-    note(o, "%lld batches planned (%.2f s)", (long long)p.nbatches, now_s() - t0);
+    note(o, "%lld batches planned (%.2f s)", (long long)p.nbatches, tfm_now() - t0);
 
     const char *bos = tfm_header_get(&s.h, "bos");
     if ((s.h.spm && tfm_header_set_spm(&h, s.h.spm, s.h.spm_size, err)) ||
@@ -549,10 +543,10 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
                       tfm_header_setf(&h, err, "pad.tgt", "%.4f", tfm_batch_pad_tgt(&p)))))
         goto done;
 
-    t0 = now_s();
+    t0 = tfm_now();
     if (tfm_batch_write(out, &h, &s.c, s.eos, tgt_path ? &t.c : NULL, t.eos, &p, o->flags, err))
         goto done;
-    note(o, "%lld batches written (%.2f s)", (long long)p.nbatches, now_s() - t0);
+    note(o, "%lld batches written (%.2f s)", (long long)p.nbatches, tfm_now() - t0);
     *stats = p;
     stats->order = stats->start = stats->perm = NULL;
     rc = 0;

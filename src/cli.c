@@ -8,6 +8,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
 
 static const char *cli_prog = "tfm";
 static const char *cli_usage;
@@ -23,6 +26,39 @@ int tfm_cli_usage(void)
     if (cli_usage)
         fputs(cli_usage, stderr);
     return 2;
+}
+
+int tfm_cli_fail(const struct tfm_error *err, int status)
+{
+    fflush(stdout);
+    fprintf(stderr, "%s: %s\n", cli_prog, err->msg);
+    return status;
+}
+
+int tfm_cli_close_stdout(int reported)
+{
+    errno = 0;
+    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
+        if (!reported)
+            fprintf(stderr, "%s: write error%s%s\n", cli_prog, errno ? ": " : "",
+                    errno ? strerror(errno) : "");
+        return 1;
+    }
+    return 0;
+}
+
+int tfm_cli_help(const char *help)
+{
+    if (cli_usage)
+        fputs(cli_usage, stdout);
+    fputs(help, stdout);
+    return tfm_cli_close_stdout(0);
+}
+
+int tfm_cli_version(const char *version)
+{
+    printf("%s %s\n", cli_prog, version);
+    return tfm_cli_close_stdout(0);
 }
 
 int tfm_cli_usage_error(const char *fmt, ...)

@@ -14,6 +14,21 @@
  * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call. */
 void tfm_cli_init(const char *prog, const char *usage);
 
+struct tfm_error;
+
+/* A failure the library reported: "PROG: MESSAGE\n" on stderr (standard output flushed
+ * first, so that what was printed comes before it); returns status. */
+int tfm_cli_fail(const struct tfm_error *err, int status);
+
+/* Flush and close standard output; 0, or 1 after "PROG: write error: REASON" (a closed
+ * pipe, a full disk) unless reported is set (the caller said so already). */
+int tfm_cli_close_stdout(int reported);
+
+/* --help: the usage text and then help on standard output; --version: "PROG VERSION".
+ * Both return tfm_cli_close_stdout(0): a failed write is an error, not a silent 0. */
+int tfm_cli_help(const char *help);
+int tfm_cli_version(const char *version);
+
 /* "PROG: MESSAGE\n" (printf-style) and the usage text on stderr; returns 2. */
 int tfm_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

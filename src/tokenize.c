@@ -401,7 +401,7 @@ static int put_sentence(FILE *out, const struct tfm_spm *s, int as_ids, const in
     return 0;
 }
 
-static int decode_stream(struct tfm_reader *r, FILE *out, const struct tfm_decode_opts *o,
+static int decode_stream(struct tfm_reader *r, FILE *out, const struct tfm_detok_opts *o,
                          struct tfm_error *err)
 {
     const struct tfm_header *h = tfm_reader_header(r);
@@ -442,7 +442,7 @@ static int decode_stream(struct tfm_reader *r, FILE *out, const struct tfm_decod
 }
 
 /* Text lines of space-separated ids ("12 7 3"), as spm_encode --output_format=id. */
-static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_decode_opts *o,
+static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_detok_opts *o,
                        struct tfm_error *err)
 {
     const char *name = tfm_lines_name(in);
@@ -492,7 +492,7 @@ static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_decode_
     return rc;
 }
 
-int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_decode_opts *o,
+int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_opts *o,
                         struct tfm_error *err)
 {
     const char *name = "<stdin>";

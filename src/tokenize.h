@@ -36,7 +36,7 @@ struct tfm_encode_opts {
 int tfm_tokenize_encode(const struct tfm_spm *s, const char *in_path, const char *out_path,
                         struct tfm_encode_opts *o, struct tfm_error *err);
 
-struct tfm_decode_opts {
+struct tfm_detok_opts {
     const struct tfm_spm *model;    /* needed for text input; a stream's own is used */
     const char *model_name;         /* its file, for messages */
     int ids;                        /* print the ids (as spm_encode --output_format=id) */
@@ -46,7 +46,7 @@ struct tfm_decode_opts {
  * sentence or hypothesis, in stream order), or text lines of space-separated ids.
  * Writes lines to out.  A stream that carries a vocabulary is decoded with it: o->model,
  * when given, must be that very model (byte for byte), else it is an error. */
-int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_decode_opts *o,
+int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_opts *o,
                         struct tfm_error *err);
 
 #endif

@@ -365,7 +365,7 @@ static void test_stream(void)
 
     /* decode back: the text, CRLF gone */
     FILE *f = fopen(path("dec.txt"), "w");
-    struct tfm_decode_opts d = {0};
+    struct tfm_detok_opts d = {0};
     CHECK(tfm_tokenize_decode(path("out.tfm"), f, &d, &err) == 0);
     fclose(f);
     char *back;
@@ -468,7 +468,7 @@ static void test_hypotheses(void)
     free(ids);
 
     FILE *f = fopen(path("hyp.txt"), "w");
-    struct tfm_decode_opts d = {0};
+    struct tfm_detok_opts d = {0};
     CHECK(tfm_tokenize_decode(path("hyp.tfm"), f, &d, &err) == 0);
     fclose(f);
     char *back;
