@@ -21,6 +21,7 @@
 #     the input by length and cuts it into batches of 64 sentences (tfm plans about 60
 #     sentences a batch for beam 4 here, 250 for greedy, from a 16384-token budget)
 set -u
+export PYTHONDONTWRITEBYTECODE=1        # no __pycache__ left in the tree
 TFM_ROOT=${TFM_ROOT:-$PWD}
 here="$TFM_ROOT/tests/bench"
 threads=${TFM_BENCH_THREADS:-2}

@@ -28,6 +28,8 @@ import os
 import shutil
 import sys
 
+sys.dont_write_bytecode = True     # no __pycache__ in the tree
+
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))

@@ -22,6 +22,8 @@ import os
 import sys
 import time
 
+sys.dont_write_bytecode = True     # no __pycache__ in the tree
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "ref"))
 sys.path.insert(0, HERE)
