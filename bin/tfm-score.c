@@ -872,14 +872,11 @@ int main(int argc, char **argv)
             break;
         case 'q': quiet = 1; break;
         case 'h':
-            fputs(USAGE, stdout);
-            fputs(HELP, stdout);
             free(refs);
-            return fclose(stdout) ? 1 : 0;
+            return tfm_cli_help(HELP);
         case OPT_VERSION:
-            puts(PROG " " TFM_VERSION);
             free(refs);
-            return fclose(stdout) ? 1 : 0;
+            return tfm_cli_version(TFM_VERSION);
         default: st = tfm_cli_usage(); break;
         }
         if (st) {
@@ -972,9 +969,5 @@ int main(int argc, char **argv)
         text_free(&hyp);
     }
     free(refs);
-    if (fflush(stdout) || ferror(stdout) || fclose(stdout)) {
-        perror(PROG ": write error");
-        return 1;
-    }
-    return rc;
+    return tfm_cli_close_stdout(0) ? 1 : rc;
 }
