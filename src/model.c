@@ -1147,6 +1147,7 @@ struct tfm_decoder {
     float **kvc;
     float **ckv;                /* per layer (B*S, 2D) encoder K|V */
     float *x, *u, *qkv, *o, *tmp, *q, *h, *logits, *mean, *rstd;
+    float *wpack;               /* the output embedding laid out by be->out_pack, or NULL */
     int32_t *tok, *self_len, *row_src, *cross_len;   /* device (max_rows) */
     int32_t *anc;               /* device (max_rows, max_steps) */
     int32_t *anc_host, *anc_next;   /* host (max_rows, max_steps): now, and for select */
@@ -1198,6 +1199,8 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     TAKE(d->q, float, R * D);
     TAKE(d->h, float, R * m->F);
     TAKE(d->logits, float, R * m->V);
+    if (m->be->out_pack)
+        TAKE(d->wpack, float, m->be->out_pack_floats(m->V, m->D));
     TAKE(d->mean, float, R);
     TAKE(d->rstd, float, R);
     TAKE(d->tok, int32_t, R);
@@ -1311,6 +1314,8 @@ int tfm_decoder_encode(struct tfm_decoder *d, int B, int S, const int32_t *src,
             linear(m, d->ckv[l] + (size_t)b0 * S * 2 * m->D, 2 * m->D, enc, m->D, Bg * S,
                    m->dec[l].cross.wkv, m->dec[l].cross.bkv);
     }
+    if (d->wpack)       /* at every batch: the weights may have changed (validation) */
+        be->out_pack(be, d->wpack, DATA(m->emb_out), m->V, m->D);
     d->B = B;
     d->S = S;
     d->rows = 0;
@@ -1340,9 +1345,10 @@ static void dstep_out(struct tfm_decoder *d, const struct ln_p *ln, int R)
                           (float)m->cfg.ln_eps);
 }
 
-/* The decoder stack for one step of R rows: the logits (R, V) into d->logits. */
-static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
-                      const int32_t *row_src, struct tfm_error *err)
+/* The decoder stack for one step of R rows: the last layer's output (R, D), before the
+ * output projection, into *out. */
+static int dec_hidden(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                      const int32_t *row_src, const float **out, struct tfm_error *err)
 {
     struct tfm_model *m = d->m;
     struct tfm_backend *be = m->be;
@@ -1409,9 +1415,26 @@ static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
                           D, (float)m->cfg.ln_eps);
         y = d->u;
     }
-    be->gemm(be, 0, 1, R, m->V, D, 1.0f, y, D, DATA(m->emb_out), D, 0.0f, d->logits, m->V);
+    *out = y;
     d->rows = R;
     d->t++;
+    return 0;
+}
+
+/* The logits (R, V) of one step into d->logits. */
+static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                      const int32_t *row_src, struct tfm_error *err)
+{
+    struct tfm_model *m = d->m;
+    struct tfm_backend *be = m->be;
+    const float *y;
+    if (dec_hidden(d, nrows, last_tok, row_src, &y, err))
+        return -1;
+    if (d->wpack)
+        be->out_logits(be, d->logits, y, nrows, d->wpack, m->V, m->D);
+    else
+        be->gemm(be, 0, 1, nrows, m->V, m->D, 1.0f, y, m->D, DATA(m->emb_out), m->D, 0.0f,
+                 d->logits, m->V);
     return 0;
 }
 
@@ -1440,9 +1463,17 @@ int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_t
     if (k < 1 || k > V || also < 0 || also >= V)
         return tfm_fail(err, "decoder: %d best of %d tokens, token %d: out of range", k, V,
                         also);
+    struct tfm_backend *be = d->m->be;
+    if (d->wpack && be->out_top) {          /* the logits never leave the cache */
+        const float *y;
+        if (dec_hidden(d, nrows, last_tok, row_src, &y, err))
+            return -1;
+        be->out_top(be, d->logits, y, nrows, d->wpack, V, d->m->D, k, ban, nban, also,
+                    top_lp, top_tok, also_lp);
+        return 0;
+    }
     if (dec_logits(d, nrows, last_tok, row_src, err))
         return -1;
-    struct tfm_backend *be = d->m->be;
     if (be->log_softmax_top) {
         be->log_softmax_top(be, d->logits, nrows, V, k, ban, nban, also, top_lp, top_tok,
                             also_lp);
