@@ -584,7 +584,7 @@ static void test_out_layer(void)
         CHECK(!be->out_logits && !be->out_top && !be1->out_pack);
         return;
     }
-    enum { N = 37, V = 1001, D = 40, K = 5 };
+    enum { N = 37, V = 20011, D = 40, K = 5 };     /* blocks of 16, 16 and 5 rows */
     static float W[V * D], x[N * D], want[N * V], y[N * V], y1[N * V], one[V];
     for (int i = 0; i < V * D; i++)
         W[i] = (float)((uint32_t)(i * 2654435761u) >> 8) / 16777216.0f - 0.5f;
