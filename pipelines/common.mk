@@ -38,6 +38,7 @@ MAX_TIME    ?=
 SAVE_EVERY  ?=
 VALID_EVERY ?= 500
 VALID_BLEU  ?=
+REPORT_EVERY ?= 100
 SENT        ?=
 AVG         ?= 5
 BEAM        ?=
@@ -151,7 +152,7 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
 	$(if $(LAUNCH),rm -f $(W)/rendezvous; TFM_RENDEZVOUS=$(abspath $(W))/rendezvous $(LAUNCH)) \
 	$(TFM)train -c $(CONFIG) $(SETS) -o $(W)/ckpt --resume --valid $(W)/valid.batches.tfm \
 	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
-	    --log $(W)/train.log --progress --report-every 100 $<
+	    --log $(W)/train.log --progress --report-every $(REPORT_EVERY) $<
 	touch $@
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
@@ -226,6 +227,7 @@ help:
 	@echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"
 	@echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"
 	@echo "  VALID_BLEU=$(VALID_BLEU)  non-empty: validation BLEU too (tfm-train --valid-bleu), logged and plotted"
+	@echo "  REPORT_EVERY=$(REPORT_EVERY)  updates between the lines of train.log (plot draws them)"
 	@echo "  SENT=$(SENT)  attention: the test sentence (line number) whose attention is drawn"
 	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
 
