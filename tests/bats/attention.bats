@@ -138,6 +138,14 @@ worst_row() {
     diff <(values "$T/a.tfm" attn.tgt) <(tfm-tokenize decode --ids "$T/g.tfm" | sed 's/$/ 3/; s/^ //')
 }
 
+@test "--attention on a device (sim: memory the host cannot touch): the CPU's weights" {
+    tfm-decode -q -m "$M/model.tfm" --device sim --attention "$T/sim.tfm" --attention-all \
+        -o "$T/h.tfm" "$M/test.tfm"
+    for r in attn.src attn.tgt attn.cross attn.enc attn.dec; do
+        diff <(values "$T/sim.tfm" "$r") <(values "$M/all.tfm" "$r")
+    done
+}
+
 @test "--attention: usage errors and an unwritable file" {
     run tfm-decode -m "$M/model.tfm" --attention-all "$M/test.tfm"
     assert_failure 2
@@ -185,4 +193,10 @@ $T/x.cross.2.png"
     run "$TFM_ROOT/pipelines/plot-attention" "$T/none.tfm"
     assert_failure 1
     assert_output --partial "none.tfm"
+    run "$TFM_ROOT/pipelines/plot-attention" - < "$M/all.tfm"
+    assert_failure 2
+    assert_output --partial "standard input: give -o PREFIX"
+    run "$TFM_ROOT/pipelines/plot-attention" -n 2 -o "$T/in" - < "$M/all.tfm"
+    assert_success
+    assert_line "$T/in.dec.2.png"
 }
