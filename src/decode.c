@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attention.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -501,6 +502,50 @@ done:
     return rc;
 }
 
+/* The attention stream of the best hypothesis of every source (out: the hypotheses in
+ * input order, best first), under the first model, in input order. */
+static int write_attention(const struct tfm_corpus *src, const int64_t *number,
+                           const struct tfm_corpus *out, struct member *mb,
+                           const struct tfm_header *hdr, const struct tfm_decode_opts *o,
+                           struct tfm_error *err)
+{
+    struct tfm_attn_writer *a = tfm_attn_open(o->attention, mb->model, hdr->spm, hdr->spm_size,
+                                              o->attention_all, o->producer, mb->path, err);
+    if (!a)
+        return -1;
+    int32_t *tgt = malloc(((size_t)mb->cfg.max_len + 1) * sizeof *tgt);
+    if (!tgt) {
+        tfm_attn_abort(a);
+        return tfm_fail(err, "out of memory");
+    }
+    int64_t p = 0;      /* the source of out's entry j: entries follow the sources' order */
+    for (int64_t j = 0; j < out->n; j++) {
+        if (j > 0 && out->index[j] == out->index[j - 1])
+            continue;                               /* n-best: the best only */
+        while (p < src->n && number[p] != out->index[j])
+            p++;
+        int64_t T = tfm_corpus_len(out, j) + 1;
+        if (p == src->n || T > mb->cfg.max_len) {
+            free(tgt);
+            tfm_attn_abort(a);
+            return tfm_fail(err, "internal error: hypothesis %lld without its source",
+                            (long long)j);
+        }
+        memcpy(tgt, tfm_corpus_sent(out, j), (size_t)(T - 1) * sizeof *tgt);
+        tgt[T - 1] = TFM_EOS_ID;
+        if (tfm_attn_put(a, out->index[j], tfm_corpus_sent(src, p), (int)tfm_corpus_len(src, p),
+                         tgt, (int)T, err)) {
+            free(tgt);
+            tfm_attn_abort(a);
+            return tfm_error_prefix(err, "%s", strcmp(o->attention, "-") ? o->attention
+                                                                          : "<stdout>");
+        }
+        p++;
+    }
+    free(tgt);
+    return tfm_attn_close(a, err);
+}
+
 /* ---- the run -------------------------------------------------------------------------- */
 
 
@@ -815,6 +860,9 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     if (hypset_ordered(&R.hs, R.number, ns, &R.out, err))
         goto done;
     o->stats.hyps = R.out.n;
+    if (o->attention &&
+        write_attention(&R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o, err))
+        goto done;
     for (int64_t i = 0; i < R.out.n; i++)
         if (i == 0 || R.out.index[i] != R.out.index[i - 1])
             o->stats.tokens += tfm_corpus_len(&R.out, i);

@@ -1,6 +1,7 @@
 /* model.c: the Transformer's parameters, forward, backward and incremental decoding
  * (model.h), written against the backend table only: no loops over tensor elements here
  * except on the host when initializing parameters and checking batches.
+ * The attention weights for inspection (tfm_model_attention) are computed on the host too.
  * Not here: the ops (backend_cpu.c), the optimizer (optim.c), the training loop.
  */
 #include "model.h"
@@ -1130,6 +1131,79 @@ int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *
         be->log_softmax(be, m->a.logits, m->a.logits, c, V);
         be->download(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V * sizeof(float));
     }
+    return 0;
+}
+
+/* ---- attention weights, for inspection ------------------------------------------------------ */
+
+/* p (H,Tq,Tk) = softmax over j of q_hi . k_hj * scale, j > i masked when causal.  q: Tq rows
+ * of ldq floats, head h at columns [h*dk, (h+1)*dk); k likewise, ldk. */
+static void attn_probs(const float *q, int ldq, const float *k, int ldk, int H, int Tq, int Tk,
+                       int dk, int causal, double scale, double *row, float *p)
+{
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < Tq; i++) {
+            const float *qi = q + (size_t)i * ldq + (size_t)h * dk;
+            int n = causal && i + 1 < Tk ? i + 1 : Tk;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                const float *kj = k + (size_t)j * ldk + (size_t)h * dk;
+                double s = 0;
+                for (int c = 0; c < dk; c++)
+                    s += (double)qi[c] * kj[c];
+                row[j] = s * scale;
+                mx = row[j] > mx ? row[j] : mx;
+            }
+            for (int j = 0; j < n; j++)
+                sum += row[j] = exp(row[j] - mx);
+            float *out = p + ((size_t)h * Tq + i) * Tk;
+            for (int j = 0; j < Tk; j++)
+                out[j] = j < n ? (float)(row[j] / sum) : 0.0f;
+        }
+}
+
+int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
+                        const int32_t *tgt, float *cross, float *enc_self, float *dec_self,
+                        struct tfm_error *err)
+{
+    struct tfm_loss l;
+    if (stage(m, 1, S, T, src, tgt, &l, err) < 0)
+        return -1;
+    if (l.src_tokens != S || l.tokens != T)
+        return tfm_fail(err, "attention: padding inside %d source / %d target tokens", S, T);
+    struct tfm_backend *be = m->be;
+    struct fwd f = {0, 0, 1, S, T};
+    const float *enc = enc_forward(m, &f);
+    dec_forward(m, &f, enc);
+    int D = m->D, H = m->H, dk = m->dk, L = S > T ? S : T;
+    /* the queries and keys of one layer, (L,3D) each, and one row of scores */
+    float *qk = malloc((size_t)2 * L * 3 * D * sizeof *qk);
+    double *row = malloc((size_t)L * sizeof *row);
+    if (!qk || !row) {
+        free(qk);
+        free(row);
+        return tfm_fail(err, "attention: out of memory for %d x %d tokens", S, T);
+    }
+    float *a = qk, *b = qk + (size_t)L * 3 * D;
+    double scale = 1.0 / sqrt((double)dk);
+    for (int k = 0; k < m->N; k++) {
+        const struct dec_a *d = &m->a.dec[k];
+        be->download(be, a, d->q, (size_t)T * D * sizeof *a);
+        be->download(be, b, d->kv, (size_t)S * 2 * D * sizeof *b);
+        attn_probs(a, D, b, 2 * D, H, T, S, dk, 0, scale, row, cross + (size_t)k * H * T * S);
+        if (enc_self) {
+            be->download(be, a, m->a.enc[k].qkv, (size_t)S * 3 * D * sizeof *a);
+            attn_probs(a, 3 * D, a + D, 3 * D, H, S, S, dk, 0, scale, row,
+                       enc_self + (size_t)k * H * S * S);
+        }
+        if (dec_self) {
+            be->download(be, a, d->qkv, (size_t)T * 3 * D * sizeof *a);
+            attn_probs(a, 3 * D, a + D, 3 * D, H, T, T, dk, 1, scale, row,
+                       dec_self + (size_t)k * H * T * T);
+        }
+    }
+    free(qk);
+    free(row);
     return 0;
 }
 
