@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "bleu_unicode.h"
+#include "json.h"
+#include "score.h"
 
 /* ---- UTF-8 --------------------------------------------------------------------------- */
 
@@ -821,4 +823,102 @@ int tfm_bleu_format(const struct tfm_bleu_score *s, char *buf, size_t n)
     char v[256];
     tfm_bleu_format_verbose(s, v, sizeof v);
     return snprintf(buf, n, "BLEU = %.2f %s", s->score, v);
+}
+
+/* ---- the scorer (score.h) ------------------------------------------------------------ */
+
+struct bleu_scorer {
+    struct tfm_scorer base;
+    struct tfm_bleu_opts o;
+    struct tfm_bleu *b;
+};
+
+static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
+                    const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
+{
+    struct bleu_scorer *bs = (struct bleu_scorer *)s;
+    if (tfm_bleu_add(bs->b, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+        return tfm_error_prefix(err, "line %lld", (long long)i + 1);
+    return 0;
+}
+
+static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
+{
+    (void)err;
+    struct bleu_scorer *bs = (struct bleu_scorer *)s;
+    struct tfm_bleu_score sc;
+    tfm_bleu_compute(tfm_bleu_stats(bs->b), &bs->o, &sc);
+    char line[512], sig[256], verbose[256];
+    tfm_bleu_format(&sc, line, sizeof line);
+    tfm_bleu_format_verbose(&sc, verbose, sizeof verbose);
+    tfm_bleu_signature(&bs->o, s->nrefs, s->o.version, sig, sizeof sig);
+    FILE *f = s->o.out;
+    if (!s->o.json) {
+        fprintf(f, "%s\n%s\n", line, sig);
+        return 0;
+    }
+    struct tfm_json j;
+    tfm_json_init(&j, f);
+    tfm_json_object(&j, 1);
+    tfm_json_key(&j, "name");
+    tfm_json_str(&j, "BLEU");
+    tfm_json_key(&j, "score");
+    tfm_json_num(&j, sc.score);
+    tfm_json_key(&j, "signature");
+    tfm_json_str(&j, sig);
+    tfm_json_key(&j, "verbose_score");
+    tfm_json_str(&j, verbose);
+    tfm_score_json_signature(&j, sig);
+    tfm_json_key(&j, "precisions");
+    tfm_json_array(&j, 0);
+    for (int n = 0; n < TFM_BLEU_ORDER; n++)
+        tfm_json_num(&j, sc.precisions[n]);
+    tfm_json_end(&j);
+    tfm_json_key(&j, "counts");
+    tfm_json_array(&j, 0);
+    for (int n = 0; n < TFM_BLEU_ORDER; n++)
+        tfm_json_int(&j, sc.correct[n]);
+    tfm_json_end(&j);
+    tfm_json_key(&j, "totals");
+    tfm_json_array(&j, 0);
+    for (int n = 0; n < TFM_BLEU_ORDER; n++)
+        tfm_json_int(&j, sc.total[n]);
+    tfm_json_end(&j);
+    tfm_json_key(&j, "bp");
+    tfm_json_num(&j, sc.bp);
+    tfm_json_key(&j, "ratio");
+    tfm_json_num(&j, sc.ratio);
+    tfm_json_key(&j, "hyp_len");
+    tfm_json_int(&j, sc.hyp_len);
+    tfm_json_key(&j, "ref_len");
+    tfm_json_int(&j, sc.ref_len);
+    tfm_json_key(&j, "sentences");
+    tfm_json_int(&j, s->added);
+    tfm_json_end(&j);
+    return 0;
+}
+
+static void bleu_scorer_free(struct tfm_scorer *s)
+{
+    tfm_bleu_free(((struct bleu_scorer *)s)->b);
+    free(s);
+}
+
+static const struct tfm_scorer_ops BLEU_OPS = {
+    .add = bleu_add, .report = bleu_report, .free = bleu_scorer_free,
+};
+
+struct tfm_scorer *tfm_bleu_scorer(const struct tfm_bleu_opts *o, int nrefs,
+                                   const struct tfm_score_opts *so, struct tfm_error *err)
+{
+    struct bleu_scorer *bs = (struct bleu_scorer *)tfm_scorer_alloc(sizeof *bs, &BLEU_OPS, so,
+                                                                    nrefs, err);
+    if (!bs)
+        return NULL;
+    bs->o = *o;
+    if (!(bs->b = tfm_bleu_new(o, err))) {
+        free(bs);
+        return NULL;
+    }
+    return &bs->base;
 }

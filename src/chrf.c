@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "bleu_unicode.h"
+#include "json.h"
+#include "score.h"
 
 #define MAXO (2 * TFM_CHRF_MAX_ORDER)
 
@@ -298,4 +300,81 @@ int tfm_chrf_signature(const struct tfm_chrf_opts *o, int nrefs, const char *ver
     return snprintf(buf, n, "nrefs:%s|case:%s|eff:%s|nc:%d|nw:%d|space:%s|version:%s", refs,
                     o->lowercase ? "lc" : "mixed", o->eps_smoothing ? "no" : "yes",
                     o->char_order, o->word_order, o->whitespace ? "yes" : "no", version);
+}
+
+/* ---- the scorer (score.h) ------------------------------------------------------------ */
+
+struct chrf_scorer {
+    struct tfm_scorer base;
+    struct tfm_chrf_opts o;
+    struct tfm_chrf *c;
+};
+
+static int chrf_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
+                    const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
+{
+    struct chrf_scorer *cs = (struct chrf_scorer *)s;
+    if (tfm_chrf_add(cs->c, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+        return tfm_error_prefix(err, "line %lld", (long long)i + 1);
+    return 0;
+}
+
+static int chrf_report(struct tfm_scorer *s, struct tfm_error *err)
+{
+    (void)err;
+    struct chrf_scorer *cs = (struct chrf_scorer *)s;
+    int ns;
+    const int64_t *st = tfm_chrf_stats(cs->c, &ns);
+    double score = tfm_chrf_compute(&cs->o, st);
+    char name[32], sig[256];
+    tfm_chrf_name(&cs->o, name, sizeof name);
+    tfm_chrf_signature(&cs->o, s->nrefs, s->o.version, sig, sizeof sig);
+    if (!s->o.json) {
+        fprintf(s->o.out, "%s = %.2f\n%s\n", name, score, sig);
+        return 0;
+    }
+    struct tfm_json j;
+    tfm_json_init(&j, s->o.out);
+    tfm_json_object(&j, 1);
+    tfm_json_key(&j, "name");
+    tfm_json_str(&j, name);
+    tfm_json_key(&j, "score");
+    tfm_json_num(&j, score);
+    tfm_json_key(&j, "signature");
+    tfm_json_str(&j, sig);
+    tfm_score_json_signature(&j, sig);
+    tfm_json_key(&j, "statistics");
+    tfm_json_array(&j, 0);
+    for (int i = 0; i < ns; i++)
+        tfm_json_int(&j, st[i]);
+    tfm_json_end(&j);
+    tfm_json_key(&j, "sentences");
+    tfm_json_int(&j, s->added);
+    tfm_json_end(&j);
+    return 0;
+}
+
+static void chrf_scorer_free(struct tfm_scorer *s)
+{
+    tfm_chrf_free(((struct chrf_scorer *)s)->c);
+    free(s);
+}
+
+static const struct tfm_scorer_ops CHRF_OPS = {
+    .add = chrf_add, .report = chrf_report, .free = chrf_scorer_free,
+};
+
+struct tfm_scorer *tfm_chrf_scorer(const struct tfm_chrf_opts *o, int nrefs,
+                                   const struct tfm_score_opts *so, struct tfm_error *err)
+{
+    struct chrf_scorer *cs = (struct chrf_scorer *)tfm_scorer_alloc(sizeof *cs, &CHRF_OPS, so,
+                                                                    nrefs, err);
+    if (!cs)
+        return NULL;
+    cs->o = *o;
+    if (!(cs->c = tfm_chrf_new(o, err))) {
+        free(cs);
+        return NULL;
+    }
+    return &cs->base;
 }
