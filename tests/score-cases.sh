@@ -19,6 +19,7 @@
 #     diff <(PATH=/old/bin:$PATH tests/score-cases.sh --streams) \
 #          <(PATH=$PWD/bin:$PATH tests/score-cases.sh --streams)
 set -u
+export LC_ALL=C
 cd "$(dirname "$0")/.." || exit 2
 hash=0 streams=0
 for a in "$@"; do
@@ -246,6 +247,9 @@ if [ $streams = 1 ]; then
     case_ "tfm-tokenize decode --ids $S/nbest.tfm"
     case_ "tfm-tokenize decode $S/cut.tfm"
     case_ "tfm-tokenize decode $S/b.tfm"
+    case_ "tfm-tokenize decode $S/h.tfm > /dev/full"
+    case_ "tfm-tokenize decode -m $S/m.model $S/ids > /dev/full"
+    case_ "tfm-score -r $S/r $S/h.tfm > /dev/full"
     case_ "tfm-tokenize decode tests/fixtures/good.tfm"
     case_ "tfm-tokenize decode --ids tests/fixtures/good.tfm"
     case_ "tfm-decode -q -m $S/model.tfm --threads 1 --device cpu --text $S/test.tfm"
