@@ -3,8 +3,8 @@
  *
  * Our own implementation, written from sacreBLEU's documented behaviour; the tokenizers are
  * re.sub passes over code points, emulated as left-to-right, non-overlapping scans (every
- * pattern matches a fixed number of characters).  Not here: chrF (chrf.c), files and
- * streams (bin/tfm-score.c).
+ * pattern matches a fixed number of characters).  At the end, BLEU as a scorer (score.h).
+ * Not here: chrF (chrf.c), files and streams (text.c, hypread.c).
  */
 #include "bleu.h"
 
@@ -827,17 +827,10 @@ int tfm_bleu_format(const struct tfm_bleu_score *s, char *buf, size_t n)
 
 /* ---- the scorer (score.h) ------------------------------------------------------------ */
 
-struct bleu_scorer {
-    struct tfm_scorer base;
-    struct tfm_bleu_opts o;
-    struct tfm_bleu *b;
-};
-
 static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
                     const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
 {
-    struct bleu_scorer *bs = (struct bleu_scorer *)s;
-    if (tfm_bleu_add(bs->b, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+    if (tfm_bleu_add(s->metric, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
         return tfm_error_prefix(err, "line %lld", (long long)i + 1);
     return 0;
 }
@@ -845,80 +838,40 @@ static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp
 static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
 {
     (void)err;
-    struct bleu_scorer *bs = (struct bleu_scorer *)s;
+    const struct tfm_bleu *b = s->metric;
     struct tfm_bleu_score sc;
-    tfm_bleu_compute(tfm_bleu_stats(bs->b), &bs->o, &sc);
+    tfm_bleu_compute(&b->st, &b->o, &sc);
     char line[512], sig[256], verbose[256];
     tfm_bleu_format(&sc, line, sizeof line);
     tfm_bleu_format_verbose(&sc, verbose, sizeof verbose);
-    tfm_bleu_signature(&bs->o, s->nrefs, s->o.version, sig, sizeof sig);
-    FILE *f = s->o.out;
-    if (!s->o.json) {
-        fprintf(f, "%s\n%s\n", line, sig);
-        return 0;
-    }
+    tfm_bleu_signature(&b->o, s->nrefs, s->o.version, sig, sizeof sig);
     struct tfm_json j;
-    tfm_json_init(&j, f);
-    tfm_json_object(&j, 1);
-    tfm_json_key(&j, "name");
-    tfm_json_str(&j, "BLEU");
-    tfm_json_key(&j, "score");
-    tfm_json_num(&j, sc.score);
-    tfm_json_key(&j, "signature");
-    tfm_json_str(&j, sig);
-    tfm_json_key(&j, "verbose_score");
-    tfm_json_str(&j, verbose);
-    tfm_score_json_signature(&j, sig);
-    tfm_json_key(&j, "precisions");
-    tfm_json_array(&j, 0);
-    for (int n = 0; n < TFM_BLEU_ORDER; n++)
-        tfm_json_num(&j, sc.precisions[n]);
-    tfm_json_end(&j);
-    tfm_json_key(&j, "counts");
-    tfm_json_array(&j, 0);
-    for (int n = 0; n < TFM_BLEU_ORDER; n++)
-        tfm_json_int(&j, sc.correct[n]);
-    tfm_json_end(&j);
-    tfm_json_key(&j, "totals");
-    tfm_json_array(&j, 0);
-    for (int n = 0; n < TFM_BLEU_ORDER; n++)
-        tfm_json_int(&j, sc.total[n]);
-    tfm_json_end(&j);
-    tfm_json_key(&j, "bp");
-    tfm_json_num(&j, sc.bp);
-    tfm_json_key(&j, "ratio");
-    tfm_json_num(&j, sc.ratio);
-    tfm_json_key(&j, "hyp_len");
-    tfm_json_int(&j, sc.hyp_len);
-    tfm_json_key(&j, "ref_len");
-    tfm_json_int(&j, sc.ref_len);
-    tfm_json_key(&j, "sentences");
-    tfm_json_int(&j, s->added);
+    if (!tfm_score_sacrebleu_report(s, &j, line, "BLEU", sc.score, sig, verbose))
+        return 0;
+    tfm_json_member_nums(&j, "precisions", sc.precisions, TFM_BLEU_ORDER);
+    tfm_json_member_ints(&j, "counts", sc.correct, TFM_BLEU_ORDER);
+    tfm_json_member_ints(&j, "totals", sc.total, TFM_BLEU_ORDER);
+    tfm_json_member_num(&j, "bp", sc.bp);
+    tfm_json_member_num(&j, "ratio", sc.ratio);
+    tfm_json_member_int(&j, "hyp_len", sc.hyp_len);
+    tfm_json_member_int(&j, "ref_len", sc.ref_len);
+    tfm_json_member_int(&j, "sentences", s->added);
     tfm_json_end(&j);
     return 0;
 }
 
-static void bleu_scorer_free(struct tfm_scorer *s)
+static void bleu_metric_free(void *b)
 {
-    tfm_bleu_free(((struct bleu_scorer *)s)->b);
-    free(s);
+    tfm_bleu_free(b);
 }
 
 static const struct tfm_scorer_ops BLEU_OPS = {
-    .add = bleu_add, .report = bleu_report, .free = bleu_scorer_free,
+    .add = bleu_add, .report = bleu_report, .free = bleu_metric_free,
 };
 
 struct tfm_scorer *tfm_bleu_scorer(const struct tfm_bleu_opts *o, int nrefs,
                                    const struct tfm_score_opts *so, struct tfm_error *err)
 {
-    struct bleu_scorer *bs = (struct bleu_scorer *)tfm_scorer_alloc(sizeof *bs, &BLEU_OPS, so,
-                                                                    nrefs, err);
-    if (!bs)
-        return NULL;
-    bs->o = *o;
-    if (!(bs->b = tfm_bleu_new(o, err))) {
-        free(bs);
-        return NULL;
-    }
-    return &bs->base;
+    struct tfm_bleu *b = tfm_bleu_new(o, err);
+    return b ? tfm_scorer_new(&BLEU_OPS, b, so, nrefs, err) : NULL;
 }

@@ -1,6 +1,6 @@
 /* chrf.c: chrF / chrF++ as sacreBLEU computes them (see chrf.h).  Our own implementation;
  * n-grams are counted in the hash tables of bleu.c (character n-grams keyed by code
- * points, word n-grams by interned word ids).
+ * points, word n-grams by interned word ids).  At the end, chrF as a scorer (score.h).
  */
 #include "chrf.h"
 
@@ -304,17 +304,10 @@ int tfm_chrf_signature(const struct tfm_chrf_opts *o, int nrefs, const char *ver
 
 /* ---- the scorer (score.h) ------------------------------------------------------------ */
 
-struct chrf_scorer {
-    struct tfm_scorer base;
-    struct tfm_chrf_opts o;
-    struct tfm_chrf *c;
-};
-
 static int chrf_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
                     const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
 {
-    struct chrf_scorer *cs = (struct chrf_scorer *)s;
-    if (tfm_chrf_add(cs->c, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+    if (tfm_chrf_add(s->metric, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
         return tfm_error_prefix(err, "line %lld", (long long)i + 1);
     return 0;
 }
@@ -322,59 +315,35 @@ static int chrf_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp
 static int chrf_report(struct tfm_scorer *s, struct tfm_error *err)
 {
     (void)err;
-    struct chrf_scorer *cs = (struct chrf_scorer *)s;
+    const struct tfm_chrf *c = s->metric;
     int ns;
-    const int64_t *st = tfm_chrf_stats(cs->c, &ns);
-    double score = tfm_chrf_compute(&cs->o, st);
-    char name[32], sig[256];
-    tfm_chrf_name(&cs->o, name, sizeof name);
-    tfm_chrf_signature(&cs->o, s->nrefs, s->o.version, sig, sizeof sig);
-    if (!s->o.json) {
-        fprintf(s->o.out, "%s = %.2f\n%s\n", name, score, sig);
-        return 0;
-    }
+    const int64_t *st = tfm_chrf_stats(c, &ns);
+    double score = tfm_chrf_compute(&c->o, st);
+    char name[32], sig[256], line[64];
+    tfm_chrf_name(&c->o, name, sizeof name);
+    tfm_chrf_signature(&c->o, s->nrefs, s->o.version, sig, sizeof sig);
+    snprintf(line, sizeof line, "%s = %.2f", name, score);
     struct tfm_json j;
-    tfm_json_init(&j, s->o.out);
-    tfm_json_object(&j, 1);
-    tfm_json_key(&j, "name");
-    tfm_json_str(&j, name);
-    tfm_json_key(&j, "score");
-    tfm_json_num(&j, score);
-    tfm_json_key(&j, "signature");
-    tfm_json_str(&j, sig);
-    tfm_score_json_signature(&j, sig);
-    tfm_json_key(&j, "statistics");
-    tfm_json_array(&j, 0);
-    for (int i = 0; i < ns; i++)
-        tfm_json_int(&j, st[i]);
-    tfm_json_end(&j);
-    tfm_json_key(&j, "sentences");
-    tfm_json_int(&j, s->added);
+    if (!tfm_score_sacrebleu_report(s, &j, line, name, score, sig, NULL))
+        return 0;
+    tfm_json_member_ints(&j, "statistics", st, ns);
+    tfm_json_member_int(&j, "sentences", s->added);
     tfm_json_end(&j);
     return 0;
 }
 
-static void chrf_scorer_free(struct tfm_scorer *s)
+static void chrf_metric_free(void *c)
 {
-    tfm_chrf_free(((struct chrf_scorer *)s)->c);
-    free(s);
+    tfm_chrf_free(c);
 }
 
 static const struct tfm_scorer_ops CHRF_OPS = {
-    .add = chrf_add, .report = chrf_report, .free = chrf_scorer_free,
+    .add = chrf_add, .report = chrf_report, .free = chrf_metric_free,
 };
 
 struct tfm_scorer *tfm_chrf_scorer(const struct tfm_chrf_opts *o, int nrefs,
                                    const struct tfm_score_opts *so, struct tfm_error *err)
 {
-    struct chrf_scorer *cs = (struct chrf_scorer *)tfm_scorer_alloc(sizeof *cs, &CHRF_OPS, so,
-                                                                    nrefs, err);
-    if (!cs)
-        return NULL;
-    cs->o = *o;
-    if (!(cs->c = tfm_chrf_new(o, err))) {
-        free(cs);
-        return NULL;
-    }
-    return &cs->base;
+    struct tfm_chrf *c = tfm_chrf_new(o, err);
+    return c ? tfm_scorer_new(&CHRF_OPS, c, so, nrefs, err) : NULL;
 }

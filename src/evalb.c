@@ -1,5 +1,6 @@
 /* evalb.c: EVALB bracket scoring (see evalb.h).  Written from EVALB's README and the
- * behaviour of its reference outputs; no EVALB code.
+ * behaviour of its reference outputs; no EVALB code.  At the end, bracket F1 as a scorer
+ * (score.h), with the restoration of linearized trees that tfm-score --metric f1 offers.
  */
 #include "evalb.h"
 
@@ -636,7 +637,6 @@ void tfm_evalb_print_summary(FILE *f, const struct tfm_evalb *e)
 /* ---- the scorer (score.h) ------------------------------------------------------------ */
 
 struct f1_scorer {
-    struct tfm_scorer base;
     struct tfm_f1_opts fo;
     struct tfm_evalb_params prm;
     struct tfm_evalb e;
@@ -650,7 +650,7 @@ struct f1_scorer {
 
 static int f1_start(struct tfm_scorer *s, struct tfm_error *err)
 {
-    struct f1_scorer *fs = (struct f1_scorer *)s;
+    struct f1_scorer *fs = s->metric;
     const struct tfm_f1_opts *fo = &fs->fo;
     if (fo->param ? tfm_evalb_params_load(&fs->prm, fo->param, err)
                   : tfm_evalb_params_collins(&fs->prm, err))
@@ -678,7 +678,7 @@ static int f1_start(struct tfm_scorer *s, struct tfm_error *err)
 static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
                   const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
 {
-    struct f1_scorer *fs = (struct f1_scorer *)s;
+    struct f1_scorer *fs = s->metric;
     const struct tfm_f1_opts *fo = &fs->fo;
     size_t pos = 0;
     if (tfm_tree_parse(&fs->gold, refs[0], ref_lens[0], &pos, 0, err) < 0)
@@ -715,8 +715,12 @@ static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_l
     struct tfm_evalb_sent st;
     if (tfm_evalb_add(&fs->e, i + 1, &fs->gold, tp, reason, &st, err) < 0)
         return -1;
-    if (st.status == TFM_EVALB_ERROR)
-        tfm_scorer_warn(s, "%s: line %lld: %s", s->hyp_name, (long long)i + 1, st.reason);
+    if (st.status == TFM_EVALB_ERROR && s->o.warn) {
+        char msg[sizeof st.reason + 600];
+        snprintf(msg, sizeof msg, "%s: line %lld: %s", s->hyp_name, (long long)i + 1,
+                 st.reason);
+        s->o.warn(s->o.warn_ctx, msg);
+    }
     if (fs->rows)
         fs->rows[i] = st;
     else if (fo->per_sentence && !s->o.json)
@@ -748,52 +752,46 @@ static void f1_json_totals(struct tfm_json *j, const char *key, const struct tfm
     int64_t valid = t->sentences - t->errors - t->skipped;
     tfm_json_key(j, key);
     tfm_json_object(j, 0);
-    tfm_json_key(j, "f1");
-    tfm_json_num(j, isnan(fm) ? 0.0 : fm);
-    tfm_json_key(j, "precision");
-    tfm_json_num(j, p);
-    tfm_json_key(j, "recall");
-    tfm_json_num(j, r);
-    const char *name[] = {"matched", "gold", "test", "sentences", "valid", "errors", "skipped"};
-    const int64_t value[] = {t->matched,  t->gold,   t->test,   t->sentences,
-                             valid,       t->errors, t->skipped};
-    for (int k = 0; k < 7; k++) {
-        tfm_json_key(j, name[k]);
-        tfm_json_int(j, value[k]);
-    }
-    tfm_json_key(j, "complete_match");
-    tfm_json_num(j, valid > 0 ? 100.0 * (double)t->complete / (double)valid : 0.0);
-    tfm_json_key(j, "average_crossing");
-    tfm_json_num(j, valid > 0 ? (double)t->crossing / (double)valid : 0.0);
-    tfm_json_key(j, "tagging_accuracy");
-    tfm_json_num(j, t->words > 0 ? 100.0 * (double)t->correct_tags / (double)t->words : 0.0);
+    tfm_json_member_num(j, "f1", isnan(fm) ? 0.0 : fm);
+    tfm_json_member_num(j, "precision", p);
+    tfm_json_member_num(j, "recall", r);
+    tfm_json_member_int(j, "matched", t->matched);
+    tfm_json_member_int(j, "gold", t->gold);
+    tfm_json_member_int(j, "test", t->test);
+    tfm_json_member_int(j, "sentences", t->sentences);
+    tfm_json_member_int(j, "valid", valid);
+    tfm_json_member_int(j, "errors", t->errors);
+    tfm_json_member_int(j, "skipped", t->skipped);
+    tfm_json_member_num(j, "complete_match",
+                        valid > 0 ? 100.0 * (double)t->complete / (double)valid : 0.0);
+    tfm_json_member_num(j, "average_crossing",
+                        valid > 0 ? (double)t->crossing / (double)valid : 0.0);
+    tfm_json_member_num(j, "tagging_accuracy",
+                        t->words > 0 ? 100.0 * (double)t->correct_tags / (double)t->words : 0.0);
     tfm_json_end(j);
 }
 
 static void f1_json_row(struct tfm_json *j, const struct tfm_evalb_sent *s)
 {
     tfm_json_object(j, 0);
-    const char *name[] = {"length", "status", "matched", "gold", "test", "crossing", "words",
-                          "correct_tags"};
-    const int value[] = {s->len,  s->status,   s->matched, s->gold,
-                         s->test, s->crossing, s->words,   s->correct_tags};
-    tfm_json_key(j, "id");
-    tfm_json_int(j, s->id);
-    for (int k = 0; k < 8; k++) {
-        tfm_json_key(j, name[k]);
-        tfm_json_int(j, value[k]);
-    }
-    if (s->status == TFM_EVALB_ERROR) {
-        tfm_json_key(j, "reason");
-        tfm_json_str(j, s->reason);
-    }
+    tfm_json_member_int(j, "id", s->id);
+    tfm_json_member_int(j, "length", s->len);
+    tfm_json_member_int(j, "status", s->status);
+    tfm_json_member_int(j, "matched", s->matched);
+    tfm_json_member_int(j, "gold", s->gold);
+    tfm_json_member_int(j, "test", s->test);
+    tfm_json_member_int(j, "crossing", s->crossing);
+    tfm_json_member_int(j, "words", s->words);
+    tfm_json_member_int(j, "correct_tags", s->correct_tags);
+    if (s->status == TFM_EVALB_ERROR)
+        tfm_json_member_str(j, "reason", s->reason);
     tfm_json_end(j);
 }
 
 static int f1_report(struct tfm_scorer *s, struct tfm_error *err)
 {
     (void)err;
-    struct f1_scorer *fs = (struct f1_scorer *)s;
+    struct f1_scorer *fs = s->metric;
     const struct tfm_evalb *e = &fs->e;
     FILE *f = s->o.out;
     char key[32];
@@ -811,18 +809,12 @@ static int f1_report(struct tfm_scorer *s, struct tfm_error *err)
         struct tfm_json j;
         tfm_json_init(&j, f);
         tfm_json_object(&j, 1);
-        tfm_json_key(&j, "name");
-        tfm_json_str(&j, "F1");
-        tfm_json_key(&j, "score");
-        tfm_json_num(&j, isnan(fm) ? 0.0 : fm);
-        tfm_json_key(&j, "param");
-        tfm_json_str(&j, e->p.name);
-        tfm_json_key(&j, "labeled");
-        tfm_json_bool(&j, e->p.labeled);
-        tfm_json_key(&j, "cutoff_len");
-        tfm_json_int(&j, e->p.cutoff_len);
-        tfm_json_key(&j, "version");
-        tfm_json_str(&j, s->o.version);
+        tfm_json_member_str(&j, "name", "F1");
+        tfm_json_member_num(&j, "score", isnan(fm) ? 0.0 : fm);
+        tfm_json_member_str(&j, "param", e->p.name);
+        tfm_json_member_bool(&j, "labeled", e->p.labeled);
+        tfm_json_member_int(&j, "cutoff_len", e->p.cutoff_len);
+        tfm_json_member_str(&j, "version", s->o.version);
         f1_json_totals(&j, "all", &e->all);
         snprintf(key, sizeof key, "len<=%d", e->p.cutoff_len);
         f1_json_totals(&j, key, &e->cut);
@@ -838,9 +830,11 @@ static int f1_report(struct tfm_scorer *s, struct tfm_error *err)
     return 0;
 }
 
-static void f1_free(struct tfm_scorer *s)
+static void f1_free(void *metric)
 {
-    struct f1_scorer *fs = (struct f1_scorer *)s;
+    struct f1_scorer *fs = metric;
+    if (!fs)
+        return;
     if (fs->have_e)
         tfm_evalb_free(&fs->e);
     tfm_evalb_params_free(&fs->prm);
@@ -860,13 +854,15 @@ static const struct tfm_scorer_ops F1_OPS = {
 struct tfm_scorer *tfm_evalb_scorer(const struct tfm_f1_opts *fo, const struct tfm_score_opts *so,
                                     struct tfm_error *err)
 {
-    struct f1_scorer *fs = (struct f1_scorer *)tfm_scorer_alloc(sizeof *fs, &F1_OPS, so, 1, err);
-    if (!fs)
+    struct f1_scorer *fs = calloc(1, sizeof *fs);
+    if (!fs) {
+        tfm_fail(err, "out of memory");
         return NULL;
+    }
     fs->fo = *fo;
     tfm_evalb_params_init(&fs->prm);
     tfm_text_init(&fs->src);
     tfm_tree_init(&fs->gold);
     tfm_tree_init(&fs->test);
-    return &fs->base;
+    return tfm_scorer_new(&F1_OPS, fs, so, 1, err);
 }

@@ -134,6 +134,48 @@ void tfm_json_bool(struct tfm_json *j, int b)
         fputs(b ? "true" : "false", j->f);
 }
 
+void tfm_json_member_str(struct tfm_json *j, const char *key, const char *s)
+{
+    tfm_json_key(j, key);
+    tfm_json_str(j, s);
+}
+
+void tfm_json_member_num(struct tfm_json *j, const char *key, double x)
+{
+    tfm_json_key(j, key);
+    tfm_json_num(j, x);
+}
+
+void tfm_json_member_int(struct tfm_json *j, const char *key, int64_t v)
+{
+    tfm_json_key(j, key);
+    tfm_json_int(j, v);
+}
+
+void tfm_json_member_bool(struct tfm_json *j, const char *key, int b)
+{
+    tfm_json_key(j, key);
+    tfm_json_bool(j, b);
+}
+
+void tfm_json_member_nums(struct tfm_json *j, const char *key, const double *x, int n)
+{
+    tfm_json_key(j, key);
+    tfm_json_array(j, 0);
+    for (int i = 0; i < n; i++)
+        tfm_json_num(j, x[i]);
+    tfm_json_end(j);
+}
+
+void tfm_json_member_ints(struct tfm_json *j, const char *key, const int64_t *v, int n)
+{
+    tfm_json_key(j, key);
+    tfm_json_array(j, 0);
+    for (int i = 0; i < n; i++)
+        tfm_json_int(j, v[i]);
+    tfm_json_end(j);
+}
+
 int tfm_json_done(const struct tfm_json *j)
 {
     return j->bad || j->depth != 0 || j->keyed ? -1 : 0;

@@ -11,8 +11,9 @@
  *   struct tfm_json j;
  *   tfm_json_init(&j, stdout);
  *   tfm_json_object(&j, 1);                         {
- *   tfm_json_key(&j, "score"); tfm_json_num(&j, 26.3);   "score": 26.3,
- *   tfm_json_key(&j, "counts"); tfm_json_array(&j, 0);   "counts": [1, 2]
+ *   tfm_json_member_num(&j, "score", 26.3);          "score": 26.3,
+ *   tfm_json_key(&j, "counts");                      "counts": [1, 2]
+ *   tfm_json_array(&j, 0);
  *   tfm_json_int(&j, 1); tfm_json_int(&j, 2); tfm_json_end(&j);
  *   tfm_json_end(&j);                               }
  *
@@ -52,6 +53,14 @@ void tfm_json_str(struct tfm_json *j, const char *s);
 void tfm_json_num(struct tfm_json *j, double x);
 void tfm_json_int(struct tfm_json *j, int64_t v);
 void tfm_json_bool(struct tfm_json *j, int b);
+/* A member of the open object at once: its key and its value; an array of n values is
+ * written on one line. */
+void tfm_json_member_str(struct tfm_json *j, const char *key, const char *s);
+void tfm_json_member_num(struct tfm_json *j, const char *key, double x);
+void tfm_json_member_int(struct tfm_json *j, const char *key, int64_t v);
+void tfm_json_member_bool(struct tfm_json *j, const char *key, int b);
+void tfm_json_member_nums(struct tfm_json *j, const char *key, const double *x, int n);
+void tfm_json_member_ints(struct tfm_json *j, const char *key, const int64_t *v, int n);
 /* 0 when every container was closed and nothing was misused, else -1. */
 int tfm_json_done(const struct tfm_json *j);
 

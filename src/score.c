@@ -1,23 +1,24 @@
 /* score.c: the scorer loop and the parts every scorer shares (score.h). */
 #include "score.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "json.h"
 #include "text.h"
 
-struct tfm_scorer *tfm_scorer_alloc(size_t size, const struct tfm_scorer_ops *ops,
-                                    const struct tfm_score_opts *o, int nrefs,
-                                    struct tfm_error *err)
+struct tfm_scorer *tfm_scorer_new(const struct tfm_scorer_ops *ops, void *metric,
+                                  const struct tfm_score_opts *o, int nrefs,
+                                  struct tfm_error *err)
 {
-    struct tfm_scorer *s = size >= sizeof *s ? calloc(1, size) : NULL;
+    struct tfm_scorer *s = calloc(1, sizeof *s);
     if (!s) {
+        ops->free(metric);
         tfm_fail(err, "out of memory");
         return NULL;
     }
     s->ops = ops;
+    s->metric = metric;
     s->o = *o;
     s->nrefs = nrefs;
     return s;
@@ -25,20 +26,10 @@ struct tfm_scorer *tfm_scorer_alloc(size_t size, const struct tfm_scorer_ops *op
 
 void tfm_scorer_free(struct tfm_scorer *s)
 {
-    if (s)
-        s->ops->free(s);
-}
-
-void tfm_scorer_warn(const struct tfm_scorer *s, const char *fmt, ...)
-{
-    if (!s->o.warn)
+    if (!s)
         return;
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    s->o.warn(s->o.warn_ctx, msg);
+    s->ops->free(s->metric);
+    free(s);
 }
 
 int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
@@ -73,8 +64,21 @@ int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
     return rc;
 }
 
-void tfm_score_json_signature(struct tfm_json *j, const char *sig)
+int tfm_score_sacrebleu_report(const struct tfm_scorer *s, struct tfm_json *j,
+                               const char *line, const char *name, double score,
+                               const char *sig, const char *verbose)
 {
+    if (!s->o.json) {
+        fprintf(s->o.out, "%s\n%s\n", line, sig);
+        return 0;
+    }
+    tfm_json_init(j, s->o.out);
+    tfm_json_object(j, 1);
+    tfm_json_member_str(j, "name", name);
+    tfm_json_member_num(j, "score", score);
+    tfm_json_member_str(j, "signature", sig);
+    if (verbose)
+        tfm_json_member_str(j, "verbose_score", verbose);
     char buf[512];
     snprintf(buf, sizeof buf, "%s", sig);
     char *save = NULL;
@@ -83,7 +87,7 @@ void tfm_score_json_signature(struct tfm_json *j, const char *sig)
         if (!colon)
             continue;
         *colon = '\0';
-        tfm_json_key(j, tok);
-        tfm_json_str(j, colon + 1);
+        tfm_json_member_str(j, tok, colon + 1);
     }
+    return 1;
 }

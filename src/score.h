@@ -1,7 +1,7 @@
 /* score.h: what every metric of tfm-score is to the tool -- a scorer -- and the one loop
  * that feeds hypotheses and references to it.
  *
- * A scorer is a small table of functions behind an opaque state: start (once the input is
+ * A scorer is a small table of functions over a metric's own state: start (once the input is
  * known: its name and number of sentences), add (one hypothesis and its references),
  * report (the corpus score as text or JSON, to the stream the options name).  BLEU
  * (bleu.h), chrF (chrf.h) and EVALB's bracket F1 (evalb.h) are scorers; a new metric is
@@ -43,12 +43,12 @@ struct tfm_scorer_ops {
                const char *const *refs, const size_t *ref_lens, struct tfm_error *err);
     /* the corpus score, to s->o.out */
     int (*report)(struct tfm_scorer *s, struct tfm_error *err);
-    void (*free)(struct tfm_scorer *s);
+    void (*free)(void *metric);
 };
 
-/* The part every scorer shares; a scorer's own state follows it in a larger struct. */
 struct tfm_scorer {
     const struct tfm_scorer_ops *ops;
+    void *metric;                       /* the metric's own state */
     struct tfm_score_opts o;
     int nrefs;
     /* set by tfm_score_run before start: for messages and per-corpus figures */
@@ -57,25 +57,25 @@ struct tfm_scorer {
     int64_t added;                      /* sentences added so far */
 };
 
+/* For a metric's constructor: a scorer of metric (owned from now on: freed by ops->free
+ * with the scorer, or at once when this fails) with a copy of o; NULL when out of
+ * memory. */
+struct tfm_scorer *tfm_scorer_new(const struct tfm_scorer_ops *ops, void *metric,
+                                  const struct tfm_score_opts *o, int nrefs,
+                                  struct tfm_error *err);
+void tfm_scorer_free(struct tfm_scorer *s);
+
 /* Score the lines of hyp against refs[0..s->nrefs): every reference must have as many
  * lines ("REF: 3003 lines, hypotheses have 3004"), then start, add each, report. */
 int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
                   const struct tfm_text *refs, struct tfm_error *err);
 
-void tfm_scorer_free(struct tfm_scorer *s);
-
-/* For a scorer's constructor: the shared part, allocated size bytes (zeroed) with ops, a
- * copy of o and nrefs filled in; NULL when out of memory. */
-struct tfm_scorer *tfm_scorer_alloc(size_t size, const struct tfm_scorer_ops *ops,
-                                    const struct tfm_score_opts *o, int nrefs,
-                                    struct tfm_error *err);
-
-/* A warning through s->o.warn (printf-style); nothing when there is no callback. */
-void tfm_scorer_warn(const struct tfm_scorer *s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-/* The fields of a sacreBLEU signature ("nrefs:1|case:mixed|...") as members
- * "nrefs": "1", "case": "mixed"... of the open JSON object. */
-void tfm_score_json_signature(struct tfm_json *j, const char *sig);
+/* The report of a sacreBLEU metric: "LINE\nSIGNATURE\n", or with s->o.json the start of
+ * its JSON object -- name, score, signature, verbose_score (when not NULL), and the
+ * fields of the signature ("nrefs:1|case:mixed|...") as "nrefs": "1", "case": "mixed"...
+ * -- in j, for the metric to add its figures and close.  Returns s->o.json. */
+int tfm_score_sacrebleu_report(const struct tfm_scorer *s, struct tfm_json *j,
+                               const char *line, const char *name, double score,
+                               const char *sig, const char *verbose);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lines.h"
+#include "util.h"
 
 void tfm_text_init(struct tfm_text *t)
 {
@@ -26,29 +27,10 @@ void tfm_text_set_name(struct tfm_text *t, const char *name)
 
 int tfm_text_push(struct tfm_text *t, const char *s, size_t len, struct tfm_error *err)
 {
-    if (t->n + 2 > t->cap_n) {
-        int64_t c = t->cap_n ? t->cap_n * 2 : 1024;
-        size_t *o = realloc(t->off, (size_t)c * sizeof *o);
-        if (!o)
-            return tfm_fail(err, "out of memory");
-        if (t->cap_n == 0)
-            o[0] = 0;
-        t->off = o;
-        t->cap_n = c;
-    }
-    if (len + 1 > t->cap - t->used) {
-        size_t c = t->cap ? t->cap : 1 << 16;
-        while (len + 1 > c - t->used) {
-            if (c > SIZE_MAX / 2)
-                return tfm_fail(err, "out of memory");
-            c *= 2;
-        }
-        char *b = realloc(t->buf, c);
-        if (!b)
-            return tfm_fail(err, "out of memory");
-        t->buf = b;
-        t->cap = c;
-    }
+    if (tfm_grow(&t->off, &t->cap_n, (size_t)t->n + 2, sizeof *t->off) ||
+        tfm_grow(&t->buf, &t->cap, t->used + len + 1, 1))
+        return tfm_fail(err, "out of memory");
+    t->off[0] = 0;
     memcpy(t->buf + t->used, s, len);
     t->buf[t->used + len] = '\0';
     t->used += len + 1;

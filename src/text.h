@@ -18,7 +18,8 @@ struct tfm_text {
     char *buf;              /* line i at buf + off[i], NUL-terminated */
     size_t used, cap;
     size_t *off;            /* [n + 1]: off[n] is where the next line goes */
-    int64_t n, cap_n;
+    size_t cap_n;
+    int64_t n;
     char name[512];         /* for messages: the path as given, or "<stdin>" */
 };
 

@@ -204,21 +204,12 @@ if [ $streams = 1 ]; then
     spm_encode --model="$S/m.model" --output_format=id < "$S/h" > "$S/ids"
     head -c 300 "$S/h.tfm" > "$S/cut.tfm"
     # a tiny copy model, for n-best hypothesis streams
-    awk 'BEGIN { split("red green blue cat dog bird one two three four five six", w, " ")
-        s = 7
-        for (i = 0; i < 600; i++) {
-            s = (s * 1103515245 + 12345) % 2147483648; n = 2 + int(s / 65536) % 5; line = ""
-            for (j = 0; j < n; j++) {
-                s = (s * 1103515245 + 12345) % 2147483648
-                line = line (j ? " " : "") w[1 + int(s / 65536) % 12]
-            }
-            print line
-        } }' > "$S/copy"
-    tfm-tokenize train -q -m "$S/c.model" --vocab 60 -O hard_vocab_limit=false "$S/copy"
+    head -n 600 data/onmt-toy-ende/src-val.txt | cut -d ' ' -f 1-6 > "$S/copy"
+    tfm-tokenize train -q -m "$S/c.model" --vocab 300 -O hard_vocab_limit=false "$S/copy"
     tfm-tokenize encode -m "$S/c.model" --eos -o "$S/copy.tfm" "$S/copy"
     head -n 40 "$S/copy" > "$S/copy40"
     tfm-tokenize encode -m "$S/c.model" --eos -o "$S/test.tfm" "$S/copy40"
-    tfm-batch --tokens 400 --seed 1 "$S/copy.tfm" "$S/copy.tfm" > "$S/b.tfm"
+    tfm-batch --tokens 400 --seed 1 "$S/copy.tfm" "$S/copy.tfm" > "$S/b.tfm" 2> /dev/null
     printf 'layers = 1\nd_model = 32\nd_ff = 64\nheads = 2\nmax_len = 32\ndropout = 0\nlabel_smoothing = 0\nwarmup = 50\nbeam = 3\nmax_len_b = 4\ntokens = 400\n' > "$S/c.conf"
     tfm-train -q -c "$S/c.conf" -o "$S/ck" --max-steps 60 --threads 1 --device cpu "$S/b.tfm" > /dev/null 2>&1
     tfm-avg -n 1 -o "$S/model.tfm" "$S/ck" > /dev/null 2>&1

@@ -2,7 +2,6 @@
  * with their own model or a matching given one, n-best lists to their best entry, text
  * lines and lines of ids, and the errors -- and the text in memory (text.h). */
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "check.h"
 #include "corpus.h"
@@ -11,17 +10,7 @@
 #include "stream.h"
 #include "text.h"
 
-static char dir[256];
 static struct tfm_spm *model, *other;
-
-static const char *path(const char *name)
-{
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
 
 static const char *WORDS[] = {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far",
                               "away", "big", "red", "sun", "rose", "early"};
@@ -162,37 +151,37 @@ static void test_streams(void)
     int rc;
     const char *sent[] = {"the cat sat", "a cat sat", "the dog ran", "red sun", "a dog ran"};
     const int64_t nbest[] = {0, 0, 1, 2, 1};
-    CHECK(write_stream(path("nbest.tfm"), TFM_KIND_HYPOTHESES, model, 1, sent, 5, nbest) == 0);
+    CHECK(write_stream(t_path("nbest.tfm"), TFM_KIND_HYPOTHESES, model, 1, sent, 5, nbest) == 0);
     /* every entry in stream order; the best of each sentence in input order */
-    CHECK_STR(read_all(path("nbest.tfm"), 0, NULL, &rc, &err),
+    CHECK_STR(read_all(t_path("nbest.tfm"), 0, NULL, &rc, &err),
               "0:the cat sat|0:a cat sat|1:the dog ran|2:red sun|1:a dog ran|");
     CHECK_EQ_INT(rc, 0);
-    CHECK_STR(read_all(path("nbest.tfm"), TFM_HYP_BEST, NULL, &rc, &err),
+    CHECK_STR(read_all(t_path("nbest.tfm"), TFM_HYP_BEST, NULL, &rc, &err),
               "0:the cat sat|1:the dog ran|2:red sun|");
     /* a given model must be the stream's own */
-    CHECK_STR(read_all(path("nbest.tfm"), TFM_HYP_BEST, model, &rc, &err),
+    CHECK_STR(read_all(t_path("nbest.tfm"), TFM_HYP_BEST, model, &rc, &err),
               "0:the cat sat|1:the dog ran|2:red sun|");
-    read_all(path("nbest.tfm"), 0, other, &rc, &err);
+    read_all(t_path("nbest.tfm"), 0, other, &rc, &err);
     CHECK_EQ_INT(rc, -1);
     CHECK(strstr(err.msg, "is not given.model's") && strstr(err.msg, "(leave out -m: "));
     /* a tokens stream: no index */
-    CHECK(write_stream(path("tok.tfm"), TFM_KIND_TOKENS, model, 1, sent, 2, NULL) == 0);
-    CHECK_STR(read_all(path("tok.tfm"), TFM_HYP_BEST, NULL, &rc, &err),
+    CHECK(write_stream(t_path("tok.tfm"), TFM_KIND_TOKENS, model, 1, sent, 2, NULL) == 0);
+    CHECK_STR(read_all(t_path("tok.tfm"), TFM_HYP_BEST, NULL, &rc, &err),
               "0:the cat sat|1:a cat sat|");
     /* the callback's failure stops the reading and is passed on as it is */
     const char *stop[] = {"red sun", "far away", "a dog"};
-    CHECK(write_stream(path("stop.tfm"), TFM_KIND_TOKENS, model, 1, stop, 3, NULL) == 0);
-    CHECK_STR(read_all(path("stop.tfm"), 0, NULL, &rc, &err), "0:red sun|");
+    CHECK(write_stream(t_path("stop.tfm"), TFM_KIND_TOKENS, model, 1, stop, 3, NULL) == 0);
+    CHECK_STR(read_all(t_path("stop.tfm"), 0, NULL, &rc, &err), "0:red sun|");
     CHECK_EQ_INT(rc, -1);
     CHECK_STR(err.msg, "stopped at 1");
     /* tfm_hypread_text: the best hypotheses, named after the file */
     struct tfm_text t;
     tfm_text_init(&t);
-    CHECK(tfm_hypread_text(path("nbest.tfm"), &t, &err) == 0 || !printf("# %s\n", err.msg));
+    CHECK(tfm_hypread_text(t_path("nbest.tfm"), &t, &err) == 0 || !printf("# %s\n", err.msg));
     CHECK_EQ_INT(t.n, 3);
     if (t.n == 3)
         CHECK_STR(tfm_text_line(&t, 1), "the dog ran");
-    CHECK_STR(t.name, path("nbest.tfm"));
+    CHECK_STR(t.name, t_path("nbest.tfm"));
     tfm_text_free(&t);
 }
 
@@ -204,36 +193,36 @@ static void test_stream_errors(void)
     /* n-best lists must cover every sentence, and no index past the entries */
     const int64_t gap[] = {0, 2, 2}, past[] = {0, 3, 1};
     const char *none[] = {"", "", ""};
-    CHECK(write_stream(path("gap.tfm"), TFM_KIND_HYPOTHESES, NULL, 0, none, 3, gap) == 0);
-    CHECK(write_stream(path("past.tfm"), TFM_KIND_HYPOTHESES, NULL, 0, none, 3, past) == 0);
-    CHECK_STR(read_all(path("gap.tfm"), TFM_HYP_IDS, NULL, &rc, &err), "0:5 6|2:5 6|2:5 6|");
-    read_all(path("gap.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
-    snprintf(want, sizeof want, "%s: no hypothesis for sentence 1 (hyp.index)", path("gap.tfm"));
+    CHECK(write_stream(t_path("gap.tfm"), TFM_KIND_HYPOTHESES, NULL, 0, none, 3, gap) == 0);
+    CHECK(write_stream(t_path("past.tfm"), TFM_KIND_HYPOTHESES, NULL, 0, none, 3, past) == 0);
+    CHECK_STR(read_all(t_path("gap.tfm"), TFM_HYP_IDS, NULL, &rc, &err), "0:5 6|2:5 6|2:5 6|");
+    read_all(t_path("gap.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
+    snprintf(want, sizeof want, "%s: no hypothesis for sentence 1 (hyp.index)", t_path("gap.tfm"));
     CHECK_STR(err.msg, want);
-    read_all(path("past.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
+    read_all(t_path("past.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
     snprintf(want, sizeof want, "%s: hypothesis 1: hyp.index 3 out of range [0, 3)",
-             path("past.tfm"));
+             t_path("past.tfm"));
     CHECK_STR(err.msg, want);
     /* no model to detokenize with: how to give one, when there is a way */
-    read_all(path("gap.tfm"), 0, NULL, &rc, &err);
+    read_all(t_path("gap.tfm"), 0, NULL, &rc, &err);
     snprintf(want, sizeof want, "%s: no embedded SentencePiece model; give one with -m MODEL",
-             path("gap.tfm"));
+             t_path("gap.tfm"));
     CHECK_STR(err.msg, want);
     struct got g = {0};
     struct tfm_hyp_opts o = {0};
-    CHECK(tfm_hypread(path("gap.tfm"), &o, collect, &g, &err) == -1);
+    CHECK(tfm_hypread(t_path("gap.tfm"), &o, collect, &g, &err) == -1);
     snprintf(want, sizeof want,
              "%s: the stream has no embedded SentencePiece model to detokenize with",
-             path("gap.tfm"));
+             t_path("gap.tfm"));
     CHECK_STR(err.msg, want);
     /* another kind of stream */
-    CHECK(write_stream(path("ck.tfm"), "checkpoint", NULL, 0, none, 0, NULL) == 0);
-    read_all(path("ck.tfm"), TFM_HYP_IDS, NULL, &rc, &err);
+    CHECK(write_stream(t_path("ck.tfm"), "checkpoint", NULL, 0, none, 0, NULL) == 0);
+    read_all(t_path("ck.tfm"), TFM_HYP_IDS, NULL, &rc, &err);
     snprintf(want, sizeof want, "%s: a 'checkpoint' stream, expected tokens or hypotheses",
-             path("ck.tfm"));
+             t_path("ck.tfm"));
     CHECK_STR(err.msg, want);
-    read_all(path("missing.tfm"), 0, NULL, &rc, &err);
-    snprintf(want, sizeof want, "%s: No such file or directory", path("missing.tfm"));
+    read_all(t_path("missing.tfm"), 0, NULL, &rc, &err);
+    snprintf(want, sizeof want, "%s: No such file or directory", t_path("missing.tfm"));
     CHECK_STR(err.msg, want);
     CHECK(g.calls == 0);
 }
@@ -250,16 +239,16 @@ static void test_text(void)
     struct tfm_error err;
     int rc;
     char want[1024];
-    write_file(path("h.txt"), "the cat\r\n\nred sun");
-    CHECK_STR(read_all(path("h.txt"), TFM_HYP_BEST, NULL, &rc, &err), "0:the cat|1:|2:red sun|");
+    write_file(t_path("h.txt"), "the cat\r\n\nred sun");
+    CHECK_STR(read_all(t_path("h.txt"), TFM_HYP_BEST, NULL, &rc, &err), "0:the cat|1:|2:red sun|");
     CHECK_EQ_INT(rc, 0);
     /* lines of ids: detokenized with the given model, or passed on as ids */
-    write_file(path("ids.txt"), "7 8\n\n");
-    CHECK_STR(read_all(path("ids.txt"), TFM_HYP_TEXT_IDS | TFM_HYP_IDS, model, &rc, &err),
+    write_file(t_path("ids.txt"), "7 8\n\n");
+    CHECK_STR(read_all(t_path("ids.txt"), TFM_HYP_TEXT_IDS | TFM_HYP_IDS, model, &rc, &err),
               "0:7 8|1:|");
-    read_all(path("ids.txt"), TFM_HYP_TEXT_IDS, NULL, &rc, &err);
+    read_all(t_path("ids.txt"), TFM_HYP_TEXT_IDS, NULL, &rc, &err);
     snprintf(want, sizeof want, "%s: plain text input (token ids) needs -m MODEL",
-             path("ids.txt"));
+             t_path("ids.txt"));
     CHECK_STR(err.msg, want);
     if (model) {
         int32_t *ids = NULL;
@@ -268,25 +257,25 @@ static void test_text(void)
         for (int64_t i = 0, k = 0; i < n; i++)
             k += snprintf(line + k, sizeof line - (size_t)k, "%s%d", i ? " " : "", ids[i]);
         strcat(line, "\n");
-        write_file(path("ids2.txt"), line);
+        write_file(t_path("ids2.txt"), line);
         free(ids);
-        CHECK_STR(read_all(path("ids2.txt"), TFM_HYP_TEXT_IDS, model, &rc, &err), "0:the dog|");
-        write_file(path("bad.txt"), "5 6\n7 x 9\n");
-        read_all(path("bad.txt"), TFM_HYP_TEXT_IDS, model, &rc, &err);
+        CHECK_STR(read_all(t_path("ids2.txt"), TFM_HYP_TEXT_IDS, model, &rc, &err), "0:the dog|");
+        write_file(t_path("bad.txt"), "5 6\n7 x 9\n");
+        read_all(t_path("bad.txt"), TFM_HYP_TEXT_IDS, model, &rc, &err);
         snprintf(want, sizeof want, "%s: line 2: 'x' is not a token id of this model (0 to %d)",
-                 path("bad.txt"), tfm_spm_vocab_size(model) - 1);
+                 t_path("bad.txt"), tfm_spm_vocab_size(model) - 1);
         CHECK_STR(err.msg, want);
     }
     /* the text type: lines in one buffer, joined with newlines */
     struct tfm_text t;
     tfm_text_init(&t);
-    CHECK(tfm_text_read(&t, path("h.txt"), &err) == 0);
+    CHECK(tfm_text_read(&t, t_path("h.txt"), &err) == 0);
     CHECK(tfm_text_push(&t, "last", 4, &err) == 0);
     CHECK_EQ_INT(t.n, 4);
     CHECK_STR(tfm_text_line(&t, 0), "the cat");
     CHECK_EQ_INT(tfm_text_len(&t, 1), 0);
     CHECK_EQ_INT(tfm_text_len(&t, 3), 4);
-    CHECK_STR(t.name, path("h.txt"));
+    CHECK_STR(t.name, t_path("h.txt"));
     size_t len;
     char *all = tfm_text_join(&t, &len, &err);
     CHECK_STR(all, "the cat\n\nred sun\nlast\n");
@@ -302,18 +291,12 @@ static void test_text(void)
     CHECK_EQ_INT(tfm_text_len(&t, 4998), 4998 % 27);
     CHECK_STR(tfm_text_line(&t, 28), "a");
     tfm_text_free(&t);
-    CHECK(tfm_text_read(&t, path("nothing.txt"), &err) == -1);
+    CHECK(tfm_text_read(&t, t_path("nothing.txt"), &err) == -1);
     tfm_text_free(&t);
 }
 
 int main(void)
 {
-    snprintf(dir, sizeof dir, "%s/tfm-test-hypread.XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     model = train(60, 1);
     other = train(45, 2);
     t_run("streams: own or matching model, n-best to the best, callback errors", test_streams);
@@ -321,9 +304,5 @@ int main(void)
     t_run("text lines, lines of ids, the text type", test_text);
     tfm_spm_free(model);
     tfm_spm_free(other);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        return 1;
     return t_done();
 }

@@ -6,19 +6,6 @@
 #include "check.h"
 #include "json.h"
 
-/* What the writer put in f, as a string (static buffer). */
-static const char *contents(FILE *f)
-{
-    static char buf[4096];
-    fflush(f);
-    long n = ftell(f);
-    rewind(f);
-    size_t got = fread(buf, 1, n > 0 ? (size_t)n : 0, f);
-    buf[got] = '\0';
-    rewind(f);
-    return buf;
-}
-
 static void test_layout(void)
 {
     FILE *f = tmpfile();
@@ -54,7 +41,7 @@ static void test_layout(void)
     tfm_json_end(&j);
     tfm_json_end(&j);
     CHECK_EQ_INT(tfm_json_done(&j), 0);
-    CHECK_STR(contents(f), "{\n"
+    CHECK_STR(t_contents(f), "{\n"
                            " \"name\": \"BLEU\",\n"
                            " \"counts\": [1, -2, 9007199254740993],\n"
                            " \"all\": {\"f1\": 0.5, \"ok\": true},\n"
@@ -83,7 +70,7 @@ static void test_values(void)
     tfm_json_bool(&j, 0);
     tfm_json_end(&j);
     CHECK_EQ_INT(tfm_json_done(&j), 0);
-    CHECK_STR(contents(f), "[\"a\\\"b\\\\c\\u000a\\u0009\\u0001\x7f Grüße\", 26.33333333, 1e-20, "
+    CHECK_STR(t_contents(f), "[\"a\\\"b\\\\c\\u000a\\u0009\\u0001\x7f Grüße\", 26.33333333, 1e-20, "
                            "null, null, 100, false]\n");
     fclose(f);
 }
@@ -100,7 +87,7 @@ static void test_misuse(void)
     tfm_json_int(&j, 2);
     tfm_json_end(&j);
     CHECK_EQ_INT(tfm_json_done(&j), -1);
-    CHECK_STR(contents(f), "{\"k\": 2}\n");
+    CHECK_STR(t_contents(f), "{\"k\": 2}\n");
     tfm_json_init(&j, f);               /* not closed */
     tfm_json_array(&j, 0);
     CHECK_EQ_INT(tfm_json_done(&j), -1);

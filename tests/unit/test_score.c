@@ -3,7 +3,6 @@
  * with warnings, per-sentence rows, MAX_ERROR and restoration of linearized trees. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "bleu.h"
 #include "check.h"
@@ -11,21 +10,6 @@
 #include "evalb.h"
 #include "score.h"
 #include "text.h"
-
-/* What was written to f, as a string (static buffer), and f emptied. */
-static const char *contents(FILE *f)
-{
-    static char buf[16384];
-    fflush(f);
-    long n = ftell(f);
-    rewind(f);
-    size_t got = fread(buf, 1, n > 0 ? (size_t)n : 0, f);
-    buf[got] = '\0';
-    rewind(f);
-    if (ftruncate(fileno(f), 0) != 0)
-        buf[0] = '\0';
-    return buf;
-}
 
 static void text_of(struct tfm_text *t, const char *name, const char *const *lines, int n)
 {
@@ -39,7 +23,6 @@ static void text_of(struct tfm_text *t, const char *name, const char *const *lin
 /* ---- the loop, with a scorer that records its calls ---------------------------------- */
 
 struct rec {
-    struct tfm_scorer base;
     char log[512];
     int fail_at;
 };
@@ -54,21 +37,22 @@ static int rec_start(struct tfm_scorer *s, struct tfm_error *err)
     (void)err;
     char b[128];
     snprintf(b, sizeof b, "start(%s,%s,%lld)", s->hyp_name, s->ref_name, (long long)s->sentences);
-    say((struct rec *)s, b);
+    say(s->metric, b);
     return 0;
 }
 
 static int rec_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
                    const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
 {
-    struct rec *r = (struct rec *)s;
+    struct rec *r = s->metric;
     if (i == r->fail_at)
         return tfm_fail(err, "line %lld: no", (long long)i + 1);
     char b[128];
     snprintf(b, sizeof b, " %lld:%.*s/%.*s/%.*s", (long long)i, (int)hyp_len, hyp,
              (int)ref_lens[0], refs[0], (int)ref_lens[1], refs[1]);
     say(r, b);
-    tfm_scorer_warn(s, "warned %lld", (long long)i);
+    snprintf(b, sizeof b, "warned %lld", (long long)i);
+    s->o.warn(s->o.warn_ctx, b);
     return 0;
 }
 
@@ -77,13 +61,13 @@ static int rec_report(struct tfm_scorer *s, struct tfm_error *err)
     (void)err;
     char b[64];
     snprintf(b, sizeof b, " report(%lld)", (long long)s->added);
-    say((struct rec *)s, b);
+    say(s->metric, b);
     return 0;
 }
 
-static void rec_free(struct tfm_scorer *s)
+static void rec_free(void *r)
 {
-    free(s);
+    free(r);
 }
 
 static void warn_into(void *ctx, const char *msg)
@@ -103,25 +87,26 @@ static void test_loop(void)
     text_of(&hyp, "hyp", h, 2);
     text_of(&refs[0], "ref0", r0, 2);
     text_of(&refs[1], "ref1", r1, 2);
-    struct rec *r = (struct rec *)tfm_scorer_alloc(sizeof *r, &ops, &so, 2, &err);
+    struct rec *r = calloc(1, sizeof *r);
+    struct tfm_scorer *s = tfm_scorer_new(&ops, r, &so, 2, &err);
     r->fail_at = -1;
-    CHECK(tfm_score_run(&r->base, &hyp, refs, &err) == 0);
+    CHECK(tfm_score_run(s, &hyp, refs, &err) == 0);
     CHECK_STR(r->log, "start(hyp,ref0,2) 0:a/A/x 1:b/B/y report(2)");
     CHECK_STR(warned, "warned 0;warned 1;");
     /* a failing sentence stops the loop: no report */
     r->log[0] = '\0';
     r->fail_at = 1;
-    CHECK(tfm_score_run(&r->base, &hyp, refs, &err) == -1);
+    CHECK(tfm_score_run(s, &hyp, refs, &err) == -1);
     CHECK_STR(err.msg, "line 2: no");
     CHECK_STR(r->log, "start(hyp,ref0,2) 0:a/A/x");
     /* every reference must have as many lines; nothing is called before that holds */
     tfm_text_free(&refs[1]);
     text_of(&refs[1], "ref1", r2, 1);
     r->log[0] = '\0';
-    CHECK(tfm_score_run(&r->base, &hyp, refs, &err) == -1);
+    CHECK(tfm_score_run(s, &hyp, refs, &err) == -1);
     CHECK_STR(err.msg, "ref1: 1 lines, hypotheses have 2");
     CHECK_STR(r->log, "");
-    tfm_scorer_free(&r->base);
+    tfm_scorer_free(s);
     tfm_scorer_free(NULL);
     tfm_text_free(&hyp);
     tfm_text_free(&refs[0]);
@@ -143,14 +128,14 @@ static void test_bleu_chrf(void)
     tfm_bleu_opts_default(&bo);
     struct tfm_scorer *s = tfm_bleu_scorer(&bo, 1, &so, &err);
     CHECK(s && tfm_score_run(s, &hyp, &ref, &err) == 0);
-    CHECK_STR(contents(f), "BLEU = 39.76 100.0/60.0/25.0/16.7 (BP = 1.000 ratio = 1.000 "
+    CHECK_STR(t_contents(f), "BLEU = 39.76 100.0/60.0/25.0/16.7 (BP = 1.000 ratio = 1.000 "
                            "hyp_len = 6 ref_len = 6)\n"
                            "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-X\n");
     tfm_scorer_free(s);
     so.json = 1;
     s = tfm_bleu_scorer(&bo, 1, &so, &err);
     CHECK(s && tfm_score_run(s, &hyp, &ref, &err) == 0);
-    CHECK_STR(contents(f),
+    CHECK_STR(t_contents(f),
               "{\n \"name\": \"BLEU\",\n \"score\": 39.76353644,\n"
               " \"signature\": \"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-X\",\n"
               " \"verbose_score\": \"100.0/60.0/25.0/16.7 (BP = 1.000 ratio = 1.000 hyp_len = 6 "
@@ -168,14 +153,14 @@ static void test_bleu_chrf(void)
     so.json = 0;
     s = tfm_chrf_scorer(&co, 1, &so, &err);
     CHECK(s && tfm_score_run(s, &ref, &ref, &err) == 0);
-    CHECK_STR(contents(f), "chrF2 = 100.00\nnrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|"
+    CHECK_STR(t_contents(f), "chrF2 = 100.00\nnrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|"
                            "version:tfm-X\n");
     tfm_scorer_free(s);
     so.json = 1;
     co.char_order = 1;
     s = tfm_chrf_scorer(&co, 1, &so, &err);
     CHECK(s && tfm_score_run(s, &ref, &ref, &err) == 0);
-    CHECK_STR(contents(f),
+    CHECK_STR(t_contents(f),
               "{\n \"name\": \"chrF2\",\n \"score\": 100,\n"
               " \"signature\": \"nrefs:1|case:mixed|eff:yes|nc:1|nw:0|space:no|version:tfm-X\",\n"
               " \"nrefs\": \"1\",\n \"case\": \"mixed\",\n \"eff\": \"yes\",\n \"nc\": \"1\",\n"
@@ -189,7 +174,7 @@ static void test_bleu_chrf(void)
     s = tfm_bleu_scorer(&bo, 1, &so, &err);
     CHECK(s && tfm_score_run(s, &hyp, &ref, &err) == -1);
     CHECK_STR(err.msg, "line 1: hypothesis: invalid UTF-8 at byte 0");
-    CHECK_STR(contents(f), "");
+    CHECK_STR(t_contents(f), "");
     tfm_scorer_free(s);
     tfm_text_free(&hyp);
     tfm_text_free(&ref);
@@ -212,7 +197,7 @@ static void test_f1(void)
     text_of(&test, "t", t, 2);
     struct tfm_scorer *s = tfm_evalb_scorer(&fo, &so, &err);
     CHECK(s && tfm_score_run(s, &test, &gold, &err) == 0);
-    CHECK_STR(contents(f),
+    CHECK_STR(t_contents(f),
               "F1 = 40.00 P = 50.00 R = 33.33 (sentences = 2 valid = 1 errors = 1 skipped = 0 "
               "matched = 1 gold = 3 test = 2)\n"
               "len<=40: F1 = 40.00 P = 50.00 R = 33.33 (sentences = 2 valid = 1 errors = 1 "
@@ -226,7 +211,7 @@ static void test_f1(void)
     fo.per_sentence = 1;
     s = tfm_evalb_scorer(&fo, &so, &err);
     CHECK(s && tfm_score_run(s, &test, &gold, &err) == 0);
-    const char *js = contents(f);
+    const char *js = t_contents(f);
     CHECK(strstr(js, "\n \"per_sentence\": [\n  {\"id\": 1, \"length\": 4, \"status\": 0, "
                      "\"matched\": 1, \"gold\": 3, \"test\": 2, \"crossing\": 0, \"words\": 3, "
                      "\"correct_tags\": 3},\n  {\"id\": 2, "));
@@ -245,7 +230,7 @@ static void test_f1(void)
     CHECK_STR(err.msg, "t3: line 2: more than MAX_ERROR 0 errors, giving up");
     tfm_text_free(&g3);
     tfm_text_free(&t3);
-    CHECK(strstr(contents(f), "Accracy\n======"));    /* the header and row 1 came out */
+    CHECK(strstr(t_contents(f), "Accracy\n======"));    /* the header and row 1 came out */
     tfm_scorer_free(s);
     /* a bad gold tree fails the run, naming it; a bad test tree is an error sentence */
     const char *open[] = {"(S (NN a)", "(S (NN a) (NN b)"};
@@ -257,7 +242,7 @@ static void test_f1(void)
     CHECK(s && tfm_score_run(s, &test, &bad, &err) == -1);
     CHECK_STR(err.msg, "bad: line 1: column 10: unbalanced brackets: 1 left open at the end");
     CHECK(tfm_score_run(s, &bad, &gold, &err) == 0);
-    CHECK(strstr(contents(f), "(sentences = 2 valid = 0 errors = 2 skipped = 0"));
+    CHECK(strstr(t_contents(f), "(sentences = 2 valid = 0 errors = 2 skipped = 0"));
     tfm_scorer_free(s);
     /* linearized output restored with the gold's words, tags and wrapper */
     const char *wg[] = {"( (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .)) )"};
@@ -268,7 +253,7 @@ static void test_f1(void)
     fo.linearized = 1;
     s = tfm_evalb_scorer(&fo, &so, &err);
     CHECK(s && tfm_score_run(s, &l1, &g1, &err) == 0);
-    CHECK(strncmp(contents(f), "F1 = 100.00 P = 100.00 R = 100.00 (sentences = 1 valid = 1", 58)
+    CHECK(strncmp(t_contents(f), "F1 = 100.00 P = 100.00 R = 100.00 (sentences = 1 valid = 1", 58)
           == 0);
     tfm_scorer_free(s);
     /* missing files are named */
