@@ -32,7 +32,8 @@ struct tfm_hyp {
     float score;            /* hyp.score (else 0) */
     const int32_t *ids;     /* the tokens (NULL for a line of text) */
     int64_t nids;
-    const char *text;       /* the text, NUL-terminated (NULL with TFM_HYP_IDS) */
+    const char *text;       /* the text, NUL-terminated; NULL with TFM_HYP_IDS, unless the
+                             * input is lines of text, which come as they are */
     size_t len;
 };
 

@@ -1,11 +1,12 @@
 /* score.h: what every metric of tfm-score is to the tool -- a scorer -- and the one loop
  * that feeds hypotheses and references to it.
  *
- * A scorer is a small table of functions over a metric's own state: start (once the input is
- * known: its name and number of sentences), add (one hypothesis and its references),
- * report (the corpus score as text or JSON, to the stream the options name).  BLEU
- * (bleu.h), chrF (chrf.h) and EVALB's bracket F1 (evalb.h) are scorers; a new metric is
- * one more file that fills in the table, and a constructor for the tool to call.
+ * A scorer is a small table of functions over a metric's own state: start (once the
+ * input is known: its name and number of sentences), add (one hypothesis and its
+ * references), report (the corpus score as text or JSON, to the stream the options
+ * name).  BLEU (bleu.h), chrF (chrf.h) and EVALB's bracket F1 (evalb.h) are scorers; a
+ * new metric is one more file that fills in the table, and a constructor for the tool to
+ * call.
  *
  * Messages: a failure to add a sentence names it ("line 12: ..." or "FILE: line 12: ...");
  * a sentence that is scored as an error rather than failing the run (EVALB's error
