@@ -67,7 +67,8 @@ struct tfm_scorer *tfm_scorer_new(const struct tfm_scorer_ops *ops, void *metric
 void tfm_scorer_free(struct tfm_scorer *s);
 
 /* Score the lines of hyp against refs[0..s->nrefs): every reference must have as many
- * lines ("REF: 3003 lines, hypotheses have 3004"), then start, add each, report. */
+ * lines ("REF: 3003 lines, hypotheses have 3004"), then start, add each, report.  A
+ * scorer scores one corpus: once per scorer. */
 int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
                   const struct tfm_text *refs, struct tfm_error *err);
 
