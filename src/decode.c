@@ -21,6 +21,7 @@
 #include "config.h"
 #include "corpus.h"
 #include "device.h"
+#include "hypread.h"
 #include "model.h"
 #include "spm.h"
 #include "stream.h"
@@ -415,6 +416,22 @@ done:
     return rc;
 }
 
+struct text_out {
+    FILE *f;
+    int nbest_format;       /* "INDEX ||| TEXT ||| SCORE" lines */
+    const char *name;
+};
+
+static int put_text(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
+{
+    const struct text_out *to = ctx;
+    if (to->nbest_format)
+        fprintf(to->f, "%lld ||| %s ||| %.6f\n", (long long)h->index, h->text, h->score);
+    else
+        fprintf(to->f, "%s\n", h->text);
+    return ferror(to->f) ? tfm_fail(err, "%s: write error", to->name) : 0;
+}
+
 static int write_text(const char *out_path, const struct tfm_corpus *c, const void *spm_proto,
                       size_t spm_size, int nbest_format, struct tfm_error *err)
 {
@@ -435,22 +452,8 @@ static int write_text(const char *out_path, const struct tfm_corpus *c, const vo
             return tfm_fail(err, "%s: %s", tmp, strerror(errno));
         }
     }
-    char *text = NULL;
-    size_t cap = 0;
-    int rc = 0;
-    for (int64_t i = 0; i < c->n && rc == 0; i++) {
-        if (tfm_spm_decode(spm, tfm_corpus_sent(c, i), tfm_corpus_len(c, i), &text, &cap, err) < 0) {
-            rc = -1;
-            break;
-        }
-        if (nbest_format)
-            fprintf(f, "%lld ||| %s ||| %.6f\n", (long long)c->index[i], text, c->score[i]);
-        else
-            fprintf(f, "%s\n", text);
-        if (ferror(f))
-            rc = tfm_fail(err, "%s: write error", to_stdout ? "<stdout>" : out_path);
-    }
-    free(text);
+    struct text_out to = {f, nbest_format, to_stdout ? "<stdout>" : out_path};
+    int rc = tfm_hypread_corpus(c, spm, 0, NULL, put_text, &to, err);
     tfm_spm_free(spm);
     if (!to_stdout) {
         if (fclose(f) && rc == 0)
