@@ -144,6 +144,22 @@ void cuda_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, floa
                            C, ldc));
 }
 
+// Parameter gradients: fp32 at every precision, the same product (src/backend.h).
+void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc)
+{
+    cuda_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The compute copy of the weights: at fp32, the same bits.
+void cuda_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
+{
+    if (n && dst != src)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   STREAM(be)));
+}
+
 // ---- lifetime ---------------------------------------------------------------------------
 
 static void cu_bind(struct tfm_backend *be) { CUDA_CHECK(cudaSetDevice(CU(be)->device)); }
@@ -253,6 +269,11 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
 
     be->name = "cuda";
     be->kind = TFM_BACKEND_CUDA;
+    // fp32 only until the bf16 kernels exist: set_bf16 stays NULL, so precision = bf16 is
+    // refused and auto means fp32 here
+    be->precision = TFM_PRECISION_FP32;
+    be->auto_precision = TFM_PRECISION_FP32;
+    be->act_size = sizeof(float);
     be->threads = 1;
     be->host_memory = 0;
     be->alloc = cu_alloc;

@@ -314,6 +314,20 @@ static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     tfm_pool_run(CPU(be)->pool, (j.len + j.chunk - 1) / j.chunk, 1, gemm_slices, &j);
 }
 
+/* Parameter gradients are fp32 at every precision: the same product (backend.h). */
+static void cpu_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc)
+{
+    cpu_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* At fp32 the compute copy is the weights' bits (precision.c rounds it for bf16). */
+static void cpu_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
+{
+    cpu_copy(be, dst, src, n * sizeof(float));
+}
+
 /* ---- embeddings ------------------------------------------------------------------------ */
 
 struct embed_job {
@@ -1269,6 +1283,10 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     }
     be->name = "cpu";
     be->kind = TFM_BACKEND_CPU;
+    be->precision = TFM_PRECISION_FP32;
+    be->auto_precision = TFM_PRECISION_FP32;
+    be->act_size = sizeof(float);
+    be->set_bf16 = tfm_backend_emulate_bf16;
     be->threads = threads;
     be->host_memory = 1;
     be->impl = c;

@@ -189,6 +189,13 @@ static void devs(const struct sim *s, const void *const *d, int n, const char *n
 TFM_BACKEND_OPS(SIM_OP)
 #undef SIM_OP
 
+/* The CPU backend doing the work emulates bf16; the wrappers above stay as they are. */
+static int sim_set_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
+{
+    return tfm_backend_set_precision(
+        SIM(be)->in, on ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32, err);
+}
+
 static void sim_destroy(struct tfm_backend *be)
 {
     if (!be)
@@ -222,6 +229,11 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
     }
     be->name = "sim";
     be->kind = TFM_BACKEND_SIM;
+    be->precision = TFM_PRECISION_FP32;
+    /* fp32 unless asked: the sim backend's bits are the CPU's at the same precision */
+    be->auto_precision = TFM_PRECISION_FP32;
+    be->act_size = sizeof(float);
+    be->set_bf16 = sim_set_bf16;
     be->threads = s->in->threads;
     be->host_memory = 0;
     be->impl = s;
