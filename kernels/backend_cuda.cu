@@ -97,6 +97,12 @@ static void cu_copy(struct tfm_backend *be, void *dst, const void *src, size_t b
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, STREAM(be)));
 }
 
+// act_size is 4 (fp32): the bytes as they are
+static void cu_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
+{
+    cu_download(be, host, src, n * sizeof(float));
+}
+
 static void cu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 {
     if (bytes)
@@ -282,6 +288,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     be->download = cu_download;
     be->copy = cu_copy;
     be->zero = cu_zero;
+    be->download_act = cu_download_act;
     be->sync = cu_sync;
     be->bind = cu_bind;
     be->reserve = cu_reserve;

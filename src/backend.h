@@ -316,6 +316,9 @@ struct tfm_backend {
     void (*download)(struct tfm_backend *be, void *host, const void *src, size_t bytes);
     void (*copy)(struct tfm_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(struct tfm_backend *be, void *dst, size_t bytes);
+    /* n activations (act_size bytes each, in the backend's precision) from the device to n
+     * host floats: the one way the host reads activations (log-probabilities). */
+    void (*download_act)(struct tfm_backend *be, float *host, const void *src, size_t n);
     /* Wait until every op issued so far is complete (a no-op on the CPU).  The model never
      * needs it (a download waits for the ops before it); benchmarks and tests that time
      * ops or read device memory behind the table's back do. */

@@ -227,6 +227,12 @@ static void cpu_copy(struct tfm_backend *be, void *dst, const void *src, size_t 
         memmove(dst, src, bytes);
 }
 
+/* act_size is 4 here (fp32, and bf16 emulated in fp32 words) */
+static void cpu_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
+{
+    cpu_copy(be, host, src, n * sizeof(float));
+}
+
 static void cpu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 {
     (void)be;
@@ -1296,6 +1302,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->download = cpu_copy;
     be->copy = cpu_copy;
     be->zero = cpu_zero;
+    be->download_act = cpu_download_act;
     be->sync = cpu_sync;
     be->reserve = cpu_reserve;
 #define CPU_OP(ret, name, params, args, devs) be->name = cpu_##name;

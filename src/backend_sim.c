@@ -116,6 +116,11 @@ static void sim_download(struct tfm_backend *be, void *host, const void *src, si
     move(be, host, 0, src, 1, bytes, __func__);
 }
 
+static void sim_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
+{
+    move(be, host, 0, src, 1, n * sizeof(float), __func__);
+}
+
 static void sim_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
 {
     move(be, dst, 1, src, 1, bytes, __func__);
@@ -243,6 +248,7 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
     be->download = sim_download;
     be->copy = sim_copy;
     be->zero = sim_zero;
+    be->download_act = sim_download_act;
     be->sync = sim_sync;
     be->reserve = sim_reserve;
 #define SIM_SET(ret, name, params, args, devlist) be->name = sim_##name;

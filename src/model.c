@@ -982,7 +982,7 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
     struct acts *A = &m->a;
     int B = f->B, S = f->S, T = f->T, n = B * T, D = m->D;
     float scale = 1.0f / sqrtf((float)m->dk);
-    be->zero(be, A->denc, (size_t)B * S * D * sizeof(float));
+    be->zero(be, A->denc, (size_t)B * S * D * be->act_size);
     if (m->cfg.norm == TFM_NORM_PRE) {
         const float *x = m->N > 0 ? A->dec[m->N - 1].f.y : A->xd;
         be->layernorm_bwd(be, A->t1, GRAD(m->dfin.g), GRAD(m->dfin.b), A->g, x, A->dfin.mean,
@@ -1032,7 +1032,7 @@ static void enc_backward(struct tfm_model *m, const struct fwd *f)
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
     int B = f->B, S = f->S, n = B * S, D = m->D;
-    be->copy(be, A->g, A->denc, (size_t)n * D * sizeof(float));
+    be->copy(be, A->g, A->denc, (size_t)n * D * be->act_size);
     if (m->cfg.norm == TFM_NORM_PRE) {
         const float *x = m->N > 0 ? A->enc[m->N - 1].f.y : A->xe;
         be->layernorm_bwd(be, A->t1, GRAD(m->efin.g), GRAD(m->efin.b), A->g, x, A->efin.mean,
@@ -1171,7 +1171,7 @@ int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *
         be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, DATA(m->emb_out), D, 0.0f,
                  m->a.logits, V);
         be->log_softmax(be, m->a.logits, m->a.logits, c, V);
-        be->download(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V * sizeof(float));
+        be->download_act(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V);
     }
     return 0;
 }
@@ -1229,18 +1229,26 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
             (ptr) = (type *)(void *)(base + off);                         \
         off += b_;                                                        \
     } while (0)
+    size_t act = m->be->act_size;   /* activations: the backend's element size */
+#define TAKEA(ptr, n)                                                     \
+    do {                                                                  \
+        size_t b_ = ((size_t)(n) * act + 63) / 64 * 64;                   \
+        if (base)                                                         \
+            (ptr) = (float *)(void *)(base + off);                        \
+        off += b_;                                                        \
+    } while (0)
     for (int l = 0; l < m->N; l++) {
-        TAKE(d->kvc[l], float, R * d->max_steps * 2 * D);
-        TAKE(d->ckv[l], float, (int64_t)d->max_sent * d->max_src * 2 * D);
+        TAKEA(d->kvc[l], R * d->max_steps * 2 * D);
+        TAKEA(d->ckv[l], (int64_t)d->max_sent * d->max_src * 2 * D);
     }
-    TAKE(d->x, float, R * D);
-    TAKE(d->u, float, R * D);
-    TAKE(d->qkv, float, R * 3 * D);
-    TAKE(d->o, float, R * D);
-    TAKE(d->tmp, float, R * D);
-    TAKE(d->q, float, R * D);
-    TAKE(d->h, float, R * m->F);
-    TAKE(d->logits, float, R * m->V);
+    TAKEA(d->x, R * D);
+    TAKEA(d->u, R * D);
+    TAKEA(d->qkv, R * 3 * D);
+    TAKEA(d->o, R * D);
+    TAKEA(d->tmp, R * D);
+    TAKEA(d->q, R * D);
+    TAKEA(d->h, R * m->F);
+    TAKEA(d->logits, R * m->V);
     TAKE(d->mean, float, R);
     TAKE(d->rstd, float, R);
     TAKE(d->tok, int32_t, R);
@@ -1248,6 +1256,7 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     TAKE(d->row_src, int32_t, R);
     TAKE(d->cross_len, int32_t, R);
     TAKE(d->anc, int32_t, R * d->max_steps);
+#undef TAKEA
 #undef TAKE
     return off;
 }
@@ -1469,7 +1478,7 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         be->log_softmax(be, logp, d->logits, nrows, V);
     } else {
         be->log_softmax(be, d->logits, d->logits, nrows, V);
-        be->download(be, logp, d->logits, (size_t)nrows * V * sizeof(float));
+        be->download_act(be, logp, d->logits, (size_t)nrows * V);
     }
     return 0;
 }
@@ -1499,7 +1508,7 @@ int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_t
                             d->max_rows, V);
     }
     be->log_softmax(be, d->logits, d->logits, nrows, V);
-    be->download(be, d->host_lp, d->logits, (size_t)nrows * V * sizeof(float));
+    be->download_act(be, d->host_lp, d->logits, (size_t)nrows * V);
     for (int r = 0; r < nrows; r++) {
         const float *y = d->host_lp + (size_t)r * V;
         tfm_topk_row(y, 0.0f, V, k, ban, nban, NULL, 0, top_lp + (size_t)r * k, top_tok + (size_t)r * k);

@@ -552,6 +552,16 @@ teardown() {
     assert_output --regexp "param.emb f32 "
     refute_output --regexp "(param|adam)\.[^ ]* bf16 "
     grep -a -q "^precision = bf16$" "$T/bf16/last.tfm"
+    # decoding at the checkpoint's precision: the sim device gives the CPU's hypotheses; an
+    # ensemble is one precision (all its models compute on one device)
+    run tfm-decode -q -m "$T/bf16/last.tfm" --beam 2 -o "$T/h16.tfm" "$M/val.en.tfm"
+    assert_success
+    run tfm-decode -q --device sim -m "$T/bf16/last.tfm" --beam 2 -o "$T/h16s.tfm" "$M/val.en.tfm"
+    assert_success
+    cmp "$T/h16.tfm" "$T/h16s.tfm"
+    run tfm-decode -q -m "$T/fp32/last.tfm" -m "$T/bf16/last.tfm" "$M/val.en.tfm"
+    assert_failure 1
+    assert_output --partial "bf16/last.tfm: cpu backend: precision bf16: 1 model on it computes in fp32"
 }
 
 @test "precision: --print-config, bad values, resume at another precision, sim = CPU bits at bf16" {
