@@ -92,7 +92,7 @@ TFM_HD static inline uint32_t tfm_dropout_threshold(float p)
 /* ---- bf16 ------------------------------------------------------------------------------
  * bfloat16 is the top half of an IEEE binary32: sign, the same 8 exponent bits, 7 stored
  * mantissa bits (8 significant).  Rounding to it keeps fp32's range (subnormals included)
- * and has a relative error of at most 2^-9 for normal numbers. */
+ * and has a relative error of at most 2^-8 (half a unit of 2^-7) for normal numbers. */
 
 /* The bf16 nearest x, ties to even; NaN stays NaN (quiet, sign kept); a finite x past the
  * largest bf16 rounds to infinity, as IEEE rounding does. */

@@ -56,6 +56,7 @@ static const struct tfm_backend *F32(struct tfm_backend *be)
 
 static void round_n(float *x, size_t n)
 {
+#pragma omp simd
     for (size_t i = 0; i < n; i++)
         x[i] = tfm_bf16_round(x[i]);
 }

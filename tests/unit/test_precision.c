@@ -13,9 +13,9 @@
  *    are not rounded and the compute copy is them rounded.  The same checker on fp32
  *    finds unrounded values, so it can fail.
  *  - bf16 stays near fp32 (no dropout): the loss of one batch, and after an update,
- *    within 2% (relative rounding 2^-9 per stored value, a dozen roundings on a path: a
- *    few 1e-3; measured 5e-4), and differs from it (the emulation is on); the gradient
- *    within 10% in norm (see there); the sim backend gives the CPU's bits.
+ *    within 2% (relative rounding up to 2^-8 per stored value, a dozen roundings on a
+ *    path: a few 1e-3; measured 5e-4), and differs from it (the emulation is on); the
+ *    gradient within 10% in norm (see there); the sim backend gives the CPU's bits.
  * Convergence of a trained model at bf16 against fp32 is in tests/bats/tfm-train.bats.
  */
 #include "check.h"
