@@ -89,7 +89,9 @@ struct tfm_param {
 
 /* Bytes that tfm_model_create allocates for cfg with a batch budget of max_tokens padded
  * tokens per side (source B*S and target B*T each <= max_tokens): the parameter arena
- * plus the activation arena.  A pure function of its arguments; 0 if cfg is invalid. */
+ * plus the activation arena (fp32 words), and with precision bf16 the compute copy of the
+ * weights (counted in fp32 words: an upper bound on any device).  A pure function of its
+ * arguments; 0 if cfg is invalid. */
 size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens);
 /* Bytes of the parameter arena alone (params, grads, Adam m and v). */
 size_t tfm_model_param_memory(const struct tfm_config *cfg);
