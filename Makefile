@@ -172,7 +172,7 @@ FUZZ_SRC_stream := src/corpus.c $(FUZZ_IO)
 FUZZ_SRC_config := src/config.c src/lines.c $(FUZZ_IO)
 FUZZ_SRC_lines  := src/lines.c $(FUZZ_IO)
 FUZZ_SRC_tree   := src/tree.c src/error.c
-FUZZ_SRC_evalb  := src/evalb.c src/tree.c src/lines.c $(FUZZ_IO)
+FUZZ_SRC_evalb  := src/evalb.c src/tree.c src/lines.c src/text.c src/score.c src/json.c $(FUZZ_IO)
 define fuzz_one
 	@mkdir -p $(BUILD)/fuzz tests/fuzz/corpus/$(1)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(CPPFLAGS) -o $(BUILD)/fuzz/fuzz_$(1) tests/fuzz/fuzz_$(1).c $(FUZZ_SRC_$(1)) -lz

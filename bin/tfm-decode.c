@@ -15,7 +15,8 @@ static const char USAGE[] =
     "usage: tfm-decode -m MODEL [-m MODEL]... [--beam K] [--alpha A] [--max-len-b N]\n"
     "                  [--min-len N] [--nbest N] [--text] [--sample] [--topk K]\n"
     "                  [--topp P] [--temperature T] [--seed N] [--tokens N] [--threads N]\n"
-    "                  [--device DEV] [-o OUT] [--progress] [--quiet] [FILE]\n";
+    "                  [--device DEV] [-o OUT] [--attention FILE [--attention-all]]\n"
+    "                  [--progress] [--quiet] [FILE]\n";
 
 static const char HELP[] =
     "Translate a token (or batch) stream; write a hypothesis stream in input order.\n"
@@ -37,6 +38,9 @@ static const char HELP[] =
     "  -j, --threads N        CPU threads (0: all online CPUs)\n"
     "      --device DEV       auto, cpu, cuda or sim (auto)\n"
     "  -o, --output OUT       write OUT (whole or not at all) instead of stdout\n"
+    "      --attention FILE   also write the encoder-decoder attention of each best\n"
+    "                         hypothesis, every layer and head, as a stream to FILE\n"
+    "      --attention-all    with it the encoder and decoder self-attention too\n"
     "  -p, --progress / -q, --quiet   progress on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
 
@@ -78,7 +82,8 @@ static const struct tfm_config_key *config_key(const char *name)
 
 int main(int argc, char **argv)
 {
-    enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION, O_MINLEN };
+    enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION, O_MINLEN, O_ATTN,
+           O_ATTN_ALL };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"beam", required_argument, NULL, 'k'},
@@ -96,6 +101,8 @@ int main(int argc, char **argv)
         {"threads", required_argument, NULL, 'j'},
         {"device", required_argument, NULL, O_DEVICE},
         {"output", required_argument, NULL, 'o'},
+        {"attention", required_argument, NULL, O_ATTN},
+        {"attention-all", no_argument, NULL, O_ATTN_ALL},
         {"progress", no_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -192,6 +199,8 @@ int main(int argc, char **argv)
             o.device = optarg;
             break;
         case 'o': out = optarg; break;
+        case O_ATTN: o.attention = optarg; break;
+        case O_ATTN_ALL: o.attention_all = 1; break;
         case 'p': progress = 1; break;
         case 'q': quiet = 1; break;
         case 'h': return tfm_cli_help(HELP);
@@ -209,6 +218,11 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("--beam and --sample exclude each other");
     if (!o.search.sample && o.beam_given && o.search.nbest > o.search.beam)
         return tfm_cli_usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
+    if (o.attention_all && !o.attention)
+        return tfm_cli_usage_error("--attention-all needs --attention FILE");
+    if (o.attention && strcmp(o.attention, "-") == 0 && strcmp(out, "-") == 0)
+        return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
+                                   "(give -o OUT)");
     const char *in = optind < argc ? argv[optind] : "-";
     struct progress pr = {progress && !quiet, 0};
     o.progress = report;

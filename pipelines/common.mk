@@ -13,6 +13,8 @@
 #   ckpt/step-NNNNNN.tfm, train.done, train.log
 #   model.tfm                     the average of the last $(AVG) checkpoints
 #   test.hyp.tfm test.hyp.txt     hypotheses as a stream and as text
+#   train.png train.svg           the curves of train.log (`plot`)
+#   attention/N.tfm, N.*.png      the attention of test sentence N (`attention SENT=N`)
 
 TFM = $(BIN)/tfm-
 
@@ -35,6 +37,9 @@ MAX_STEPS   ?=
 MAX_TIME    ?=
 SAVE_EVERY  ?=
 VALID_EVERY ?= 500
+VALID_BLEU  ?=
+REPORT_EVERY ?= 100
+SENT        ?=
 AVG         ?= 5
 BEAM        ?=
 ALPHA       ?=
@@ -146,8 +151,8 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
 	    rm -rf $(W)/ckpt; fi
 	$(if $(LAUNCH),rm -f $(W)/rendezvous; TFM_RENDEZVOUS=$(abspath $(W))/rendezvous $(LAUNCH)) \
 	$(TFM)train -c $(CONFIG) $(SETS) -o $(W)/ckpt --resume --valid $(W)/valid.batches.tfm \
-	    --valid-every $(VALID_EVERY) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
-	    --log $(W)/train.log --progress --report-every 100 $<
+	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
+	    --log $(W)/train.log --progress --report-every $(REPORT_EVERY) $<
 	touch $@
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
@@ -170,6 +175,31 @@ $(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt
 	@echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@
 endif
 
+# ---- pictures -------------------------------------------------------------------------------
+# The curves of the training log, drawn from what it holds now: a run still writing it can
+# be plotted, from another shell, as often as wanted.
+plot:
+	$(PIPE_ROOT)/pipelines/plot-train $(W)/train.log $(W)/train
+	@echo "$(W)/train.png $(W)/train.svg"
+
+# The attention of test sentence SENT (its line number): the sentence decoded alone with
+# the averaged model, every layer's encoder-decoder, encoder and decoder self-attention
+# written as a stream (tfm-decode --attention) and drawn as heat maps, one picture a layer
+# and kind with a panel a head: attention/SENT.{cross,enc,dec}.LAYER.png.
+attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model
+	@n=$$(wc -l < $(W)/test.src); \
+	case "$(SENT)" in ''|*[!0-9]*|0*) \
+	    echo "$(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src (1 to $$n), is needed" >&2; \
+	    exit 1;; esac; \
+	[ "$(SENT)" -le $$n ] || \
+	    { echo "$(MAKEFILE_NAME): attention: SENT=$(SENT): $(W)/test.src has $$n lines" >&2; exit 1; }
+	@mkdir -p $(W)/attention
+	sed -n '$(SENT){p;q}' $(W)/test.src | \
+	    $(TFM)tokenize encode -m $(W)/spm.model --eos --quiet | \
+	    $(TFM)decode -m $(W)/model.tfm $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) \
+	        --quiet --text --attention $(W)/attention/$(SENT).tfm --attention-all
+	$(PIPE_ROOT)/pipelines/plot-attention -o $(W)/attention/$(SENT) $(W)/attention/$(SENT).tfm
+
 # ---- housekeeping ---------------------------------------------------------------------------
 # Every stage file named, so that none is an intermediate file of make's: a deleted one is
 # made again (and what depends on it).
@@ -183,7 +213,7 @@ clean:
 	rm -rf $(W)
 
 help:
-	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|clean|help]"
+	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|clean|help]"
 	@printf '  %s\n' $(HELP_CORPUS)
 	@echo "  W=$(W)  the work directory (clean removes it)"
 	@echo "  BIN=$(BIN)  the tools"
@@ -196,6 +226,9 @@ help:
 	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
 	@echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"
 	@echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"
+	@echo "  VALID_BLEU=$(VALID_BLEU)  non-empty: validation BLEU too (tfm-train --valid-bleu), logged and plotted"
+	@echo "  REPORT_EVERY=$(REPORT_EVERY)  updates between the lines of train.log (plot draws them)"
+	@echo "  SENT=$(SENT)  attention: the test sentence (line number) whose attention is drawn"
 	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
 
-.PHONY: all clean help score stages
+.PHONY: all attention clean help plot score stages

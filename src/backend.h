@@ -343,6 +343,24 @@ struct tfm_backend {
                             const int32_t *ban, int nban, int also, float *top_y,
                             int32_t *top_id, float *also_y);
 
+    /* Optional, for decoding's output layer (NULL: gemm, then log_softmax or
+     * log_softmax_top).  W (V,D), the output embedding, is laid out once by out_pack into
+     * `packed` (out_pack_floats(V, D) floats of device memory, the caller's), as long as W
+     * does not change.  Then out_logits writes y (N,V) = x (N,D) W^T, each element one
+     * chain of fused multiply-adds over d = 0..D-1 in order, so that its bits depend on
+     * neither the threads nor N nor the row; and out_top computes the same y a block of
+     * rows at a time and hands each block, still in cache, to what log_softmax_top does
+     * (same arguments, same bits).  y is overwritten by both.  The CPU backend has them:
+     * a search step then reads the logits once from cache instead of from memory, and the
+     * weights are never packed again (a BLAS packs them at every call). */
+    size_t (*out_pack_floats)(int V, int D);
+    void (*out_pack)(struct tfm_backend *be, float *packed, const float *W, int V, int D);
+    void (*out_logits)(struct tfm_backend *be, float *y, const float *x, int N,
+                       const float *packed, int V, int D);
+    void (*out_top)(struct tfm_backend *be, float *y, const float *x, int N,
+                    const float *packed, int V, int D, int k, const int32_t *ban, int nban,
+                    int also, float *top_y, int32_t *top_id, float *also_y);
+
     /* -- lifetime ------------------------------------------------------------------- */
     void (*destroy)(struct tfm_backend *be);
 

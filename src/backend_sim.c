@@ -194,6 +194,17 @@ static void devs(const struct sim *s, const void *const *d, int n, const char *n
 TFM_BACKEND_OPS(SIM_OP)
 #undef SIM_OP
 
+/* Decoding's packed output layer, where the CPU backend has it (backend.h): the packing
+ * and the logits, whose pointers are all device memory, so that decoding through sim keeps
+ * the CPU's bits; not out_top, whose results go to host memory as no GPU op's do (the
+ * model then selects the best tokens on the host, with the same bits). */
+SIM_OP_void(out_pack, (struct tfm_backend *be, float *packed, const float *W, int V, int D),
+            (be, packed, W, V, D), (packed, W))
+SIM_OP_void(out_logits,
+            (struct tfm_backend *be, float *y, const float *x, int N, const float *packed,
+             int V, int D),
+            (be, y, x, N, packed, V, D), (y, x, packed))
+
 /* The CPU backend doing the work emulates bf16; the wrappers above stay as they are. */
 static int sim_set_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
 {
@@ -254,6 +265,11 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
 #define SIM_SET(ret, name, params, args, devlist) be->name = sim_##name;
     TFM_BACKEND_OPS(SIM_SET)
 #undef SIM_SET
+    if (s->in->out_pack) {
+        be->out_pack_floats = s->in->out_pack_floats;
+        be->out_pack = sim_out_pack;
+        be->out_logits = sim_out_logits;
+    }
     be->destroy = sim_destroy;
     return be;
 }

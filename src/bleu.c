@@ -3,8 +3,8 @@
  *
  * Our own implementation, written from sacreBLEU's documented behaviour; the tokenizers are
  * re.sub passes over code points, emulated as left-to-right, non-overlapping scans (every
- * pattern matches a fixed number of characters).  Not here: chrF (chrf.c), files and
- * streams (bin/tfm-score.c).
+ * pattern matches a fixed number of characters).  At the end, BLEU as a scorer (score.h).
+ * Not here: chrF (chrf.c), files and streams (text.c, hypread.c).
  */
 #include "bleu.h"
 
@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include "bleu_unicode.h"
+#include "json.h"
+#include "score.h"
 
 /* ---- UTF-8 --------------------------------------------------------------------------- */
 
@@ -821,4 +823,55 @@ int tfm_bleu_format(const struct tfm_bleu_score *s, char *buf, size_t n)
     char v[256];
     tfm_bleu_format_verbose(s, v, sizeof v);
     return snprintf(buf, n, "BLEU = %.2f %s", s->score, v);
+}
+
+/* ---- the scorer (score.h) ------------------------------------------------------------ */
+
+static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
+                    const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
+{
+    if (tfm_bleu_add(s->metric, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+        return tfm_error_prefix(err, "line %lld", (long long)i + 1);
+    return 0;
+}
+
+static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
+{
+    (void)err;
+    const struct tfm_bleu *b = s->metric;
+    struct tfm_bleu_score sc;
+    tfm_bleu_compute(&b->st, &b->o, &sc);
+    char line[512], sig[256], verbose[256];
+    tfm_bleu_format(&sc, line, sizeof line);
+    tfm_bleu_format_verbose(&sc, verbose, sizeof verbose);
+    tfm_bleu_signature(&b->o, s->nrefs, s->o.version, sig, sizeof sig);
+    struct tfm_json j;
+    if (!tfm_score_sacrebleu_report(s, &j, line, "BLEU", sc.score, sig, verbose))
+        return 0;
+    tfm_json_member_nums(&j, "precisions", sc.precisions, TFM_BLEU_ORDER);
+    tfm_json_member_ints(&j, "counts", sc.correct, TFM_BLEU_ORDER);
+    tfm_json_member_ints(&j, "totals", sc.total, TFM_BLEU_ORDER);
+    tfm_json_member_num(&j, "bp", sc.bp);
+    tfm_json_member_num(&j, "ratio", sc.ratio);
+    tfm_json_member_int(&j, "hyp_len", sc.hyp_len);
+    tfm_json_member_int(&j, "ref_len", sc.ref_len);
+    tfm_json_member_int(&j, "sentences", s->added);
+    tfm_json_end(&j);
+    return 0;
+}
+
+static void bleu_metric_free(void *b)
+{
+    tfm_bleu_free(b);
+}
+
+static const struct tfm_scorer_ops BLEU_OPS = {
+    .add = bleu_add, .report = bleu_report, .free = bleu_metric_free,
+};
+
+struct tfm_scorer *tfm_bleu_scorer(const struct tfm_bleu_opts *o, int nrefs,
+                                   const struct tfm_score_opts *so, struct tfm_error *err)
+{
+    struct tfm_bleu *b = tfm_bleu_new(o, err);
+    return b ? tfm_scorer_new(&BLEU_OPS, b, so, nrefs, err) : NULL;
 }

@@ -21,8 +21,9 @@
  * (s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g), split on ASCII whitespace and scored as Moses
  * multi-bleu.perl does (ASCII-only lowercasing, no smoothing).
  *
- * Not here: chrF (chrf.h), reading files and streams (bin/tfm-score.c).  Library code: no
- * printing, errors in struct tfm_error.
+ * Not here: chrF (chrf.h), reading files and streams (text.h, hypread.h), the scoring loop
+ * (score.h).  Library code: errors in struct tfm_error; the scorer's report goes to the
+ * stream its options name.
  */
 #ifndef TFM_BLEU_H
 #define TFM_BLEU_H
@@ -112,6 +113,15 @@ int tfm_bleu_format_verbose(const struct tfm_bleu_score *s, char *buf, size_t n)
  * "tokenized+atat" with compound splitting (not sacreBLEU names: sacreBLEU has none). */
 int tfm_bleu_signature(const struct tfm_bleu_opts *o, int nrefs, const char *version,
                        char *buf, size_t n);
+
+/* BLEU with options o against nrefs references per sentence, as a scorer (score.h): a
+ * failing sentence is "line N: reason"; the report is tfm_bleu_format's line and the
+ * signature, or with so->json an object as sacreBLEU's --format json (name, score,
+ * signature, verbose_score, the signature's fields, precisions, counts, totals, bp,
+ * ratio, hyp_len, ref_len) and the number of sentences. */
+struct tfm_score_opts;
+struct tfm_scorer *tfm_bleu_scorer(const struct tfm_bleu_opts *o, int nrefs,
+                                   const struct tfm_score_opts *so, struct tfm_error *err);
 
 /* ---- text helpers shared with chrf.c ---------------------------------------------- */
 

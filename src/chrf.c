@@ -1,6 +1,6 @@
 /* chrf.c: chrF / chrF++ as sacreBLEU computes them (see chrf.h).  Our own implementation;
  * n-grams are counted in the hash tables of bleu.c (character n-grams keyed by code
- * points, word n-grams by interned word ids).
+ * points, word n-grams by interned word ids).  At the end, chrF as a scorer (score.h).
  */
 #include "chrf.h"
 
@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "bleu_unicode.h"
+#include "json.h"
+#include "score.h"
 
 #define MAXO (2 * TFM_CHRF_MAX_ORDER)
 
@@ -298,4 +300,50 @@ int tfm_chrf_signature(const struct tfm_chrf_opts *o, int nrefs, const char *ver
     return snprintf(buf, n, "nrefs:%s|case:%s|eff:%s|nc:%d|nw:%d|space:%s|version:%s", refs,
                     o->lowercase ? "lc" : "mixed", o->eps_smoothing ? "no" : "yes",
                     o->char_order, o->word_order, o->whitespace ? "yes" : "no", version);
+}
+
+/* ---- the scorer (score.h) ------------------------------------------------------------ */
+
+static int chrf_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
+                    const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
+{
+    if (tfm_chrf_add(s->metric, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+        return tfm_error_prefix(err, "line %lld", (long long)i + 1);
+    return 0;
+}
+
+static int chrf_report(struct tfm_scorer *s, struct tfm_error *err)
+{
+    (void)err;
+    const struct tfm_chrf *c = s->metric;
+    int ns;
+    const int64_t *st = tfm_chrf_stats(c, &ns);
+    double score = tfm_chrf_compute(&c->o, st);
+    char name[32], sig[256], line[64];
+    tfm_chrf_name(&c->o, name, sizeof name);
+    tfm_chrf_signature(&c->o, s->nrefs, s->o.version, sig, sizeof sig);
+    snprintf(line, sizeof line, "%s = %.2f", name, score);
+    struct tfm_json j;
+    if (!tfm_score_sacrebleu_report(s, &j, line, name, score, sig, NULL))
+        return 0;
+    tfm_json_member_ints(&j, "statistics", st, ns);
+    tfm_json_member_int(&j, "sentences", s->added);
+    tfm_json_end(&j);
+    return 0;
+}
+
+static void chrf_metric_free(void *c)
+{
+    tfm_chrf_free(c);
+}
+
+static const struct tfm_scorer_ops CHRF_OPS = {
+    .add = chrf_add, .report = chrf_report, .free = chrf_metric_free,
+};
+
+struct tfm_scorer *tfm_chrf_scorer(const struct tfm_chrf_opts *o, int nrefs,
+                                   const struct tfm_score_opts *so, struct tfm_error *err)
+{
+    struct tfm_chrf *c = tfm_chrf_new(o, err);
+    return c ? tfm_scorer_new(&CHRF_OPS, c, so, nrefs, err) : NULL;
 }

@@ -54,4 +54,12 @@ int tfm_chrf_name(const struct tfm_chrf_opts *o, char *buf, size_t n);
 int tfm_chrf_signature(const struct tfm_chrf_opts *o, int nrefs, const char *version,
                        char *buf, size_t n);
 
+/* chrF with options o against nrefs references per sentence, as a scorer (score.h): a
+ * failing sentence is "line N: reason"; the report is "chrF2 = 54.72" and the signature,
+ * or with so->json an object (name, score, signature, its fields, the summed statistics,
+ * the number of sentences). */
+struct tfm_score_opts;
+struct tfm_scorer *tfm_chrf_scorer(const struct tfm_chrf_opts *o, int nrefs,
+                                   const struct tfm_score_opts *so, struct tfm_error *err);
+
 #endif

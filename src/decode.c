@@ -15,11 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "attention.h"
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "corpus.h"
 #include "device.h"
+#include "hypread.h"
 #include "model.h"
 #include "spm.h"
 #include "stream.h"
@@ -414,6 +416,22 @@ done:
     return rc;
 }
 
+struct text_out {
+    FILE *f;
+    int nbest_format;       /* "INDEX ||| TEXT ||| SCORE" lines */
+    const char *name;
+};
+
+static int put_text(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
+{
+    const struct text_out *to = ctx;
+    if (to->nbest_format)
+        fprintf(to->f, "%lld ||| %s ||| %.6f\n", (long long)h->index, h->text, h->score);
+    else
+        fprintf(to->f, "%s\n", h->text);
+    return ferror(to->f) ? tfm_fail(err, "%s: write error", to->name) : 0;
+}
+
 static int write_text(const char *out_path, const struct tfm_corpus *c, const void *spm_proto,
                       size_t spm_size, int nbest_format, struct tfm_error *err)
 {
@@ -434,22 +452,8 @@ static int write_text(const char *out_path, const struct tfm_corpus *c, const vo
             return tfm_fail(err, "%s: %s", tmp, strerror(errno));
         }
     }
-    char *text = NULL;
-    size_t cap = 0;
-    int rc = 0;
-    for (int64_t i = 0; i < c->n && rc == 0; i++) {
-        if (tfm_spm_decode(spm, tfm_corpus_sent(c, i), tfm_corpus_len(c, i), &text, &cap, err) < 0) {
-            rc = -1;
-            break;
-        }
-        if (nbest_format)
-            fprintf(f, "%lld ||| %s ||| %.6f\n", (long long)c->index[i], text, c->score[i]);
-        else
-            fprintf(f, "%s\n", text);
-        if (ferror(f))
-            rc = tfm_fail(err, "%s: write error", to_stdout ? "<stdout>" : out_path);
-    }
-    free(text);
+    struct text_out to = {f, nbest_format, to_stdout ? "<stdout>" : out_path};
+    int rc = tfm_hypread_corpus(c, spm, 0, NULL, put_text, &to, err);
     tfm_spm_free(spm);
     if (!to_stdout) {
         if (fclose(f) && rc == 0)
@@ -499,6 +503,50 @@ static int write_stream(const char *out_path, const struct tfm_corpus *c,
 done:
     tfm_header_free(&h);
     return rc;
+}
+
+/* The attention stream of the best hypothesis of every source (out: the hypotheses in
+ * input order, best first), under the first model, in input order. */
+static int write_attention(const struct tfm_corpus *src, const int64_t *number,
+                           const struct tfm_corpus *out, struct member *mb,
+                           const struct tfm_header *hdr, const struct tfm_decode_opts *o,
+                           struct tfm_error *err)
+{
+    struct tfm_attn_writer *a = tfm_attn_open(o->attention, mb->model, hdr->spm, hdr->spm_size,
+                                              o->attention_all, o->producer, mb->path, err);
+    if (!a)
+        return -1;
+    int32_t *tgt = malloc(((size_t)mb->cfg.max_len + 1) * sizeof *tgt);
+    if (!tgt) {
+        tfm_attn_abort(a);
+        return tfm_fail(err, "out of memory");
+    }
+    int64_t p = 0;      /* the source of out's entry j: entries follow the sources' order */
+    for (int64_t j = 0; j < out->n; j++) {
+        if (j > 0 && out->index[j] == out->index[j - 1])
+            continue;                               /* n-best: the best only */
+        while (p < src->n && number[p] != out->index[j])
+            p++;
+        int64_t T = tfm_corpus_len(out, j) + 1;
+        if (p == src->n || T > mb->cfg.max_len) {
+            free(tgt);
+            tfm_attn_abort(a);
+            return tfm_fail(err, "internal error: hypothesis %lld without its source",
+                            (long long)j);
+        }
+        memcpy(tgt, tfm_corpus_sent(out, j), (size_t)(T - 1) * sizeof *tgt);
+        tgt[T - 1] = TFM_EOS_ID;
+        if (tfm_attn_put(a, out->index[j], tfm_corpus_sent(src, p), (int)tfm_corpus_len(src, p),
+                         tgt, (int)T, err)) {
+            free(tgt);
+            tfm_attn_abort(a);
+            return tfm_error_prefix(err, "%s", strcmp(o->attention, "-") ? o->attention
+                                                                          : "<stdout>");
+        }
+        p++;
+    }
+    free(tgt);
+    return tfm_attn_close(a, err);
 }
 
 /* ---- the run -------------------------------------------------------------------------- */
@@ -815,6 +863,9 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     if (hypset_ordered(&R.hs, R.number, ns, &R.out, err))
         goto done;
     o->stats.hyps = R.out.n;
+    if (o->attention &&
+        write_attention(&R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o, err))
+        goto done;
     for (int64_t i = 0; i < R.out.n; i++)
         if (i == 0 || R.out.index[i] != R.out.index[i - 1])
             o->stats.tokens += tfm_corpus_len(&R.out, i);

@@ -43,6 +43,10 @@ struct tfm_decode_opts {
     int threads;                    /* CPU backend threads; 0: online CPUs */
     const char *device;             /* "auto", "cpu", "cuda"; NULL: auto */
     const char *producer;           /* header "producer" of the output, or NULL */
+    const char *attention;          /* also write the attention stream (attention.h) of
+                                     * each sentence's best hypothesis under the first
+                                     * model here ("-": stdout), or NULL */
+    int attention_all;              /* with it the self-attention too */
     /* called after each batch and once at the end (may be NULL) */
     void (*progress)(void *ctx, const struct tfm_decode_stats *st, int final);
     void *progress_ctx;

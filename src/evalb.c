@@ -1,5 +1,6 @@
 /* evalb.c: EVALB bracket scoring (see evalb.h).  Written from EVALB's README and the
- * behaviour of its reference outputs; no EVALB code.
+ * behaviour of its reference outputs; no EVALB code.  At the end, bracket F1 as a scorer
+ * (score.h), with the restoration of linearized trees that tfm-score --metric f1 offers.
  */
 #include "evalb.h"
 
@@ -9,7 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "lines.h"
+#include "score.h"
+#include "text.h"
 
 /* ---- parameters ---------------------------------------------------------------------- */
 
@@ -628,4 +632,237 @@ void tfm_evalb_print_summary(FILE *f, const struct tfm_evalb *e)
     print_block(f, &e->all);
     fprintf(f, "\n-- len<=%d --\n", e->p.cutoff_len);
     print_block(f, &e->cut);
+}
+
+/* ---- the scorer (score.h) ------------------------------------------------------------ */
+
+struct f1_scorer {
+    struct tfm_f1_opts fo;
+    struct tfm_evalb_params prm;
+    struct tfm_evalb e;
+    int have_e;
+    struct tfm_text src;            /* --source: the words of each sentence */
+    struct tfm_tree gold, test;
+    char *words, *lin;              /* the gold's words (--linearized) */
+    size_t wcap, lcap;
+    struct tfm_evalb_sent *rows;    /* per-sentence rows for the JSON report */
+};
+
+static int f1_start(struct tfm_scorer *s, struct tfm_error *err)
+{
+    struct f1_scorer *fs = s->metric;
+    const struct tfm_f1_opts *fo = &fs->fo;
+    if (fo->param ? tfm_evalb_params_load(&fs->prm, fo->param, err)
+                  : tfm_evalb_params_collins(&fs->prm, err))
+        return -1;
+    if (fo->max_error >= 0)
+        fs->prm.max_error = fo->max_error;
+    if (fo->source) {
+        if (tfm_text_read(&fs->src, fo->source, err) < 0)
+            return -1;
+        if (fs->src.n != s->sentences)
+            return tfm_fail(err, "%s: %lld lines, hypotheses have %lld", fo->source,
+                            (long long)fs->src.n, (long long)s->sentences);
+    }
+    if (tfm_evalb_init(&fs->e, &fs->prm, err) < 0)
+        return -1;
+    fs->have_e = 1;
+    if (fo->per_sentence && !s->o.json)
+        tfm_evalb_print_header(s->o.out);
+    if (s->o.json && fo->per_sentence &&
+        !(fs->rows = calloc((size_t)(s->sentences ? s->sentences : 1), sizeof *fs->rows)))
+        return tfm_fail(err, "out of memory");
+    return 0;
+}
+
+static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
+                  const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
+{
+    struct f1_scorer *fs = s->metric;
+    const struct tfm_f1_opts *fo = &fs->fo;
+    size_t pos = 0;
+    if (tfm_tree_parse(&fs->gold, refs[0], ref_lens[0], &pos, 0, err) < 0)
+        return tfm_error_prefix(err, "%s: line %lld", s->ref_name, (long long)i + 1);
+    const struct tfm_tree *tp = &fs->test;
+    char reason[300] = "";
+    if (fo->source || fo->linearized) {
+        const char *w;
+        size_t wl;
+        if (fo->source) {
+            w = tfm_text_line(&fs->src, i);
+            wl = tfm_text_len(&fs->src, i);
+        } else {
+            struct tfm_linearize_opts lo = {0, 0};
+            if (tfm_tree_linearize(&fs->gold, &lo, &fs->words, &fs->wcap, &fs->lin, &fs->lcap,
+                                   err) < 0)
+                return tfm_error_prefix(err, "%s: line %lld", s->ref_name, (long long)i + 1);
+            w = fs->words;
+            wl = strlen(w);
+        }
+        /* every preterminal takes the gold tag, so that EVALB deletes the same
+         * punctuation on both sides: a model without tags writes XX, or, when
+         * imperfect, a word or a stray label in its place */
+        if (tfm_tree_restore_like(&fs->test, hyp, hyp_len, w, wl, fo->root, &fs->gold,
+                                  fo->keep_tags ? "XX" : NULL, err) < 0)
+            return -1;
+    } else {
+        pos = 0;
+        if (tfm_tree_parse(&fs->test, hyp, hyp_len, &pos, 0, err) < 0) {
+            snprintf(reason, sizeof reason, "malformed tree: %.250s", err->msg);
+            tp = NULL;
+        }
+    }
+    struct tfm_evalb_sent st;
+    if (tfm_evalb_add(&fs->e, i + 1, &fs->gold, tp, reason, &st, err) < 0)
+        return -1;
+    if (st.status == TFM_EVALB_ERROR && s->o.warn) {
+        char msg[sizeof st.reason + 600];
+        snprintf(msg, sizeof msg, "%s: line %lld: %s", s->hyp_name, (long long)i + 1,
+                 st.reason);
+        s->o.warn(s->o.warn_ctx, msg);
+    }
+    if (fs->rows)
+        fs->rows[i] = st;
+    else if (fo->per_sentence && !s->o.json)
+        tfm_evalb_print_row(s->o.out, &st);
+    if (tfm_evalb_too_many_errors(&fs->e)) {
+        fflush(s->o.out);   /* the rows so far come before the message */
+        return tfm_fail(err, "%s: line %lld: more than MAX_ERROR %d errors, giving up",
+                        s->hyp_name, (long long)i + 1, fs->e.p.max_error);
+    }
+    return 0;
+}
+
+static void f1_line(FILE *f, const char *prefix, const struct tfm_evalb_totals *t)
+{
+    double r, p, fm;
+    tfm_evalb_prf(t, &r, &p, &fm);
+    fprintf(f, "%sF1 = %.2f P = %.2f R = %.2f (sentences = %lld valid = %lld errors = %lld "
+            "skipped = %lld matched = %lld gold = %lld test = %lld)\n",
+            prefix, isnan(fm) ? 0.0 : fm, p, r, (long long)t->sentences,
+            (long long)(t->sentences - t->errors - t->skipped), (long long)t->errors,
+            (long long)t->skipped, (long long)t->matched, (long long)t->gold,
+            (long long)t->test);
+}
+
+static void f1_json_totals(struct tfm_json *j, const char *key, const struct tfm_evalb_totals *t)
+{
+    double r, p, fm;
+    tfm_evalb_prf(t, &r, &p, &fm);
+    int64_t valid = t->sentences - t->errors - t->skipped;
+    tfm_json_key(j, key);
+    tfm_json_object(j, 0);
+    tfm_json_member_num(j, "f1", isnan(fm) ? 0.0 : fm);
+    tfm_json_member_num(j, "precision", p);
+    tfm_json_member_num(j, "recall", r);
+    tfm_json_member_int(j, "matched", t->matched);
+    tfm_json_member_int(j, "gold", t->gold);
+    tfm_json_member_int(j, "test", t->test);
+    tfm_json_member_int(j, "sentences", t->sentences);
+    tfm_json_member_int(j, "valid", valid);
+    tfm_json_member_int(j, "errors", t->errors);
+    tfm_json_member_int(j, "skipped", t->skipped);
+    tfm_json_member_num(j, "complete_match",
+                        valid > 0 ? 100.0 * (double)t->complete / (double)valid : 0.0);
+    tfm_json_member_num(j, "average_crossing",
+                        valid > 0 ? (double)t->crossing / (double)valid : 0.0);
+    tfm_json_member_num(j, "tagging_accuracy",
+                        t->words > 0 ? 100.0 * (double)t->correct_tags / (double)t->words : 0.0);
+    tfm_json_end(j);
+}
+
+static void f1_json_row(struct tfm_json *j, const struct tfm_evalb_sent *s)
+{
+    tfm_json_object(j, 0);
+    tfm_json_member_int(j, "id", s->id);
+    tfm_json_member_int(j, "length", s->len);
+    tfm_json_member_int(j, "status", s->status);
+    tfm_json_member_int(j, "matched", s->matched);
+    tfm_json_member_int(j, "gold", s->gold);
+    tfm_json_member_int(j, "test", s->test);
+    tfm_json_member_int(j, "crossing", s->crossing);
+    tfm_json_member_int(j, "words", s->words);
+    tfm_json_member_int(j, "correct_tags", s->correct_tags);
+    if (s->status == TFM_EVALB_ERROR)
+        tfm_json_member_str(j, "reason", s->reason);
+    tfm_json_end(j);
+}
+
+static int f1_report(struct tfm_scorer *s, struct tfm_error *err)
+{
+    (void)err;
+    struct f1_scorer *fs = s->metric;
+    const struct tfm_evalb *e = &fs->e;
+    FILE *f = s->o.out;
+    char key[32];
+    if (!s->o.json && fs->fo.per_sentence) {
+        tfm_evalb_print_summary(f, e);
+    } else if (!s->o.json) {
+        f1_line(f, "", &e->all);
+        snprintf(key, sizeof key, "len<=%d: ", e->p.cutoff_len);
+        f1_line(f, key, &e->cut);
+        fprintf(f, "evalb:%s|labeled:%s|cutoff:%d|version:%s\n", e->p.name,
+                e->p.labeled ? "yes" : "no", e->p.cutoff_len, s->o.version);
+    } else {
+        double r, p, fm;
+        tfm_evalb_prf(&e->all, &r, &p, &fm);
+        struct tfm_json j;
+        tfm_json_init(&j, f);
+        tfm_json_object(&j, 1);
+        tfm_json_member_str(&j, "name", "F1");
+        tfm_json_member_num(&j, "score", isnan(fm) ? 0.0 : fm);
+        tfm_json_member_str(&j, "param", e->p.name);
+        tfm_json_member_bool(&j, "labeled", e->p.labeled);
+        tfm_json_member_int(&j, "cutoff_len", e->p.cutoff_len);
+        tfm_json_member_str(&j, "version", s->o.version);
+        f1_json_totals(&j, "all", &e->all);
+        snprintf(key, sizeof key, "len<=%d", e->p.cutoff_len);
+        f1_json_totals(&j, key, &e->cut);
+        if (fs->rows) {
+            tfm_json_key(&j, "per_sentence");
+            tfm_json_array(&j, 1);
+            for (int64_t k = 0; k < s->added; k++)
+                f1_json_row(&j, &fs->rows[k]);
+            tfm_json_end(&j);
+        }
+        tfm_json_end(&j);
+    }
+    return 0;
+}
+
+static void f1_free(void *metric)
+{
+    struct f1_scorer *fs = metric;
+    if (!fs)
+        return;
+    if (fs->have_e)
+        tfm_evalb_free(&fs->e);
+    tfm_evalb_params_free(&fs->prm);
+    tfm_text_free(&fs->src);
+    tfm_tree_free(&fs->gold);
+    tfm_tree_free(&fs->test);
+    free(fs->words);
+    free(fs->lin);
+    free(fs->rows);
+    free(fs);
+}
+
+static const struct tfm_scorer_ops F1_OPS = {
+    .start = f1_start, .add = f1_add, .report = f1_report, .free = f1_free,
+};
+
+struct tfm_scorer *tfm_evalb_scorer(const struct tfm_f1_opts *fo, const struct tfm_score_opts *so,
+                                    struct tfm_error *err)
+{
+    struct f1_scorer *fs = calloc(1, sizeof *fs);
+    if (!fs) {
+        tfm_fail(err, "out of memory");
+        return NULL;
+    }
+    fs->fo = *fo;
+    tfm_evalb_params_init(&fs->prm);
+    tfm_text_init(&fs->src);
+    tfm_tree_init(&fs->gold);
+    tfm_tree_init(&fs->test);
+    return tfm_scorer_new(&F1_OPS, fs, so, 1, err);
 }

@@ -26,7 +26,7 @@
  * the totals row shows the number of sentences without crossing in "Cross Bracket" (the
  * source prints the sum of crossings; "Average crossing" is the same in both).
  *
- * Not here: reading trees (tree.h), files (bin/tfm-score.c).
+ * Not here: reading trees (tree.h), the scoring loop (score.h).
  */
 #ifndef TFM_EVALB_H
 #define TFM_EVALB_H
@@ -108,5 +108,29 @@ void tfm_evalb_prf(const struct tfm_evalb_totals *t, double *r, double *p, doubl
 void tfm_evalb_print_header(FILE *f);
 void tfm_evalb_print_row(FILE *f, const struct tfm_evalb_sent *s);
 void tfm_evalb_print_summary(FILE *f, const struct tfm_evalb *e);
+
+/* ---- the scorer (score.h): tfm-score --metric f1 ------------------------------------ */
+
+struct tfm_f1_opts {
+    const char *param;      /* EVALB parameter file; NULL: COLLINS.prm, built in */
+    const char *source;     /* test lines are linearized trees (tree.h): restore them with
+                             * the words of this file, one sentence a line */
+    int linearized;         /* test lines are linearized: the words from the gold trees */
+    int per_sentence;       /* EVALB's whole report; in JSON, a per_sentence array */
+    int max_error;          /* < 0: the parameter file's MAX_ERROR */
+    int keep_tags;          /* restored trees: only XX preterminals take the gold tags */
+    const char *root;       /* restored trees: the label of a root restoration opens */
+};
+
+/* EVALB bracket scoring of test trees (the hypotheses) against gold trees (the one
+ * reference), restored first with tfm_tree_restore_like when fo says they are
+ * linearized.  A malformed gold tree fails the run ("GOLD: line N: ..."); a malformed or
+ * mismatched test tree is an error sentence, warned about ("TEST: line N: reason"), and
+ * more than MAX_ERROR of them fail the run.  The report: "F1 = ... P = ... R = ..." for
+ * all sentences and for those up to CUTOFF_LEN, and a signature line; with per_sentence,
+ * EVALB's report; with so->json, one object. */
+struct tfm_score_opts;
+struct tfm_scorer *tfm_evalb_scorer(const struct tfm_f1_opts *fo, const struct tfm_score_opts *so,
+                                    struct tfm_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* model.c: the Transformer's parameters, forward, backward and incremental decoding
  * (model.h), written against the backend table only: no loops over tensor elements here
  * except on the host when initializing parameters and checking batches.
+ * The attention weights for inspection (tfm_model_attention) are computed on the host too.
  * Not here: the ops (backend_cpu.c), the optimizer (optim.c), the training loop.
  */
 #include "model.h"
@@ -1176,6 +1177,79 @@ int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *
     return 0;
 }
 
+/* ---- attention weights, for inspection ------------------------------------------------------ */
+
+/* p (H,Tq,Tk) = softmax over j of q_hi . k_hj * scale, j > i masked when causal.  q: Tq rows
+ * of ldq floats, head h at columns [h*dk, (h+1)*dk); k likewise, ldk. */
+static void attn_probs(const float *q, int ldq, const float *k, int ldk, int H, int Tq, int Tk,
+                       int dk, int causal, double scale, double *row, float *p)
+{
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < Tq; i++) {
+            const float *qi = q + (size_t)i * ldq + (size_t)h * dk;
+            int n = causal && i + 1 < Tk ? i + 1 : Tk;
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n; j++) {
+                const float *kj = k + (size_t)j * ldk + (size_t)h * dk;
+                double s = 0;
+                for (int c = 0; c < dk; c++)
+                    s += (double)qi[c] * kj[c];
+                row[j] = s * scale;
+                mx = row[j] > mx ? row[j] : mx;
+            }
+            for (int j = 0; j < n; j++)
+                sum += row[j] = exp(row[j] - mx);
+            float *out = p + ((size_t)h * Tq + i) * Tk;
+            for (int j = 0; j < Tk; j++)
+                out[j] = j < n ? (float)(row[j] / sum) : 0.0f;
+        }
+}
+
+int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
+                        const int32_t *tgt, float *cross, float *enc_self, float *dec_self,
+                        struct tfm_error *err)
+{
+    struct tfm_loss l;
+    if (stage(m, 1, S, T, src, tgt, &l, err) < 0)
+        return -1;
+    if (l.src_tokens != S || l.tokens != T)
+        return tfm_fail(err, "attention: padding inside %d source / %d target tokens", S, T);
+    struct tfm_backend *be = m->be;
+    struct fwd f = {0, 0, 1, S, T};
+    const float *enc = enc_forward(m, &f);
+    dec_forward(m, &f, enc);
+    int D = m->D, H = m->H, dk = m->dk, L = S > T ? S : T;
+    /* the queries and keys of one layer, (L,3D) each, and one row of scores */
+    float *qk = malloc((size_t)2 * L * 3 * D * sizeof *qk);
+    double *row = malloc((size_t)L * sizeof *row);
+    if (!qk || !row) {
+        free(qk);
+        free(row);
+        return tfm_fail(err, "attention: out of memory for %d x %d tokens", S, T);
+    }
+    float *a = qk, *b = qk + (size_t)L * 3 * D;
+    double scale = 1.0 / sqrt((double)dk);
+    for (int k = 0; k < m->N; k++) {
+        const struct dec_a *d = &m->a.dec[k];
+        be->download(be, a, d->q, (size_t)T * D * sizeof *a);
+        be->download(be, b, d->kv, (size_t)S * 2 * D * sizeof *b);
+        attn_probs(a, D, b, 2 * D, H, T, S, dk, 0, scale, row, cross + (size_t)k * H * T * S);
+        if (enc_self) {
+            be->download(be, a, m->a.enc[k].qkv, (size_t)S * 3 * D * sizeof *a);
+            attn_probs(a, 3 * D, a + D, 3 * D, H, S, S, dk, 0, scale, row,
+                       enc_self + (size_t)k * H * S * S);
+        }
+        if (dec_self) {
+            be->download(be, a, d->qkv, (size_t)T * 3 * D * sizeof *a);
+            attn_probs(a, 3 * D, a + D, 3 * D, H, T, T, dk, 1, scale, row,
+                       dec_self + (size_t)k * H * T * T);
+        }
+    }
+    free(qk);
+    free(row);
+    return 0;
+}
+
 /* ---- incremental decoding ------------------------------------------------------------------ */
 
 struct tfm_decoder {
@@ -1190,6 +1264,7 @@ struct tfm_decoder {
     float **kvc;
     float **ckv;                /* per layer (B*S, 2D) encoder K|V */
     float *x, *u, *qkv, *o, *tmp, *q, *h, *logits, *mean, *rstd;
+    float *wpack;               /* the output embedding laid out by be->out_pack, or NULL */
     int32_t *tok, *self_len, *row_src, *cross_len;   /* device (max_rows) */
     int32_t *anc;               /* device (max_rows, max_steps) */
     int32_t *anc_host, *anc_next;   /* host (max_rows, max_steps): now, and for select */
@@ -1249,6 +1324,8 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     TAKEA(d->q, R * D);
     TAKEA(d->h, R * m->F);
     TAKEA(d->logits, R * m->V);
+    if (m->be->out_pack)
+        TAKE(d->wpack, float, m->be->out_pack_floats(m->V, m->D));
     TAKE(d->mean, float, R);
     TAKE(d->rstd, float, R);
     TAKE(d->tok, int32_t, R);
@@ -1363,6 +1440,8 @@ int tfm_decoder_encode(struct tfm_decoder *d, int B, int S, const int32_t *src,
             linear(m, d->ckv[l] + (size_t)b0 * S * 2 * m->D, 2 * m->D, enc, m->D, Bg * S,
                    m->dec[l].cross.wkv, m->dec[l].cross.bkv);
     }
+    if (d->wpack)       /* at every batch: the weights may have changed (validation) */
+        be->out_pack(be, d->wpack, DATA(m->emb_out), m->V, m->D);
     d->B = B;
     d->S = S;
     d->rows = 0;
@@ -1392,9 +1471,10 @@ static void dstep_out(struct tfm_decoder *d, const struct ln_p *ln, int R)
                           (float)m->cfg.ln_eps);
 }
 
-/* The decoder stack for one step of R rows: the logits (R, V) into d->logits. */
-static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
-                      const int32_t *row_src, struct tfm_error *err)
+/* The decoder stack for one step of R rows: the last layer's output (R, D), before the
+ * output projection, into *out. */
+static int dec_hidden(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                      const int32_t *row_src, const float **out, struct tfm_error *err)
 {
     struct tfm_model *m = d->m;
     struct tfm_backend *be = m->be;
@@ -1461,9 +1541,26 @@ static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
                           D, (float)m->cfg.ln_eps);
         y = d->u;
     }
-    be->gemm(be, 0, 1, R, m->V, D, 1.0f, y, D, DATA(m->emb_out), D, 0.0f, d->logits, m->V);
+    *out = y;
     d->rows = R;
     d->t++;
+    return 0;
+}
+
+/* The logits (R, V) of one step into d->logits. */
+static int dec_logits(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
+                      const int32_t *row_src, struct tfm_error *err)
+{
+    struct tfm_model *m = d->m;
+    struct tfm_backend *be = m->be;
+    const float *y;
+    if (dec_hidden(d, nrows, last_tok, row_src, &y, err))
+        return -1;
+    if (d->wpack)
+        be->out_logits(be, d->logits, y, nrows, d->wpack, m->V, m->D);
+    else
+        be->gemm(be, 0, 1, nrows, m->V, m->D, 1.0f, y, m->D, DATA(m->emb_out), m->D, 0.0f,
+                 d->logits, m->V);
     return 0;
 }
 
@@ -1492,9 +1589,17 @@ int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_t
     if (k < 1 || k > V || also < 0 || also >= V)
         return tfm_fail(err, "decoder: %d best of %d tokens, token %d: out of range", k, V,
                         also);
+    struct tfm_backend *be = d->m->be;
+    if (d->wpack && be->out_top) {          /* the logits never leave the cache */
+        const float *y;
+        if (dec_hidden(d, nrows, last_tok, row_src, &y, err))
+            return -1;
+        be->out_top(be, d->logits, y, nrows, d->wpack, V, d->m->D, k, ban, nban, also,
+                    top_lp, top_tok, also_lp);
+        return 0;
+    }
     if (dec_logits(d, nrows, last_tok, row_src, err))
         return -1;
-    struct tfm_backend *be = d->m->be;
     if (be->log_softmax_top) {
         be->log_softmax_top(be, d->logits, nrows, V, k, ban, nban, also, top_lp, top_tok,
                             also_lp);

@@ -175,6 +175,19 @@ int tfm_model_eval_batch(struct tfm_model *m, int B, int S, int T, const int32_t
 int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *src,
                        const int32_t *tgt, float *logp, struct tfm_error *err);
 
+/* The attention weights of one sentence pair under teacher forcing, as in
+ * tfm_model_logprobs with B = 1 (no dropout): src (S) and tgt (T) host ids without
+ * padding; the decoder's inputs are bos tgt[0..T-2], so row t is the query that predicts
+ * tgt[t].  Host outputs, row-major, every row a distribution over its keys:
+ *   cross    (N,H,T,S)  encoder-decoder attention of decoder layer l, head h
+ *   enc_self (N,H,S,S)  encoder self-attention, or NULL
+ *   dec_self (N,H,T,T)  decoder self-attention (0 above the diagonal), or NULL
+ * P = softmax(q.k / sqrt(d_k)) is computed on the host, in double, from the queries and
+ * keys of the forward pass: for inspection, not for training.  0, or -1 with err. */
+int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
+                        const int32_t *tgt, float *cross, float *enc_self, float *dec_self,
+                        struct tfm_error *err);
+
 /* ---- incremental decoding --------------------------------------------------------------- */
 
 /* Decoding state: the encoded sources of one call and the decoder's cached self-attention

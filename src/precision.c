@@ -186,6 +186,14 @@ static void emu_log_softmax(struct tfm_backend *be, float *y, const float *x, in
     round_n(y, (size_t)N * V);
 }
 
+/* decoding's packed output layer (backend.h): the logits are an activation */
+static void emu_out_logits(struct tfm_backend *be, float *y, const float *x, int N,
+                           const float *packed, int V, int D)
+{
+    F32(be)->out_logits(be, y, x, N, packed, V, D);
+    round_n(y, (size_t)N * V);
+}
+
 static void emu_destroy(struct tfm_backend *be)
 {
     struct emu *e = be->emu;
@@ -212,6 +220,8 @@ int tfm_backend_emulate_bf16(struct tfm_backend *be, int on, struct tfm_error *e
         EMU_OPS(EMU_RESTORE)
 #undef EMU_RESTORE
         be->log_softmax_top = e->f32.log_softmax_top;
+        be->out_logits = e->f32.out_logits;
+        be->out_top = e->f32.out_top;
         be->destroy = e->f32.destroy;
         be->emu = NULL;
         free(e);
@@ -226,8 +236,12 @@ int tfm_backend_emulate_bf16(struct tfm_backend *be, int on, struct tfm_error *e
 #define EMU_SET(op) be->op = emu_##op;
     EMU_OPS(EMU_SET)
 #undef EMU_SET
-    /* the top-k search reads unrounded log-probabilities: callers take log_softmax */
+    /* the top-k searches read unrounded logits or log-probabilities: callers take the
+     * logits (rounded), then log_softmax */
     be->log_softmax_top = NULL;
+    be->out_top = NULL;
+    if (be->out_logits)
+        be->out_logits = emu_out_logits;
     be->destroy = emu_destroy;
     return 0;
 }

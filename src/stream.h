@@ -63,6 +63,7 @@ int tfm_dtype_parse(const char *s);
 #define TFM_KIND_BATCHES "batches"         /* padded batches: batch.index, batch.src, batch.tgt */
 #define TFM_KIND_CHECKPOINT "checkpoint"   /* config, parameters, optimizer and run state */
 #define TFM_KIND_HYPOTHESES "hypotheses"   /* decoder output: token chunks + hyp.index/score */
+#define TFM_KIND_ATTENTION "attention"     /* attention weights per sentence (attention.h) */
 
 /* The header: kind, key=value metadata, and the embedded SentencePiece model (may be
  * absent: spm == NULL).  Keys are [A-Za-z0-9_.-]+, values any bytes but '\n' and NUL. */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "corpus.h"
+#include "hypread.h"
 #include "lines.h"
 #include "output.h"
 #include "stream.h"
@@ -375,158 +376,30 @@ int tfm_tokenize_encode(const struct tfm_spm *s, const char *in_path, const char
 
 /* ---- decode ------------------------------------------------------------------------- */
 
-static int put_ids(FILE *out, const int32_t *ids, int64_t n)
+/* One sentence to the FILE in ctx: its text, or its ids with TFM_HYP_IDS. */
+static int put_sentence(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
 {
-    for (int64_t i = 0; i < n; i++)
-        if (fprintf(out, i ? " %d" : "%d", ids[i]) < 0)
-            return -1;
-    return putc('\n', out) == EOF ? -1 : 0;
-}
-
-/* One sentence to out, as text (model) or as ids. */
-static int put_sentence(FILE *out, const struct tfm_spm *s, int as_ids, const int32_t *ids,
-                        int64_t n, char **text, size_t *cap, struct tfm_error *err)
-{
-    if (as_ids) {
-        if (put_ids(out, ids, n))
-            return tfm_fail(err, "write error: %s", strerror(errno));
-        return 0;
+    FILE *out = ctx;
+    int bad = 0;
+    if (h->text) {
+        bad = fwrite(h->text, 1, h->len, out) != h->len;
+    } else {
+        for (int64_t i = 0; i < h->nids && !bad; i++)
+            bad = fprintf(out, i ? " %d" : "%d", h->ids[i]) < 0;
     }
-    int64_t len = tfm_spm_decode(s, ids, n, text, cap, err);
-    if (len < 0)
-        return -1;
-    (*text)[len] = '\n';
-    if (fwrite(*text, 1, (size_t)len + 1, out) != (size_t)len + 1)
+    if (bad || putc('\n', out) == EOF)
         return tfm_fail(err, "write error: %s", strerror(errno));
     return 0;
-}
-
-static int decode_stream(struct tfm_reader *r, FILE *out, const struct tfm_detok_opts *o,
-                         struct tfm_error *err)
-{
-    const struct tfm_header *h = tfm_reader_header(r);
-    const char *name = tfm_reader_name(r);
-    struct tfm_spm *own = NULL;
-    const struct tfm_spm *s = o->model;
-    if (s && h->spm) {      /* data is never decoded with another vocabulary */
-        size_t n;
-        const void *proto = tfm_spm_proto(s, &n);
-        if (n != h->spm_size || memcmp(proto, h->spm, n) != 0)
-            return tfm_fail(err, "%s: the stream's vocabulary (%08x) is not %s's (%08x): "
-                            "not decoded with another (leave out -m: the stream's own is "
-                            "used)", name,
-                            (unsigned)tfm_header_vocab_id(h),
-                            o->model_name ? o->model_name : "the model",
-                            (unsigned)tfm_crc32(0, proto, n));
-    }
-    if (!s && h->spm) {
-        if (!(own = tfm_spm_load(h->spm, h->spm_size, err)))
-            return tfm_error_prefix(err, "%s: embedded model", name);
-        s = own;
-    }
-    if (!s && !o->ids)
-        return tfm_fail(err, "%s: no embedded SentencePiece model; give one with -m MODEL", name);
-    struct tfm_corpus c;
-    tfm_corpus_init(&c);
-    int rc = tfm_corpus_read(r, &c, s ? tfm_spm_vocab_size(s) : 0, err);
-    char *text = NULL;
-    size_t cap = 0;
-    for (int64_t i = 0; rc == 0 && i < c.n; i++)
-        if (put_sentence(out, s, o->ids, tfm_corpus_sent(&c, i), tfm_corpus_len(&c, i), &text,
-                         &cap, err))
-            rc = -1;
-    free(text);
-    tfm_corpus_free(&c);
-    tfm_spm_free(own);
-    return rc;
-}
-
-/* Text lines of space-separated ids ("12 7 3"), as spm_encode --output_format=id. */
-static int decode_text(struct tfm_lines *in, FILE *out, const struct tfm_detok_opts *o,
-                       struct tfm_error *err)
-{
-    const char *name = tfm_lines_name(in);
-    if (!o->model)
-        return tfm_fail(err, "%s: plain text input (token ids) needs -m MODEL", name);
-    int vocab = tfm_spm_vocab_size(o->model);
-    int32_t *ids = NULL;
-    int64_t cap_ids = 0;
-    char *text = NULL;
-    size_t cap = 0;
-    const char *line;
-    size_t len;
-    int k, rc = 0;
-    while (rc == 0 && (k = tfm_lines_next(in, &line, &len, err)) == 1) {
-        int64_t n = 0;
-        const char *p = line;
-        for (;;) {
-            while (*p == ' ' || *p == '\t')
-                p++;
-            if (!*p)
-                break;
-            char *end;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || (*end && *end != ' ' && *end != '\t') || errno || v < 0 ||
-                v >= vocab) {
-                char q[64];
-                rc = tfm_fail(err, "%s: line %lld: '%s' is not a token id of this model "
-                              "(0 to %d)", name, (long long)tfm_lines_number(in),
-                              tfm_quote(q, sizeof q, p, strcspn(p, " \t")), vocab - 1);
-                break;
-            }
-            if (grow((void **)&ids, &cap_ids, n + 1, sizeof *ids)) {
-                rc = tfm_fail(err, "out of memory");
-                break;
-            }
-            ids[n++] = (int32_t)v;
-            p = end;
-        }
-        if (rc == 0 && put_sentence(out, o->model, o->ids, ids, n, &text, &cap, err))
-            rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)tfm_lines_number(in));
-    }
-    if (rc == 0 && k < 0)
-        rc = -1;
-    free(ids);
-    free(text);
-    return rc;
 }
 
 int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_opts *o,
                         struct tfm_error *err)
 {
-    const char *name = "<stdin>";
-    int fd = 0;
-    if (in_path && strcmp(in_path, "-") != 0) {
-        name = in_path;
-        if ((fd = open(in_path, O_RDONLY | O_CLOEXEC)) < 0)
-            return tfm_fail(err, "%s: %s", in_path, strerror(errno));
-    }
-    unsigned char peek[8];
-    size_t npeek = 0;
-    int rc = 0;
-    while (npeek < sizeof peek) {   /* a pipe may deliver fewer bytes per read */
-        ssize_t k = read(fd, peek + npeek, sizeof peek - npeek);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            rc = tfm_fail(err, "%s: %s", name, strerror(errno));
-            break;
-        }
-        if (k == 0)
-            break;
-        npeek += (size_t)k;
-    }
-    if (rc == 0 && tfm_is_stream_magic(peek, npeek)) {
-        struct tfm_reader *r = tfm_reader_open_peeked(fd, name, peek, npeek, err);
-        rc = r ? decode_stream(r, out, o, err) : -1;
-        tfm_reader_close(r);
-    } else if (rc == 0) {
-        struct tfm_lines *in = tfm_lines_open_fd(fd, name, peek, npeek, err);
-        rc = in ? decode_text(in, out, o, err) : -1;
-        tfm_lines_close(in);
-    }
-    if (fd != 0)
-        close(fd);
-    return rc;
+    struct tfm_hyp_opts ho = {
+        .flags = TFM_HYP_TEXT_IDS | (o->ids ? TFM_HYP_IDS : 0),
+        .model = o->model,
+        .model_name = o->model_name,
+        .model_option = "-m MODEL",
+    };
+    return tfm_hypread(in_path, &ho, put_sentence, out, err);
 }

@@ -3,9 +3,10 @@
  * What tfm-tokenize does, as library calls: train (lines of several files -> one shared
  * model written atomically), encode (lines -> a "tokens" stream with the model embedded,
  * streamed chunk by chunk, optionally on several threads with output identical to one),
- * decode (a tokens or hypotheses stream, or text lines of ids, -> text or ids).
+ * decode (a tokens or hypotheses stream, or text lines of ids, -> text or ids, read by
+ * hypread.h).
  * Not here: SentencePiece itself (spm.h), the text input policy (lines.h), the record
- * layout (stream.h, corpus.h).
+ * layout (stream.h, corpus.h), telling streams from text and detokenizing (hypread.h).
  */
 #ifndef TFM_TOKENIZE_H
 #define TFM_TOKENIZE_H

@@ -22,6 +22,28 @@
 #define TFM_TOPK_INLINE static inline
 #endif
 
+/* The largest value of z[0..n) that is not NaN (-inf if none): what a scan keeping z[v]
+ * when z[v] > the best so far finds (a maximum does not depend on the order).  Written in
+ * 16 lanes of element-wise steps, which GCC vectorizes also inside other loops, where an
+ * `omp simd` max reduction stayed scalar. */
+TFM_TOPK_INLINE float tfm_run_max(const float *z, int n)
+{
+    float m[16];
+    for (int l = 0; l < 16; l++)
+        m[l] = -INFINITY;
+    int v = 0;
+    for (; v + 16 <= n; v += 16)
+        for (int l = 0; l < 16; l++)
+            m[l] = z[v + l] > m[l] ? z[v + l] : m[l];
+    for (int w = 8; w; w >>= 1)         /* the lanes folded in halves */
+        for (int l = 0; l < w; l++)
+            m[l] = m[l + w] > m[l] ? m[l + w] : m[l];
+    float bm = m[0];
+    for (; v < n; v++)
+        bm = z[v] > bm ? z[v] : bm;
+    return bm;
+}
+
 /* Fill top_y/top_id (k) with the k largest values of y[v] = z[v] - l over v < V (the
  * same float subtraction log_softmax does), skipping ids in ban[0..nban) and values
  * that are not > -inf (NaN included); id -1 and -inf pad the list when fewer qualify.
@@ -40,10 +62,7 @@ TFM_TOPK_INLINE void tfm_topk_row(const float *z, float l, int V, int k, const i
         }
         if (n == k) {
             /* fl(m - l) >= fl(z - l) for every z <= m: rounding is monotone */
-            float bm = -INFINITY;
-#pragma omp simd reduction(max : bm)
-            for (int v = v0; v < v1; v++)
-                bm = z[v] > bm ? z[v] : bm;
+            float bm = tfm_run_max(z + v0, v1 - v0);
             if (!(bm - l > top_y[k - 1]))
                 continue;
         }

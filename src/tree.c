@@ -188,6 +188,36 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
     }
 }
 
+/* The line (from 0) of offset off in text: the newlines before it, where the end of a
+ * text that ends in a newline counts as its last line. */
+static int64_t line_of(const char *text, size_t len, size_t off)
+{
+    int64_t ln = 0;
+    for (size_t i = 0; i < off && i < len; i++)
+        ln += text[i] == '\n';
+    if (off >= len && len > 0 && text[len - 1] == '\n')
+        ln--;
+    return ln;
+}
+
+int tfm_tree_parse_next(struct tfm_tree *t, const char *text, size_t len, size_t *pos,
+                        struct tfm_error *err)
+{
+    size_t at = *pos;
+    int k = tfm_tree_parse(t, text, len, pos, 1, err);
+    if (k >= 0)
+        return k;
+    while (at < len && (text[at] == ' ' || text[at] == '\n' || text[at] == '\t'))
+        at++;
+    int64_t first = line_of(text, len, at), bad = line_of(text, len, *pos);
+    if (bad == first)
+        return tfm_error_prefix(err, "tree starting on line %lld", (long long)first + 1);
+    char reason[sizeof err->msg];
+    snprintf(reason, sizeof reason, "%s", err->msg);
+    return tfm_fail(err, "tree starting on line %lld: line %lld, %s", (long long)first + 1,
+                    (long long)bad + 1, reason);
+}
+
 /* ---- printing ------------------------------------------------------------------------ */
 
 struct sbuf {
@@ -604,4 +634,18 @@ done:
     free(a);
     free(b);
     return rc;
+}
+
+int tfm_tree_restore_like(struct tfm_tree *t, const char *lin, size_t lin_len,
+                          const char *words, size_t words_len, const char *root,
+                          const struct tfm_tree *gold, const char *only_tag,
+                          struct tfm_error *err)
+{
+    const char *wrap = NULL;
+    if (tfm_tree_restore(t, lin, lin_len, words, words_len, root, NULL, err) < 0 ||
+        tfm_tree_retag(t, gold, only_tag, err) < 0)
+        return -1;
+    if (tfm_tree_wrapper(gold, &wrap) >= 0 && t->first >= 0 && tfm_tree_wrap(t, wrap, err) < 0)
+        return -1;
+    return 0;
 }

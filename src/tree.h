@@ -40,7 +40,8 @@
  *   is a single tree: once a constituent is open the top level never gets a second one
  *   (an empty sentence gives an empty forest).  The first constituent the output opens is
  *   the root when it opens one before any preterminal, even when it is not S.
- *   tfm-score wraps the tree in the gold tree's outer wrapper when the gold has one.
+ *   For scoring, tfm_tree_restore_like also wraps the tree in the gold tree's outer
+ *   wrapper when the gold has one.
  * Not here: scoring (evalb.h).  Library code: no printing.
  */
 #ifndef TFM_TREE_H
@@ -88,6 +89,13 @@ static inline const char *tfm_tree_word(const struct tfm_tree *t, int32_t i)
  * of text (not from *pos), so the caller of a text of many lines can name the line. */
 int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int one,
                    struct tfm_error *err);
+
+/* The next tree of a text whose trees span lines (a .mrg file): tfm_tree_parse with one
+ * set, its error naming the lines (counted from 1 in text): "tree starting on line 2:
+ * column 7: reason", or "tree starting on line 2: line 5, column 7: reason" when the
+ * problem is on a later line than the tree's start.  1, 0 at the end, or -1. */
+int tfm_tree_parse_next(struct tfm_tree *t, const char *text, size_t len, size_t *pos,
+                        struct tfm_error *err);
 
 /* Print the forest as one line "(S (NP (DT The) (NN cat)) ...)", top-level trees separated
  * by a space, into (*out, *cap) realloc'd; returns the length or -1. */
@@ -144,5 +152,13 @@ int tfm_tree_retag(struct tfm_tree *t, const struct tfm_tree *from, const char *
 
 /* Wrap the forest of t in one node labelled label (an outer wrapper, e.g. "" or TOP). */
 int tfm_tree_wrap(struct tfm_tree *t, const char *label, struct tfm_error *err);
+
+/* A restored tree to score against gold: tfm_tree_restore (no stats), then gold's tags
+ * (tfm_tree_retag with only_tag) and gold's outer wrapper, when gold has one and the
+ * restored forest is not empty.  -1 only when out of memory. */
+int tfm_tree_restore_like(struct tfm_tree *t, const char *lin, size_t lin_len,
+                          const char *words, size_t words_len, const char *root,
+                          const struct tfm_tree *gold, const char *only_tag,
+                          struct tfm_error *err);
 
 #endif

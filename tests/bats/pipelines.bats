@@ -10,7 +10,7 @@ setup_file() {
     # A tiny budget: 400 pairs, 8 updates, 12 test sentences, short outputs, 1 thread each.
     export ENDE="make -f $TFM_ROOT/pipelines/wmt_ende.mk BIN=$BIN CORPUS=multi30k
         TRAIN_LINES=400 TEST_LINES=12 VOCAB=500 TOKENS=1024 MAX_STEPS=8 MAX_TIME=
-        SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1"
+        SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1 REPORT_EVERY=2"
     export PARSE="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
         TEST_LINES=6 VOCAB=300 MAX_STEPS=4 MAX_TIME= SAVE_EVERY=0 VALID_EVERY=0
         BEAM=2 MAX_LEN_B=12 THREADS=1"
@@ -101,6 +101,46 @@ need_tools() {
     assert_success
     assert_output --partial "Nothing to be done"
     refute_output --partial tfm-
+}
+
+@test "wmt_ende: plot draws the curves of train.log; before training it says there is none" {
+    command -v gnuplot > /dev/null || skip "gnuplot is not installed"
+    run $ENDE W="$BATS_TEST_TMPDIR/fresh" plot
+    assert_failure
+    assert_output --partial "$BATS_TEST_TMPDIR/fresh/train.log: no training log yet"
+    assert_not_exist "$BATS_TEST_TMPDIR/fresh"
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the test before"
+    run $ENDE W="$W" plot
+    assert_success
+    assert_line "$W/train.png $W/train.svg"
+    [ -s "$W/train.png" ]
+    grep -q 'training loss' "$W/train.svg"
+    grep -q 'validation ppl' "$W/train.svg"
+    ! grep -q 'validation BLEU' "$W/train.svg"
+}
+
+@test "wmt_ende: attention SENT=n decodes test sentence n alone and draws its heat maps" {
+    command -v gnuplot > /dev/null || skip "gnuplot is not installed"
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the test before"
+    run $ENDE W="$W" attention
+    assert_failure
+    assert_output --partial "attention: SENT=n, a line of $W/test.src (1 to 12), is needed"
+    run $ENDE W="$W" attention SENT=13
+    assert_failure
+    assert_output --partial "attention: SENT=13: $W/test.src has 12 lines"
+    run $ENDE W="$W" attention SENT=3
+    assert_success
+    assert_output --partial "tfm-decode -m $W/model.tfm"
+    run tfm-cat --header "$W/attention/3.tfm"
+    assert_line "meta kind=attention"
+    assert_line "meta attention=all"
+    for k in cross enc dec; do
+        for l in 1 2; do
+            [ -s "$W/attention/3.$k.$l.png" ]
+        done
+    done
 }
 
 @test "wmt_ende: without the hypotheses, only decoding and scoring run again" {

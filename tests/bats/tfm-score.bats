@@ -379,3 +379,11 @@ setup() {
     assert_failure 1
     assert_line "tfm-score: $BATS_TEST_TMPDIR/one.mrg: tree starting on line 1: column 55: a word outside brackets"
 }
+
+@test "every output on the bundled data is byte for byte the recorded one (tests/score-cases.sh)" {
+    # 238 invocations: BLEU, chrF, F1, text and JSON, per sentence, --linearize, --restore,
+    # errors.  A deliberate change is recorded again as the script's header says.
+    run bash -c "'$TFM_ROOT/tests/score-cases.sh' --hash | diff '$TFM_ROOT/tests/fixtures/score-cases.sha256' -"
+    assert_success
+    assert_output ""
+}

@@ -10,6 +10,9 @@
 # timed inside Python (ct2_translate.py: from before ctranslate2.Translator(...) to after
 # translate_batch returns; interpreter start, imports and input reading excluded).  Both
 # with TFM_BENCH_THREADS threads (CTranslate2: intra_threads, inter_threads 1), float32.
+# Each case also prints the processor time (user + system of every thread) of both: on a
+# machine shared with other jobs it changes far less than the elapsed time, in which a
+# pool thread descheduled by other load stalls every op that waits for it.
 # Also prints how many outputs agree token for token: the conversion check.
 #   TFM_BENCH_VENV ($HOME/.cache/tfm-bench-ct2)  a venv for ctranslate2 (pip installs it)
 #   TFM_BENCH_CT2_MODEL  a trained tfm checkpoint to use instead of training one
@@ -32,6 +35,7 @@ batch=${TFM_BENCH_CT2_BATCH:-64:examples}
 venv=${TFM_BENCH_VENV:-$HOME/.cache/tfm-bench-ct2}
 data="$TFM_ROOT/data/multi30k-ende"
 test_src="$data/test_2017_flickr.en.gz"
+[ -x /usr/bin/time ] || { echo "   ct2: skipped (GNU time, /usr/bin/time, is missing)"; exit 0; }
 for t in tfm-decode tfm-train tfm-tokenize tfm-batch tfm-cat; do
     command -v $t > /dev/null || { echo "   ct2: skipped ($t not on PATH)"; exit 0; }
 done
@@ -134,14 +138,16 @@ ct2() {     # ct2 OUT MODEL SRC MAXLEN BEAM LP [--ref FILE]...: prints its resul
         --max-len "$len" --max-decoding-length $((len - 1)) --max-batch-size "$mbs" \
         --batch-type "$btype" --out "$out" "$@" "$model" "$src"
 }
-tfm() {     # tfm OUT MODEL SRC BEAM [tfm-decode options]: prints the whole process's seconds
+tfm() {     # tfm OUT MODEL SRC BEAM [tfm-decode options]: prints the whole process's
+            # seconds and its processor seconds (user + system, every thread)
     local out=$1 model=$2 src=$3 beam=$4 s e
     shift 4
     s=$(date +%s.%N)
-    tfm-decode -q -m "$model" --beam "$beam" --threads "$threads" "$@" -o "$out" "$src" ||
+    /usr/bin/time -f '%U %S' -o "$tmp/tfm.time" \
+        tfm-decode -q -m "$model" --beam "$beam" --threads "$threads" "$@" -o "$out" "$src" ||
         return 1
     e=$(date +%s.%N)
-    awk -v s="$s" -v e="$e" 'BEGIN { printf "%.4f\n", e - s }'
+    awk -v s="$s" -v e="$e" '{ printf "%.4f %.2f\n", e - s, $1 + $2 }' "$tmp/tfm.time"
 }
 tokens() {  # output tokens (eos excluded) of a tfm-decode stream
     tfm-cat --values "$1" |
@@ -173,7 +179,7 @@ agree_b0=$(field agree "$r")
 # default wait policy: threads spin between parallel regions, which collapses when other
 # jobs share the cores; such a run is stopped past 5x the passive time + 10 s and not
 # tried again); the ratio takes the faster.
-declare -A best tok agree gaveup
+declare -A best cpu tok agree gaveup
 cases="tiny:1 tiny:4 base:1 base:4"
 for ((i = 0; i < rounds; i++)); do
     for c in $cases; do
@@ -186,7 +192,8 @@ for ((i = 0; i < rounds; i++)); do
             opt=(--max-len-b "$blen")
         fi
         d=$(tfm "$tmp/$c.tfm" "$model" "$src" "$beam" --alpha 0.6 "${opt[@]}") || exit 1
-        best[tfm:$c]=$(min "${best[tfm:$c]:-}" "$d")
+        best[tfm:$c]=$(min "${best[tfm:$c]:-}" "${d% *}")
+        cpu[tfm:$c]=$(min "${cpu[tfm:$c]:-}" "${d#* }")
         tok[tfm:$c]=$(tokens "$tmp/$c.tfm")
         refs=(--ref "$tmp/$c.tfm")
         [ "$c" = tiny:1 ] && refs+=(--ref "$tmp/g.eq.tfm")
@@ -208,6 +215,7 @@ for ((i = 0; i < rounds; i++)); do
                 [ $rc = 0 ] || exit 1
             fi
             best[$w:$c]=$(min "${best[$w:$c]:-}" "$(field seconds "$r")")
+            [ $w = passive ] && cpu[ct2:$c]=$(min "${cpu[ct2:$c]:-}" "$(field cpu "$r")")
             tok[ct2:$c]=$(field tokens "$r")
             agree[$c]=$(field agree "$r")
         done
@@ -220,10 +228,10 @@ for c in $cases; do
     [ -n "$spin" ] || spin=">${gaveup[$c]}"
     awk -v m="$m" -v w="$what" -v t="${best[tfm:$c]}" -v s="${best[spin:$c]:-1e30}" \
         -v sp="$spin" -v p="${best[passive:$c]}" -v tt="${tok[tfm:$c]}" \
-        -v kt="${tok[ct2:$c]}" 'BEGIN {
+        -v kt="${tok[ct2:$c]}" -v tc="${cpu[tfm:$c]}" -v kc="${cpu[ct2:$c]}" 'BEGIN {
         k = s < p ? s : p
         if (sp !~ /^>/) sp = sprintf("%.3f", sp)
-        printf "   ct2 %s %s: tfm %.3f s (%d tokens), CTranslate2 %.3f s (%d tokens; passive %.3f s, as shipped %s s), ratio CTranslate2/tfm %.2fx\n", m, w, t, tt, k, kt, p, sp, k / t }'
+        printf "   ct2 %s %s: tfm %.3f s (%d tokens), CTranslate2 %.3f s (%d tokens; passive %.3f s, as shipped %s s), ratio CTranslate2/tfm %.2fx; processor time tfm %.2f s, CTranslate2 (passive) %.2f s, ratio %.2fx\n", m, w, t, tt, k, kt, p, sp, k / t, tc, kc, kc / tc }'
 done
 IFS=, read -r g_def g_eq <<< "${agree[tiny:1]}"
 echo "   ct2 tiny agreement (outputs identical token for token, of $ntest):" \

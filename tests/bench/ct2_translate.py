@@ -5,10 +5,11 @@ bench_ct2.sh, not part of tfm.
 usage: python ct2_translate.py [options] CT2_MODEL_DIR SOURCES.tfm
 
 Prints one line on stdout:
-  seconds=S sentences=N tokens=T maxlen_hits=M [agree=A1,A2...]
+  seconds=S cpu=C sentences=N tokens=T maxlen_hits=M [agree=A1,A2...]
 seconds: from just before ctranslate2.Translator(...) to just after translate_batch
 returns (model load + translation; the Python and ctranslate2 imports and the reading of
-the input are outside); tokens: output tokens without eos; maxlen_hits: outputs that
+the input are outside); cpu: the processor time of every thread of the process over the
+same span (user + system: what other load on the machine changes least); tokens: output tokens without eos; maxlen_hits: outputs that
 reached the length limit instead of ending with eos; agree: for each --ref (a tfm-decode
 output stream), how many outputs are identical, token for token, to the first hypothesis
 of their sentence there.
@@ -82,6 +83,7 @@ def main():
     maxdec = a.max_decoding_length or a.max_len
 
     t0 = time.perf_counter()
+    c0 = time.process_time()
     tr = ctranslate2.Translator(a.model, device="cpu", compute_type="float32",
                                 inter_threads=1, intra_threads=a.threads)
     res = tr.translate_batch(batch, max_batch_size=a.max_batch_size,
@@ -89,6 +91,7 @@ def main():
                              length_penalty=a.length_penalty, max_input_length=a.max_len,
                              max_decoding_length=maxdec, min_decoding_length=1)
     t1 = time.perf_counter()
+    c1 = time.process_time()
 
     out = []
     for r in res:
@@ -97,7 +100,7 @@ def main():
                     else 2 if t == "<s>" else int(t[1:]) for t in h])
     tokens = sum(len(h) for h in out)
     hits = sum(1 for h in out if len(h) >= maxdec)
-    line = (f"seconds={t1 - t0:.4f} sentences={len(out)} tokens={tokens} "
+    line = (f"seconds={t1 - t0:.4f} cpu={c1 - c0:.4f} sentences={len(out)} tokens={tokens} "
             f"maxlen_hits={hits}")
     agrees = []
     for path in a.ref:

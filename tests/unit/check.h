@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int t_count, t_failed, t_cur_failed, t_cur_skipped;
 static char t_skip_reason[256];
@@ -84,9 +85,53 @@ static void t_run(const char *name, void (*fn)(void))
     fflush(stdout);
 }
 
+/* A scratch directory, made on first use under $TMPDIR (else /tmp) and removed by t_done:
+ * t_path(name) is name inside it (each result valid for the next 15 calls). */
+static char t_dir[256];
+
+static __attribute__((unused)) const char *t_path(const char *name)
+{
+    static char p[16][512];
+    static int k;
+    if (!t_dir[0]) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(t_dir, sizeof t_dir, "%s/tfm-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(t_dir)) {
+            perror(t_dir);
+            exit(1);
+        }
+    }
+    k = (k + 1) % 16;
+    snprintf(p[k], sizeof p[k], "%s/%s", t_dir, name);
+    return p[k];
+}
+
+/* What has been written to f (a tmpfile) since it was last emptied, as a string (valid
+ * until the next call); f is emptied. */
+static __attribute__((unused)) const char *t_contents(FILE *f)
+{
+    static char buf[1 << 16];
+    fflush(f);
+    long n = ftell(f);
+    rewind(f);
+    size_t got = n > 0 ? fread(buf, 1, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, f)
+                       : 0;
+    buf[got] = '\0';
+    rewind(f);
+    if (ftruncate(fileno(f), 0) != 0)
+        t_fail(__FILE__, __LINE__, "ftruncate");
+    return buf;
+}
+
 static int t_done(void)
 {
     printf("1..%d\n", t_count);
+    if (t_dir[0]) {
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", t_dir);
+        if (system(cmd) != 0)
+            return 1;
+    }
     return t_failed ? 1 : 0;
 }
 

@@ -385,11 +385,13 @@ static void test_optim(void)
 }
 
 /* tfm_decoder_step_top gives, bit for bit, the best tokens of tfm_decoder_step's
- * log-probabilities: on the CPU backend through its log_softmax_top, on sim (which has no
- * such op) through the host path. */
+ * log-probabilities: on the CPU backend through its log_softmax_top (or out_top), on sim
+ * (which has neither) through the host path; and sim's log-probabilities are the CPU's. */
 static void test_decode_top(void)
 {
     struct tfm_error err;
+    static float cpu_logp[T][3 * 11];
+    int same_as_cpu = 1;
     for (int which = 0; which < 2; which++) {
         struct tfm_backend *b = which ? tfm_backend_sim(1, &err) : be;
         CHECK(b != NULL && (which ? !b->log_softmax_top : b->log_softmax_top != NULL));
@@ -415,6 +417,10 @@ static void test_decode_top(void)
                     last[r] = t == 0 ? TFM_BOS : tgt[row_src[r] * T + t - 1];
                 int nban = t == 0 ? 3 : 2;          /* eos banned at the first step */
                 CHECK(tfm_decoder_step(d1, 3, last, row_src, logp, &err) == 0);
+                if (which)
+                    same_as_cpu &= memcmp(cpu_logp[t], logp, sizeof logp) == 0;
+                else
+                    memcpy(cpu_logp[t], logp, sizeof logp);
                 CHECK(tfm_decoder_step_top(d2, 3, last, row_src, K, ban, nban, 3, top, tok,
                                            also, &err) == 0);
                 for (int r = 0; r < 3; r++) {
@@ -438,6 +444,7 @@ static void test_decode_top(void)
         if (which)
             b->destroy(b);
     }
+    CHECK(same_as_cpu);
 }
 
 /* Steps of decoders d1 and d2 over the first nsent sentences give the same bits. */
@@ -497,6 +504,101 @@ static void test_decoder_reshape(void)
     tfm_model_free(m);
 }
 
+/* Attention weights (tfm_model_attention): distributions, causal, the decoder's inputs
+ * shifted right, and layer 0's encoder self-attention recomputed here from the
+ * parameters: x = sqrt(D) E[id] + PE(pos), q|k = x wqkv + bqkv, softmax(q.k / sqrt(dk)). */
+static void test_attention(void)
+{
+    struct tfm_config c;
+    struct tfm_error err;
+    tiny(&c, TFM_NORM_POST, 1, TFM_POS_SINUSOID);
+    struct tfm_model *m = tfm_model_create(&c, be, 0, &err);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    enum { N = 2, H = 2, D = 8, dk = 4, Sa = 5, Ta = 4 };
+    const int32_t s1[Sa] = {5, 6, 7, 8, 3}, t1[Ta] = {7, 8, 9, 3};
+    float cr[N * H * Ta * Sa], en[N * H * Sa * Sa], de[N * H * Ta * Ta];
+    CHECK(tfm_model_attention(m, Sa, Ta, s1, t1, cr, en, de, &err) == 0);
+    double worst = 0;
+    int causal_ok = 1, nonuniform = 0;
+    for (int r = 0; r < N * H * Ta; r++) {
+        double a = 0, b = 0;
+        for (int j = 0; j < Sa; j++) {
+            a += cr[r * Sa + j];
+            nonuniform |= fabs(cr[r * Sa + j] - 1.0 / Sa) > 1e-3;
+        }
+        for (int j = 0; j < Ta; j++) {
+            b += de[r * Ta + j];
+            if (j > r % Ta && de[r * Ta + j] != 0.0f)
+                causal_ok = 0;
+        }
+        worst = fmax(worst, fmax(fabs(a - 1), fabs(b - 1)));
+    }
+    for (int r = 0; r < N * H * Sa; r++) {
+        double a = 0;
+        for (int j = 0; j < Sa; j++)
+            a += en[r * Sa + j];
+        worst = fmax(worst, fabs(a - 1));
+    }
+    CHECK(worst < 1e-6);
+    CHECK(causal_ok);
+    CHECK(nonuniform);          /* random weights: not the trivial answer */
+    /* the first decoder row sees bos alone: it attends to itself with weight 1 */
+    CHECK(de[0] == 1.0f);
+    /* layer 0's encoder self-attention, recomputed */
+    float *h = malloc(tfm_model_count(m) * sizeof *h);
+    tfm_model_download(m, TFM_PARAMS, h);
+    const struct tfm_param *E = tfm_model_find(m, "emb"), *W = tfm_model_find(m, "enc.0.self.wqkv"),
+                           *Bq = tfm_model_find(m, "enc.0.self.bqkv");
+    CHECK(E && W && Bq);
+    double x[Sa][D], q[Sa][3 * D], err0 = 0;
+    for (int i = 0; i < Sa; i++)
+        for (int d = 0; d < D; d++)
+            x[i][d] = sqrt((double)D) * h[E->offset + s1[i] * D + d] + tfm_model_sinusoid(i, d, D);
+    for (int i = 0; i < Sa; i++)
+        for (int o = 0; o < 3 * D; o++) {
+            q[i][o] = h[Bq->offset + o];
+            for (int d = 0; d < D; d++)
+                q[i][o] += x[i][d] * h[W->offset + d * 3 * D + o];
+        }
+    for (int hd = 0; hd < H; hd++)
+        for (int i = 0; i < Sa; i++) {
+            double sc[Sa], mx = -1e300, sum = 0;
+            for (int j = 0; j < Sa; j++) {
+                sc[j] = 0;
+                for (int e = 0; e < dk; e++)
+                    sc[j] += q[i][hd * dk + e] * q[j][D + hd * dk + e];
+                sc[j] /= sqrt((double)dk);
+                mx = fmax(mx, sc[j]);
+            }
+            for (int j = 0; j < Sa; j++)
+                sum += sc[j] = exp(sc[j] - mx);
+            for (int j = 0; j < Sa; j++)
+                err0 = fmax(err0, fabs(sc[j] / sum - en[(hd * Sa + i) * Sa + j]));
+        }
+    CHECK(err0 < 1e-5);
+    free(h);
+    /* the last target token is a label, never an input: no weight changes with it */
+    const int32_t t2[Ta] = {7, 8, 9, 10};
+    float cr2[N * H * Ta * Sa], de2[N * H * Ta * Ta], en2[N * H * Sa * Sa];
+    CHECK(tfm_model_attention(m, Sa, Ta, s1, t2, cr2, en2, de2, &err) == 0);
+    CHECK(memcmp(cr, cr2, sizeof cr) == 0 && memcmp(de, de2, sizeof de) == 0);
+    CHECK(memcmp(en, en2, sizeof en) == 0);
+    /* the first is the input of row 1 on: row 0 stays, row 1 moves */
+    const int32_t t3[Ta] = {4, 8, 9, 3};
+    CHECK(tfm_model_attention(m, Sa, Ta, s1, t3, cr2, NULL, NULL, &err) == 0);
+    CHECK(memcmp(cr, cr2, Sa * sizeof *cr) == 0);
+    CHECK(memcmp(cr + Sa, cr2 + Sa, Sa * sizeof *cr) != 0);
+    /* padding inside, and lengths past max_len, are refused */
+    const int32_t t4[Ta] = {7, 0, 9, 3};
+    CHECK(tfm_model_attention(m, Sa, Ta, s1, t4, cr2, NULL, NULL, &err) < 0);
+    int32_t long_src[9] = {5, 5, 5, 5, 5, 5, 5, 5, 3};
+    CHECK(tfm_model_attention(m, 9, Ta, long_src, t1, cr2, NULL, NULL, &err) < 0);
+    CHECK(strstr(err.msg, "max_len") != NULL);
+    tfm_model_free(m);
+}
+
 int main(void)
 {
     struct tfm_error err;
@@ -519,6 +621,7 @@ int main(void)
     t_run("a reshaped decoder = a new one", test_decoder_reshape);
     t_run("decoder's best tokens = best of its log-probs (cpu op, host path)", test_decode_top);
     t_run("known values: positions, learning-rate schedule", test_known_values);
+    t_run("attention weights: distributions, causal, shifted, recomputed", test_attention);
     t_run("Adam with clipping lowers the loss", test_optim);
     be->destroy(be);
     return t_done();

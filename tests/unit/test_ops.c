@@ -572,6 +572,67 @@ static void test_log_softmax_top(void)
     CHECK_NEAR(also, 1 - lse, 1e-6);
 }
 
+/* ---- decoding's output layer ---------------------------------------------------------------- */
+
+/* out_logits: each logit the fma chain over d in order (the bits, whatever the threads, the
+ * number of rows or a row's place); out_top: log_softmax_top of those logits, bit for bit.
+ * V and N are not multiples of the panel and block sizes, so the edges are covered. */
+static void test_out_layer(void)
+{
+    if (!be->out_pack) {
+        printf("# the CPU has no AVX-512: out_* are not offered (gemm is used)\n");
+        CHECK(!be->out_logits && !be->out_top && !be1->out_pack);
+        return;
+    }
+    enum { N = 37, V = 20011, D = 40, K = 5 };     /* blocks of 16, 16 and 5 rows */
+    static float W[V * D], x[N * D], want[N * V], y[N * V], y1[N * V], one[V];
+    for (int i = 0; i < V * D; i++)
+        W[i] = (float)((uint32_t)(i * 2654435761u) >> 8) / 16777216.0f - 0.5f;
+    for (int i = 0; i < N * D; i++)
+        x[i] = (float)((uint32_t)(i * 40503u + 17) % 1000) / 250.0f - 2.0f;
+    for (int n = 0; n < N; n++)
+        for (int v = 0; v < V; v++) {
+            float acc = 0;
+            for (int d = 0; d < D; d++)
+                acc = fmaf(x[n * D + d], W[v * D + d], acc);
+            want[n * V + v] = acc;
+        }
+    float *packed = calloc(be->out_pack_floats(V, D), sizeof *packed);
+    float *packed1 = calloc(be1->out_pack_floats(V, D), sizeof *packed1);
+    CHECK(packed && packed1 && be->out_pack_floats(V, D) >= (size_t)V * D);
+    if (!packed || !packed1) {
+        free(packed);
+        free(packed1);
+        return;
+    }
+    be->out_pack(be, packed, W, V, D);
+    be1->out_pack(be1, packed1, W, V, D);
+    CHECK(memcmp(packed, packed1, be->out_pack_floats(V, D) * sizeof *packed) == 0);
+    be->out_logits(be, y, x, N, packed, V, D);
+    be1->out_logits(be1, y1, x, N, packed1, V, D);
+    CHECK(memcmp(y, want, sizeof y) == 0);
+    CHECK(memcmp(y1, want, sizeof y1) == 0);
+    be->out_logits(be, one, x + 30 * D, 1, packed, V, D);       /* row 30 alone */
+    CHECK(memcmp(one, want + 30 * V, sizeof one) == 0);
+
+    static float lsm[N * V];
+    be->log_softmax(be, lsm, want, N, V);
+    int32_t ban[2] = {1, 7};
+    float top[N * K], also[N], wtop[K];
+    int32_t tok[N * K], wtok[K];
+    be->out_top(be, y, x, N, packed, V, D, K, ban, 2, 3, top, tok, also);
+    int same = 1;
+    for (int n = 0; n < N; n++) {
+        tfm_topk_row(lsm + n * V, 0.0f, V, K, ban, 2, NULL, 0, wtop, wtok);
+        same &= memcmp(wtop, top + n * K, sizeof wtop) == 0 &&
+                memcmp(wtok, tok + n * K, sizeof wtok) == 0 &&
+                memcmp(&lsm[n * V + 3], &also[n], sizeof *also) == 0;
+    }
+    CHECK(same);
+    free(packed);
+    free(packed1);
+}
+
 /* ---- Adam ---------------------------------------------------------------------------------- */
 
 static void test_adam(void)
@@ -664,6 +725,8 @@ int main(void)
     t_run("axpy, gather, sumsq", test_misc);
     t_run("label-smoothed cross-entropy: known value and gradient", test_xent);
     t_run("log_softmax_top = log_softmax, then the best tokens", test_log_softmax_top);
+    t_run("out_logits: fma chains, the same bits for any threads and rows; out_top",
+          test_out_layer);
     t_run("Adam update by hand", test_adam);
     t_run("reductions give the same bits on 1 and 2 threads", test_threads_same_bits);
     be->destroy(be);

@@ -251,7 +251,64 @@ static void test_retag_wrap(void)
     CHECK_EQ_INT(tfm_tree_retag(&T, &g, "XX", &err), 1);
     tfm_tree_format(&T, &out, &ocap, &err);
     CHECK_STR(out, "(S (NP (a a)) (NP ,) (VP b))");
+    /* restore_like: restore, the gold's tags, the gold's wrapper */
+    pos = 0;
+    const char *gold = "( (S (NP (DT The) (NN cat)) (. .)) )";
+    CHECK(tfm_tree_parse(&g, gold, strlen(gold), &pos, 0, &err) == 0);
+    const char *l = "(S (NP XX cat )NP XX )S";
+    CHECK(tfm_tree_restore_like(&T, l, strlen(l), "The cat .", 9, NULL, &g, NULL, &err) == 0);
+    tfm_tree_format(&T, &out, &ocap, &err);
+    CHECK_STR(out, "( (S (NP (DT The) (NN cat)) (. .)))");
+    CHECK(tfm_tree_restore_like(&T, l, strlen(l), "The cat .", 9, "FRAG", &g, "XX", &err) == 0);
+    tfm_tree_format(&T, &out, &ocap, &err);
+    CHECK_STR(out, "( (S (NP (DT The) (cat cat)) (. .)))");
+    CHECK(tfm_tree_restore_like(&T, "", 0, "", 0, NULL, &g, NULL, &err) == 0);
+    CHECK_EQ_INT(T.first, -1);      /* an empty forest is not wrapped */
     tfm_tree_free(&g);
+}
+
+/* trees over lines: each error names the line its tree starts on, and the line of the
+ * problem when that is a later one */
+static const char *next_of(const char *text, size_t *pos)
+{
+    int k = tfm_tree_parse_next(&T, text, strlen(text), pos, &err);
+    if (k < 0)
+        return err.msg;
+    if (k == 0)
+        return "END";
+    tfm_tree_format(&T, &out, &ocap, &err);
+    return out;
+}
+
+static void test_parse_next(void)
+{
+    const char *ok = "(S (NP (DT The)\n  (NN cat)))\n\n( (X y) )\n";
+    size_t pos = 0;
+    CHECK_STR(next_of(ok, &pos), "(S (NP (DT The) (NN cat)))");
+    CHECK_STR(next_of(ok, &pos), "( (X y))");
+    CHECK_STR(next_of(ok, &pos), "END");
+    const char *two = "(S (NP (DT The) (NN cat)) (VP (VBD sat)))\n"
+                      "(S\n  (NP (DT The) (NN cat)) x)\n";
+    pos = 0;
+    CHECK_STR(next_of(two, &pos), "(S (NP (DT The) (NN cat)) (VP (VBD sat)))");
+    CHECK_STR(next_of(two, &pos),
+              "tree starting on line 2: line 3, column 26: a word beside brackets");
+    const char *forest = "(S (NN a)) (X y) z\n";
+    pos = 0;
+    CHECK_STR(next_of(forest, &pos), "(S (NN a))");
+    CHECK_STR(next_of(forest, &pos), "(X y)");
+    CHECK_STR(next_of(forest, &pos),
+              "tree starting on line 1: column 18: a word outside brackets");
+    /* left open at the end: the end of a text that ends in a newline is its last line */
+    pos = 0;
+    CHECK_STR(next_of("(S (NN a)\n\n\n", &pos),
+              "tree starting on line 1: column 10: unbalanced brackets: 1 left open at the end");
+    pos = 0;
+    CHECK_STR(next_of("\n\n  (S (NN a)\n (NN b)", &pos),
+              "tree starting on line 3: line 4, column 8: unbalanced brackets: 1 left open at "
+              "the end");
+    pos = 0;
+    CHECK_STR(next_of("", &pos), "END");
 }
 
 /* every tree of the PTB sample: .mrg and one-line forms agree; linearize -> restore ->
@@ -317,7 +374,8 @@ int main(void)
     t_run("linearize", test_linearize);
     t_run("restore with repairs", test_restore);
     t_run("restore: one tree (deferred close, opened root)", test_restore_one_tree);
-    t_run("retag and wrap", test_retag_wrap);
+    t_run("retag and wrap, restore_like", test_retag_wrap);
+    t_run("parse_next: trees over lines, errors naming them", test_parse_next);
     t_run("PTB sample: mrg = one-line, restore(linearize) = identity", test_ptb_sample);
     tfm_tree_free(&T);
     free(out);

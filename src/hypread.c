@@ -1,0 +1,261 @@
+/* hypread.c: the one reader of hypotheses and token streams as text (hypread.h).
+ *
+ * An input is sniffed by its first 8 bytes (read here, then handed to the stream or the
+ * line reader, so a pipe works as well as a file).  A stream is read whole (corpus.h),
+ * then walked sentence by sentence; text is streamed a line at a time.
+ */
+#include "hypread.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "corpus.h"
+#include "lines.h"
+#include "spm.h"
+#include "stream.h"
+#include "text.h"
+
+/* For TFM_HYP_BEST: pick[k] is the entry of c that is the best hypothesis of input
+ * sentence k, for k in [0, *n). */
+static int pick_best(const struct tfm_corpus *c, const char *name, int64_t **pick, int64_t *n,
+                     struct tfm_error *err)
+{
+    *n = 0;
+    for (int64_t i = 0; i < c->n; i++) {
+        if (c->index[i] < 0 || c->index[i] >= c->n)
+            return tfm_fail(err, "%s: hypothesis %lld: hyp.index %lld out of range [0, %lld)",
+                            name, (long long)i, (long long)c->index[i], (long long)c->n);
+        if (c->index[i] + 1 > *n)
+            *n = c->index[i] + 1;
+    }
+    int64_t *p = malloc((size_t)(*n ? *n : 1) * sizeof *p);
+    if (!p)
+        return tfm_fail(err, "out of memory");
+    for (int64_t k = 0; k < *n; k++)
+        p[k] = -1;
+    for (int64_t i = 0; i < c->n; i++)     /* n-best lists: best first */
+        if (p[c->index[i]] < 0)
+            p[c->index[i]] = i;
+    for (int64_t k = 0; k < *n; k++)
+        if (p[k] < 0) {
+            free(p);
+            return tfm_fail(err, "%s: no hypothesis for sentence %lld (hyp.index)", name,
+                            (long long)k);
+        }
+    *pick = p;
+    return 0;
+}
+
+int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int flags,
+                       const char *name, tfm_hyp_fn fn, void *ctx, struct tfm_error *err)
+{
+    int64_t *pick = NULL, n = c->n;
+    if ((flags & TFM_HYP_BEST) && c->index &&
+        pick_best(c, name ? name : "<input>", &pick, &n, err) < 0)
+        return -1;
+    char *text = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (int64_t k = 0; k < n && rc == 0; k++) {
+        int64_t i = pick ? pick[k] : k;
+        struct tfm_hyp h = {
+            .n = i,
+            .index = c->index ? c->index[i] : i,
+            .score = c->score ? c->score[i] : 0.0f,
+            .ids = tfm_corpus_sent(c, i),
+            .nids = tfm_corpus_len(c, i),
+        };
+        if (!(flags & TFM_HYP_IDS)) {
+            int64_t len = tfm_spm_decode(s, h.ids, h.nids, &text, &cap, err);
+            if (len < 0) {
+                rc = name ? tfm_error_prefix(err, "%s: hypothesis %lld", name, (long long)i)
+                          : -1;
+                break;
+            }
+            h.text = text;
+            h.len = (size_t)len;
+        }
+        rc = fn(ctx, &h, err);
+    }
+    free(text);
+    free(pick);
+    return rc;
+}
+
+static int read_stream(struct tfm_reader *r, const struct tfm_hyp_opts *o, tfm_hyp_fn fn,
+                       void *ctx, struct tfm_error *err)
+{
+    const struct tfm_header *h = tfm_reader_header(r);
+    const char *name = tfm_reader_name(r);
+    if (strcmp(h->kind, TFM_KIND_HYPOTHESES) != 0 && strcmp(h->kind, TFM_KIND_TOKENS) != 0)
+        return tfm_fail(err, "%s: a '%s' stream, expected tokens or hypotheses", name, h->kind);
+    const struct tfm_spm *s = o->model;
+    struct tfm_spm *own = NULL;
+    if (s && h->spm) {      /* data is never decoded with another vocabulary */
+        size_t n;
+        const void *proto = tfm_spm_proto(s, &n);
+        const char *opt = o->model_option ? o->model_option : "the model";
+        if (n != h->spm_size || memcmp(proto, h->spm, n) != 0)
+            return tfm_fail(err, "%s: the stream's vocabulary (%08x) is not %s's (%08x): "
+                            "not decoded with another (leave out %.*s: the stream's own is "
+                            "used)", name, (unsigned)tfm_header_vocab_id(h),
+                            o->model_name ? o->model_name : "the model",
+                            (unsigned)tfm_crc32(0, proto, n),
+                            o->model_option ? (int)strcspn(opt, " ") : (int)strlen(opt), opt);
+    }
+    if (!s && h->spm) {
+        if (!(own = tfm_spm_load(h->spm, h->spm_size, err)))
+            return tfm_error_prefix(err, "%s: embedded model", name);
+        s = own;
+    }
+    if (!s && !(o->flags & TFM_HYP_IDS)) {
+        if (o->model_option)
+            return tfm_fail(err, "%s: no embedded SentencePiece model; give one with %s", name,
+                            o->model_option);
+        return tfm_fail(err, "%s: the stream has no embedded SentencePiece model to "
+                        "detokenize with", name);
+    }
+    struct tfm_corpus c;
+    tfm_corpus_init(&c);
+    int rc = tfm_corpus_read(r, &c, s ? tfm_spm_vocab_size(s) : 0, err);
+    if (rc == 0)
+        rc = tfm_hypread_corpus(&c, s, o->flags, name, fn, ctx, err);
+    tfm_corpus_free(&c);
+    tfm_spm_free(own);
+    return rc;
+}
+
+/* One line of space-separated ids ("12 7 3") into (*ids, *cap); the count, or -1. */
+static int64_t parse_ids(const char *line, int vocab, int32_t **ids, int64_t *cap,
+                         struct tfm_error *err)
+{
+    int64_t n = 0;
+    const char *p = line;
+    for (;;) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p)
+            return n;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ' ' && *end != '\t') || errno || v < 0 || v >= vocab) {
+            char q[64];
+            tfm_fail(err, "'%s' is not a token id of this model (0 to %d)",
+                     tfm_quote(q, sizeof q, p, strcspn(p, " \t")), vocab - 1);
+            return -1;
+        }
+        if (n == *cap) {
+            int64_t c = *cap ? *cap * 2 : 256;
+            int32_t *q = realloc(*ids, (size_t)c * sizeof *q);
+            if (!q) {
+                tfm_fail(err, "out of memory");
+                return -1;
+            }
+            *ids = q;
+            *cap = c;
+        }
+        (*ids)[n++] = (int32_t)v;
+        p = end;
+    }
+}
+
+static int read_text(struct tfm_lines *in, const struct tfm_hyp_opts *o, tfm_hyp_fn fn,
+                     void *ctx, struct tfm_error *err)
+{
+    const char *name = tfm_lines_name(in);
+    int as_ids = (o->flags & TFM_HYP_TEXT_IDS) != 0;
+    if (as_ids && !o->model)
+        return tfm_fail(err, "%s: plain text input (token ids) needs %s", name,
+                        o->model_option ? o->model_option : "a model");
+    int vocab = as_ids ? tfm_spm_vocab_size(o->model) : 0;
+    int32_t *ids = NULL;
+    int64_t cap_ids = 0;
+    char *text = NULL;
+    size_t cap = 0;
+    const char *line;
+    size_t len;
+    int k, rc = 0;
+    while (rc == 0 && (k = tfm_lines_next(in, &line, &len, err)) == 1) {
+        int64_t no = tfm_lines_number(in);
+        struct tfm_hyp h = {.n = no - 1, .index = no - 1, .text = line, .len = len};
+        if (as_ids) {
+            if ((h.nids = parse_ids(line, vocab, &ids, &cap_ids, err)) < 0) {
+                rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)no);
+                break;
+            }
+            h.ids = ids;
+            h.text = NULL;
+            h.len = 0;
+            if (!(o->flags & TFM_HYP_IDS)) {
+                int64_t n = tfm_spm_decode(o->model, ids, h.nids, &text, &cap, err);
+                if (n < 0) {
+                    rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)no);
+                    break;
+                }
+                h.text = text;
+                h.len = (size_t)n;
+            }
+        }
+        rc = fn(ctx, &h, err);
+    }
+    if (rc == 0 && k < 0)
+        rc = -1;
+    free(ids);
+    free(text);
+    return rc;
+}
+
+int tfm_hypread(const char *path, const struct tfm_hyp_opts *o, tfm_hyp_fn fn, void *ctx,
+                struct tfm_error *err)
+{
+    const char *name = "<stdin>";
+    int fd = 0;
+    if (path && strcmp(path, "-") != 0) {
+        name = path;
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            return tfm_fail(err, "%s: %s", path, strerror(errno));
+    }
+    unsigned char peek[8];
+    size_t npeek = 0;
+    int rc = 0;
+    while (npeek < sizeof peek) {   /* a pipe may deliver fewer bytes per read */
+        ssize_t k = read(fd, peek + npeek, sizeof peek - npeek);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = tfm_fail(err, "%s: %s", name, strerror(errno));
+            break;
+        }
+        if (k == 0)
+            break;
+        npeek += (size_t)k;
+    }
+    if (rc == 0 && tfm_is_stream_magic(peek, npeek)) {
+        struct tfm_reader *r = tfm_reader_open_peeked(fd, name, peek, npeek, err);
+        rc = r ? read_stream(r, o, fn, ctx, err) : -1;
+        tfm_reader_close(r);
+    } else if (rc == 0) {
+        struct tfm_lines *in = tfm_lines_open_fd(fd, name, peek, npeek, err);
+        rc = in ? read_text(in, o, fn, ctx, err) : -1;
+        tfm_lines_close(in);
+    }
+    if (fd != 0)
+        close(fd);
+    return rc;
+}
+
+static int push_text(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
+{
+    return tfm_text_push(ctx, h->text, h->len, err);
+}
+
+int tfm_hypread_text(const char *path, struct tfm_text *t, struct tfm_error *err)
+{
+    tfm_text_set_name(t, !path || strcmp(path, "-") == 0 ? "<stdin>" : path);
+    struct tfm_hyp_opts o = {.flags = TFM_HYP_BEST};
+    return tfm_hypread(path, &o, push_text, t, err);
+}
