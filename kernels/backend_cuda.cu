@@ -97,6 +97,12 @@ static void cu_copy(struct tfm_backend *be, void *dst, const void *src, size_t b
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, STREAM(be)));
 }
 
+// act_size is 4 (fp32): the bytes as they are
+static void cu_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
+{
+    cu_download(be, host, src, n * sizeof(float));
+}
+
 static void cu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 {
     if (bytes)
@@ -142,6 +148,22 @@ void cuda_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, floa
     }
     BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta,
                            C, ldc));
+}
+
+// Parameter gradients: fp32 at every precision, the same product (src/backend.h).
+void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc)
+{
+    cuda_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+// The compute copy of the weights: at fp32, the same bits.
+void cuda_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
+{
+    if (n && dst != src)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   STREAM(be)));
 }
 
 // ---- lifetime ---------------------------------------------------------------------------
@@ -253,6 +275,11 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
 
     be->name = "cuda";
     be->kind = TFM_BACKEND_CUDA;
+    // fp32 only until the bf16 kernels exist: set_bf16 stays NULL, so precision = bf16 is
+    // refused and auto means fp32 here
+    be->precision = TFM_PRECISION_FP32;
+    be->auto_precision = TFM_PRECISION_FP32;
+    be->act_size = sizeof(float);
     be->threads = 1;
     be->host_memory = 0;
     be->alloc = cu_alloc;
@@ -261,6 +288,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     be->download = cu_download;
     be->copy = cu_copy;
     be->zero = cu_zero;
+    be->download_act = cu_download_act;
     be->sync = cu_sync;
     be->bind = cu_bind;
     be->reserve = cu_reserve;

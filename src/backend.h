@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "error.h"
 
 /* ---- counter-based random numbers (shared by all backends, identical bits) ---------- */
@@ -88,6 +89,31 @@ TFM_HD static inline uint32_t tfm_dropout_threshold(float p)
     return u + ((float)u < t);
 }
 
+/* ---- bf16 ------------------------------------------------------------------------------
+ * bfloat16 is the top half of an IEEE binary32: sign, the same 8 exponent bits, 7 stored
+ * mantissa bits (8 significant).  Rounding to it keeps fp32's range (subnormals included)
+ * and has a relative error of at most 2^-8 (half a unit of 2^-7) for normal numbers. */
+
+/* The bf16 nearest x, ties to even; NaN stays NaN (quiet, sign kept); a finite x past the
+ * largest bf16 rounds to infinity, as IEEE rounding does. */
+TFM_HD static inline uint16_t tfm_bf16_bits(float x)
+{
+    union { float f; uint32_t u; } v = {x};
+    if ((v.u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((v.u >> 16) | 0x0040u);
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    return (uint16_t)(v.u >> 16);
+}
+
+TFM_HD static inline float tfm_bf16_float(uint16_t b)
+{
+    union { uint32_t u; float f; } v = {(uint32_t)b << 16};
+    return v.f;
+}
+
+/* x rounded to bf16, as a float (exactly representable in bf16). */
+TFM_HD static inline float tfm_bf16_round(float x) { return tfm_bf16_float(tfm_bf16_bits(x)); }
+
 /* ---- attention shape ------------------------------------------------------------------ */
 
 /* Multi-head scaled dot-product attention over a batch (the fused attention op).
@@ -124,6 +150,16 @@ struct tfm_attn {
       (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,             \
        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc),     \
       (be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), (A, B, C))                 \
+    /* The same product into a parameter gradient: C stays fp32 at every precision (A and    \
+     * B are activations and weights like gemm's). */                                       \
+    X(void, gemm_grad,                                                                       \
+      (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,             \
+       const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc),     \
+      (be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), (A, B, C))                 \
+    /* The compute copy of the weights: dst (n) = src (n, fp32 master weights) in the        \
+     * backend's precision (bf16: rounded to nearest even; fp32: copied). */                 \
+    X(void, weights_copy, (struct tfm_backend *be, float *dst, const float *src, size_t n),  \
+      (be, dst, src, n), (dst, src))                                                         \
     /* -- embeddings --                                                                      \
      * out (N,D) = scale * table[ids[n]] + (pos ? pos[pos0 + n % L] : 0).                    \
      * table (V,D); pos (P,D) with pos0 + L <= P; ids (N) device, each in [0,V). */          \
@@ -249,6 +285,13 @@ enum tfm_backend_kind { TFM_BACKEND_CPU = 0, TFM_BACKEND_CUDA = 1, TFM_BACKEND_S
 struct tfm_backend {
     const char *name;                 /* "cpu", "cuda", "sim" */
     enum tfm_backend_kind kind;
+    /* The arithmetic (tfm_backend_set_precision): FP32 or BF16, never AUTO. */
+    enum tfm_precision precision;
+    /* Bytes of device memory per activation element: what the model sizes its activation
+     * arena with.  4 at fp32, and in the CPU's bf16 emulation (bf16 values kept in fp32
+     * words); 2 where a backend stores bf16. */
+    size_t act_size;
+    int models;                       /* live models on this backend (model.c counts) */
     int threads;                      /* CPU threads used by the ops */
     int host_memory;                  /* device pointers are host pointers (the CPU):
                                        * an op may write host memory directly */
@@ -273,6 +316,9 @@ struct tfm_backend {
     void (*download)(struct tfm_backend *be, void *host, const void *src, size_t bytes);
     void (*copy)(struct tfm_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(struct tfm_backend *be, void *dst, size_t bytes);
+    /* n activations (act_size bytes each, in the backend's precision) from the device to n
+     * host floats: the one way the host reads activations (log-probabilities). */
+    void (*download_act)(struct tfm_backend *be, float *host, const void *src, size_t n);
     /* Wait until every op issued so far is complete (a no-op on the CPU).  The model never
      * needs it (a download waits for the ops before it); benchmarks and tests that time
      * ops or read device memory behind the table's back do. */
@@ -317,7 +363,36 @@ struct tfm_backend {
 
     /* -- lifetime ------------------------------------------------------------------- */
     void (*destroy)(struct tfm_backend *be);
+
+    /* Set by a backend that can compute in bf16 (NULL: fp32 only); called through
+     * tfm_backend_set_precision only. */
+    int (*set_bf16)(struct tfm_backend *be, int on, struct tfm_error *err);
+    enum tfm_precision auto_precision;  /* what AUTO means here (FP32 or BF16) */
+    void *emu;                        /* the bf16 emulation's state (precision.c) or NULL */
 };
+
+/* ---- precision (precision.c; tfm-config(5), precision) --------------------------------
+ *
+ * fp32: every op as described above.  bf16: the same ops, with every activation an op
+ * writes (gemm's C, embeddings, layer-norm and attention outputs, the element-wise ops'
+ * outputs, activation gradients, the cross-entropy's logit gradients, log-softmax) rounded
+ * to bf16 (8 significant bits, round to nearest even) where it is stored, the products
+ * taking bf16 inputs with fp32 accumulation; statistics (layer-norm mean and rstd, the
+ * attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
+ * and db, bias_bwd), sumsq and Adam stay fp32, and the weights the ops read are the bf16
+ * compute copy (weights_copy) of the fp32 master weights.  The CPU backend emulates it
+ * exactly (bf16 values kept in fp32 words), to test the mixed-precision logic anywhere.
+ *
+ * Set the precision (AUTO: be->auto_precision) while no model lives on be: 0, or -1 with
+ * err naming the backend when it cannot compute in bf16 or models live on it with another
+ * precision. */
+int tfm_backend_set_precision(struct tfm_backend *be, enum tfm_precision p,
+                              struct tfm_error *err);
+/* The CPU's bf16 (on) or its fp32 ops again (off), on a backend whose memory the host
+ * reads (the CPU's set_bf16; the sim backend's forwards to its CPU backend). */
+int tfm_backend_emulate_bf16(struct tfm_backend *be, int on, struct tfm_error *err);
+/* "fp32" or "bf16". */
+const char *tfm_precision_name(enum tfm_precision p);
 
 /* The CPU backend with `threads` threads, the caller's included (0: the number of online
  * CPUs).  The BLAS runs single-threaded inside the ops' ranges (one thread pool, pool.h,

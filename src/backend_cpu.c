@@ -227,6 +227,12 @@ static void cpu_copy(struct tfm_backend *be, void *dst, const void *src, size_t 
         memmove(dst, src, bytes);
 }
 
+/* act_size is 4 here (fp32, and bf16 emulated in fp32 words) */
+static void cpu_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
+{
+    cpu_copy(be, host, src, n * sizeof(float));
+}
+
 static void cpu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 {
     (void)be;
@@ -312,6 +318,20 @@ static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     j.len = j.split_n ? N : M;
     j.chunk = ((j.len + GEMM_BLOCKS * T - 1) / (GEMM_BLOCKS * T) + 15) / 16 * 16;
     tfm_pool_run(CPU(be)->pool, (j.len + j.chunk - 1) / j.chunk, 1, gemm_slices, &j);
+}
+
+/* Parameter gradients are fp32 at every precision: the same product (backend.h). */
+static void cpu_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc)
+{
+    cpu_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* At fp32 the compute copy is the weights' bits (precision.c rounds it for bf16). */
+static void cpu_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
+{
+    cpu_copy(be, dst, src, n * sizeof(float));
 }
 
 /* ---- embeddings ------------------------------------------------------------------------ */
@@ -1423,6 +1443,10 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     }
     be->name = "cpu";
     be->kind = TFM_BACKEND_CPU;
+    be->precision = TFM_PRECISION_FP32;
+    be->auto_precision = TFM_PRECISION_FP32;
+    be->act_size = sizeof(float);
+    be->set_bf16 = tfm_backend_emulate_bf16;
     be->threads = threads;
     be->host_memory = 1;
     be->impl = c;
@@ -1432,6 +1456,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->download = cpu_copy;
     be->copy = cpu_copy;
     be->zero = cpu_zero;
+    be->download_act = cpu_download_act;
     be->sync = cpu_sync;
     be->reserve = cpu_reserve;
 #define CPU_OP(ret, name, params, args, devs) be->name = cpu_##name;

@@ -116,6 +116,11 @@ static void sim_download(struct tfm_backend *be, void *host, const void *src, si
     move(be, host, 0, src, 1, bytes, __func__);
 }
 
+static void sim_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
+{
+    move(be, host, 0, src, 1, n * sizeof(float), __func__);
+}
+
 static void sim_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
 {
     move(be, dst, 1, src, 1, bytes, __func__);
@@ -200,6 +205,13 @@ SIM_OP_void(out_logits,
              int V, int D),
             (be, y, x, N, packed, V, D), (y, x, packed))
 
+/* The CPU backend doing the work emulates bf16; the wrappers above stay as they are. */
+static int sim_set_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
+{
+    return tfm_backend_set_precision(
+        SIM(be)->in, on ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32, err);
+}
+
 static void sim_destroy(struct tfm_backend *be)
 {
     if (!be)
@@ -233,6 +245,11 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
     }
     be->name = "sim";
     be->kind = TFM_BACKEND_SIM;
+    be->precision = TFM_PRECISION_FP32;
+    /* fp32 unless asked: the sim backend's bits are the CPU's at the same precision */
+    be->auto_precision = TFM_PRECISION_FP32;
+    be->act_size = sizeof(float);
+    be->set_bf16 = sim_set_bf16;
     be->threads = s->in->threads;
     be->host_memory = 0;
     be->impl = s;
@@ -242,6 +259,7 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
     be->download = sim_download;
     be->copy = sim_copy;
     be->zero = sim_zero;
+    be->download_act = sim_download_act;
     be->sync = sim_sync;
     be->reserve = sim_reserve;
 #define SIM_SET(ret, name, params, args, devlist) be->name = sim_##name;

@@ -271,7 +271,10 @@ fail:
     return NULL;
 }
 
-const char *const tfm_checkpoint_run_keys[] = {"max_steps", "save_every", "keep", NULL};
+/* precision too: master weights and Adam moments are fp32 at every precision, so a run
+ * may go on at another one (tfm-config(5), precision). */
+const char *const tfm_checkpoint_run_keys[] = {"max_steps", "save_every", "keep", "precision",
+                                               NULL};
 
 /* Is the config line (len bytes) "KEY = ..." for a run key? */
 static int is_run_line(const char *line, size_t len)
@@ -896,8 +899,8 @@ int tfm_checkpoint_same_config(const struct tfm_config *cfg, const struct tfm_co
         tfm_config_get(ck, keys[i].name, b, sizeof b);
         if (strcmp(a, b) != 0)
             return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
-                            "resume with the checkpoint's config (only max_steps, save_every "
-                            "and keep may change)", path, keys[i].name, b, a);
+                            "resume with the checkpoint's config (only max_steps, save_every, "
+                            "keep and precision may change)", path, keys[i].name, b, a);
     }
     return 0;
 }

@@ -46,6 +46,8 @@ static const struct tfm_config_key keys[] = {
     KEY_NUM(clip_norm, "0", 0, 1e9, "clip the gradient L2 norm to this; 0: off"),
     KEY_INT(tokens, "4096", 1, 1 << 30, "batch budget: padded tokens per side per batch"),
     KEY_INT(seed, "1", 0, 2147483647, "random seed (initialization, dropout)"),
+    /* arithmetic */
+    KEY_ENUM(precision, "auto", "auto|fp32|bf16", "fp32, or bf16 products and activations with fp32 statistics, master weights and Adam; auto: bf16 on CUDA, fp32 on the CPU"),
     /* decoding defaults */
     KEY_INT(beam, "4", 1, 1024, "beam size"),
     KEY_NUM(alpha, "0.6", 0, 10, "length penalty exponent"),

@@ -24,6 +24,9 @@
 
 enum tfm_norm { TFM_NORM_POST = 0, TFM_NORM_PRE = 1 };
 enum tfm_pos { TFM_POS_SINUSOID = 0, TFM_POS_LEARNED = 1 };
+/* The arithmetic of the backend (tfm-config(5), precision): AUTO is the backend's own
+ * choice (backend.h, tfm_backend_set_precision). */
+enum tfm_precision { TFM_PRECISION_AUTO = 0, TFM_PRECISION_FP32 = 1, TFM_PRECISION_BF16 = 2 };
 
 struct tfm_config {
     /* model shape */
@@ -49,6 +52,8 @@ struct tfm_config {
     double clip_norm;       /* clip the gradient's global L2 norm to this; 0: off */
     int tokens;             /* batch budget: padded source (and target) tokens per batch */
     int seed;               /* initialization and dropout */
+    /* arithmetic */
+    int precision;          /* enum tfm_precision */
     /* decoding defaults */
     int beam;
     double alpha;

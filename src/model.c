@@ -91,6 +91,8 @@ struct tfm_model {
     struct tfm_param params[MAX_PARAMS];
     int64_t count;              /* floats per block */
     float *arena;               /* 4 * count floats (training) or count (inference) */
+    void *wcopy;                /* count weights in the backend's precision, or NULL (fp32) */
+    int counted;                /* counted in be->models */
     int inference;              /* parameters only: no gradients, no Adam moments */
     struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
     struct enc_p *enc;
@@ -263,7 +265,8 @@ static int chunk_rows(int64_t M, int V)
 }
 
 /* Lay out the activation arena at base (NULL: only measure).  Returns bytes. */
-static size_t carve(const struct tfm_config *c, int64_t M, char *base, struct acts *a)
+static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *base,
+                    struct acts *a)
 {
     size_t off = 0;
     int64_t D = c->d_model, F = c->d_ff, H = c->heads, V = c->vocab;
@@ -275,6 +278,14 @@ static size_t carve(const struct tfm_config *c, int64_t M, char *base, struct ac
             (ptr) = (type *)(void *)(base + off);                         \
         off += b_;                                                        \
     } while (0)
+    /* an activation: n elements of the backend's act size (fp32 views: ops take float *) */
+#define TAKEA(ptr, n)                                                     \
+    do {                                                                  \
+        size_t b_ = ((size_t)(n) * act + 63) / 64 * 64;                   \
+        if (base)                                                         \
+            (ptr) = (float *)(void *)(base + off);                        \
+        off += b_;                                                        \
+    } while (0)
     int32_t *ip = NULL;
     float *fp = NULL;
     struct acts dummy;
@@ -284,64 +295,65 @@ static size_t carve(const struct tfm_config *c, int64_t M, char *base, struct ac
     TAKE(a->tgt_in, int32_t, M);
     TAKE(a->labels, int32_t, M);
     TAKE(a->src_len, int32_t, M);
-    TAKE(a->xe, float, M * D);
-    TAKE(a->xd, float, M * D);
+    TAKEA(a->xe, M * D);
+    TAKEA(a->xd, M * D);
     for (int l = 0; l < N; l++) {
         struct enc_a *e = base ? &a->enc[l] : &(struct enc_a){0};
         struct blk *bs[2] = {&e->a, &e->f};
         for (int k = 0; k < 2; k++) {
-            TAKE(bs[k]->r, float, M * D);
-            TAKE(bs[k]->y, float, M * D);
+            TAKEA(bs[k]->r, M * D);
+            TAKEA(bs[k]->y, M * D);
             TAKE(bs[k]->mean, float, M);
             TAKE(bs[k]->rstd, float, M);
         }
-        TAKE(e->qkv, float, M * 3 * D);
-        TAKE(e->o, float, M * D);
+        TAKEA(e->qkv, M * 3 * D);
+        TAKEA(e->o, M * D);
         TAKE(e->lse, float, M * H);
-        TAKE(e->h, float, M * F);
+        TAKEA(e->h, M * F);
     }
     for (int l = 0; l < N; l++) {
         struct dec_a *d = base ? &a->dec[l] : &(struct dec_a){0};
         struct blk *bs[3] = {&d->a, &d->c, &d->f};
         for (int k = 0; k < 3; k++) {
-            TAKE(bs[k]->r, float, M * D);
-            TAKE(bs[k]->y, float, M * D);
+            TAKEA(bs[k]->r, M * D);
+            TAKEA(bs[k]->y, M * D);
             TAKE(bs[k]->mean, float, M);
             TAKE(bs[k]->rstd, float, M);
         }
-        TAKE(d->qkv, float, M * 3 * D);
-        TAKE(d->o, float, M * D);
+        TAKEA(d->qkv, M * 3 * D);
+        TAKEA(d->o, M * D);
         TAKE(d->lse, float, M * H);
-        TAKE(d->q, float, M * D);
-        TAKE(d->co, float, M * D);
+        TAKEA(d->q, M * D);
+        TAKEA(d->co, M * D);
         TAKE(d->clse, float, M * H);
-        TAKE(d->kv, float, M * 2 * D);
-        TAKE(d->h, float, M * F);
+        TAKEA(d->kv, M * 2 * D);
+        TAKEA(d->h, M * F);
     }
     if (c->norm == TFM_NORM_PRE) {
         struct blk *bs[2] = {&a->efin, &a->dfin};
         for (int k = 0; k < 2; k++) {
-            TAKE(bs[k]->y, float, M * D);
+            TAKEA(bs[k]->y, M * D);
             TAKE(bs[k]->mean, float, M);
             TAKE(bs[k]->rstd, float, M);
         }
     }
-    TAKE(a->tmp, float, M * D);
-    TAKE(a->g, float, M * D);
-    TAKE(a->t1, float, M * D);
-    TAKE(a->t2, float, M * D);
-    TAKE(a->dqkv, float, M * 3 * D);
-    TAKE(a->dO, float, M * D);
-    TAKE(a->dq, float, M * D);
-    TAKE(a->df, float, M * F);
-    TAKE(a->denc, float, M * D);
-    TAKE(a->dkv, float, M * 2 * D);
-    TAKE(a->logits, float, (int64_t)C * V);
+    TAKEA(a->tmp, M * D);
+    TAKEA(a->g, M * D);
+    TAKEA(a->t1, M * D);
+    TAKEA(a->t2, M * D);
+    TAKEA(a->dqkv, M * 3 * D);
+    TAKEA(a->dO, M * D);
+    TAKEA(a->dq, M * D);
+    TAKEA(a->df, M * F);
+    TAKEA(a->denc, M * D);
+    TAKEA(a->dkv, M * 2 * D);
+    TAKEA(a->logits, (int64_t)C * V);
     TAKE(a->loss, float, C);
     TAKE(a->nll, float, C);
     (void)ip;
     (void)fp;
 #undef TAKE
+#undef TAKEA
     return off;
 }
 
@@ -362,7 +374,9 @@ size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
     if (p == 0 || max_tokens < 1)
         return 0;
     size_t pe = cfg->pos == TFM_POS_SINUSOID ? (size_t)cfg->max_len * cfg->d_model * 4 : 0;
-    return p + pe + carve(cfg, max_tokens, NULL, NULL);
+    /* the compute copy of the weights at bf16 (fp32 words: an upper bound) */
+    size_t w = cfg->precision == TFM_PRECISION_BF16 ? p / 4 : 0;
+    return p + pe + w + carve(cfg, max_tokens, sizeof(float), NULL, NULL);
 }
 
 /* ---- initialization ------------------------------------------------------------------------ */
@@ -414,6 +428,9 @@ void tfm_model_free(struct tfm_model *m)
         m->be->free(m->be, m->arena);
         m->be->free(m->be, m->act_mem);
         m->be->free(m->be, m->pe);
+        m->be->free(m->be, m->wcopy);
+        if (m->counted)
+            m->be->models--;
     }
     free(m->a.enc);
     free(m->a.dec);
@@ -439,6 +456,8 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         tfm_fail(err, "layers %d: too many parameter tensors", cfg->layers);
         return NULL;
     }
+    if (tfm_backend_set_precision(be, (enum tfm_precision)cfg->precision, err) < 0)
+        return NULL;
     struct tfm_model *m = calloc(1, sizeof *m);
     if (!m) {
         tfm_fail(err, "out of memory");
@@ -446,6 +465,8 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
     }
     m->cfg = *cfg;
     m->be = be;
+    m->counted = 1;
+    be->models++;
     m->inference = inference;
     m->D = cfg->d_model;
     m->F = cfg->d_ff;
@@ -480,11 +501,21 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
             p->v = m->arena + 3 * m->count + p->offset;
         }
     }
-    size_t abytes = carve(cfg, max_tokens, NULL, NULL);
+    if (be->precision != TFM_PRECISION_FP32) {
+        m->wcopy = be->alloc(be, (size_t)m->count * be->act_size, err);
+        if (!m->wcopy)
+            goto fail_mem;
+    }
+    for (int i = 0; i < m->np; i++) {
+        struct tfm_param *p = &m->params[i];
+        p->w = m->wcopy ? (float *)(void *)((char *)m->wcopy + p->offset * be->act_size)
+                        : p->data;
+    }
+    size_t abytes = carve(cfg, max_tokens, be->act_size, NULL, NULL);
     m->act_mem = be->alloc(be, abytes, err);
     if (!m->act_mem)
         goto fail_mem;
-    carve(cfg, max_tokens, m->act_mem, &m->a);
+    carve(cfg, max_tokens, be->act_size, m->act_mem, &m->a);
     if (be->reserve(be, m->L, m->L, err) < 0)
         goto fail_mem;
     /* Host-side init, uploaded once. */
@@ -501,6 +532,7 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
             init_tensor(&m->params[i], i, (uint64_t)cfg->seed, m->D,
                         host + m->params[i].offset);
         be->upload(be, m->arena, host, (size_t)m->count * sizeof(float));
+        tfm_model_sync_weights(m);
         /* Touch the gradients and moments now: the allocator's pages are mapped lazily,
          * and Adam's first read-then-write of a page would otherwise cost a copy-on-write
          * fault with a TLB shootdown across the threads inside the first steps. */
@@ -591,6 +623,14 @@ void tfm_model_download(const struct tfm_model *m, enum tfm_block b, float *host
 void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host)
 {
     m->be->upload(m->be, tfm_model_block(m, b), host, (size_t)m->count * sizeof(float));
+    if (b == TFM_PARAMS)
+        tfm_model_sync_weights(m);
+}
+
+void tfm_model_sync_weights(struct tfm_model *m)
+{
+    if (m->wcopy)
+        m->be->weights_copy(m->be, (float *)m->wcopy, m->arena, (size_t)m->count);
 }
 
 int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const float *host,
@@ -605,6 +645,8 @@ int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const
         return tfm_fail(err, "'%s': %lld values, the model has %lld", name, (long long)count,
                         (long long)p->count);
     m->be->upload(m->be, tfm_model_block(m, b) + p->offset, host, (size_t)count * sizeof(float));
+    if (b == TFM_PARAMS && m->wcopy)
+        m->be->weights_copy(m->be, p->w, p->data, (size_t)count);
     return 0;
 }
 
@@ -656,7 +698,8 @@ static int check_batch(struct tfm_model *m, int B, int S, int T, struct tfm_erro
 
 /* ---- building blocks ------------------------------------------------------------------------ */
 
-#define DATA(p) ((p)->data)
+/* the weights an op reads (the compute copy at bf16), and a parameter's gradient */
+#define DATA(p) ((p)->w)
 #define GRAD(p) ((p)->grad)
 
 /* y (n,out) = x (n,in) W (in,out) + b.  The bias is copied into y first and the product
@@ -682,7 +725,7 @@ static void linear_bwd(struct tfm_model *m, float *dx, float beta, const float *
 {
     struct tfm_backend *be = m->be;
     int in = (int)w->dims[0], out = (int)w->dims[1];
-    be->gemm(be, 1, 0, in, out, n, 1.0f, x, in, dy, out, 1.0f, GRAD(w), out);
+    be->gemm_grad(be, 1, 0, in, out, n, 1.0f, x, in, dy, out, 1.0f, GRAD(w), out);
     if (b)
         be->bias_bwd(be, GRAD(b), dy, n, out);
     if (dx)
@@ -940,7 +983,7 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
     struct acts *A = &m->a;
     int B = f->B, S = f->S, T = f->T, n = B * T, D = m->D;
     float scale = 1.0f / sqrtf((float)m->dk);
-    be->zero(be, A->denc, (size_t)B * S * D * sizeof(float));
+    be->zero(be, A->denc, (size_t)B * S * D * be->act_size);
     if (m->cfg.norm == TFM_NORM_PRE) {
         const float *x = m->N > 0 ? A->dec[m->N - 1].f.y : A->xd;
         be->layernorm_bwd(be, A->t1, GRAD(m->dfin.g), GRAD(m->dfin.b), A->g, x, A->dfin.mean,
@@ -990,7 +1033,7 @@ static void enc_backward(struct tfm_model *m, const struct fwd *f)
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
     int B = f->B, S = f->S, n = B * S, D = m->D;
-    be->copy(be, A->g, A->denc, (size_t)n * D * sizeof(float));
+    be->copy(be, A->g, A->denc, (size_t)n * D * be->act_size);
     if (m->cfg.norm == TFM_NORM_PRE) {
         const float *x = m->N > 0 ? A->enc[m->N - 1].f.y : A->xe;
         be->layernorm_bwd(be, A->t1, GRAD(m->efin.g), GRAD(m->efin.b), A->g, x, A->efin.mean,
@@ -1070,8 +1113,8 @@ static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
                  A->loss, A->nll, grad ? 1.0f : 0.0f);
         if (grad) {
             be->gemm(be, 0, 0, c, D, V, 1.0f, A->logits, V, E, D, 0.0f, A->g + (size_t)r0 * D, D);
-            be->gemm(be, 1, 0, V, D, c, 1.0f, A->logits, V, y + (size_t)r0 * D, D, 1.0f,
-                     GRAD(m->emb_out), D);
+            be->gemm_grad(be, 1, 0, V, D, c, 1.0f, A->logits, V, y + (size_t)r0 * D, D, 1.0f,
+                          GRAD(m->emb_out), D);
         }
         be->download(be, m->host_loss, A->loss, (size_t)c * sizeof(float));
         be->download(be, m->host_loss + m->C, A->nll, (size_t)c * sizeof(float));
@@ -1129,7 +1172,7 @@ int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *
         be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, DATA(m->emb_out), D, 0.0f,
                  m->a.logits, V);
         be->log_softmax(be, m->a.logits, m->a.logits, c, V);
-        be->download(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V * sizeof(float));
+        be->download_act(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V);
     }
     return 0;
 }
@@ -1261,18 +1304,26 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
             (ptr) = (type *)(void *)(base + off);                         \
         off += b_;                                                        \
     } while (0)
+    size_t act = m->be->act_size;   /* activations: the backend's element size */
+#define TAKEA(ptr, n)                                                     \
+    do {                                                                  \
+        size_t b_ = ((size_t)(n) * act + 63) / 64 * 64;                   \
+        if (base)                                                         \
+            (ptr) = (float *)(void *)(base + off);                        \
+        off += b_;                                                        \
+    } while (0)
     for (int l = 0; l < m->N; l++) {
-        TAKE(d->kvc[l], float, R * d->max_steps * 2 * D);
-        TAKE(d->ckv[l], float, (int64_t)d->max_sent * d->max_src * 2 * D);
+        TAKEA(d->kvc[l], R * d->max_steps * 2 * D);
+        TAKEA(d->ckv[l], (int64_t)d->max_sent * d->max_src * 2 * D);
     }
-    TAKE(d->x, float, R * D);
-    TAKE(d->u, float, R * D);
-    TAKE(d->qkv, float, R * 3 * D);
-    TAKE(d->o, float, R * D);
-    TAKE(d->tmp, float, R * D);
-    TAKE(d->q, float, R * D);
-    TAKE(d->h, float, R * m->F);
-    TAKE(d->logits, float, R * m->V);
+    TAKEA(d->x, R * D);
+    TAKEA(d->u, R * D);
+    TAKEA(d->qkv, R * 3 * D);
+    TAKEA(d->o, R * D);
+    TAKEA(d->tmp, R * D);
+    TAKEA(d->q, R * D);
+    TAKEA(d->h, R * m->F);
+    TAKEA(d->logits, R * m->V);
     if (m->be->out_pack)
         TAKE(d->wpack, float, m->be->out_pack_floats(m->V, m->D));
     TAKE(d->mean, float, R);
@@ -1282,6 +1333,7 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     TAKE(d->row_src, int32_t, R);
     TAKE(d->cross_len, int32_t, R);
     TAKE(d->anc, int32_t, R * d->max_steps);
+#undef TAKEA
 #undef TAKE
     return off;
 }
@@ -1523,7 +1575,7 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         be->log_softmax(be, logp, d->logits, nrows, V);
     } else {
         be->log_softmax(be, d->logits, d->logits, nrows, V);
-        be->download(be, logp, d->logits, (size_t)nrows * V * sizeof(float));
+        be->download_act(be, logp, d->logits, (size_t)nrows * V);
     }
     return 0;
 }
@@ -1561,7 +1613,7 @@ int tfm_decoder_step_top(struct tfm_decoder *d, int nrows, const int32_t *last_t
                             d->max_rows, V);
     }
     be->log_softmax(be, d->logits, d->logits, nrows, V);
-    be->download(be, d->host_lp, d->logits, (size_t)nrows * V * sizeof(float));
+    be->download_act(be, d->host_lp, d->logits, (size_t)nrows * V);
     for (int r = 0; r < nrows; r++) {
         const float *y = d->host_lp + (size_t)r * V;
         tfm_topk_row(y, 0.0f, V, k, ban, nban, NULL, 0, top_lp + (size_t)r * k, top_tok + (size_t)r * k);

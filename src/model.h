@@ -36,6 +36,10 @@
  * Memory: one parameter arena (parameters, gradients, Adam m, Adam v: four equal blocks,
  * each tensor at the same offset in each) and one activation arena sized from the token
  * budget, both allocated by tfm_model_create; nothing is allocated in a step.
+ * Precision (tfm-config(5), precision) is the backend's: the model sets it from the
+ * config when it is created (tfm_backend_set_precision), sizes its activations with the
+ * backend's act_size, reads the weights through tfm_param.w, and keeps everything it owns
+ * in fp32 otherwise (master weights, gradients, Adam moments, statistics).
  * Gradients are of the SUM of the per-token losses over the batch (not the mean), and
  * accumulate over calls until tfm_model_zero_grad: the optimizer divides by the number of
  * target tokens of the whole update (all batches and ranks), so accumulation and ranks add.
@@ -78,11 +82,16 @@ struct tfm_param {
     int parts;              /* XAVIER: side-by-side matrices (wqkv 3, wkv 2, others 1) */
     size_t offset;          /* in floats, the same in every block of the arena */
     float *data, *grad, *m, *v;
+    /* The weights the ops read: data itself at fp32; at bf16 the compute copy, made from
+     * data by tfm_model_sync_weights (backend.h, weights_copy). */
+    float *w;
 };
 
 /* Bytes that tfm_model_create allocates for cfg with a batch budget of max_tokens padded
  * tokens per side (source B*S and target B*T each <= max_tokens): the parameter arena
- * plus the activation arena.  A pure function of its arguments; 0 if cfg is invalid. */
+ * plus the activation arena (fp32 words), and with precision bf16 the compute copy of the
+ * weights (counted in fp32 words: an upper bound on any device).  A pure function of its
+ * arguments; 0 if cfg is invalid. */
 size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens);
 /* Bytes of the parameter arena alone (params, grads, Adam m and v). */
 size_t tfm_model_param_memory(const struct tfm_config *cfg);
@@ -131,6 +140,11 @@ void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host);
 int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const float *host,
                   int64_t count, struct tfm_error *err);
 void tfm_model_zero_grad(struct tfm_model *m);
+/* Make the compute copy of the weights (tfm_param.w) from the fp32 master weights again,
+ * once per change of them: the optimizer calls it after each update; creation,
+ * tfm_model_upload and tfm_model_set of TFM_PARAMS call it themselves.  Nothing to do at
+ * fp32 (the ops read the master weights). */
+void tfm_model_sync_weights(struct tfm_model *m);
 
 /* ---- training and evaluation ------------------------------------------------------------ */
 

@@ -39,7 +39,9 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
     be->adam(be, tfm_model_block(m, TFM_PARAMS), g, tfm_model_block(m, TFM_ADAM_M),
              tfm_model_block(m, TFM_ADAM_V), n, (float)lr, (float)cfg->adam_beta1,
              (float)cfg->adam_beta2, (float)cfg->adam_eps, (float)(gs * clip), step);
-    /* the gradients are zero now (the adam op clears them as it reads them) */
+    /* the gradients are zero now (the adam op clears them as it reads them); the ops
+     * read the new weights through their compute copy (bf16: made once per update) */
+    tfm_model_sync_weights(m);
     if (st) {
         st->lr = lr;
         st->grad_norm = norm;

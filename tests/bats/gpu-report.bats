@@ -71,9 +71,11 @@ setup() {
         run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | not run | no GPU"
-    for r in "test_gpu_ops (all shapes)" "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
+    for r in "test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)" \
+        "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
         "tools on the GPU (tools.sh)" "train base 10240+10240 (tfm fp32)" \
-        "train big 10240+10240 (tfm fp32)" "decode base beam 4 (tfm)"; do
+        "train big 10240+10240 (tfm fp32)" "train base 10240+10240 (tfm bf16)" \
+        "train big 10240+10240 (tfm bf16)" "decode base beam 4 (tfm)"; do
         assert_output --partial "| $r | not run | no GPU |"
     done
     refute_output --partial "| pass |"
@@ -94,9 +96,11 @@ setup() {
     assert_success
     assert_output --partial "| GPU | pass | 1: GPU 0: NVIDIA H100 80GB HBM3 |"
     assert_output --regexp "\| test_gpu_ops \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops bf16 \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| tools on the GPU \(tools.sh\) \| fail \|"
     # no CUDA device, or (in a build without the benchmarks) no train_step: a failure either way
     assert_output --regexp "\| train base 10240\+10240 \(tfm fp32\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step[^|]*No such file)"
+    assert_output --regexp "\| train base 10240\+10240 \(tfm bf16\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step[^|]*No such file)"
     assert_output --partial "| decode base beam 4 (tfm) | fail |"
     refute_output --regexp "\| (test_gpu_ops|tools|train|decode)[^|]*\| pass \|"
 }

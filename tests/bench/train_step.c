@@ -1,10 +1,12 @@
 /* train_step.c: tfm's training throughput for bench_train.sh and the GPU report.
- *   train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT]]
+ *   train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT [PRECISION]]]
  * Builds the model of CONFIG (vocab 8000 unless the file sets it) on DEVICE (cpu, the
  * default; cuda: GPU 0, checked against the CPU first as the tools do; sim), trains STEPS
  * updates (forward, backward, Adam) on one random batch of B x S source and B x T target
  * tokens after one warm-up update, and prints
  *   tokens_per_s=X step_s=X cpu_s=X gflops=X sgemm_gflops=X memory_mib=X loss=X device=D
+ * PRECISION (auto, fp32, bf16; default: the config's) is tfm-config(5)'s precision; the
+ * line ends with precision=P, the one the device computed in.
  * With SPLIT 1, SPLIT more updates follow with every op timed (op_timer.h), one line each:
  *   op NAME calls=N ms_per_step=X share=X%
  * step_s is wall-clock seconds per update, cpu_s the process CPU seconds per update (all
@@ -38,8 +40,9 @@ static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv)
 {
-    if (argc < 7 || argc > 9) {
-        fprintf(stderr, "usage: train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT]]\n");
+    if (argc < 7 || argc > 10) {
+        fprintf(stderr,
+                "usage: train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT [PRECISION]]]\n");
         return 2;
     }
     const char *device = argc > 7 ? argv[7] : "cpu";
@@ -53,6 +56,14 @@ int main(int argc, char **argv)
     }
     if (c.vocab == 0)
         c.vocab = 8000;
+    if (argc > 9) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "precision=%s", argv[9]);
+        if (tfm_config_set(&c, kv, "PRECISION", &err) < 0) {
+            fprintf(stderr, "train_step: %s\n", err.msg);
+            return 2;
+        }
+    }
     int B = atoi(argv[2]), S = atoi(argv[3]), T = atoi(argv[4]), steps = atoi(argv[5]);
     struct tfm_backend *be = NULL;
     if (strcmp(device, "cpu") == 0) {
@@ -150,9 +161,10 @@ int main(int argc, char **argv)
         be->free(be, dc_);
     }
     printf("tokens_per_s=%.1f step_s=%.4f cpu_s=%.4f gflops=%.1f sgemm_gflops=%.1f "
-           "memory_mib=%.1f loss=%.4f device=%s\n",
+           "memory_mib=%.1f loss=%.4f device=%s precision=%s\n",
            nt / dt, dt, dc, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
-           tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens, be->name);
+           tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens, be->name,
+           tfm_precision_name(be->precision));
     if (split > 0) {
         op_timer_wrap(be);
         op_timer_reset();

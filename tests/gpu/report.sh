@@ -2,9 +2,10 @@
 # tests/gpu/report.sh (make gpu-report): every GPU check and benchmark of tfm in one run,
 # for the first minutes on a GPU machine.  In order: the machine and its libraries; the
 # build (sm_90 only, every core); test_gpu_ops (every op and the startup check, small and
-# paper-sized shapes); compute-sanitizer memcheck and racecheck on its quick set; the
-# tools on the GPU against the CPU (tests/gpu/tools.sh); the training step of base and
-# big at 10240+10240 tokens (tokens/s, TFLOP/s, the time of each op); decoding base, beam
+# paper-sized shapes; again with both backends in bf16); compute-sanitizer memcheck and
+# racecheck on its quick set; the tools on the GPU against the CPU (tests/gpu/tools.sh);
+# the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
+# TFLOP/s, the time of each op); decoding base, beam
 # 4, about 128 sentences a batch; the same benchmarks in PyTorch on the same GPU (bf16
 # autocast + SDPA, eager and torch.compile; a cached beam search).
 # Writes $GPU_REPORT_DIR (default gpu-report/): report.md, one table of every check and
@@ -93,9 +94,18 @@ if [ "$GPU" -gt 0 ]; then
     run 120 "$TMP/ops.tap" "$BUILD"/tests/test_gpu_ops
     add tap_row "test_gpu_ops (all shapes)" "$TMP/ops.tap" "$RC" strict
     cat "$TMP/ops.tap" > "$OPS"
+    # bf16: both backends in bf16, the CPU emulating it.  While the CUDA backend computes
+    # in fp32 only every test skips saying so: "not run" with that reason; any other skip
+    # with a GPU present is a failure, as above
+    run 120 "$TMP/ops16.tap" env TFM_GPU_OPS_PRECISION=bf16 "$BUILD"/tests/test_gpu_ops
+    strict=strict
+    grep -q 'precision bf16: not in this build' "$TMP/ops16.tap" && strict=
+    add tap_row "test_gpu_ops bf16 (all shapes)" "$TMP/ops16.tap" "$RC" $strict
+    { echo "== TFM_GPU_OPS_PRECISION=bf16"; cat "$TMP/ops16.tap"; } >> "$OPS"
 else
     echo "no GPU: not run" > "$OPS"
     nogpu "test_gpu_ops (all shapes)"
+    nogpu "test_gpu_ops bf16 (all shapes)"
 fi
 
 # ---- 4. compute-sanitizer on the quick set ------------------------------------------------
@@ -135,11 +145,14 @@ BENCH=$OUT/bench.log
 : > "$BENCH"
 B=320 S=32 T=32     # 10240 source + 10240 target tokens a step
 if [ "$GPU" -eq 0 ]; then
-    for m in base big; do nogpu "train $m 10240+10240 (tfm fp32)"; done
+    for m in base big; do
+        for p in fp32 bf16; do nogpu "train $m 10240+10240 (tfm $p)"; done
+    done
     nogpu "decode base beam 4 (tfm)"
 else
     for m in base big; do
-        run 60 "$TMP/train-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3
+        run 60 "$TMP/train-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 fp32
+        run 60 "$TMP/train16-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 bf16
         for mode in eager compile; do
             run $([ $mode = compile ] && echo 120 || echo 45) "$TMP/torch-$m-$mode" \
                 env TORCH_DEVICE=cuda TORCH_MODE=$mode "$PY" tests/bench/torch_train.py \
@@ -154,7 +167,18 @@ else
         [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train-$m" | tail -1)"
         add speed_row "train $m 10240+10240 (tfm fp32)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
             "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
-        for f in "$TMP/train-$m" "$TMP/torch-$m-eager" "$TMP/torch-$m-compile"; do
+        if grep -q 'precision bf16: not in this build' "$TMP/train16-$m"; then
+            add row "train $m 10240+10240 (tfm bf16)" "not run" "the CUDA backend computes in fp32 only"
+        else
+            t=$(kv "$TMP/train16-$m" tokens_per_s)
+            tf=$(kv "$TMP/train16-$m" gflops)
+            extra=""
+            [ -n "$tf" ] && extra="$(awk -v g="$tf" 'BEGIN { printf "%.1f TFLOP/s", g / 1000 }'); precision $(kv "$TMP/train16-$m" precision)"
+            [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16-$m" | tail -1)"
+            add speed_row "train $m 10240+10240 (tfm bf16)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
+                "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
+        fi
+        for f in "$TMP/train-$m" "$TMP/train16-$m" "$TMP/torch-$m-eager" "$TMP/torch-$m-compile"; do
             echo "== $(basename "$f")"; cat "$f"
         done >> "$BENCH"
     done

@@ -182,6 +182,11 @@ t_train() {
     local ok=0
     losses_follow "$W/cpu.log" "$W/dev.log" 40 || ok=1
     params_follow "$W/cpu/last.tfm" "$W/dev/last.tfm" || ok=1
+    # precision auto on a GPU without bf16 kernels: fp32, and said so
+    if [ "$DEV" = cuda ]; then
+        x tfm-train "${TINY[@]}" --device cuda --max-steps 1 -o "$W/auto" "$W/b.tfm" || return 1
+        grep -q 'precision auto: fp32 (this build' "$LOG" || { note "precision auto: no note"; ok=1; }
+    fi
     return $ok
 }
 

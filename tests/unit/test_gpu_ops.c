@@ -13,6 +13,9 @@
  *   TFM_GPU_OPS_ONLY=TEXT   only the tests whose name contains TEXT (the others SKIP)
  *   TFM_GPU_OPS_DEVICE=sim  test the stand-in for a GPU (backend_sim.c, the CPU's bits)
  *                           instead of CUDA: runs this program's every path on any machine
+ *   TFM_GPU_OPS_PRECISION=bf16  both backends in bf16 (the CPU emulating it), the bounds
+ *                           one bf16 unit wider (ulp16 below); the model-level tests skip
+ *                           (the startup check compares against fp32)
  *
  * Attention kernels (kernels/cuda_attn.cu picks the form by the head size dk: tiled with
  * C = 1, 2, 4, 8 columns per lane for dk <= 32, 64, 128, 256; the rows form above 256):
@@ -56,6 +59,18 @@
 static struct tfm_backend *cpu, *gpu;
 static char why[200];
 static int quick;               /* TFM_GPU_OPS_QUICK */
+/* TFM_GPU_OPS_PRECISION=bf16: both backends compute in bf16 (the CPU emulates it) and a
+ * result an op stores as an activation may differ by one bf16 unit in the last place
+ * (ulp16): the two sides round the same fp32 results once, and where those differ in
+ * their last bits (the fp32 bounds) a rounding boundary may lie between them; one unit is
+ * at most 2^-7 of the value (8 significant bits).  Parameter gradients, statistics and
+ * Adam stay fp32: their bounds do not change. */
+static double ulp16;
+/* Every bound gets ulp16 at bf16 (those of fp32 outputs too: looser than needed there,
+ * one rule).  The inputs are the tests' random fp32 numbers, uploaded as floats: right for
+ * a backend whose activations are fp32 words (act_size 4: the sim backend, the CPU's
+ * emulation); a backend storing bf16 (act_size 2) is refused below until this file
+ * converts its inputs and outputs. */
 
 static uint64_t rs = 4242;
 static float frand(void)
@@ -195,6 +210,7 @@ static double diff_floor(const float *a, const float *b, size_t n, double floor,
  * (the header), within bound; prints the difference either way. */
 static void near_host(const char *what, const float *h, const float *ref, size_t n, double bound)
 {
+    bound += ulp16;
     double floor = rms(ref, n);
     size_t at;
     double e = diff_floor(h, ref, n, floor > 0 ? floor : 1, &at);
@@ -232,10 +248,10 @@ static void exact(const char *what, const void *d, const float *ref, size_t n)
 #define SAME(d, ref, n, tol)                                                           \
     do {                                                                               \
         float *h_ = host((d), (n));                                                    \
-        double e_ = maxerr(h_, (ref), (n));                                            \
-        if (!(e_ <= (tol)))                                                            \
-            printf("#   %s: max relative difference %.3g (bound %g)\n", #d, e_, (double)(tol)); \
-        CHECK(e_ <= (tol));                                                            \
+        double e_ = maxerr(h_, (ref), (n)), t_ = (tol) + ulp16;                        \
+        if (!(e_ <= t_))                                                               \
+            printf("#   %s: max relative difference %.3g (bound %g)\n", #d, e_, t_);     \
+        CHECK(e_ <= t_);                                                               \
         free(h_);                                                                      \
     } while (0)
 
@@ -330,6 +346,13 @@ static void test_memory(void)
     gpu->zero(gpu, y, n * sizeof(float));
     gpu->sync(gpu);
     EXACT(y, zeros, n);
+    /* the compute copy of the weights: the same bits at fp32, rounded at bf16 (the CPU's
+     * tfm_bf16_round, to nearest even: bit for bit) */
+    float *w = malloc(n * sizeof(float));
+    cpu->weights_copy(cpu, w, x, n);
+    gpu->weights_copy(gpu, y, z, n);
+    EXACT(y, w, n);
+    free(w);
     GFREE(z, y);
     free(x);
     free(zeros);
@@ -337,7 +360,9 @@ static void test_memory(void)
 
 /* ---- gemm ---------------------------------------------------------------------------------- */
 
-static void gemm_case(int ta, int tb, int M, int N, int K, float beta)
+/* grad: through gemm_grad, the product into a parameter gradient (fp32 at every
+ * precision). */
+static void gemm_case(int grad, int ta, int tb, int M, int N, int K, float beta)
 {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
     size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
@@ -354,8 +379,10 @@ static void gemm_case(int ta, int tb, int M, int N, int K, float beta)
                 C[(size_t)i * ldc + j] = NAN;
         free(nan);
     }
-    cpu->gemm(cpu, ta, tb, M, N, K, 0.5f, A, lda, Bm, ldb, beta, C, ldc);
-    gpu->gemm(gpu, ta, tb, M, N, K, 0.5f, dA, lda, dB, ldb, beta, dC, ldc);
+    (grad ? cpu->gemm_grad : cpu->gemm)(cpu, ta, tb, M, N, K, 0.5f, A, lda, Bm, ldb, beta, C,
+                                        ldc);
+    (grad ? gpu->gemm_grad : gpu->gemm)(gpu, ta, tb, M, N, K, 0.5f, dA, lda, dB, ldb, beta, dC,
+                                        ldc);
     SAME(dC, C, nc, TOL);
     GFREE(dA, dB, dC);
     free(A);
@@ -368,9 +395,11 @@ static void test_gemm(void)
     NEED_GPU();
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-            gemm_case(ta, tb, 37, 53, 129, 0);
-            gemm_case(ta, tb, 64, 17, 300, 1);
+            gemm_case(0, ta, tb, 37, 53, 129, 0);
+            gemm_case(0, ta, tb, 64, 17, 300, 1);
+            gemm_case(1, ta, tb, 33, 65, 150, 1);
         }
+    gemm_case(1, 1, 0, 48, 96, 700, 0);
 }
 
 /* ---- embeddings and layer norm ------------------------------------------------------------ */
@@ -850,9 +879,20 @@ static void test_determinism(void)
 
 /* ---- a whole model: one training batch on the GPU and on the CPU ------------------------- */
 
+/* The model-level tests compare against fp32 (and a model's config sets its backend's
+ * precision): op tests only at bf16. */
+#define NEED_FP32()                                                                    \
+    do {                                                                               \
+        if (ulp16 > 0) {                                                               \
+            t_skip("TFM_GPU_OPS_PRECISION=bf16: op tests only");                       \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
 static void test_model(void)
 {
     NEED_GPU();
+    NEED_FP32();
     /* the tools' own check (device.c): a 2-layer model's training batch, Adam step and
      * decoding steps against the CPU */
     struct tfm_error err;
@@ -871,16 +911,19 @@ enum { BD = 1024, BF = 4096, BV = 37000, BB = 40, BT = 256, BN = BB * BT };
 /* C (M,N) = op(A) op(B) + beta C, A in [-1, 1], B in [-s, s] with s = sqrt(3/K): each
  * result has a standard deviation of 1/sqrt(3), as in the model (normalized activations
  * times Xavier-scaled weights).  Bound: sum_bound(K). */
-static void big_gemm_case(const char *what, int ta, int tb, int M, int N, int K, float beta)
+static void big_gemm_case(const char *what, int grad, int ta, int tb, int M, int N, int K,
+                          float beta)
 {
     size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     int lda = ta ? M : K, ldb = tb ? K : N, ldc = N;
     float *A = rnd(na, 1), *Bm = rnd(nb, sqrtf(3.0f / (float)K)), *C = rnd(nc, 1);
     float *dA = dev(A, na * 4), *dB = dev(Bm, nb * 4), *dC = dev(C, nc * 4);
     double t0 = now();
-    cpu->gemm(cpu, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
+    (grad ? cpu->gemm_grad : cpu->gemm)(cpu, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C,
+                                        ldc);
     double t1 = now();
-    gpu->gemm(gpu, ta, tb, M, N, K, 1.0f, dA, lda, dB, ldb, beta, dC, ldc);
+    (grad ? gpu->gemm_grad : gpu->gemm)(gpu, ta, tb, M, N, K, 1.0f, dA, lda, dB, ldb, beta, dC,
+                                        ldc);
     gpu->sync(gpu);
     double t2 = now();
     char w[160];
@@ -897,13 +940,14 @@ static void big_gemm_case(const char *what, int ta, int tb, int M, int N, int K,
 static void test_big_gemm(void)
 {
     NEED_BIG();
-    big_gemm_case("QKV projection", 0, 0, BN, 3 * BD, BD, 0);
-    big_gemm_case("FFN out", 0, 0, BN, BD, BF, 0);
-    big_gemm_case("FFN in, gradient of x", 0, 1, BN, BD, BF, 0);
-    big_gemm_case("FFN in, gradient of W (accumulated)", 1, 0, BD, BF, BN, 1);
+    big_gemm_case("QKV projection", 0, 0, 0, BN, 3 * BD, BD, 0);
+    big_gemm_case("FFN out", 0, 0, 0, BN, BD, BF, 0);
+    big_gemm_case("FFN in, gradient of x", 0, 0, 1, BN, BD, BF, 0);
+    /* parameter gradients go through gemm_grad, as in the model */
+    big_gemm_case("FFN in, gradient of W (accumulated, gemm_grad)", 1, 1, 0, BD, BF, BN, 1);
     /* the output layer for 1024 of the tokens (the rows only set the size of the grid) */
-    big_gemm_case("logits", 0, 1, 1024, BV, BD, 0);
-    big_gemm_case("embedding gradient", 1, 0, BV, BD, 1024, 1);
+    big_gemm_case("logits", 0, 0, 1, 1024, BV, BD, 0);
+    big_gemm_case("embedding gradient (gemm_grad)", 1, 1, 0, BV, BD, 1024, 1);
 }
 
 /* Embeddings of 10240 tokens (40 sentences of 256 positions) from 37000 x 1024, scale 32.
@@ -1039,6 +1083,7 @@ static void test_big_optimizer(void)
 static void test_big_model(void)
 {
     NEED_BIG();
+    NEED_FP32();
     enum { MB = 8, MS = 256, MT = 256, DB = 4, DSTEPS = 3 };
     struct tfm_config c;
     tfm_config_defaults(&c);
@@ -1205,6 +1250,27 @@ int main(void)
     gpu = sim ? tfm_backend_sim(0, &err) : tfm_backend_cuda(0, &err);
     if (!gpu)
         snprintf(why, sizeof why, "%.180s", err.msg);
+    const char *pr = getenv("TFM_GPU_OPS_PRECISION");
+    if (pr && *pr && strcmp(pr, "fp32") != 0) {
+        if (strcmp(pr, "bf16") != 0) {
+            fprintf(stderr, "test_gpu_ops: TFM_GPU_OPS_PRECISION=%s: fp32 or bf16\n", pr);
+            return 2;
+        }
+        ulp16 = 0x1p-7;
+        if (tfm_backend_set_precision(cpu, TFM_PRECISION_BF16, &err) < 0) {
+            printf("# %s\n", err.msg);
+            return 1;
+        }
+        if (gpu && tfm_backend_set_precision(gpu, TFM_PRECISION_BF16, &err) < 0) {
+            snprintf(why, sizeof why, "%.180s", err.msg);
+            gpu->destroy(gpu);
+            gpu = NULL;
+        } else if (gpu && gpu->act_size != sizeof(float)) {
+            snprintf(why, sizeof why, "bf16 stored in 2 bytes: this file uploads floats");
+            gpu->destroy(gpu);
+            gpu = NULL;
+        }
+    }
     if (gpu && gpu->bind)
         gpu->bind(gpu);
     run("the CUDA backend starts on a GPU, or says why not", test_create);
