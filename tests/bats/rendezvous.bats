@@ -159,6 +159,9 @@ run_ok() {
     alive "$P0"                 # dropped, not ended: process 0 waits for process 1 still
     run grep -E "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: not a tfm-train hello$" "$T/e0"
     assert_success
+    # the false predecessor's hello is on its way before the real one starts: on a busy
+    # machine the stranger could otherwise come after the whole run, to a closed port
+    appears "$T/s2" "^sent$" 10
     start 1 3 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
     run_ok 3
     appears "$T/s2" "^dropped after [0-9]+ s$" 10
