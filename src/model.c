@@ -101,7 +101,7 @@ struct tfm_model {
     float *pe;                  /* (L,D) sinusoids, or NULL */
     void *act_mem;
     struct acts a;
-    float *host_loss;           /* (2C) host copies of loss and nll */
+    float *host_loss;           /* (2M) host copies of loss and nll */
     int32_t *host_ints;         /* (3M + M) host staging for ids */
 };
 
@@ -348,8 +348,8 @@ static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *bas
     TAKEA(a->denc, M * D);
     TAKEA(a->dkv, M * 2 * D);
     TAKEA(a->logits, (int64_t)C * V);
-    TAKE(a->loss, float, C);
-    TAKE(a->nll, float, C);
+    TAKE(a->loss, float, M);        /* every row's, read once a batch */
+    TAKE(a->nll, float, M);
     (void)ip;
     (void)fp;
 #undef TAKE
@@ -481,7 +481,7 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
     m->dec = calloc((size_t)m->N, sizeof *m->dec);
     m->a.enc = calloc((size_t)m->N, sizeof *m->a.enc);
     m->a.dec = calloc((size_t)m->N, sizeof *m->a.dec);
-    m->host_loss = malloc(2 * (size_t)m->C * sizeof(float));
+    m->host_loss = malloc(2 * (size_t)max_tokens * sizeof(float));
     m->host_ints = malloc(4 * (size_t)max_tokens * sizeof(int32_t));
     if (!m->enc || !m->dec || !m->a.enc || !m->a.dec || !m->host_loss || !m->host_ints) {
         tfm_fail(err, "out of memory");
@@ -1097,7 +1097,9 @@ static int stage(struct tfm_model *m, int B, int S, int T, const int32_t *src,
 }
 
 /* Output layer over the decoder output y (n,D) in chunks: loss sums into out; with grad,
- * dL/dy into A->g and the output matrix's gradient. */
+ * dL/dy into A->g and the output matrix's gradient.  Each row's loss and nll stay on the
+ * device until the last chunk, then come to the host in one read each (a GPU waits for
+ * its queue there, once a batch rather than at every chunk). */
 static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
                          struct tfm_loss *out)
 {
@@ -1110,18 +1112,18 @@ static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
         int c = n - r0 < m->C ? n - r0 : m->C;
         be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, E, D, 0.0f, A->logits, V);
         be->xent(be, A->logits, A->labels + r0, c, V, (float)m->cfg.label_smoothing, TFM_PAD,
-                 A->loss, A->nll, grad ? 1.0f : 0.0f);
+                 A->loss + r0, A->nll + r0, grad ? 1.0f : 0.0f);
         if (grad) {
             be->gemm(be, 0, 0, c, D, V, 1.0f, A->logits, V, E, D, 0.0f, A->g + (size_t)r0 * D, D);
             be->gemm_grad(be, 1, 0, V, D, c, 1.0f, A->logits, V, y + (size_t)r0 * D, D, 1.0f,
                           GRAD(m->emb_out), D);
         }
-        be->download(be, m->host_loss, A->loss, (size_t)c * sizeof(float));
-        be->download(be, m->host_loss + m->C, A->nll, (size_t)c * sizeof(float));
-        for (int i = 0; i < c; i++) {
-            loss += m->host_loss[i];
-            nll += m->host_loss[m->C + i];
-        }
+    }
+    be->download(be, m->host_loss, A->loss, (size_t)n * sizeof(float));
+    be->download(be, m->host_loss + m->M, A->nll, (size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) {       /* in row order, as before: the same sums */
+        loss += m->host_loss[i];
+        nll += m->host_loss[m->M + i];
     }
     out->loss = loss;
     out->nll = nll;
