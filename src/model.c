@@ -264,6 +264,19 @@ static int chunk_rows(int64_t M, int V)
     return (int)c;
 }
 
+/* Carving an arena: the next block of `bytes` (rounded up to 64) at *off from base, or
+ * NULL while only measuring (base NULL); *off moves past it.  TAKE takes n elements of a
+ * type, TAKEA n activations of the backend's element size `act` (fp32 views: ops take
+ * float *); both need `base`, `off` (and `act`) where they are used. */
+static void *take(char *base, size_t *off, size_t bytes)
+{
+    void *p = base ? base + *off : NULL;
+    *off += (bytes + 63) / 64 * 64;
+    return p;
+}
+#define TAKE(ptr, type, n) ((ptr) = (type *)take(base, &off, (size_t)(n) * sizeof(type)))
+#define TAKEA(ptr, n) ((ptr) = (float *)take(base, &off, (size_t)(n) * act))
+
 /* Lay out the activation arena at base (NULL: only measure).  Returns bytes. */
 static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *base,
                     struct acts *a)
@@ -271,21 +284,6 @@ static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *bas
     size_t off = 0;
     int64_t D = c->d_model, F = c->d_ff, H = c->heads, V = c->vocab;
     int N = c->layers, C = chunk_rows(M, c->vocab);
-#define TAKE(ptr, type, n)                                                \
-    do {                                                                  \
-        size_t b_ = ((size_t)(n) * sizeof(type) + 63) / 64 * 64;          \
-        if (base)                                                         \
-            (ptr) = (type *)(void *)(base + off);                         \
-        off += b_;                                                        \
-    } while (0)
-    /* an activation: n elements of the backend's act size (fp32 views: ops take float *) */
-#define TAKEA(ptr, n)                                                     \
-    do {                                                                  \
-        size_t b_ = ((size_t)(n) * act + 63) / 64 * 64;                   \
-        if (base)                                                         \
-            (ptr) = (float *)(void *)(base + off);                        \
-        off += b_;                                                        \
-    } while (0)
     int32_t *ip = NULL;
     float *fp = NULL;
     struct acts dummy;
@@ -352,8 +350,6 @@ static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *bas
     TAKE(a->nll, float, M);
     (void)ip;
     (void)fp;
-#undef TAKE
-#undef TAKEA
     return off;
 }
 
@@ -1299,21 +1295,7 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     struct tfm_model *m = d->m;
     size_t off = 0;
     int64_t D = m->D, R = d->max_rows;
-#define TAKE(ptr, type, n)                                                \
-    do {                                                                  \
-        size_t b_ = ((size_t)(n) * sizeof(type) + 63) / 64 * 64;          \
-        if (base)                                                         \
-            (ptr) = (type *)(void *)(base + off);                         \
-        off += b_;                                                        \
-    } while (0)
     size_t act = m->be->act_size;   /* activations: the backend's element size */
-#define TAKEA(ptr, n)                                                     \
-    do {                                                                  \
-        size_t b_ = ((size_t)(n) * act + 63) / 64 * 64;                   \
-        if (base)                                                         \
-            (ptr) = (float *)(void *)(base + off);                        \
-        off += b_;                                                        \
-    } while (0)
     for (int l = 0; l < m->N; l++) {
         TAKEA(d->kvc[l], R * d->max_steps * 2 * D);
         TAKEA(d->ckv[l], (int64_t)d->max_sent * d->max_src * 2 * D);
@@ -1335,8 +1317,6 @@ static size_t dec_carve(struct tfm_decoder *d, char *base)
     TAKE(d->row_src, int32_t, R);
     TAKE(d->cross_len, int32_t, R);
     TAKE(d->anc, int32_t, R * d->max_steps);
-#undef TAKEA
-#undef TAKE
     return off;
 }
 
