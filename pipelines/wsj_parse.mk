@@ -44,6 +44,9 @@ HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf a
 
 all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin
 
+baseline: $(W)/baseline.txt
+	@cat $<
+
 # ---- text: "words<TAB>linearized tree" per tree, split into source and target ---------------
 OWN_TEXT  := 1
 OWN_SCORE := 1
@@ -83,9 +86,27 @@ $(W)/test.hyp.lin: $(W)/test.trees
 	$(TFM)score --linearize $(filter --keep-tags,$(SCORE_FLAGS)) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM)
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
+	@echo "right-branching baseline on the same trees:"; sed 's/^/  /' $(W)/baseline.txt
+
+# The right-branching baseline, what a parser must beat: every sentence of n words as
+# (S w1 (VP w2 (VP ... (VP wn-1 wn)))), restored and scored as the decoder's output
+# (preterminals get the gold tags), labeled with EVALB_PRM (VP, the commonest label of a
+# right-branching spine in English) and unlabeled (EVALB_PRM with LABELED 0).
+$(W)/test.rb.txt: $(W)/test.src
+	awk '{ s = ""; for (i = 1; i < NF; i++) s = s (i == 1 ? "(S" : "(VP") " XX "; s = s "XX"; \
+	       for (i = NF - 1; i >= 1; i--) s = s (i == 1 ? " )S" : " )VP"); print s }' $< > $@.tmp
+	mv $@.tmp $@
+$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM)
+	sed 's/^LABELED[ \t]*1/LABELED 0/' $(EVALB_PRM) > $(W)/unlabeled.prm
+	{ echo "labeled:"; \
+	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src $<; \
+	  echo "unlabeled:"; \
+	  $(TFM)score --metric f1 --param $(W)/unlabeled.prm -r $(W)/test.gold --source $(W)/test.src $<; \
+	} > $@.tmp; mv $@.tmp $@
 
 include $(PIPE_ROOT)/pipelines/common.mk
+.PHONY: baseline
