@@ -22,6 +22,7 @@ TEST_TREES  ?= $(P)/wsj_0150-0169.dev.oneline.txt
 EVALB_PRM   ?= $(DATA)/evalb-fixtures/COLLINS.prm
 W           ?= work/wsj_parse
 CONFIG      ?= $(PIPE_ROOT)/configs/parse.conf
+REVERSE     ?= 0
 
 # SIZE=small (the default) trains a 2-layer, 128-wide model that a CPU trains and decodes in
 # minutes; SIZE=paper the 4 x 1024 model of configs/parse.conf as it is (a GPU's job).
@@ -40,9 +41,10 @@ VOCAB     ?= 4000
 SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false
 HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf as it is)" \
     "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
-    "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file"
+    "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file" \
+    "REVERSE=$(REVERSE)  1: the model reads the words in reverse order"
 
-all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin
+all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin $(W)/test.words
 
 baseline: $(W)/baseline.txt
 	@cat $<
@@ -57,7 +59,13 @@ lin = @mkdir -p $(@D); $(TFM)score --linearize $(1) $(call head_n,$(2)) > $@.tmp
 $(W)/train.lin: $(TRAIN_TREES) ; $(call lin,$<,$(TRAIN_LINES))
 $(W)/valid.lin: $(VALID_TREES) ; $(call lin,$<)
 $(W)/test.lin:  $(TEST_TREES)  ; $(call lin,$<,$(TEST_LINES))
-$(W)/%.src: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
+# The words of each tree (test.words: what restoration and the score read) and the model's
+# source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
+# al. (2015) fed their parser.  Change REVERSE in a fresh W: made files are not redone.
+$(W)/%.words: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
+reverse_words = awk '{ for (i = NF; i > 1; i--) printf "%s ", $$i; print $$1 }'
+$(W)/%.src: $(W)/%.lin
+	cut -f1 $< $(if $(filter 1,$(REVERSE)),| $(reverse_words)) > $@.tmp; mv $@.tmp $@
 $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
 
 # The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
@@ -77,8 +85,8 @@ $(W)/test.gold: $(TEST_TREES)
 # punctuation is deleted alike on both sides (see tfm-score(1), Restoration).
 
 # The restored trees, to read; the score restores them again by the same rule (root S).
-$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.src
-	$(TFM)score --restore --source $(W)/test.src $< > $@.tmp; mv $@.tmp $@
+$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words
+	$(TFM)score --restore --source $(W)/test.words $< > $@.tmp; mv $@.tmp $@
 
 # The restored trees linearized again: the decoder's output as restoration repaired it, in
 # the form of test.tgt, to compare with it line by line.
@@ -86,8 +94,8 @@ $(W)/test.hyp.lin: $(W)/test.trees
 	$(TFM)score --linearize $(filter --keep-tags,$(SCORE_FLAGS)) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
-	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src \
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
+	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
 	@echo "right-branching baseline on the same trees:"; sed 's/^/  /' $(W)/baseline.txt
@@ -96,16 +104,16 @@ $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM) $(W)
 # (S w1 (VP w2 (VP ... (VP wn-1 wn)))), restored and scored as the decoder's output
 # (preterminals get the gold tags), labeled with EVALB_PRM (VP, the commonest label of a
 # right-branching spine in English) and unlabeled (EVALB_PRM with LABELED 0).
-$(W)/test.rb.txt: $(W)/test.src
+$(W)/test.rb.txt: $(W)/test.words
 	awk '{ s = ""; for (i = 1; i < NF; i++) s = s (i == 1 ? "(S" : "(VP") " XX "; s = s "XX"; \
 	       for (i = NF - 1; i >= 1; i--) s = s (i == 1 ? " )S" : " )VP"); print s }' $< > $@.tmp
 	mv $@.tmp $@
-$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM)
+$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM)
 	sed 's/^LABELED[ \t]*1/LABELED 0/' $(EVALB_PRM) > $(W)/unlabeled.prm
 	{ echo "labeled:"; \
-	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src $<; \
+	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words $<; \
 	  echo "unlabeled:"; \
-	  $(TFM)score --metric f1 --param $(W)/unlabeled.prm -r $(W)/test.gold --source $(W)/test.src $<; \
+	  $(TFM)score --metric f1 --param $(W)/unlabeled.prm -r $(W)/test.gold --source $(W)/test.words $<; \
 	} > $@.tmp; mv $@.tmp $@
 
 include $(PIPE_ROOT)/pipelines/common.mk
