@@ -44,7 +44,7 @@ HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf a
     "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file" \
     "REVERSE=$(REVERSE)  1: the model reads the words in reverse order"
 
-all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin $(W)/test.words
+all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin $(W)/test.words $(W)/test.src
 
 baseline: $(W)/baseline.txt
 	@cat $<
