@@ -23,6 +23,7 @@ EVALB_PRM   ?= $(DATA)/evalb-fixtures/COLLINS.prm
 W           ?= work/wsj_parse
 CONFIG      ?= $(PIPE_ROOT)/configs/parse.conf
 REVERSE     ?= 0
+TAGS        ?= 0
 
 # SIZE=small (the default) trains a 2-layer, 128-wide model that a CPU trains and decodes in
 # minutes; SIZE=paper the 4 x 1024 model of configs/parse.conf as it is (a GPU's job).
@@ -42,7 +43,8 @@ SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false
 HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf as it is)" \
     "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
     "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file" \
-    "REVERSE=$(REVERSE)  1: the model reads the words in reverse order"
+    "REVERSE=$(REVERSE)  1: the model reads the words in reverse order" \
+    "TAGS=$(TAGS)  1: the model writes POS tags instead of XX (scored on brackets alone)"
 
 all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin $(W)/test.words $(W)/test.src
 
@@ -55,7 +57,10 @@ OWN_SCORE := 1
 $(sort $(TRAIN_TREES) $(VALID_TREES) $(TEST_TREES) $(EVALB_PRM)):
 	@echo "$(MAKEFILE_NAME): $@: no such file (set TRAIN_TREES, VALID_TREES, TEST_TREES, EVALB_PRM)" >&2; exit 1
 
-lin = @mkdir -p $(@D); $(TFM)score --linearize $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
+# TAGS=1: the targets keep the POS tags where XX stands (tfm-score --keep-tags); the score
+# still gives every preterminal the gold tag, so F1 is that of the brackets alone.
+LIN_FLAGS = $(if $(filter 1,$(TAGS)),--keep-tags)
+lin = @mkdir -p $(@D); $(TFM)score --linearize $(LIN_FLAGS) $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
 $(W)/train.lin: $(TRAIN_TREES) ; $(call lin,$<,$(TRAIN_LINES))
 $(W)/valid.lin: $(VALID_TREES) ; $(call lin,$<)
 $(W)/test.lin:  $(TEST_TREES)  ; $(call lin,$<,$(TEST_LINES))
@@ -91,7 +96,7 @@ $(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words
 # The restored trees linearized again: the decoder's output as restoration repaired it, in
 # the form of test.tgt, to compare with it line by line.
 $(W)/test.hyp.lin: $(W)/test.trees
-	$(TFM)score --linearize $(filter --keep-tags,$(SCORE_FLAGS)) $< | cut -f2 > $@.tmp
+	$(TFM)score --linearize $(sort $(LIN_FLAGS) $(filter --keep-tags,$(SCORE_FLAGS))) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
 $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
