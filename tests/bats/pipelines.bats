@@ -209,6 +209,17 @@ need_tools() {
     assert_line --partial "labeled:no"
 }
 
+@test "wsj_parse: TAGS=1 puts the POS tags in the targets where XX stands" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t TAGS=1 TRAIN_LINES=1 t/train.tgt
+    assert_success
+    assert_equal "$(cat t/train.tgt)" "(S (NP (NP NNP NNP )NP , (ADJP (NP CD NNS )NP JJ )ADJP , )NP (VP MD (VP VB (NP DT NN )NP (PP IN (NP DT JJ NN )NP )PP (NP NNP CD )NP )VP )VP . )S"
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=x TRAIN_LINES=1 x/train.tgt
+    assert_success
+    assert_equal "$(cut -c1-30 x/train.tgt)" "(S (NP (NP XX XX )NP XX (ADJP "
+}
+
 @test "wsj_parse: REVERSE=1 reverses the model's source, not the words restored" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"
