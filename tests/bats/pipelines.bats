@@ -13,7 +13,7 @@ setup_file() {
         SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1"
     export PARSE="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
         TEST_LINES=6 VOCAB=300 MAX_STEPS=4 MAX_TIME= SAVE_EVERY=0 VALID_EVERY=0
-        BEAM=2 MAX_LEN_B=12 THREADS=1"
+        BEAM=2 MAX_LEN_B=12 THREADS=1 TAGS=0"
 }
 
 setup() {
@@ -215,9 +215,14 @@ need_tools() {
     run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t TAGS=1 TRAIN_LINES=1 t/train.tgt
     assert_success
     assert_equal "$(cat t/train.tgt)" "(S (NP (NP NNP NNP )NP , (ADJP (NP CD NNS )NP JJ )ADJP , )NP (VP MD (VP VB (NP DT NN )NP (PP IN (NP DT JJ NN )NP )PP (NP NNP CD )NP )VP )VP . )S"
-    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=x TRAIN_LINES=1 x/train.tgt
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=x TAGS=0 TRAIN_LINES=1 x/train.tgt
     assert_success
     assert_equal "$(cut -c1-30 x/train.tgt)" "(S (NP (NP XX XX )NP XX (ADJP "
+    # Tags are the small model's default; the paper's size keeps XX.
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" help
+    assert_line "  TAGS=1  1: the model writes POS tags instead of XX (scored on brackets alone)"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" SIZE=paper help
+    assert_line --partial "TAGS=0"
 }
 
 @test "wsj_parse: REVERSE=1 reverses the model's source, not the words restored" {
