@@ -27,7 +27,7 @@ REVERSE     ?= 0
 # SIZE=small (the default) trains a 2-layer, 128-wide model on a CPU for 25 minutes and
 # decodes in about one more; SIZE=paper the 4 x 1024 model of configs/parse.conf as it is (a
 # GPU's job).  The sample is small (about 320k tokens an epoch), and 25 minutes on 2 loaded
-# cores are 2,000 to 6,000 updates: the small model takes updates of 1024 tokens, a 300-update
+# cores are 2,000 to 20,000 updates: the small model takes updates of 1024 tokens, a 300-update
 # warmup, lr_scale 1.5 and pre-norm (which trains stably at that rate) and dropout 0.1, and
 # writes POS tags where the paper's targets have XX (TAGS=1): a tag per word gives the
 # decoder something to align with the source that XX does not.  See tests/bench/RESULTS.md
