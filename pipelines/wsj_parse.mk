@@ -22,27 +22,41 @@ TEST_TREES  ?= $(P)/wsj_0150-0169.dev.oneline.txt
 EVALB_PRM   ?= $(DATA)/evalb-fixtures/COLLINS.prm
 W           ?= work/wsj_parse
 CONFIG      ?= $(PIPE_ROOT)/configs/parse.conf
+REVERSE     ?= 0
 
-# SIZE=small (the default) trains a 2-layer, 128-wide model that a CPU trains and decodes in
-# minutes; SIZE=paper the 4 x 1024 model of configs/parse.conf as it is (a GPU's job).
+# SIZE=small (the default) trains a 2-layer, 128-wide model on a CPU for 25 minutes and
+# decodes in about one more; SIZE=paper the 4 x 1024 model of configs/parse.conf as it is (a
+# GPU's job).  The sample is small (about 320k tokens an epoch), and 25 minutes on 2 loaded
+# cores are 2,000 to 20,000 updates: the small model takes updates of 1024 tokens, a 300-update
+# warmup, lr_scale 1.5 and pre-norm (which trains stably at that rate) and dropout 0.1, and
+# writes POS tags where the paper's targets have XX (TAGS=1): a tag per word gives the
+# decoder something to align with the source that XX does not.  See tests/bench/RESULTS.md
+# (2026-11-26) for what was tried.
 SIZE ?= small
 ifeq ($(SIZE),small)
-EXTRA_SET := layers=2 d_model=128 d_ff=512 heads=4 dropout=0.2 attn_dropout=0.1 \
-             warmup=1000 tokens=4096
-MAX_TIME  ?= 10m
+EXTRA_SET := layers=2 d_model=128 d_ff=512 heads=4 norm=pre lr_scale=1.5 warmup=300 \
+             tokens=1024 dropout=0.1 attn_dropout=0
+MAX_TIME  ?= 25m
 SAVE_EVERY ?= 1m
+TAGS      ?= 1
 else ifneq ($(SIZE),paper)
 $(error $(MAKEFILE_NAME): SIZE=$(SIZE): use small or paper)
 endif
 
+TAGS      ?= 0
 # Linearized trees are one piece a token when pieces may mix brackets and letters.
 VOCAB     ?= 4000
 SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false
 HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf as it is)" \
     "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
-    "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file"
+    "EVALB_PRM=$(EVALB_PRM)  the EVALB parameter file" \
+    "REVERSE=$(REVERSE)  1: the model reads the words in reverse order" \
+    "TAGS=$(TAGS)  1: the model writes POS tags instead of XX (scored on brackets alone)"
 
-all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin
+all: $(W)/score.txt $(W)/test.trees $(W)/test.hyp.lin $(W)/test.words $(W)/test.src
+
+baseline: $(W)/baseline.txt
+	@cat $<
 
 # ---- text: "words<TAB>linearized tree" per tree, split into source and target ---------------
 OWN_TEXT  := 1
@@ -50,11 +64,20 @@ OWN_SCORE := 1
 $(sort $(TRAIN_TREES) $(VALID_TREES) $(TEST_TREES) $(EVALB_PRM)):
 	@echo "$(MAKEFILE_NAME): $@: no such file (set TRAIN_TREES, VALID_TREES, TEST_TREES, EVALB_PRM)" >&2; exit 1
 
-lin = @mkdir -p $(@D); $(TFM)score --linearize $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
+# TAGS=1: the targets keep the POS tags where XX stands (tfm-score --keep-tags); the score
+# still gives every preterminal the gold tag, so F1 is that of the brackets alone.
+LIN_FLAGS = $(if $(filter 1,$(TAGS)),--keep-tags)
+lin = @mkdir -p $(@D); $(TFM)score --linearize $(LIN_FLAGS) $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
 $(W)/train.lin: $(TRAIN_TREES) ; $(call lin,$<,$(TRAIN_LINES))
 $(W)/valid.lin: $(VALID_TREES) ; $(call lin,$<)
 $(W)/test.lin:  $(TEST_TREES)  ; $(call lin,$<,$(TEST_LINES))
-$(W)/%.src: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
+# The words of each tree (test.words: what restoration and the score read) and the model's
+# source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
+# al. (2015) fed their parser.  Change REVERSE in a fresh W: made files are not redone.
+$(W)/%.words: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
+reverse_words = awk '{ for (i = NF; i > 1; i--) printf "%s ", $$i; print $$1 }'
+$(W)/%.src: $(W)/%.lin
+	cut -f1 $< $(if $(filter 1,$(REVERSE)),| $(reverse_words)) > $@.tmp; mv $@.tmp $@
 $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
 
 # The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
@@ -74,18 +97,36 @@ $(W)/test.gold: $(TEST_TREES)
 # punctuation is deleted alike on both sides (see tfm-score(1), Restoration).
 
 # The restored trees, to read; the score restores them again by the same rule (root S).
-$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.src
-	$(TFM)score --restore --source $(W)/test.src $< > $@.tmp; mv $@.tmp $@
+$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words
+	$(TFM)score --restore --source $(W)/test.words $< > $@.tmp; mv $@.tmp $@
 
 # The restored trees linearized again: the decoder's output as restoration repaired it, in
 # the form of test.tgt, to compare with it line by line.
 $(W)/test.hyp.lin: $(W)/test.trees
-	$(TFM)score --linearize $(filter --keep-tags,$(SCORE_FLAGS)) $< | cut -f2 > $@.tmp
+	$(TFM)score --linearize $(sort $(LIN_FLAGS) $(filter --keep-tags,$(SCORE_FLAGS))) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.src $(W)/test.gold $(EVALB_PRM)
-	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.src \
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
+	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
+	@echo "right-branching baseline on the same trees:"; sed 's/^/  /' $(W)/baseline.txt
+
+# The right-branching baseline, what a parser must beat: every sentence of n words as
+# (S w1 (VP w2 (VP ... (VP wn-1 wn)))), restored and scored as the decoder's output
+# (preterminals get the gold tags), labeled with EVALB_PRM (VP, the commonest label of a
+# right-branching spine in English) and unlabeled (EVALB_PRM with LABELED 0).
+$(W)/test.rb.txt: $(W)/test.words
+	awk '{ s = ""; for (i = 1; i < NF; i++) s = s (i == 1 ? "(S" : "(VP") " XX "; s = s "XX"; \
+	       for (i = NF - 1; i >= 1; i--) s = s (i == 1 ? " )S" : " )VP"); print s }' $< > $@.tmp
+	mv $@.tmp $@
+$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM)
+	sed 's/^LABELED[ \t]*1/LABELED 0/' $(EVALB_PRM) > $(W)/unlabeled.prm
+	{ echo "labeled:"; \
+	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words $<; \
+	  echo "unlabeled:"; \
+	  $(TFM)score --metric f1 --param $(W)/unlabeled.prm -r $(W)/test.gold --source $(W)/test.words $<; \
+	} > $@.tmp; mv $@.tmp $@
 
 include $(PIPE_ROOT)/pipelines/common.mk
+.PHONY: baseline

@@ -13,7 +13,7 @@ setup_file() {
         SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1 REPORT_EVERY=2"
     export PARSE="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
         TEST_LINES=6 VOCAB=300 MAX_STEPS=4 MAX_TIME= SAVE_EVERY=0 VALID_EVERY=0
-        BEAM=2 MAX_LEN_B=12 THREADS=1"
+        BEAM=2 MAX_LEN_B=12 THREADS=1 TAGS=0"
 }
 
 setup() {
@@ -217,13 +217,68 @@ need_tools() {
     local words
     words=$(head -1 "$P/test.trees" | grep -o '([^ ()]* [^ ()]*)' | sed 's/^([^ ]* //; s/)$//' |
             paste -sd ' ')
+    [ "$words" = "$(head -1 "$P/test.words")" ]
     [ "$words" = "$(head -1 "$P/test.src")" ]
     assert_line --regexp '^F1 = [0-9]+\.[0-9]{2} P = [0-9.]+ R = [0-9.]+ \(sentences = 6 valid = 6 errors = 0 '
     assert_line --partial "evalb:COLLINS|labeled:yes|cutoff:40"
+    assert_line "right-branching baseline on the same trees:"
+    assert_file_exist "$P/baseline.txt"
     # Linearized trees on the target side, one piece per tree token.
     [ "$(head -1 "$P/train.tgt" | cut -c1-9)" = "(S (NP (N" ]
     run bash -c "echo '(S (NP XX )NP )S' | tfm-tokenize encode -m '$P/spm.model' | tfm-tokenize decode --ids"
     assert_output --regexp '^[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$'
     run $PARSE W="$P" -q
     assert_success
+}
+
+@test "wsj_parse: the right-branching baseline, labeled and unlabeled, scored by hand" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    echo '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' > t.txt
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w TEST_TREES=t.txt baseline
+    assert_success
+    assert_equal "$(cat w/test.rb.txt)" \
+        "(S XX (VP XX (VP XX (VP XX (VP XX (VP XX XX )VP )VP )VP )VP )VP )S"
+    # Gold S, NP, VP, PP, NP; right-branching S over all, VPs from "cat", "sat", "on", "the"
+    # and "mat ." (the period deleted: "mat").  Labeled: S and VP "sat on the mat" match,
+    # 2 of 6 and 2 of 5; unlabeled also "on the mat" and "the mat", 4 of 6 and 4 of 5.
+    assert_line --index 0 "labeled:"
+    assert_line --index 1 --partial "F1 = 36.36 P = 33.33 R = 40.00 (sentences = 1 valid = 1 errors = 0"
+    assert_line "unlabeled:"
+    assert_line --partial "F1 = 72.73 P = 66.67 R = 80.00 (sentences = 1 valid = 1 errors = 0"
+    assert_line --partial "labeled:no"
+}
+
+@test "wsj_parse: TAGS=1 puts the POS tags in the targets where XX stands" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t TAGS=1 TRAIN_LINES=1 t/train.tgt
+    assert_success
+    assert_equal "$(cat t/train.tgt)" "(S (NP (NP NNP NNP )NP , (ADJP (NP CD NNS )NP JJ )ADJP , )NP (VP MD (VP VB (NP DT NN )NP (PP IN (NP DT JJ NN )NP )PP (NP NNP CD )NP )VP )VP . )S"
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=x TAGS=0 TRAIN_LINES=1 x/train.tgt
+    assert_success
+    assert_equal "$(cut -c1-30 x/train.tgt)" "(S (NP (NP XX XX )NP XX (ADJP "
+    # Tags are the small model's default; the paper's size keeps XX.
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" help
+    assert_line "  TAGS=1  1: the model writes POS tags instead of XX (scored on brackets alone)"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" SIZE=paper help
+    assert_line --partial "TAGS=0"
+}
+
+@test "wsj_parse: REVERSE=1 reverses the model's source, not the words restored" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=r REVERSE=1 TRAIN_LINES=3 \
+        TEST_LINES=3 r/train.src r/test.src r/test.words
+    assert_success
+    assert_equal "$(head -1 r/train.src)" \
+        ". 29 Nov. director nonexecutive a as board the join will , old years 61 , Vinken Pierre"
+    [ "$(wc -l < r/test.src)" -eq 3 ]
+    assert_equal "$(cat r/test.words)" "$(cut -f1 r/test.lin)"
+    assert_equal "$(awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }' r/test.src)" \
+        "$(cat r/test.words)"
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=f TRAIN_LINES=3 f/train.src
+    assert_success
+    assert_equal "$(head -1 f/train.src)" \
+        "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 ."
 }
