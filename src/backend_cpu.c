@@ -1114,6 +1114,7 @@ struct out_job {
     float *y, *packed;
     const float *x, *W;
     int N, V, D, rb;            /* rb: rows a block (out_rows) */
+    int with_top;
     struct top_job top;         /* out_top: what log_softmax_top_rows does next */
 };
 
@@ -1194,23 +1195,15 @@ __attribute__((target("avx512f"))) static void out_block(const struct out_job *j
     }
 }
 
-static void out_logits_blocks(void *ctx, int64_t b0, int64_t b1, int thread)
-{
-    const struct out_job *j = ctx;
-    (void)thread;
-    for (int64_t b = b0; b < b1; b++) {
-        int64_t r0 = b * j->rb, r1 = r0 + j->rb < j->N ? r0 + j->rb : j->N;
-        out_block(j, r0, r1);
-    }
-}
-
-static void out_top_blocks(void *ctx, int64_t b0, int64_t b1, int thread)
+/* Blocks [b0, b1): their logits, then (out_top) their best tokens while in cache. */
+static void out_blocks(void *ctx, int64_t b0, int64_t b1, int thread)
 {
     const struct out_job *j = ctx;
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * j->rb, r1 = r0 + j->rb < j->N ? r0 + j->rb : j->N;
         out_block(j, r0, r1);
-        log_softmax_top_rows((void *)&j->top, r0, r1, thread);
+        if (j->with_top)
+            log_softmax_top_rows((void *)&j->top, r0, r1, thread);
     }
 }
 
@@ -1219,7 +1212,7 @@ static void cpu_out_logits(struct tfm_backend *be, float *y, const float *x, int
 {
     struct out_job j = {.y = y, .packed = (float *)packed, .x = x, .N = N, .V = V, .D = D,
                         .rb = out_rows(V)};
-    par(be, (N + j.rb - 1) / j.rb, (double)N * V * D, out_logits_blocks, &j);
+    par(be, (N + j.rb - 1) / j.rb, (double)N * V * D, out_blocks, &j);
 }
 
 static void cpu_out_top(struct tfm_backend *be, float *y, const float *x, int N,
@@ -1227,9 +1220,9 @@ static void cpu_out_top(struct tfm_backend *be, float *y, const float *x, int N,
                         int also, float *top_y, int32_t *top_id, float *also_y)
 {
     struct out_job j = {.y = y, .packed = (float *)packed, .x = x, .N = N, .V = V, .D = D,
-                        .rb = out_rows(V),
+                        .rb = out_rows(V), .with_top = 1,
                         .top = {y, ban, top_y, also_y, top_id, V, k, nban, also}};
-    par(be, (N + j.rb - 1) / j.rb, (double)N * V * D, out_top_blocks, &j);
+    par(be, (N + j.rb - 1) / j.rb, (double)N * V * D, out_blocks, &j);
 }
 #endif
 
