@@ -1229,16 +1229,16 @@ int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
     double scale = 1.0 / sqrt((double)dk);
     for (int k = 0; k < m->N; k++) {
         const struct dec_a *d = &m->a.dec[k];
-        be->download(be, a, d->q, (size_t)T * D * sizeof *a);
-        be->download(be, b, d->kv, (size_t)S * 2 * D * sizeof *b);
+        be->download_act(be, a, d->q, (size_t)T * D);
+        be->download_act(be, b, d->kv, (size_t)S * 2 * D);
         attn_probs(a, D, b, 2 * D, H, T, S, dk, 0, scale, row, cross + (size_t)k * H * T * S);
         if (enc_self) {
-            be->download(be, a, m->a.enc[k].qkv, (size_t)S * 3 * D * sizeof *a);
+            be->download_act(be, a, m->a.enc[k].qkv, (size_t)S * 3 * D);
             attn_probs(a, 3 * D, a + D, 3 * D, H, S, S, dk, 0, scale, row,
                        enc_self + (size_t)k * H * S * S);
         }
         if (dec_self) {
-            be->download(be, a, d->qkv, (size_t)T * 3 * D * sizeof *a);
+            be->download_act(be, a, d->qkv, (size_t)T * 3 * D);
             attn_probs(a, 3 * D, a + D, 3 * D, H, T, T, dk, 1, scale, row,
                        dec_self + (size_t)k * H * T * T);
         }
