@@ -103,6 +103,11 @@ static void cu_download_act(struct tfm_backend *be, float *host, const void *src
     cu_download(be, host, src, n * sizeof(float));
 }
 
+static void cu_upload_act(struct tfm_backend *be, void *dst, const float *host, size_t n)
+{
+    cu_upload(be, dst, host, n * sizeof(float));
+}
+
 static void cu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 {
     if (bytes)
@@ -289,6 +294,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     be->copy = cu_copy;
     be->zero = cu_zero;
     be->download_act = cu_download_act;
+    be->upload_act = cu_upload_act;
     be->sync = cu_sync;
     be->bind = cu_bind;
     be->reserve = cu_reserve;

@@ -319,6 +319,10 @@ struct tfm_backend {
     /* n activations (act_size bytes each, in the backend's precision) from the device to n
      * host floats: the one way the host reads activations (log-probabilities). */
     void (*download_act)(struct tfm_backend *be, float *host, const void *src, size_t n);
+    /* n host floats to n activations on the device, rounded to the backend's precision
+     * (bf16: nearest even): the one way the host writes activation-typed data (the
+     * sinusoid table, test inputs). */
+    void (*upload_act)(struct tfm_backend *be, void *dst, const float *host, size_t n);
     /* Wait until every op issued so far is complete (a no-op on the CPU).  The model never
      * needs it (a download waits for the ops before it); benchmarks and tests that time
      * ops or read device memory behind the table's back do. */
@@ -373,6 +377,22 @@ struct tfm_backend {
 
 /* ---- precision (precision.c; tfm-config(5), precision) --------------------------------
  *
+ * What each pointer of an op holds.  An op's `float *` arguments are activations: act_size
+ * bytes an element, fp32 words at act_size 4, bf16 bits (tfm_bf16_bits) at act_size 2;
+ * strides, leading dimensions and offsets count elements, never bytes, so host code steps
+ * through activations with tfm_act (below), not with float arithmetic.  The weights the
+ * ops read (DATA: the compute copy made by weights_copy) and the sinusoid table are
+ * activations too.  Always fp32, whatever act_size is:
+ *   gemm_grad's C; weights_copy's src (the master weights); embed_bwd's dtable and dpos;
+ *   layernorm_fwd's mean and rstd; layernorm_bwd's dg, db, mean and rstd; the attention
+ *   lse (attn_fwd, attn_bwd); bias_bwd's db; xent's loss and nll; sumsq's x; every
+ *   pointer of adam; out_pack's `packed` (the backend's own layout).
+ * Everything else (gemm's A, B, C; gemm_grad's A and B; weights_copy's dst; embed_fwd's
+ * out, table and pos; layer-norm x, y, g, b, dx, dy; attention q, k, v, o, dout, dq, dk,
+ * dv; bias_act; bias_bwd's dy; relu_bwd; dropout; add_dropout; axpy; gather; xent's
+ * logits; log_softmax; log_softmax_top's x; out_logits' and out_top's x and y) is an
+ * activation.
+ *
  * fp32: every op as described above.  bf16: the same ops, with every activation an op
  * writes (gemm's C, embeddings, layer-norm and attention outputs, the element-wise ops'
  * outputs, activation gradients, the cross-entropy's logit gradients, log-softmax) rounded
@@ -391,6 +411,12 @@ int tfm_backend_set_precision(struct tfm_backend *be, enum tfm_precision p,
 /* The CPU's bf16 (on) or its fp32 ops again (off), on a backend whose memory the host
  * reads (the CPU's set_bf16; the sim backend's forwards to its CPU backend). */
 int tfm_backend_emulate_bf16(struct tfm_backend *be, int on, struct tfm_error *err);
+/* The activation n elements past p (n may be negative). */
+static inline float *tfm_act(const struct tfm_backend *be, const void *p, int64_t n)
+{
+    return (float *)(void *)((char *)(uintptr_t)p + n * (int64_t)be->act_size);
+}
+
 /* "fp32" or "bf16". */
 const char *tfm_precision_name(enum tfm_precision p);
 

@@ -233,6 +233,16 @@ static void cpu_download_act(struct tfm_backend *be, float *host, const void *sr
     cpu_copy(be, host, src, n * sizeof(float));
 }
 
+/* in the bf16 emulation, activations hold bf16 values: the host's are rounded */
+static void cpu_upload_act(struct tfm_backend *be, void *dst, const float *host, size_t n)
+{
+    float *d = dst;
+    cpu_copy(be, d, host, n * sizeof(float));
+    if (be->precision == TFM_PRECISION_BF16)
+        for (size_t i = 0; i < n; i++)
+            d[i] = tfm_bf16_round(d[i]);
+}
+
 static void cpu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 {
     (void)be;
@@ -1450,6 +1460,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->copy = cpu_copy;
     be->zero = cpu_zero;
     be->download_act = cpu_download_act;
+    be->upload_act = cpu_upload_act;
     be->sync = cpu_sync;
     be->reserve = cpu_reserve;
 #define CPU_OP(ret, name, params, args, devs) be->name = cpu_##name;

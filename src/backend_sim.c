@@ -121,6 +121,20 @@ static void sim_download_act(struct tfm_backend *be, float *host, const void *sr
     move(be, host, 0, src, 1, n * sizeof(float), __func__);
 }
 
+static void sim_upload_act(struct tfm_backend *be, void *dst, const float *host, size_t n)
+{
+    struct tfm_backend *in = SIM(be)->in;
+    move(be, dst, 1, host, 0, n * sizeof(float), __func__);
+    if (in->precision == TFM_PRECISION_BF16) {   /* round in place, as the CPU does */
+        OPEN(be);
+        DEV(dst);
+        float *d = dst;
+        for (size_t i = 0; i < n; i++)
+            d[i] = tfm_bf16_round(d[i]);
+        CLOSE();
+    }
+}
+
 static void sim_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
 {
     move(be, dst, 1, src, 1, bytes, __func__);
@@ -260,6 +274,7 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
     be->copy = sim_copy;
     be->zero = sim_zero;
     be->download_act = sim_download_act;
+    be->upload_act = sim_upload_act;
     be->sync = sim_sync;
     be->reserve = sim_reserve;
 #define SIM_SET(ret, name, params, args, devlist) be->name = sim_##name;

@@ -535,7 +535,7 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         be->zero(be, m->arena + m->count, (size_t)m->count * 3 * sizeof(float));
     }
     if (cfg->pos == TFM_POS_SINUSOID) {
-        m->pe = be->alloc(be, (size_t)m->L * m->D * sizeof(float), err);
+        m->pe = be->alloc(be, (size_t)m->L * m->D * be->act_size, err);
         if (!m->pe) {
             free(host);
             goto fail_mem;
@@ -543,7 +543,7 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         for (int p = 0; p < m->L; p++)
             for (int i = 0; i < m->D; i++)
                 host[(size_t)p * m->D + i] = (float)tfm_model_sinusoid(p, i, m->D);
-        be->upload(be, m->pe, host, (size_t)m->L * m->D * sizeof(float));
+        be->upload_act(be, m->pe, host, (size_t)m->L * m->D);   /* an activation */
     }
     free(host);
     return m;
