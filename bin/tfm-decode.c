@@ -10,13 +10,14 @@
 #include "config.h"
 #include "decode.h"
 #include "device.h"
+#include "treecon.h"
 
 static const char USAGE[] =
     "usage: tfm-decode -m MODEL [-m MODEL]... [--beam K] [--alpha A] [--max-len-b N]\n"
     "                  [--min-len N] [--nbest N] [--text] [--sample] [--topk K]\n"
     "                  [--topp P] [--temperature T] [--seed N] [--tokens N] [--threads N]\n"
     "                  [--device DEV] [-o OUT] [--attention FILE [--attention-all]]\n"
-    "                  [--progress] [--quiet] [FILE]\n";
+    "                  [--tree copy|count] [--progress] [--quiet] [FILE]\n";
 
 static const char HELP[] =
     "Translate a token (or batch) stream; write a hypothesis stream in input order.\n"
@@ -41,6 +42,9 @@ static const char HELP[] =
     "      --attention FILE   also write the encoder-decoder attention of each best\n"
     "                         hypothesis, every layer and head, as a stream to FILE\n"
     "      --attention-all    with it the encoder and decoder self-attention too\n"
+    "      --tree MODE        write only linearized trees over the source's words, their\n"
+    "                         leaves the source pieces (copy) or as many as its words\n"
+    "                         (count: XX or POS tags); see tfm-decode(1)\n"
     "  -p, --progress / -q, --quiet   progress on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
 
@@ -83,7 +87,7 @@ static const struct tfm_config_key *config_key(const char *name)
 int main(int argc, char **argv)
 {
     enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION, O_MINLEN, O_ATTN,
-           O_ATTN_ALL };
+           O_ATTN_ALL, O_TREE };
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},
         {"beam", required_argument, NULL, 'k'},
@@ -103,6 +107,7 @@ int main(int argc, char **argv)
         {"output", required_argument, NULL, 'o'},
         {"attention", required_argument, NULL, O_ATTN},
         {"attention-all", no_argument, NULL, O_ATTN_ALL},
+        {"tree", required_argument, NULL, O_TREE},
         {"progress", no_argument, NULL, 'p'},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -201,6 +206,10 @@ int main(int argc, char **argv)
         case 'o': out = optarg; break;
         case O_ATTN: o.attention = optarg; break;
         case O_ATTN_ALL: o.attention_all = 1; break;
+        case O_TREE:
+            if ((o.tree = tfm_tree_mode_parse(optarg)) < 0)
+                return tfm_cli_usage_error("--tree: '%s': expected copy, count or off", optarg);
+            break;
         case 'p': progress = 1; break;
         case 'q': quiet = 1; break;
         case 'h': return tfm_cli_help(HELP);

@@ -25,6 +25,7 @@
 #include "model.h"
 #include "spm.h"
 #include "stream.h"
+#include "treecon.h"
 #include "util.h"
 
 void tfm_decode_defaults(struct tfm_decode_opts *o)
@@ -564,6 +565,7 @@ struct run {
     int64_t *order, *first;
     struct hypset hs;
     struct tfm_corpus out;
+    struct tfm_treecon *tree;   /* the tree constraint (--tree), or NULL */
 };
 
 static void run_free(struct run *R)
@@ -586,6 +588,7 @@ static void run_free(struct run *R)
     free(R->first);
     tfm_corpus_free(&R->hs.c);
     tfm_corpus_free(&R->out);
+    tfm_treecon_free(R->tree);
 }
 
 static const int64_t *g_num;    /* qsort context: sentence numbers */
@@ -748,6 +751,8 @@ static int decode_batch(struct run *R, const int64_t *ids, int64_t k, const stru
         num[b] = R->number[ids[b]];
     struct tfm_step_model sm = {&R->ens, R->ens.vocab, ens_step, ens_select,
                                 R->ens.n == 1 ? ens_step_top : NULL};
+    if (R->tree && tfm_treecon_begin(R->tree, &sm, B, S, src, max_len, &sm, err))
+        goto done;
     if (tfm_beam_search(&sm, B, max_len, num, &o->search, &h, err) ||
         hypset_add(&R->hs, &h, pos, err))
         goto done;
@@ -821,6 +826,23 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     if (max_pos < 2) {
         tfm_fail(err, "%s: max_len %d leaves no room to decode", paths[0], max_pos);
         goto done;
+    }
+    if (o->tree != TFM_TREE_OFF) {
+        struct tfm_spm *spm = tfm_spm_load(R.hdr.spm, R.hdr.spm_size, err);
+        const char **pieces = spm ? malloc((size_t)R.ens.vocab * sizeof *pieces) : NULL;
+        if (spm && !pieces)
+            tfm_fail(err, "out of memory");
+        if (pieces) {
+            for (int v = 0; v < R.ens.vocab; v++)
+                pieces[v] = tfm_spm_piece(spm, v);
+            R.tree = tfm_treecon_create(pieces, R.ens.vocab, o->tree, err);
+        }
+        free(pieces);
+        tfm_spm_free(spm);
+        if (!R.tree) {
+            tfm_error_prefix(err, "%s", paths[0]);
+            goto done;
+        }
     }
     int width = o->search.sample ? o->search.nbest : o->search.beam;
     if (read_sources(&R, in_path, paths[0], R.ens.vocab, max_pos, o, err))

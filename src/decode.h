@@ -47,6 +47,8 @@ struct tfm_decode_opts {
                                      * each sentence's best hypothesis under the first
                                      * model here ("-": stdout), or NULL */
     int attention_all;              /* with it the self-attention too */
+    int tree;                       /* enum tfm_tree_mode (treecon.h): search only for
+                                     * linearized trees over the source's words */
     /* called after each batch and once at the end (may be NULL) */
     void (*progress)(void *ctx, const struct tfm_decode_stats *st, int final);
     void *progress_ctx;

@@ -1,0 +1,265 @@
+/* test_treecon: the tree constraint on a search (treecon.h).  Every sequence it lets a
+ * search finish is checked against an independent tree checker, and the set of those
+ * sequences is compared with a brute-force enumeration of every sequence up to the
+ * maximum length: exactly the well-formed trees get through, and no partial hypothesis
+ * the constraint allows is a dead end.  Then beam and greedy searches over a random
+ * model, with the constraint, write only trees. */
+#include <stdlib.h>
+
+#include "beam.h"
+#include "check.h"
+#include "treecon.h"
+
+/* A vocabulary: brackets S and NP, an opening X without its closing (never allowed), a
+ * closing Y without an opening, leaves, a continuation piece. */
+enum { T_S = 4, T_ES, T_NP, T_ENP, T_THE, T_CAT, T_S_CONT, T_XX, T_X, T_EY, V };
+static const char *const PIECES[V] = {
+    "<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581)S", "\u2581(NP", "\u2581)NP",
+    "\u2581the", "\u2581cat", "s", "\u2581XX", "\u2581(X", "\u2581)Y"};
+
+/* the source "the cats": pieces the, cat, s; two words */
+static const int32_t SRC[] = {T_THE, T_CAT, T_S_CONT, 3};
+#define NSRC 3
+#define NWORDS 2
+
+/* Is seq[0..n) (eos excluded) a tree the constraint must allow?  One root holding
+ * everything, closings matching their openings, every constituent with a leaf, leaves
+ * inside constituents, a continuation piece only right after a leaf piece; COPY: the
+ * leaves are the source pieces in order; COUNT: any leaves, as many words (leaf starts,
+ * not the continuation piece) as the source has. */
+static int is_tree(const int32_t *seq, int n, enum tfm_tree_mode mode)
+{
+    int32_t stack[64];
+    int leaf[64];
+    int depth = 0, done = 0, pieces = 0, words = 0, prev_leaf = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t x = seq[i];
+        if (done)
+            return 0;
+        if (x == T_S || x == T_NP) {
+            stack[depth] = x;
+            leaf[depth++] = 0;
+            prev_leaf = 0;
+        } else if (x == T_ES || x == T_ENP) {
+            if (!depth || stack[depth - 1] != x - 1 || !leaf[depth - 1])
+                return 0;
+            depth--;
+            if (depth)
+                leaf[depth - 1] = 1;
+            else
+                done = 1;
+            prev_leaf = 0;
+        } else if (x == T_THE || x == T_CAT || x == T_S_CONT || x == T_XX) {
+            if (!depth || (x == T_S_CONT && !prev_leaf))
+                return 0;
+            if (mode == TFM_TREE_COPY) {
+                if (x == T_XX || pieces >= NSRC || SRC[pieces] != x)
+                    return 0;
+                pieces++;
+            } else {
+                words += x != T_S_CONT;
+            }
+            leaf[depth - 1] = 1;
+            prev_leaf = 1;
+        } else {
+            return 0;
+        }
+    }
+    return done && (mode == TFM_TREE_COPY ? pieces == NSRC : words == NWORDS);
+}
+
+/* the inner model: every token equally likely */
+static int flat_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,
+                     float *logp, struct tfm_error *err)
+{
+    (void)ctx, (void)last, (void)row_src, (void)err;
+    for (int i = 0; i < nrows * V; i++)
+        logp[i] = -2.0f;
+    return 0;
+}
+
+static int no_select(void *ctx, int nrows, const int32_t *keep, struct tfm_error *err)
+{
+    (void)ctx, (void)nrows, (void)keep, (void)err;
+    return 0;
+}
+
+#define MAXP 200000
+
+/* Every sequence the constraint lets finish within max_len tokens (breadth first through
+ * the wrapped model's step and select); checks each and that no allowed prefix is stuck.
+ * Returns the number of finished sequences. */
+static long walk(enum tfm_tree_mode mode, int max_len, int least)
+{
+    struct tfm_error err = {0};
+    struct tfm_treecon *tc = tfm_treecon_create(PIECES, V, mode, &err);
+    CHECK(tc != NULL);
+    if (!tc)
+        return -1;
+    struct tfm_step_model inner = {NULL, V, flat_step, no_select, NULL}, m;
+    CHECK(tfm_treecon_begin(tc, &inner, 1, 4, SRC, &max_len, &m, &err) == 0);
+    int32_t *pre = malloc(sizeof(int32_t) * MAXP * 16), *next = malloc(sizeof(int32_t) * MAXP * 16);
+    int32_t *last = malloc(sizeof(int32_t) * MAXP), *keep = malloc(sizeof(int32_t) * MAXP);
+    int32_t *src = calloc(MAXP, sizeof(int32_t));
+    float *logp = malloc(sizeof(float) * MAXP * V);
+    long finished = 0;
+    int rows = 1, bad = 0, stuck = 0;
+    last[0] = 2;
+    for (int t = 0; rows > 0 && t <= max_len; t++) {
+        CHECK(m.step(m.ctx, rows, last, src, logp, &err) == 0);
+        int nn = 0;
+        for (int r = 0; r < rows; r++) {
+            int any = 0;
+            for (int v = 0; v < V; v++) {
+                if (!(logp[(size_t)r * V + v] > -INFINITY))
+                    continue;
+                any = 1;
+                if (v == 3) {
+                    finished++;
+                    bad += !is_tree(pre + (size_t)r * 16, t, mode);
+                } else if (t < max_len && nn < MAXP) {
+                    memcpy(next + (size_t)nn * 16, pre + (size_t)r * 16, sizeof(int32_t) * 16);
+                    next[(size_t)nn * 16 + t] = v;
+                    keep[nn] = r;
+                    last[nn++] = v;
+                } else if (t == max_len) {
+                    bad++;                      /* past the maximum length: not eos */
+                }
+            }
+            stuck += !any;
+        }
+        CHECK(nn < MAXP);
+        if (nn)
+            CHECK(m.select(m.ctx, nn, keep, &err) == 0);
+        int32_t *tmp = pre;
+        pre = next;
+        next = tmp;
+        rows = nn;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK_EQ_INT(stuck, max_len < least);      /* no tree fits: the first step is stuck */
+    free(pre), free(next), free(last), free(keep), free(src), free(logp);
+    tfm_treecon_free(tc);
+    return finished;
+}
+
+/* The trees of at most max_len tokens over the alphabet, by enumerating every sequence. */
+static long brute(enum tfm_tree_mode mode, int max_len)
+{
+    static const int32_t copy_ab[] = {T_S, T_ES, T_NP, T_ENP, T_THE, T_CAT, T_S_CONT, T_XX, T_X};
+    static const int32_t count_ab[] = {T_S, T_ES, T_NP, T_ENP, T_XX, T_S_CONT, T_THE, T_CAT, T_EY};
+    const int32_t *ab = mode == TFM_TREE_COPY ? copy_ab : count_ab;
+    int na = 9;
+    long trees = 0;
+    int32_t seq[16];
+    int digit[16];
+    for (int n = 1; n <= max_len; n++) {
+        memset(digit, 0, sizeof digit);
+        for (;;) {
+            for (int i = 0; i < n; i++)
+                seq[i] = ab[digit[i]];
+            trees += is_tree(seq, n, mode);
+            int i = 0;
+            while (i < n && ++digit[i] == na)
+                digit[i++] = 0;
+            if (i == n)
+                break;
+        }
+    }
+    return trees;
+}
+
+static void test_copy_exact(void)
+{
+    /* the least trees are (S the cat s )S and (NP the cat s )NP: 5 tokens */
+    CHECK_EQ_INT(walk(TFM_TREE_COPY, 4, 5), 0);
+    CHECK_EQ_INT(walk(TFM_TREE_COPY, 5, 5), 2);
+    long w = walk(TFM_TREE_COPY, 7, 5), b = brute(TFM_TREE_COPY, 7);
+    /* 2 least trees, and 12 with one more constituent: over the, cat s or all three, with
+     * 2 labels, under 2 roots */
+    CHECK_EQ_INT(b, 14);
+    CHECK_EQ_INT(w, b);
+}
+
+static void test_count_exact(void)
+{
+    /* (S a b )S and (NP a b )NP, a and b each the, cat or XX */
+    CHECK_EQ_INT(walk(TFM_TREE_COUNT, 3, 4), 0);
+    CHECK_EQ_INT(walk(TFM_TREE_COUNT, 4, 4), 18);
+    long w = walk(TFM_TREE_COUNT, 7, 4), b = brute(TFM_TREE_COUNT, 7);
+    /* by tokens: 4: 18; 5: 36 (one "s" after either leaf); 6: 54 (two) + 108 (a
+     * constituent over a, b or both); 7: 72 (three) + 216 (a constituent and one "s") */
+    CHECK_EQ_INT(b, 504);
+    CHECK_EQ_INT(w, b);
+}
+
+/* A model with random log-probabilities: with the constraint, every search result is a
+ * tree, and with max_len at the least a tree needs too. */
+static uint32_t rnd_state = 12345;
+static float rnd(void)
+{
+    rnd_state = rnd_state * 1664525u + 1013904223u;
+    return (float)(rnd_state >> 8) / 16777216.0f;
+}
+
+static int rand_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,
+                     float *logp, struct tfm_error *err)
+{
+    (void)ctx, (void)last, (void)row_src, (void)err;
+    for (int r = 0; r < nrows; r++) {
+        double z = 0;
+        for (int v = 0; v < V; v++)
+            z += exp(logp[(size_t)r * V + v] = 4.0f * rnd());
+        for (int v = 0; v < V; v++)
+            logp[(size_t)r * V + v] -= (float)log(z);
+    }
+    return 0;
+}
+
+static void test_search(void)
+{
+    struct tfm_error err = {0};
+    for (int mode = TFM_TREE_COPY; mode <= TFM_TREE_COUNT; mode++)
+        for (int beam = 1; beam <= 8; beam *= 2)
+            for (int ml = 5; ml <= 40; ml += 35) {
+                struct tfm_treecon *tc = tfm_treecon_create(PIECES, V, mode, &err);
+                struct tfm_step_model inner = {NULL, V, rand_step, no_select, NULL}, m;
+                int32_t src[8] = {T_THE, T_CAT, T_S_CONT, 3, T_THE, T_CAT, T_S_CONT, 3};
+                int max_len[2] = {ml, ml};
+                CHECK(tfm_treecon_begin(tc, &inner, 2, 4, src, max_len, &m, &err) == 0);
+                struct tfm_beam_opts o;
+                tfm_beam_defaults(&o);
+                o.beam = beam;
+                o.nbest = beam;
+                struct tfm_hyps h = {0};
+                CHECK(tfm_beam_search(&m, 2, max_len, NULL, &o, &h, &err) == 0);
+                CHECK(h.n >= 2);
+                for (int64_t i = 0; i < h.n; i++) {
+                    CHECK(h.score[i] > -INFINITY);
+                    CHECK(is_tree(h.ids + h.offsets[i], (int)(h.offsets[i + 1] - h.offsets[i]),
+                                  mode));
+                }
+                tfm_hyps_free(&h);
+                tfm_treecon_free(tc);
+            }
+}
+
+static void test_errors(void)
+{
+    struct tfm_error err = {0};
+    static const char *const plain[] = {"<pad>", "<unk>", "<s>", "</s>", "\u2581a", "b"};
+    CHECK(tfm_treecon_create(plain, 6, TFM_TREE_COPY, &err) == NULL);
+    CHECK(strstr(err.msg, "no bracket pieces") != NULL);
+    CHECK_EQ_INT(tfm_tree_mode_parse("copy"), TFM_TREE_COPY);
+    CHECK_EQ_INT(tfm_tree_mode_parse("count"), TFM_TREE_COUNT);
+    CHECK_EQ_INT(tfm_tree_mode_parse("xx"), -1);
+}
+
+int main(void)
+{
+    t_run("copy: exactly the trees over the source pieces, none stuck", test_copy_exact);
+    t_run("count: exactly the trees with as many leaves as words", test_count_exact);
+    t_run("beam and greedy search write only trees", test_search);
+    t_run("a vocabulary without brackets; mode names", test_errors);
+    return t_done();
+}
