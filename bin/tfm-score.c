@@ -24,7 +24,8 @@ static const char USAGE[] =
     "                 [--lowercase] [--tokenized [--compound-split]] [--json]\n"
     "                 [--param FILE.prm] [--source FILE | --linearized] [--keep-tags]\n"
     "                 [--root LABEL] [--per-sentence] [FILE]\n"
-    "       tfm-score --linearize [--keep-tags] [--keep-function-tags] [FILE]\n"
+    "       tfm-score --linearize [--keep-tags | --keep-words] [--keep-function-tags]\n"
+    "                 [FILE]\n"
     "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n";
 
 static const char HELP[] =
@@ -57,6 +58,7 @@ static const char HELP[] =
     "                          only XX preterminals the gold tags (default: all)\n"
     "      --root LABEL        label of the root that restoration opens when the output\n"
     "                          does not open one first (" TFM_TREE_ROOT ")\n"
+    "      --keep-words        --linearize: write the words instead of XX\n"
     "      --keep-function-tags  --linearize: keep NP-SBJ and the like\n"
     "      --restore           print the trees restored from linearized lines + --source\n"
     "  -q, --quiet             no warnings on stderr\n"
@@ -69,7 +71,7 @@ enum { MET_BLEU, MET_CHRF, MET_F1 };
 enum {
     OPT_SMOOTH = 256, OPT_SMOOTH_VALUE, OPT_TOKENIZED, OPT_COMPOUND, OPT_CHAR_ORDER,
     OPT_WORD_ORDER, OPT_BETA, OPT_WS, OPT_EPS, OPT_LINEARIZED, OPT_MAX_ERROR, OPT_LINEARIZE,
-    OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_RESTORE, OPT_ROOT, OPT_VERSION,
+    OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_KEEP_WORDS, OPT_RESTORE, OPT_ROOT, OPT_VERSION,
 };
 
 static void warn(void *ctx, const char *msg)
@@ -124,6 +126,7 @@ int main(int argc, char **argv)
         {"linearize", no_argument, NULL, OPT_LINEARIZE},
         {"keep-tags", no_argument, NULL, OPT_KEEP_TAGS},
         {"keep-function-tags", no_argument, NULL, OPT_KEEP_FTAGS},
+        {"keep-words", no_argument, NULL, OPT_KEEP_WORDS},
         {"restore", no_argument, NULL, OPT_RESTORE},
         {"root", required_argument, NULL, OPT_ROOT},
         {"quiet", no_argument, NULL, 'q'},
@@ -142,7 +145,7 @@ int main(int argc, char **argv)
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
     struct tfm_f1_opts fo = {NULL, NULL, 0, 0, -1, 0, NULL};
-    struct tfm_linearize_opts lo = {0, 0};
+    struct tfm_linearize_opts lo = {0, 0, 0};
     tfm_bleu_opts_default(&bo);
     tfm_chrf_opts_default(&co);
     int st = 0;
@@ -207,6 +210,7 @@ int main(int argc, char **argv)
         case OPT_LINEARIZE: mode = MODE_LINEARIZE; break;
         case OPT_KEEP_TAGS: lo.keep_tags = fo.keep_tags = 1; break;
         case OPT_KEEP_FTAGS: lo.keep_function_tags = 1; break;
+        case OPT_KEEP_WORDS: lo.keep_words = 1; break;
         case OPT_RESTORE: mode = MODE_RESTORE; break;
         case OPT_ROOT:
             if (!*optarg || strpbrk(optarg, " \t\n\r\f\v()"))
@@ -256,14 +260,16 @@ int main(int argc, char **argv)
         else if ((fo.keep_tags || fo.root) && !fo.source && !fo.linearized)
             bad = "--keep-tags and --root are for --linearize, --restore or --metric f1 with "
                   "--source or --linearized";
-        else if (lo.keep_function_tags)
-            bad = "--keep-function-tags is for --linearize";
+        else if (lo.keep_function_tags || lo.keep_words)
+            bad = "--keep-function-tags and --keep-words are for --linearize";
     } else if (nrefs || metric != MET_BLEU || json) {
         bad = "--linearize and --restore take no -r, --metric or --json";
     } else if (mode == MODE_RESTORE && !fo.source) {
         bad = "--restore needs --source FILE";
-    } else if (mode == MODE_RESTORE && (lo.keep_tags || lo.keep_function_tags)) {
-        bad = "--restore takes no --keep-tags or --keep-function-tags";
+    } else if (mode == MODE_RESTORE && (lo.keep_tags || lo.keep_function_tags || lo.keep_words)) {
+        bad = "--restore takes no --keep-tags, --keep-words or --keep-function-tags";
+    } else if (lo.keep_tags && lo.keep_words) {
+        bad = "--keep-tags and --keep-words exclude each other";
     } else if (mode == MODE_LINEARIZE && (fo.source || fo.root)) {
         bad = "--linearize takes no --source or --root";
     }

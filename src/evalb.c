@@ -692,7 +692,7 @@ static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_l
             w = tfm_text_line(&fs->src, i);
             wl = tfm_text_len(&fs->src, i);
         } else {
-            struct tfm_linearize_opts lo = {0, 0};
+            struct tfm_linearize_opts lo = {0, 0, 0};
             if (tfm_tree_linearize(&fs->gold, &lo, &fs->words, &fs->wcap, &fs->lin, &fs->lcap,
                                    err) < 0)
                 return tfm_error_prefix(err, "%s: line %lld", s->ref_name, (long long)i + 1);

@@ -355,7 +355,7 @@ static int linearize_node(const struct tfm_tree *t, int32_t i,
             return -1;
         if (l->len && sb_str(l, " ", err) < 0)
             return -1;
-        return sb_str(l, o->keep_tags ? lab : "XX", err);
+        return sb_str(l, o->keep_words ? tfm_tree_word(t, i) : o->keep_tags ? lab : "XX", err);
     }
     size_t ll = phrase_label_len(lab, o->keep_function_tags);
     if ((l->len && sb_str(l, " ", err) < 0) || sb_str(l, "(", err) < 0 ||

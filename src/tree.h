@@ -109,6 +109,7 @@ int32_t tfm_tree_wrapper(const struct tfm_tree *t, const char **label);
 struct tfm_linearize_opts {
     int keep_tags;          /* preterminals as their tag instead of XX */
     int keep_function_tags; /* NP-SBJ stays NP-SBJ */
+    int keep_words;         /* preterminals as their word instead of XX */
 };
 
 /* Source words (space-separated) and linearized target tokens (space-separated) of t,

@@ -223,7 +223,7 @@ setup() {
     assert_line -n 0 --partial "errors = 12"
 }
 
-@test "--linearize (.mrg and one-line agree), --restore, and f1 from linearized output" {
+@test "--linearize (.mrg and one-line agree, --keep-words), --restore, and f1 from linearized output" {
     tfm-score --linearize "$P/wsj_0150-0169.dev.mrg" > "$BATS_TEST_TMPDIR/lin"
     run bash -c "tfm-score --linearize < '$P/wsj_0150-0169.dev.oneline.txt' | cmp - '$BATS_TEST_TMPDIR/lin'"
     assert_success
@@ -239,6 +239,15 @@ setup() {
     assert_success
     assert_line -n 0 --partial "errors = 0 skipped = 0"
     refute_line -n 0 --partial "F1 = 100.00"
+    # --keep-words: the words where XX stood; restored and scored as well, 100
+    tfm-score --linearize --keep-words "$P/wsj_0150-0169.dev.oneline.txt" > "$BATS_TEST_TMPDIR/linw"
+    run bash -c "head -1 '$BATS_TEST_TMPDIR/linw' | cut -f2"
+    assert_output --partial "(S (S (NP A.L. Williams Corp. )NP (VP was (VP merged (PP into"
+    run bash -c "cut -f1 '$BATS_TEST_TMPDIR/linw' | cmp - '$BATS_TEST_TMPDIR/src'"
+    assert_success
+    cut -f2 "$BATS_TEST_TMPDIR/linw" > "$BATS_TEST_TMPDIR/tgtw"
+    run tfm-score -m f1 -r "$P/wsj_0150-0169.dev.oneline.txt" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/tgtw"
+    assert_line -n 0 "F1 = 100.00 P = 100.00 R = 100.00 (sentences = 248 valid = 248 errors = 0 skipped = 0 matched = 5013 gold = 5013 test = 5013)"
     echo "(S (NP XX XX )NP (VP XX" > "$BATS_TEST_TMPDIR/l1"
     echo "The cat sat down" > "$BATS_TEST_TMPDIR/s1"
     run tfm-score --restore --source "$BATS_TEST_TMPDIR/s1" "$BATS_TEST_TMPDIR/l1"
@@ -315,7 +324,7 @@ setup() {
     assert_output "(S (XX a) (XX b))"
 }
 
-@test "--keep-tags, --root, --keep-function-tags: usage errors where they mean nothing" {
+@test "--keep-tags, --keep-words, --root, --keep-function-tags: usage errors where they mean nothing" {
     run tfm-score -m f1 --keep-tags -r "$E/bug/bug.gld" "$E/bug/bug.tst"
     assert_failure 2
     assert_line -n 0 "tfm-score: --keep-tags and --root are for --linearize, --restore or --metric f1 with --source or --linearized"
@@ -323,7 +332,14 @@ setup() {
     assert_failure 2
     run tfm-score -m f1 --keep-function-tags --linearized -r "$E/bug/bug.gld" "$E/bug/bug.tst"
     assert_failure 2
-    assert_line -n 0 "tfm-score: --keep-function-tags is for --linearize"
+    assert_line -n 0 "tfm-score: --keep-function-tags and --keep-words are for --linearize"
+    run tfm-score -r "$REF" --keep-words "$FBK"
+    assert_failure 2
+    run tfm-score --linearize --keep-words --keep-tags "$E/bug/bug.gld"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --keep-tags and --keep-words exclude each other"
+    run tfm-score --restore --keep-words --source "$E/bug/bug.gld" "$E/bug/bug.gld"
+    assert_failure 2
     run tfm-score --restore --keep-tags --source "$E/bug/bug.gld" "$E/bug/bug.tst"
     assert_failure 2
     run tfm-score --linearize --root S "$E/bug/bug.gld"

@@ -76,7 +76,7 @@ static const char *linearize(const char *s, int keep_tags)
     size_t pos = 0;
     if (tfm_tree_parse(&T, s, strlen(s), &pos, 0, &err) < 0)
         return err.msg;
-    struct tfm_linearize_opts o = {keep_tags, 0};
+    struct tfm_linearize_opts o = {keep_tags, 0, 0};
     if (tfm_tree_linearize(&T, &o, &words, &wcap, &lin, &lcap, &err) < 0)
         return err.msg;
     static char buf[4096];
@@ -347,7 +347,7 @@ static void test_ptb_sample(void)
         tfm_tree_format(&one, &o1, &o1c, &err);
         if (strcmp(out, o1) != 0)
             ok = 0;
-        struct tfm_linearize_opts lo = {0, 0};
+        struct tfm_linearize_opts lo = {0, 0, 0};
         tfm_tree_linearize(&T, &lo, &words, &wcap, &lin, &lcap, &err);
         tfm_tree_restore(&back, lin, strlen(lin), words, strlen(words), NULL, NULL, &err);
         tfm_tree_linearize(&back, &lo, &w1, &w1c, &l1, &l1c, &err);
