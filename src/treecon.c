@@ -13,6 +13,7 @@ struct row {
     int32_t j;              /* COPY: source pieces written; COUNT: words written */
     int32_t t;              /* tokens written */
     int16_t depth;          /* open constituents */
+    int16_t run;            /* brackets opened since the last leaf or closing */
     uint8_t root_done;      /* the root has closed */
     uint8_t in_leaf;        /* the last token was part of a leaf (COUNT: may continue) */
     uint8_t dead;           /* wrote a token the constraint forbids (never chosen: -inf) */
@@ -183,8 +184,10 @@ static void advance(struct tfm_treecon *tc, struct row *r, int32_t *stk, int32_t
         c = C_LEAF;                             /* a source piece, whatever it looks like */
     if (c == C_OPEN) {
         stk[r->depth++] = x;
+        r->run++;
         r->in_leaf = 0;
     } else if (c == C_CLOSE) {
+        r->run = 0;
         r->depth--;
         if (r->depth > 0)
             stk[r->depth - 1] |= LEAF_BIT;      /* the parent holds this child's leaves */
@@ -195,6 +198,7 @@ static void advance(struct tfm_treecon *tc, struct row *r, int32_t *stk, int32_t
         if (tc->mode == TFM_TREE_COPY || c == C_LEAF)
             r->j++;
         stk[r->depth - 1] |= LEAF_BIT;
+        r->run = 0;
         r->in_leaf = 1;
     } else {
         r->dead = 1;
@@ -222,17 +226,34 @@ static void mask(const struct tfm_treecon *tc, const struct row *r, const int32_
             } else {
                 if (p >= 0 && r->depth > 0)
                     copy_tok = p;
-                open_ok = p >= 0 && r->depth < TFM_TREE_MAX_DEPTH && fits(tc, r, 1);
+                open_ok = p >= 0 && r->depth < TFM_TREE_MAX_DEPTH &&
+                          r->run < TFM_TREE_MAX_RUN && fits(tc, r, 1);
                 if (r->depth > 0 && (stk[r->depth - 1] & LEAF_BIT) && (r->depth > 1 || p < 0))
                     close_tok = tc->close_of[stk[r->depth - 1] & ~LEAF_BIT];
             }
         } else {
             leaf_ok = r->depth > 0 && r->j < n;
             cont_ok = r->in_leaf && fits(tc, r, 0);      /* a longer leaf, no progress */
-            open_ok = r->j < n && r->depth < TFM_TREE_MAX_DEPTH && fits(tc, r, 1);
+            open_ok = r->j < n && r->depth < TFM_TREE_MAX_DEPTH && r->run < TFM_TREE_MAX_RUN &&
+                      fits(tc, r, 1);
             if (r->depth > 0 && (stk[r->depth - 1] & LEAF_BIT) && (r->depth > 1 || r->j == n))
                 close_tok = tc->close_of[stk[r->depth - 1] & ~LEAF_BIT];
         }
+    }
+    /* COPY: which word comes is given, so the model's choice at a word boundary is
+     * between a leaf (any leaf: the mass of every word start), an opening and a closing;
+     * and the rest of a word, once begun, is certain. */
+    float copy_lp = 0;
+    if (copy_tok >= 0 && !(tc->cls[copy_tok] == C_CONT && r->in_leaf)) {
+        float mx = logp[copy_tok];
+        for (int v = 0; v < V; v++)
+            if (tc->cls[v] == C_LEAF && logp[v] > mx)
+                mx = logp[v];
+        double sum = 0;
+        for (int v = 0; v < V; v++)
+            if (tc->cls[v] == C_LEAF || v == copy_tok)
+                sum += exp((double)logp[v] - mx);
+        copy_lp = mx + (float)log(sum);
     }
     for (int v = 0; v < V; v++) {
         int c = tc->cls[v], yes;
@@ -251,6 +272,8 @@ static void mask(const struct tfm_treecon *tc, const struct row *r, const int32_
         if (!yes)
             logp[v] = -INFINITY;
     }
+    if (copy_tok >= 0)
+        logp[copy_tok] = copy_lp;
 }
 
 static int tc_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,

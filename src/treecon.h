@@ -14,13 +14,17 @@
  *  - a closing bracket closes the innermost open one, with the same label, and only when
  *    that constituent holds at least one leaf;
  *  - leaves: TFM_TREE_COPY: the leaves spell the source's pieces in order (eos excluded),
- *    so that the model only chooses the brackets (targets with the words in place);
+ *    so that the model only chooses the brackets (targets with the words in place); which
+ *    word comes is given, so a word's first piece gets the probability of every word start
+ *    together (the model's belief that a leaf comes, whichever) and the rest of the word
+ *    probability 1: a model unsure of where it is in the source does not flee into
+ *    brackets;
  *    TFM_TREE_COUNT: any leaves, as many as the source has words (pieces starting with
  *    "▁"), for targets with XX or POS tags in place of the words;
  *  - eos only once the root is closed over every word; a bracket opens only while words
  *    remain and while the tokens left before the sentence's maximum length still suffice
- *    to close everything open (so the maximum length never cuts a tree), and at most
- *    TFM_TREE_MAX_DEPTH deep.
+ *    to close everything open (so the maximum length never cuts a tree), at most
+ *    TFM_TREE_MAX_DEPTH deep and at most TFM_TREE_MAX_RUN in a row.
  *
  * Not here: the search (beam.c), the linearization and restoration (treebank.c).
  */
@@ -36,6 +40,9 @@
 enum tfm_tree_mode { TFM_TREE_OFF = 0, TFM_TREE_COPY = 1, TFM_TREE_COUNT = 2 };
 
 #define TFM_TREE_MAX_DEPTH 64
+/* Brackets opened in a row (no leaf or closing between them) at most: the Penn Treebank's
+ * training trees open at most 6 so; a model lost in its search would open without end. */
+#define TFM_TREE_MAX_RUN 8
 
 struct tfm_treecon;
 

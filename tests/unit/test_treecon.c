@@ -244,6 +244,41 @@ static void test_search(void)
             }
 }
 
+/* COPY: the leaf's log-probability is the mass of every word start (the word is given;
+ * the model chooses a leaf, an opening or a closing), the rest of a word is certain, and
+ * the other tokens keep theirs. */
+static void test_copy_probabilities(void)
+{
+    struct tfm_error err = {0};
+    struct tfm_treecon *tc = tfm_treecon_create(PIECES, V, TFM_TREE_COPY, &err);
+    struct tfm_step_model inner = {NULL, V, flat_step, no_select, NULL}, m;
+    int max_len = 20;
+    CHECK(tfm_treecon_begin(tc, &inner, 1, 4, SRC, &max_len, &m, &err) == 0);
+    float lp[V];
+    int32_t last = 2, src = 0, keep = 0;
+    CHECK(m.step(m.ctx, 1, &last, &src, lp, &err) == 0);     /* only openings */
+    CHECK(lp[T_S] == -2.0f && lp[T_NP] == -2.0f && lp[T_THE] == -INFINITY);
+    last = T_S;
+    CHECK(m.select(m.ctx, 1, &keep, &err) == 0);
+    CHECK(m.step(m.ctx, 1, &last, &src, lp, &err) == 0);     /* "the": 3 word starts */
+    CHECK_NEAR(lp[T_THE], -2.0 + log(3.0), 1e-6);
+    CHECK(lp[T_S] == -2.0f && lp[T_CAT] == -INFINITY && lp[T_XX] == -INFINITY);
+    CHECK(lp[T_ES] == -INFINITY);                             /* (S holds no leaf yet */
+    static const int32_t path[] = {T_THE, T_CAT};
+    for (int i = 0; i < 2; i++) {
+        last = path[i];
+        CHECK(m.select(m.ctx, 1, &keep, &err) == 0);
+        CHECK(m.step(m.ctx, 1, &last, &src, lp, &err) == 0);
+    }
+    /* after "cat": its "s" is certain, nothing else */
+    CHECK(lp[T_S_CONT] == 0.0f);
+    int others = 0;
+    for (int v = 0; v < V; v++)
+        others += v != T_S_CONT && lp[v] > -INFINITY;
+    CHECK_EQ_INT(others, 0);
+    tfm_treecon_free(tc);
+}
+
 static void test_errors(void)
 {
     struct tfm_error err = {0};
@@ -260,6 +295,7 @@ int main(void)
     t_run("copy: exactly the trees over the source pieces, none stuck", test_copy_exact);
     t_run("count: exactly the trees with as many leaves as words", test_count_exact);
     t_run("beam and greedy search write only trees", test_search);
+    t_run("copy: a leaf has the mass of every word start", test_copy_probabilities);
     t_run("a vocabulary without brackets; mode names", test_errors);
     return t_done();
 }
