@@ -357,9 +357,11 @@ static void pk_store(struct pk *k)
 #define IN(p, rows, cols, ld) act(pk, (p), (rows), (cols), (ld), 0, #p)
 #define OUT(p, rows, cols, ld) act(pk, (p), (rows), (cols), (ld), 1, #p)
 
-/* 1 + the largest of the n ids (device memory, open), or 0 when n is 0. */
-static int64_t rows_of(const int32_t *ids, int64_t n)
+/* 1 + the largest of the n ids (device memory, open, checked to hold them), or 0 when n
+ * is 0. */
+static int64_t rows_of(const struct pk *pk, const int32_t *ids, int64_t n)
 {
+    span(pk->s, ids, (size_t)n * sizeof *ids, "ids", pk->op);
     int64_t r = 0;
     for (int64_t i = 0; i < n; i++)
         r = ids[i] + 1 > r ? ids[i] + 1 : r;
@@ -398,7 +400,7 @@ static void pk_embed_fwd(struct tfm_backend *be, float *out, const float *table,
                          int L, int pos0)
 {
     PK_BEGIN((out, table, ids, pos));
-    const float *t = IN(table, rows_of(ids, N), D, D);
+    const float *t = IN(table, rows_of(pk, ids, N), D, D);
     const float *p = IN(pos, N > 0 ? pos0 + (N < L ? N : L) : 0, D, D);
     inner_->embed_fwd(inner_, OUT(out, N, D, D), t, ids, N, D, scale, p, L, pos0);
     PK_END();
@@ -466,14 +468,21 @@ static void pk_attn_decode(struct tfm_backend *be, int R, int H, int dk, float s
                            int sstride, const int32_t *len, float *o, int ldo)
 {
     PK_BEGIN((q, k, v, blk, slot, len, o));
-    /* k and v: every key some row reads, up to the last of them */
+    /* k and v: every key some row reads, up to the last of them (the indexes checked to
+     * lie in their blocks before they are read) */
     int64_t c = (int64_t)H * dk, n = 0;
-    for (int r = 0; r < R; r++)
+    span(s, len, (size_t)R * sizeof *len, "len", __func__);
+    if (!slot)
+        span(s, blk, (size_t)R * sizeof *blk, "blk", __func__);
+    for (int r = 0; r < R; r++) {
+        if (slot)
+            span(s, slot + (int64_t)r * sstride, (size_t)len[r] * sizeof *slot, "slot", __func__);
         for (int j = 0; j < len[r]; j++) {
             int64_t b = slot ? slot[(int64_t)r * sstride + j] : blk[r];
             int64_t end = b * bstride + (int64_t)j * ld + c;
             n = end > n ? end : n;
         }
+    }
     const float *qs = IN(q, R, c, ldq), *ks = IN(k, 1, n, n), *vs = IN(v, 1, n, n);
     inner_->attn_decode(inner_, R, H, dk, scale, qs, ldq, ks, vs, ld, bstride, blk, slot,
                         sstride, len, OUT(o, R, c, ldo), ldo);
@@ -536,7 +545,7 @@ static void pk_gather(struct tfm_backend *be, float *dst, int64_t dstride, const
 {
     PK_BEGIN((dst, src, idx));
     /* the rows read: idx's, else 0..n-1; one row when they are all the same (sstride 0) */
-    int64_t rows = idx ? rows_of(idx, n) : n;
+    int64_t rows = idx ? rows_of(pk, idx, n) : n;
     const float *ss = IN(src, sstride ? rows : rows > 0, len, sstride ? sstride : len);
     inner_->gather(inner_, OUT(dst, n, len, dstride), dstride, ss, sstride, idx, n, len);
     PK_END();
