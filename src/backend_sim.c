@@ -257,8 +257,9 @@ TFM_BACKEND_OPS(SIM_OP)
 
 /* Decoding's packed output layer, where the CPU backend has it (backend.h): the packing
  * and the logits, whose pointers are all device memory, so that decoding through sim keeps
- * the CPU's bits; not out_top, whose results go to host memory as no GPU op's do (the
- * model then selects the best tokens on the host, with the same bits). */
+ * the CPU's bits (at bf16 too: pk_out_pack and pk_out_logits below); not out_top or
+ * log_softmax_top, whose results go to host memory as no GPU op's do (the model then
+ * selects the best tokens on the host, with the same bits). */
 SIM_OP_void(out_pack, (struct tfm_backend *be, float *packed, const float *W, int V, int D),
             (be, packed, W, V, D), (packed, W))
 SIM_OP_void(out_logits,
@@ -266,7 +267,7 @@ SIM_OP_void(out_logits,
              int V, int D),
             (be, y, x, N, packed, V, D), (y, x, packed))
 
-/* ---- bf16 packed in 2 bytes (act_size 2) --------------------------------------------------
+/* ---- bf16 packed in 2 bytes (act_size 2) ---------------------------------------------
  * Each op below is the one above with its activations converted: PK_BEGIN opens the blocks
  * and checks the pointers as above; act() gives an fp32 scratch copy of the activation
  * elements an op reads or writes (rows of cols elements, ld apart, all inside one block),

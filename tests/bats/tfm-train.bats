@@ -631,6 +631,11 @@ teardown() {
     tfm-decode -q -m "$T/cpu/last.tfm" --device sim --attention "$T/a.sim" --attention-all \
         -o /dev/null "$M/val.en.tfm"
     cmp "$T/a.cpu" "$T/a.sim"
+    # TFM_SIM_PACKED=0: sim at bf16 in 4-byte words, as the CPU, the same bits
+    run env TFM_SIM_PACKED=0 tfm-train "${SMALL[@]}" "${P[@]}" -o "$T/words" --device sim \
+        --max-steps 3 "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/cpu/step-000003.tfm") <(params "$T/words/step-000003.tfm")
 }
 
 @test "--resume refuses a checkpoint that is not the model its config describes, Adam moments included" {
