@@ -266,8 +266,9 @@ static int chunk_rows(int64_t M, int V)
 
 /* Carving an arena: the next block of `bytes` (rounded up to 64) at *off from base, or
  * NULL while only measuring (base NULL); *off moves past it.  TAKE takes n elements of a
- * type, TAKEA n activations of the backend's element size `act` (fp32 views: ops take
- * float *); both need `base`, `off` (and `act`) where they are used. */
+ * type, TAKEA n activations of the backend's element size `act` (typed float * because
+ * the ops take float *, but act bytes each: stepped through with ACT, never with float
+ * arithmetic); both need `base`, `off` (and `act`) where they are used. */
 static void *take(char *base, size_t *off, size_t bytes)
 {
     void *p = base ? base + *off : NULL;
