@@ -289,7 +289,7 @@ struct tfm_backend {
     enum tfm_precision precision;
     /* Bytes of device memory per activation element: what the model sizes its activation
      * arena with.  4 at fp32, and in the CPU's bf16 emulation (bf16 values kept in fp32
-     * words); 2 where a backend stores bf16. */
+     * words); 2 where a backend stores bf16 (the sim backend at bf16, a GPU's). */
     size_t act_size;
     int models;                       /* live models on this backend (model.c counts) */
     int threads;                      /* CPU threads used by the ops */
@@ -401,7 +401,9 @@ struct tfm_backend {
  * attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
  * and db, bias_bwd), sumsq and Adam stay fp32, and the weights the ops read are the bf16
  * compute copy (weights_copy) of the fp32 master weights.  The CPU backend emulates it
- * exactly (bf16 values kept in fp32 words), to test the mixed-precision logic anywhere.
+ * exactly (bf16 values kept in fp32 words), to test the mixed-precision logic anywhere;
+ * the sim backend stores the same values in 2 bytes, to test that host code sizes and
+ * steps through activations by act_size (tests/unit/test_packed.c).
  *
  * Set the precision (AUTO: be->auto_precision) while no model lives on be: 0, or -1 with
  * err naming the backend when it cannot compute in bf16 or models live on it with another
@@ -433,7 +435,9 @@ struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
 
 /* A stand-in for a GPU (backend_sim.c): the CPU backend's ops and bits on memory the host
  * cannot touch between ops, and that aborts when an op is handed host memory; for testing
- * the device paths of the model and the tools on any machine.  NULL with err. */
+ * the device paths of the model and the tools on any machine.  At bf16 it stores
+ * activations in 2 bytes (act_size 2), as a GPU does (TFM_SIM_PACKED=0 in the environment
+ * when it is made: in fp32 words, as the CPU does).  NULL with err. */
 struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err);
 
 #endif

@@ -266,8 +266,9 @@ static int chunk_rows(int64_t M, int V)
 
 /* Carving an arena: the next block of `bytes` (rounded up to 64) at *off from base, or
  * NULL while only measuring (base NULL); *off moves past it.  TAKE takes n elements of a
- * type, TAKEA n activations of the backend's element size `act` (fp32 views: ops take
- * float *); both need `base`, `off` (and `act`) where they are used. */
+ * type, TAKEA n activations of the backend's element size `act` (typed float * because
+ * the ops take float *, but act bytes each: stepped through with ACT, never with float
+ * arithmetic); both need `base`, `off` (and `act`) where they are used. */
 static void *take(char *base, size_t *off, size_t bytes)
 {
     void *p = base ? base + *off : NULL;
@@ -697,6 +698,10 @@ static int check_batch(struct tfm_model *m, int B, int S, int T, struct tfm_erro
 /* the weights an op reads (the compute copy at bf16), and a parameter's gradient */
 #define DATA(p) ((p)->w)
 #define GRAD(p) ((p)->grad)
+/* The activation n elements past p: activations are be->act_size bytes each (backend.h,
+ * precision), so the model never steps through them with float arithmetic.  Statistics,
+ * losses, gradients and master weights are fp32 arrays and are indexed as such. */
+#define ACT(p, n) tfm_act(be, (p), (n))
 
 /* y (n,out) = x (n,in) W (in,out) + b.  The bias is copied into y first and the product
  * added to it (beta 1): one pass over y fewer than a product and then a bias pass. */
@@ -757,7 +762,7 @@ static void self_attn_fwd(struct tfm_model *m, const struct fwd *f, const struct
     linear(m, qkv, 3 * D, u, D, n, p->wqkv, p->bqkv);
     struct tfm_attn a = {B, m->H, Tq, Tq, m->dk, klen, causal, 1.0f / sqrtf((float)m->dk),
                          pdrop(f, m->cfg.attn_dropout), key(m, f, s)};
-    be->attn_fwd(be, &a, qkv, 3 * D, qkv + D, 3 * D, qkv + 2 * D, 3 * D, o, D, lse);
+    be->attn_fwd(be, &a, qkv, 3 * D, ACT(qkv, D), 3 * D, ACT(qkv, 2 * D), 3 * D, o, D, lse);
     linear(m, out, D, o, D, n, p->wo, p->bo);
 }
 
@@ -772,8 +777,8 @@ static void self_attn_bwd(struct tfm_model *m, const struct fwd *f, const struct
     linear_bwd(m, A->dO, 0.0f, dout, o, n, p->wo, p->bo);
     struct tfm_attn a = {B, m->H, Tq, Tq, m->dk, klen, causal, 1.0f / sqrtf((float)m->dk),
                          pdrop(f, m->cfg.attn_dropout), key(m, f, s)};
-    be->attn_bwd(be, &a, qkv, 3 * D, qkv + D, 3 * D, qkv + 2 * D, 3 * D, o, D, lse, A->dO, D,
-                 A->dqkv, 3 * D, A->dqkv + D, 3 * D, A->dqkv + 2 * D, 3 * D);
+    be->attn_bwd(be, &a, qkv, 3 * D, ACT(qkv, D), 3 * D, ACT(qkv, 2 * D), 3 * D, o, D, lse,
+                 A->dO, D, A->dqkv, 3 * D, ACT(A->dqkv, D), 3 * D, ACT(A->dqkv, 2 * D), 3 * D);
     linear_bwd(m, du, beta, A->dqkv, u, n, p->wqkv, p->bqkv);
 }
 
@@ -940,7 +945,7 @@ static const float *dec_forward(struct tfm_model *m, const struct fwd *f, const 
         linear(m, d->kv, 2 * D, enc, D, B * S, P->cross.wkv, P->cross.bkv);
         struct tfm_attn a = {B, m->H, T, S, m->dk, A->src_len, 0, scale,
                              pdrop(f, m->cfg.attn_dropout), key(m, f, site(ST_DEC, l, 3))};
-        be->attn_fwd(be, &a, d->q, D, d->kv, 2 * D, d->kv + D, 2 * D, d->co, D, d->clse);
+        be->attn_fwd(be, &a, d->q, D, d->kv, 2 * D, ACT(d->kv, D), 2 * D, d->co, D, d->clse);
         linear(m, A->tmp, D, d->co, D, n, P->cross.wo, P->cross.bo);
         blk_out(m, f, &d->c, &P->ln2, x, A->tmp, n, site(ST_DEC, l, 4));
         x = d->c.y;
@@ -1003,8 +1008,8 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
         linear_bwd(m, A->dO, 0.0f, r.dsub, d->co, n, P->cross.wo, P->cross.bo);
         struct tfm_attn a = {B, m->H, T, S, m->dk, A->src_len, 0, scale,
                              pdrop(f, m->cfg.attn_dropout), key(m, f, site(ST_DEC, l, 3))};
-        be->attn_bwd(be, &a, d->q, D, d->kv, 2 * D, d->kv + D, 2 * D, d->co, D, d->clse, A->dO,
-                     D, A->dq, D, A->dkv, 2 * D, A->dkv + D, 2 * D);
+        be->attn_bwd(be, &a, d->q, D, d->kv, 2 * D, ACT(d->kv, D), 2 * D, d->co, D, d->clse,
+                     A->dO, D, A->dq, D, A->dkv, 2 * D, ACT(A->dkv, D), 2 * D);
         linear_bwd(m, r.du, r.beta, A->dq, u, n, P->cross.wq, P->cross.bq);
         linear_bwd(m, A->denc, 1.0f, A->dkv, enc, B * S, P->cross.wkv, P->cross.bkv);
         blk_bwd_end(m, &d->c, &P->ln2, d->a.y, n);
@@ -1106,13 +1111,15 @@ static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
     double loss = 0, nll = 0;
     for (int r0 = 0; r0 < n; r0 += m->C) {
         int c = n - r0 < m->C ? n - r0 : m->C;
-        be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, E, D, 0.0f, A->logits, V);
+        const float *yc = ACT(y, (int64_t)r0 * D);     /* this chunk's rows */
+        be->gemm(be, 0, 1, c, V, D, 1.0f, yc, D, E, D, 0.0f, A->logits, V);
         be->xent(be, A->logits, A->labels + r0, c, V, (float)m->cfg.label_smoothing, TFM_PAD,
                  A->loss + r0, A->nll + r0, grad ? 1.0f : 0.0f);
         if (grad) {
-            be->gemm(be, 0, 0, c, D, V, 1.0f, A->logits, V, E, D, 0.0f, A->g + (size_t)r0 * D, D);
-            be->gemm_grad(be, 1, 0, V, D, c, 1.0f, A->logits, V, y + (size_t)r0 * D, D, 1.0f,
-                          GRAD(m->emb_out), D);
+            be->gemm(be, 0, 0, c, D, V, 1.0f, A->logits, V, E, D, 0.0f,
+                     ACT(A->g, (int64_t)r0 * D), D);
+            be->gemm_grad(be, 1, 0, V, D, c, 1.0f, A->logits, V, yc, D, 1.0f, GRAD(m->emb_out),
+                          D);
         }
     }
     be->download(be, m->host_loss, A->loss, (size_t)n * sizeof(float));
@@ -1167,8 +1174,8 @@ int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *
     int n = B * T, D = m->D, V = m->V;
     for (int r0 = 0; r0 < n; r0 += m->C) {
         int c = n - r0 < m->C ? n - r0 : m->C;
-        be->gemm(be, 0, 1, c, V, D, 1.0f, y + (size_t)r0 * D, D, DATA(m->emb_out), D, 0.0f,
-                 m->a.logits, V);
+        be->gemm(be, 0, 1, c, V, D, 1.0f, ACT(y, (int64_t)r0 * D), D, DATA(m->emb_out), D,
+                 0.0f, m->a.logits, V);
         be->log_softmax(be, m->a.logits, m->a.logits, c, V);
         be->download_act(be, logp + (size_t)r0 * V, m->a.logits, (size_t)c * V);
     }
@@ -1419,7 +1426,7 @@ int tfm_decoder_encode(struct tfm_decoder *d, int B, int S, const int32_t *src,
         struct fwd f = {0, 0, Bg, S, 1};
         const float *enc = enc_forward(m, &f);
         for (int l = 0; l < m->N; l++)
-            linear(m, d->ckv[l] + (size_t)b0 * S * 2 * m->D, 2 * m->D, enc, m->D, Bg * S,
+            linear(m, ACT(d->ckv[l], (int64_t)b0 * S * 2 * m->D), 2 * m->D, enc, m->D, Bg * S,
                    m->dec[l].cross.wkv, m->dec[l].cross.bkv);
     }
     if (d->wpack)       /* at every batch: the weights may have changed (validation) */
@@ -1498,15 +1505,16 @@ static int dec_hidden(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         /* self-attention: this step's K, V into the cache, then attend to steps 0..t */
         const float *u = dstep_in(d, &P->ln1, R);
         linear(m, d->qkv, 3 * D, u, D, R, P->self.wqkv, P->self.bqkv);
-        be->gather(be, d->kvc[l] + d->t * pstride, 2 * D, d->qkv + D, 3 * D, NULL, R, 2 * D);
-        be->attn_decode(be, R, m->H, m->dk, scale, d->qkv, 3 * D, d->kvc[l], d->kvc[l] + D,
+        be->gather(be, ACT(d->kvc[l], d->t * pstride), 2 * D, ACT(d->qkv, D), 3 * D, NULL, R,
+                   2 * D);
+        be->attn_decode(be, R, m->H, m->dk, scale, d->qkv, 3 * D, d->kvc[l], ACT(d->kvc[l], D),
                         (int)pstride, 2 * D, NULL, d->anc, d->max_steps, d->self_len, d->o, D);
         linear(m, d->tmp, D, d->o, D, R, P->self.wo, P->self.bo);
         dstep_out(d, &P->ln1, R);
         /* encoder-decoder attention */
         u = dstep_in(d, &P->ln2, R);
         linear(m, d->q, D, u, D, R, P->cross.wq, P->cross.bq);
-        be->attn_decode(be, R, m->H, m->dk, scale, d->q, D, d->ckv[l], d->ckv[l] + D, 2 * D,
+        be->attn_decode(be, R, m->H, m->dk, scale, d->q, D, d->ckv[l], ACT(d->ckv[l], D), 2 * D,
                         (int64_t)d->S * 2 * D, d->row_src, NULL, 0, d->cross_len, d->o, D);
         linear(m, d->tmp, D, d->o, D, R, P->cross.wo, P->cross.bo);
         dstep_out(d, &P->ln2, R);
@@ -1553,7 +1561,8 @@ int tfm_decoder_step(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         return -1;
     struct tfm_backend *be = d->m->be;
     int V = d->m->V;
-    if (be->host_memory) {                      /* straight into the caller's rows */
+    /* straight into the caller's rows where they are the backend's activations */
+    if (be->host_memory && be->act_size == sizeof(float)) {
         be->log_softmax(be, logp, d->logits, nrows, V);
     } else {
         be->log_softmax(be, d->logits, d->logits, nrows, V);

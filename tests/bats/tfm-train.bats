@@ -597,6 +597,47 @@ teardown() {
     ! diff -q <(params "$T/cb/step-000003.tfm") <(params "$T/cf/step-000003.tfm") > /dev/null
 }
 
+@test "precision=bf16 on --device sim (activations in 2 bytes, as on a GPU): training, validation, resume and decoding give the CPU's bits" {
+    # sim at bf16 stores each activation as 2-byte bf16 bits and converts them around the
+    # CPU's emulated ops: the same bits as the CPU only if every step through activation
+    # memory counts 2-byte elements (pre-norm, learned positions, untied embeddings here;
+    # post-norm, sinusoids and tied embeddings in the test above)
+    local P=(--set precision=bf16 --set norm=pre --set pos=learned --set tie=0 --set dropout=0.1)
+    run tfm-train "${SMALL[@]}" "${P[@]}" -o "$T/cpu" --device cpu --max-steps 6 --save-every 3 \
+        --valid "$M/v.tfm" --valid-every 3 --log "$T/cpu.log" "$M/b500.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" "${P[@]}" -o "$T/sim" --device sim --max-steps 3 --save-every 3 \
+        --valid "$M/v.tfm" --valid-every 3 --log "$T/sim.log" "$M/b500.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" "${P[@]}" -o "$T/sim" --device sim --max-steps 6 --save-every 3 \
+        --valid "$M/v.tfm" --valid-every 3 --log "$T/sim.log" --resume "$M/b500.tfm"
+    assert_success
+    assert_line --partial "resuming from $T/sim/step-000003.tfm"
+    diff <(params "$T/cpu/step-000006.tfm") <(params "$T/sim/step-000006.tfm")
+    # the validation lines (kind, step, loss, ppl; the training lines cover other updates:
+    # the first sim run reports at its end)
+    diff <(grep '^valid' "$T/cpu.log" | cut -f 1-4) <(grep '^valid' "$T/sim.log" | cut -f 1-4)
+    [ "$(grep -c '^valid' "$T/cpu.log")" -eq 2 ]
+    # decoding the checkpoint at its precision: greedy, beam with n-best, text, attention
+    for opts in "--beam 1" "--beam 3 --nbest 2"; do
+        tfm-decode -q -m "$T/cpu/last.tfm" --device cpu $opts -o "$T/h.cpu" "$M/val.en.tfm"
+        tfm-decode -q -m "$T/cpu/last.tfm" --device sim $opts -o "$T/h.sim" "$M/val.en.tfm"
+        cmp "$T/h.cpu" "$T/h.sim"
+    done
+    diff <(tfm-decode -q -m "$T/cpu/last.tfm" --device cpu --text "$M/val.en.tfm") \
+        <(tfm-decode -q -m "$T/cpu/last.tfm" --device sim --text "$M/val.en.tfm")
+    tfm-decode -q -m "$T/cpu/last.tfm" --device cpu --attention "$T/a.cpu" --attention-all \
+        -o /dev/null "$M/val.en.tfm"
+    tfm-decode -q -m "$T/cpu/last.tfm" --device sim --attention "$T/a.sim" --attention-all \
+        -o /dev/null "$M/val.en.tfm"
+    cmp "$T/a.cpu" "$T/a.sim"
+    # TFM_SIM_PACKED=0: sim at bf16 in 4-byte words, as the CPU, the same bits
+    run env TFM_SIM_PACKED=0 tfm-train "${SMALL[@]}" "${P[@]}" -o "$T/words" --device sim \
+        --max-steps 3 "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/cpu/step-000003.tfm") <(params "$T/words/step-000003.tfm")
+}
+
 @test "--resume refuses a checkpoint that is not the model its config describes, Adam moments included" {
     run tfm-train "${SMALL[@]}" --set layers=2 -o "$T/good" --max-steps 3 -q "$M/b500.tfm"
     assert_success
