@@ -213,7 +213,7 @@ clean:
 	rm -rf $(W)
 
 help:
-	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|clean|help]"
+	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|$(if $(HELP_TARGETS),$(HELP_TARGETS)|)clean|help]"
 	@printf '  %s\n' $(HELP_CORPUS)
 	@echo "  W=$(W)  the work directory (clean removes it)"
 	@echo "  BIN=$(BIN)  the tools"

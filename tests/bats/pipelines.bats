@@ -13,7 +13,7 @@ setup_file() {
         SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1 REPORT_EVERY=2"
     export PARSE="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
         TEST_LINES=6 VOCAB=300 MAX_STEPS=4 MAX_TIME= SAVE_EVERY=0 VALID_EVERY=0
-        BEAM=2 MAX_LEN_B=12 THREADS=1 TAGS=0"
+        BEAM=2 MAX_LEN_B=40 THREADS=1"
 }
 
 setup() {
@@ -223,10 +223,17 @@ need_tools() {
     assert_line --partial "evalb:COLLINS|labeled:yes|cutoff:40"
     assert_line "right-branching baseline on the same trees:"
     assert_file_exist "$P/baseline.txt"
-    # Linearized trees on the target side, one piece per tree token.
-    [ "$(head -1 "$P/train.tgt" | cut -c1-9)" = "(S (NP (N" ]
-    run bash -c "echo '(S (NP XX )NP )S' | tfm-tokenize encode -m '$P/spm.model' | tfm-tokenize decode --ids"
-    assert_output --regexp '^[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+$'
+    # Linearized trees with the words on the target side, one piece per bracket.
+    [ "$(head -1 "$P/train.tgt" | cut -c1-23)" = "(S (NP (NP Pierre Vinke" ]
+    run bash -c "echo '(S (NP )NP )S' | tfm-tokenize encode -m '$P/spm.model' | tfm-tokenize decode --ids"
+    assert_output --regexp '^[0-9]+ [0-9]+ [0-9]+ [0-9]+$'
+    # decoded with --tree copy: every output a tree whose leaves are the source words
+    run awk 'NR == FNR { w[FNR] = $0; next } { d = 0; s = ""
+                 for (i = 1; i <= NF; i++) if ($i ~ /^\(/) d++; else if ($i ~ /^\)/) d--;
+                                           else s = s (s == "" ? "" : " ") $i
+                 if (d != 0 || s != w[FNR]) bad++ } END { print bad + 0 }' \
+        "$P/test.words" "$P/test.hyp.txt"
+    assert_output 0
     run $PARSE W="$P" -q
     assert_success
 }
@@ -249,20 +256,30 @@ need_tools() {
     assert_line --partial "labeled:no"
 }
 
-@test "wsj_parse: TAGS=1 puts the POS tags in the targets where XX stands" {
+@test "wsj_parse: LEAVES puts words, XX or POS tags in the targets; TREE follows" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"
-    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t TAGS=1 TRAIN_LINES=1 t/train.tgt
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t LEAVES=tags TRAIN_LINES=1 t/train.tgt
     assert_success
     assert_equal "$(cat t/train.tgt)" "(S (NP (NP NNP NNP )NP , (ADJP (NP CD NNS )NP JJ )ADJP , )NP (VP MD (VP VB (NP DT NN )NP (PP IN (NP DT JJ NN )NP )PP (NP NNP CD )NP )VP )VP . )S"
-    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=x TAGS=0 TRAIN_LINES=1 x/train.tgt
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=x LEAVES=xx TRAIN_LINES=1 x/train.tgt
     assert_success
     assert_equal "$(cut -c1-30 x/train.tgt)" "(S (NP (NP XX XX )NP XX (ADJP "
-    # Tags are the small model's default; the paper's size keeps XX.
+    run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w TRAIN_LINES=1 w/train.tgt
+    assert_success
+    assert_equal "$(cut -c1-44 w/train.tgt)" "(S (NP (NP Pierre Vinken )NP , (ADJP (NP 61"
+    # words and copy are the default; count for XX and tags, and for a reversed source
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" help
-    assert_line "  TAGS=1  1: the model writes POS tags instead of XX (scored on brackets alone)"
-    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" SIZE=paper help
-    assert_line --partial "TAGS=0"
+    assert_line "  LEAVES=words  what the targets have where a word goes: words, xx or tags (POS)"
+    assert_line "  TREE=copy  tfm-decode --tree: copy, count or off"
+    assert_line --partial "|baseline|clean|help]"
+    for v in "LEAVES=xx" "LEAVES=tags" "REVERSE=1"; do
+        run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" $v help
+        assert_line "  TREE=count  tfm-decode --tree: copy, count or off"
+    done
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" LEAVES=trees help
+    assert_failure
+    assert_output --partial "LEAVES=trees: use words, xx or tags"
 }
 
 @test "wsj_parse: REVERSE=1 reverses the model's source, not the words restored" {
