@@ -190,6 +190,8 @@ static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+namespace {
+
 // C (M,N) = beta C at bf16 (a product with K = 0 and beta != 0, 1), in fp32, rounded.
 __global__ void scale_bf16(bf16 *C, int64_t ldc, int M, int N, float beta)
 {
@@ -201,6 +203,16 @@ __global__ void scale_bf16(bf16 *C, int64_t ldc, int M, int N, float beta)
         act_store(c, __fmul_rn(beta, act_load(c)));
     }
 }
+
+// fp32 master weights to bf16, rounded to nearest even.
+__global__ void to_bf16(bf16 *dst, const float *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        act_store(dst + i, src[i]);
+}
+
+}   // namespace
 
 // The product with K <= 0: C = beta C, C (M,N) of `size` bytes an element (4: fp32, 2:
 // bf16); C is not read when beta == 0.
@@ -264,14 +276,6 @@ void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
     else
         BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda,
                                &beta, C, ldc));
-}
-
-// fp32 master weights to bf16, rounded to nearest even.
-__global__ void to_bf16(bf16 *dst, const float *src, size_t n)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        act_store(dst + i, src[i]);
 }
 
 // The compute copy of the weights: at fp32, the same bits; at bf16, rounded.
