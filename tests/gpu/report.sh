@@ -3,8 +3,8 @@
 # for the first minutes on a GPU machine.  In order: the machine and its libraries; the
 # build (sm_90 only, every core); test_gpu_ops (every op and the startup check, small and
 # paper-sized shapes; again with both backends in bf16); compute-sanitizer memcheck and
-# racecheck on its quick set; the tools on the GPU against the CPU (tests/gpu/tools.sh);
-# the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
+# racecheck on its quick set (memcheck again at bf16); the tools on the GPU against the
+# CPU (tests/gpu/tools.sh); the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
 # TFLOP/s, the time of each op); decoding base, beam
 # 4, about 128 sentences a batch; the same benchmarks in PyTorch on the same GPU (bf16
 # autocast + SDPA, eager and torch.compile; a cached beam search).
@@ -109,14 +109,19 @@ fi
 SAN=$OUT/sanitizer.log
 : > "$SAN"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-for tool in memcheck racecheck; do
+# memcheck again with the kernels' bf16 instantiations (2-byte activations, the fp32
+# accumulators of the attention's rows form); racecheck once: the bf16 kernels share the
+# fp32 ones' shared memory and barriers (their tiles hold fp32 at both precisions).
+for tool in memcheck racecheck memcheck-bf16; do
     if [ "$GPU" -eq 0 ]; then
         nogpu "compute-sanitizer $tool"
     elif [ -z "$CS" ]; then
         add row "compute-sanitizer $tool" "not run" "compute-sanitizer not found"
     else
-        run 75 "$TMP/$tool" env TFM_GPU_OPS_QUICK=1 "$CS" --tool "$tool" --error-exitcode 1 \
-            "$BUILD"/tests/test_gpu_ops
+        prec=fp32 cap=75
+        [ "$tool" = memcheck-bf16 ] && prec=bf16 cap=60
+        run $cap "$TMP/$tool" env TFM_GPU_OPS_QUICK=1 TFM_GPU_OPS_PRECISION=$prec "$CS" \
+            --tool "${tool%-bf16}" --error-exitcode 1 "$BUILD"/tests/test_gpu_ops
         add sanitizer_row "compute-sanitizer $tool" "$TMP/$tool" "$RC"
         cat "$TMP/$tool" >> "$SAN"
     fi
