@@ -967,6 +967,29 @@ static void attn_twice(int dk)
     free(x);
 }
 
+/* A product twice on the GPU (gemm or gemm_grad): the same bits.  A long K and few
+ * output tiles, where a library would split K across blocks (cuBLAS does so without
+ * atomics, and the math mode forbids reducing in bf16). */
+static void gemm_twice(int grad)
+{
+    int M = 96, N = 80, K = 8192;
+    float *A = rnda((size_t)M * K, 1), *Bm = rnda((size_t)K * N, 1);
+    float *dA = dact(A, (size_t)M * K), *dB = dact(Bm, (size_t)K * N);
+    float *out[2];
+    for (int run = 0; run < 2; run++) {
+        float *dC = grad ? dev(NULL, (size_t)M * N * 4) : dact(NULL, (size_t)M * N);
+        (grad ? gpu->gemm_grad : gpu->gemm)(gpu, 0, 0, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
+        out[run] = grad ? host(dC, (size_t)M * N) : hact(dC, (size_t)M * N);
+        gpu->free(gpu, dC);
+    }
+    size_t i = first_diff(out[0], out[1], (size_t)M * N);
+    if (i < (size_t)M * N)
+        printf("#   %s: element %zu differs between runs\n", grad ? "gemm_grad" : "gemm", i);
+    CHECK(i == (size_t)M * N);
+    GFREE(dA, dB);
+    free(A); free(Bm); free(out[0]); free(out[1]);
+}
+
 static void test_determinism(void)
 {
     NEED_GPU();
@@ -1001,6 +1024,8 @@ static void test_determinism(void)
     free(x); free(g);
     attn_twice(64);                                        /* tiled */
     attn_twice(257);                                       /* rows */
+    gemm_twice(0);
+    gemm_twice(1);
 }
 
 /* ---- a whole model: one training batch on the GPU and on the CPU ------------------------- */
@@ -1413,7 +1438,7 @@ int main(void)
     run("cuda: bias, ReLU, dropout, axpy, scale, gather against the CPU", test_elementwise);
     run("cuda: cross-entropy and log-softmax against the CPU", test_xent);
     run("cuda: sumsq and Adam against the CPU", test_optimizer);
-    run("cuda: reductions and attention give the same bits twice", test_determinism);
+    run("cuda: reductions, attention and products give the same bits twice", test_determinism);
     run("cuda: a model's training batch, Adam step and decoding against the CPU", test_model);
     run("cuda big: gemm at the big model's shapes", test_big_gemm);
     run("cuda big: embeddings of 10240 tokens, 37000 x 1024, ids repeated 256 to 1000 times",
