@@ -382,6 +382,10 @@ static void test_create(void)
     if (gpu) {
         CHECK_STR(gpu->name, "cuda");
         CHECK(gpu->kind == TFM_BACKEND_CUDA && !gpu->host_memory);
+        /* auto is bf16 on CUDA, stored in 2 bytes; fp32 in 4 */
+        CHECK(gpu->auto_precision == TFM_PRECISION_BF16 && gpu->set_bf16 != NULL);
+        CHECK(gpu->act_size == (ulp16 > 0 ? 2u : 4u));
+        CHECK(gpu->precision == (ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32));
         CHECK(tfm_backend_cuda(1 << 20, &err) == NULL);
         CHECK(strstr(err.msg, "no such device") != NULL);
         return;
