@@ -48,7 +48,7 @@
 // once, when it is stored: the CPU's emulation runs its fp32 attention on the same bf16
 // inputs and rounds its outputs once too.  The rows form accumulates in its output row at
 // fp32; at bf16 that would round at every step, so its accumulators are fp32 rows of the
-// workspace instead (Acc below), stored rounded at the end.
+// workspace instead (acc_row below), stored rounded at the end.
 #include "cuda.h"
 
 #include <math.h>
