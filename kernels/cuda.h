@@ -48,7 +48,11 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // nearest even, __float2bfloat16_rn, the bits of tfm_bf16_bits for every non-NaN value; a
 // NaN stays a NaN, the GPU's canonical one).  Statistics, parameter gradients, sumsq and
 // Adam are fp32 at every precision, as backend.h says.  Each cuda_<op> picks the
-// instantiation with tfm_cuda_bf16(be).
+// instantiation with BY_ACT_TYPE (below).
+// Status: the bf16 paths (every bf16 instantiation, gemm_bf16 and gemm_empty at bf16 in
+// backend_cuda.cu, download_act/upload_act at bf16, the rows form's fp32 accumulators)
+// have been compiled but not yet run on a GPU; test_gpu_ops with
+// TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)
