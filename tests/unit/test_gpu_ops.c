@@ -62,7 +62,7 @@
  *    step to the largest exponent and truncate rather than round (Fasi, Higham, Mikaitis,
  *    Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): up to one fp32
  *    unit of the partial sum an addition, all of one sign in the worst case, so K 2^-24
- *    on top of sum_bound(K) (tc_bound; 6e-4 for K = 10240, against the 1e-2 of one
+ *    on top of sum_bound(K) (tc_extra; 6e-4 for K = 10240, against the 1e-2 of one
  *    missing term of 10240).
  *  - Outputs one op computes from another's (layer-norm dx accumulating into the dx of the
  *    call before) are given the CPU's input first, so that a unit of difference is not
