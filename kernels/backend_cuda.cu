@@ -2,13 +2,28 @@
 // products through cuBLAS, one stream that every op is issued on, the workspace shared by
 // the ops, and the constructor.  The ops themselves are in cuda_ops.cu and cuda_attn.cu.
 //
-// Precision: fp32 throughout, cuBLAS in its default math mode (no TF32), so a product
-// differs from the CPU's only in the order of its sums.  This is the backend the
-// tensor-core (bf16) paths will be tested against, as it is tested against the CPU.
+// Precision (src/backend.h, "precision"; tfm-config(5), precision): bf16 by default
+// (auto), fp32 when asked.
+//   fp32: cublasSgemm in the handle's default math mode (no TF32), so a product differs
+//     from the CPU's only in the order of its sums: the reference the bf16 paths are
+//     tested against, as it is tested against the CPU.
+//   bf16: activations are stored as bf16 (act_size 2).  Products are cublasGemmEx on the
+//     tensor cores: bf16 A and B, fp32 accumulation (CUBLAS_COMPUTE_32F), C bf16 for gemm
+//     (read as bf16 when beta != 0, rounded once when written) and fp32 for gemm_grad.
+//     The handle forbids reductions in the output type
+//     (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a split-K product adds its
+//     partial sums in fp32, never in bf16.
+// cuBLAS gets a workspace of its own (BLAS_WORK_BYTES, set once on the handle), so it never
+// allocates inside an op and picks its kernels from the same workspace on every run.
 #include "cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+// cuBLAS's workspace: 32 MiB, what cuBLAS asks for on sm_90 (its documentation,
+// cublasSetWorkspace), more than enough on sm_80.
+static const size_t BLAS_WORK_BYTES = (size_t)32 << 20;
 
 void tfm_cuda_fail(const char *op, const char *call, const char *name, const char *msg,
                    const char *file, int line)
@@ -97,15 +112,55 @@ static void cu_copy(struct tfm_backend *be, void *dst, const void *src, size_t b
         CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, STREAM(be)));
 }
 
-// act_size is 4 (fp32): the bytes as they are
+// At fp32 the bytes as they are.  At bf16 the n values come down into the upper half of
+// host's 4n bytes, then widen in place from the front (tfm_bf16_float, exact): float i
+// takes bytes [4i, 4i + 4), and the bf16 values not yet read, j > i, lie at 2n + 2j >=
+// 4i + 4 (j >= i + 1, i < n), so none is overwritten before it is read.  No allocation.
 static void cu_download_act(struct tfm_backend *be, float *host, const void *src, size_t n)
 {
-    cu_download(be, host, src, n * sizeof(float));
+    if (!tfm_cuda_bf16(be)) {
+        cu_download(be, host, src, n * sizeof(float));
+        return;
+    }
+    unsigned char *bytes = reinterpret_cast<unsigned char *>(host);
+    const unsigned char *half = bytes + n * sizeof(uint16_t);
+    cu_download(be, bytes + n * sizeof(uint16_t), src, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        uint16_t b;
+        memcpy(&b, half + i * sizeof b, sizeof b);
+        host[i] = tfm_bf16_float(b);
+    }
 }
+
+// At bf16 the host floats are rounded on the host by tfm_bf16_bits (the CPU's upload_act
+// rounds with the same function: the same bits, NaN included) a chunk at a time; each
+// chunk's copy returns once the driver has staged it (pageable memory), so the chunk
+// buffer is free again when cudaMemcpyAsync returns.
+enum { UPLOAD_CHUNK = 16384 };
 
 static void cu_upload_act(struct tfm_backend *be, void *dst, const float *host, size_t n)
 {
-    cu_upload(be, dst, host, n * sizeof(float));
+    if (!tfm_cuda_bf16(be)) {
+        cu_upload(be, dst, host, n * sizeof(float));
+        return;
+    }
+    uint16_t chunk[UPLOAD_CHUNK];
+    for (size_t i = 0; i < n; i += UPLOAD_CHUNK) {
+        size_t m = n - i < UPLOAD_CHUNK ? n - i : UPLOAD_CHUNK;
+        for (size_t k = 0; k < m; k++)
+            chunk[k] = tfm_bf16_bits(host[i + k]);
+        cu_upload(be, static_cast<char *>(dst) + i * sizeof(uint16_t), chunk,
+                  m * sizeof(uint16_t));
+    }
+}
+
+// Activations as bf16 (on) or fp32 (off); tfm_backend_set_precision has checked that no
+// model lives on be.
+static int cu_set_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
+{
+    (void)err;
+    be->act_size = on ? sizeof(bf16) : sizeof(float);
+    return 0;
 }
 
 static void cu_zero(struct tfm_backend *be, void *dst, size_t bytes)
@@ -135,40 +190,108 @@ static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm
 
 static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+namespace {
+
+// C (M,N) = beta C at bf16 (a product with K = 0 and beta != 0, 1), in fp32, rounded.
+__global__ void scale_bf16(bf16 *C, int64_t ldc, int M, int N, float beta)
+{
+    size_t total = (size_t)M * (size_t)N;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int64_t i = (int64_t)(e / (size_t)N), j = (int64_t)(e % (size_t)N);
+        bf16 *c = C + i * ldc + j;
+        act_store(c, __fmul_rn(beta, act_load(c)));
+    }
+}
+
+// fp32 master weights to bf16, rounded to nearest even.
+__global__ void to_bf16(bf16 *dst, const float *src, size_t n)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        act_store(dst + i, src[i]);
+}
+
+}   // namespace
+
+// The product with K <= 0: C = beta C, C (M,N) of `size` bytes an element (4: fp32, 2:
+// bf16); C is not read when beta == 0.
+static void gemm_empty(struct tfm_backend *be, int M, int N, float beta, void *C, int ldc,
+                       size_t size)
+{
+    if (beta == 0) {
+        CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * size, 0, (size_t)N * size, (size_t)M,
+                                     STREAM(be)));
+    } else if (beta != 1 && size == sizeof(float)) {
+        const float zero = 0;            // in place: C = beta C + 0 C
+        float *c = static_cast<float *>(C);
+        BLAS_CHECK(cublasSgeam(CU(be)->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, &beta, c, ldc,
+                               &zero, c, ldc, c, ldc));
+    } else if (beta != 1) {
+        const unsigned threads = 256;
+        scale_bf16<<<tfm_cuda_blocks((size_t)M * (size_t)N, threads), threads, 0, STREAM(be)>>>(
+            static_cast<bf16 *>(C), ldc, M, N, beta);
+        LAUNCH_CHECK();
+    }
+}
+
+// bf16 A and B on the tensor cores with fp32 accumulation; C of type ctype (CUDA_R_16BF:
+// gemm; CUDA_R_32F: gemm_grad).  Operands swapped as above.
+static void gemm_bf16(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc, cudaDataType_t ctype)
+{
+    BLAS_CHECK(cublasGemmEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb,
+                            A, CUDA_R_16BF, lda, &beta, C, ctype, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT));
+}
+
 void cuda_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     if (M <= 0 || N <= 0)
         return;
-    if (K <= 0) {                        // C = beta C; C is not read when beta == 0
-        if (beta == 0) {
-            CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * sizeof(float), 0,
-                                         (size_t)N * sizeof(float), (size_t)M, STREAM(be)));
-        } else if (beta != 1) {
-            const float zero = 0;        // in place: C = beta C + 0 C
-            BLAS_CHECK(cublasSgeam(CU(be)->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, &beta, C, ldc,
-                                   &zero, C, ldc, C, ldc));
-        }
-        return;
-    }
-    BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda, &beta,
-                           C, ldc));
+    const bool h = tfm_cuda_bf16(be);
+    if (K <= 0)
+        gemm_empty(be, M, N, beta, C, ldc, h ? sizeof(bf16) : sizeof(float));
+    else if (h)
+        gemm_bf16(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF);
+    else
+        BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda,
+                               &beta, C, ldc));
 }
 
-// Parameter gradients: fp32 at every precision, the same product (src/backend.h).
+// Parameter gradients: C is fp32 at every precision (src/backend.h); at bf16 A and B are
+// bf16 activations and weights as in gemm.
 void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
                     int ldc)
 {
-    cuda_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0)
+        gemm_empty(be, M, N, beta, C, ldc, sizeof(float));
+    else if (tfm_cuda_bf16(be))
+        gemm_bf16(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F);
+    else
+        BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda,
+                               &beta, C, ldc));
 }
 
-// The compute copy of the weights: at fp32, the same bits.
+// The compute copy of the weights: at fp32, the same bits; at bf16, rounded.
 void cuda_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
 {
-    if (n && dst != src)
+    if (n == 0)
+        return;
+    if (tfm_cuda_bf16(be)) {
+        const unsigned threads = 256;
+        to_bf16<<<tfm_cuda_blocks(n, threads), threads, 0, STREAM(be)>>>(act_ptr<bf16>(dst),
+                                                                          src, n);
+        LAUNCH_CHECK();
+    } else if (dst != src) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                    STREAM(be)));
+    }
 }
 
 // ---- lifetime ---------------------------------------------------------------------------
@@ -200,6 +323,8 @@ static void cu_destroy(struct tfm_backend *be)
         }
         if (c->work)
             teardown("cudaFree", cudaFree(c->work));
+        if (c->blas_work)
+            teardown("cudaFree", cudaFree(c->blas_work));
         if (c->stream)
             teardown("cudaStreamDestroy", cudaStreamDestroy(c->stream));
         free(c);
@@ -270,21 +395,50 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
         cu_destroy(be);
         return NULL;
     }
-    if ((s = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
-        // fp32 products, no TF32: the reference the tensor-core paths are tested against
-        (s = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
-        blas_failed(err, device, "configuring the cuBLAS handle", s);
+    // The stream first: cublasSetStream resets the workspace to cuBLAS's own pool.
+    if ((s = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS) {
+        blas_failed(err, device, "cublasSetStream", s);
+        cu_destroy(be);
+        return NULL;
+    }
+    if ((e = cudaMalloc(&c->blas_work, BLAS_WORK_BYTES)) != cudaSuccess) {
+        c->blas_work = NULL;
+        open_failed(err, device, "cudaMalloc (cuBLAS workspace)", e);
+        cu_destroy(be);
+        return NULL;
+    }
+    if ((s = cublasSetWorkspace(c->blas, c->blas_work, BLAS_WORK_BYTES)) !=
+        CUBLAS_STATUS_SUCCESS) {
+        blas_failed(err, device, "cublasSetWorkspace", s);
+        cu_destroy(be);
+        return NULL;
+    }
+    // The default math mode: no TF32 for fp32 (the reference), tensor cores for bf16; and
+    // no reduction in a product's output type (a split-K bf16 product adds in fp32).  Read
+    // back, so a cuBLAS that drops a flag is caught here, not in the numbers.
+    const cublasMath_t mode = static_cast<cublasMath_t>(
+        CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+    cublasMath_t got = CUBLAS_DEFAULT_MATH;
+    if ((s = cublasSetMathMode(c->blas, mode)) != CUBLAS_STATUS_SUCCESS ||
+        (s = cublasGetMathMode(c->blas, &got)) != CUBLAS_STATUS_SUCCESS) {
+        blas_failed(err, device, "setting the cuBLAS math mode", s);
+        cu_destroy(be);
+        return NULL;
+    }
+    if (got != mode) {
+        tfm_fail(err, "GPU %d: cuBLAS math mode is 0x%x after setting 0x%x", device,
+                 (unsigned)got, (unsigned)mode);
         cu_destroy(be);
         return NULL;
     }
 
     be->name = "cuda";
     be->kind = TFM_BACKEND_CUDA;
-    // fp32 only until the bf16 kernels exist: set_bf16 stays NULL, so precision = bf16 is
-    // refused and auto means fp32 here
+    // fp32 until a precision is set (tfm_backend_set_precision); auto means bf16 here
     be->precision = TFM_PRECISION_FP32;
-    be->auto_precision = TFM_PRECISION_FP32;
+    be->auto_precision = TFM_PRECISION_BF16;
     be->act_size = sizeof(float);
+    be->set_bf16 = cu_set_bf16;
     be->threads = 1;
     be->host_memory = 0;
     be->alloc = cu_alloc;

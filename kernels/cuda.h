@@ -17,6 +17,7 @@
 #define TFM_KERNELS_CUDA_H
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -29,6 +30,7 @@ struct tfm_cuda {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    void *blas_work;        // cuBLAS's workspace (BLAS_WORK_BYTES), set on the handle
     void *work;             // workspace (tfm_cuda_work), grows only
     size_t work_bytes;
     int max_tq, max_tk;     // attention sizes promised by reserve()
@@ -36,6 +38,53 @@ struct tfm_cuda {
 
 static inline tfm_cuda *CU(struct tfm_backend *be) { return (tfm_cuda *)be->impl; }
 static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->stream; }
+
+// ---- the activation type ----------------------------------------------------------------
+//
+// Activations (src/backend.h, "precision") are fp32 words at fp32 and bf16 at bf16
+// (be->act_size 2, set by set_bf16).  The kernels that touch them are templates on the
+// activation type T, float or bf16; they load through act_load (bf16 widens exactly to
+// fp32), compute and accumulate in fp32, and store through act_store (bf16: round to
+// nearest even, __float2bfloat16_rn, the bits of tfm_bf16_bits for every non-NaN value; a
+// NaN stays a NaN, the GPU's canonical one).  Statistics, parameter gradients, sumsq and
+// Adam are fp32 at every precision, as backend.h says.  Each cuda_<op> picks the
+// instantiation with BY_ACT_TYPE (below).
+// Status: the bf16 paths (every bf16 instantiation, gemm_bf16 and gemm_empty at bf16 in
+// backend_cuda.cu, download_act/upload_act at bf16, the rows form's fp32 accumulators)
+// have been compiled but not yet run on a GPU; test_gpu_ops with
+// TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.
+typedef __nv_bfloat16 bf16;
+
+static inline bool tfm_cuda_bf16(const struct tfm_backend *be)
+{
+    return be->precision == TFM_PRECISION_BF16;
+}
+
+__device__ __forceinline__ float act_load(const float *p) { return *p; }
+__device__ __forceinline__ float act_load(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void act_store(float *p, float v) { *p = v; }
+__device__ __forceinline__ void act_store(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+// The statements in ... with T the backend's activation type: the one place an op chooses
+// its kernels' instantiation.  A macro, not a lambda, so that __func__ in CUDA_CHECK still
+// names the op.
+#define BY_ACT_TYPE(be, ...)                                                             \
+    do {                                                                                 \
+        if (tfm_cuda_bf16(be)) {                                                         \
+            using T = bf16;                                                              \
+            __VA_ARGS__                                                                  \
+        } else {                                                                         \
+            using T = float;                                                             \
+            __VA_ARGS__                                                                  \
+        }                                                                                \
+    } while (0)
+
+// An op's activation pointer (declared float * in backend.h) as the type it holds.
+template <typename T> static inline T *act_ptr(float *p) { return reinterpret_cast<T *>(p); }
+template <typename T> static inline const T *act_ptr(const float *p)
+{
+    return reinterpret_cast<const T *>(p);
+}
 
 // The backend on GPU `device` (the plugin's `backend`; backend.h: tfm_backend_cuda).
 struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err);

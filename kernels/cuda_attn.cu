@@ -40,9 +40,19 @@
 //   output is written (overwritten), never accumulated.
 // Decode (decode_rows): the "rows" form of the forward for one query row per (r,h), the
 // keys of each row found through blk / slot; no mask, no dropout, no lse.
+//
+// Precision (cuda.h, "the activation type"): every kernel is a template on the activation
+// type T of q, k, v, o, dO, dq, dk, dv (float or bf16); lse and D are fp32.  Values are
+// widened to fp32 as they are read (the shared-memory tiles and rows hold fp32 at every
+// precision), every score, weight and sum is fp32 as at fp32, and an output is rounded
+// once, when it is stored: the CPU's emulation runs its fp32 attention on the same bf16
+// inputs and rounds its outputs once too.  The rows form accumulates in its output row at
+// fp32; at bf16 that would round at every step, so its accumulators are fp32 rows of the
+// workspace instead (acc_row below), stored rounded at the end.
 #include "cuda.h"
 
 #include <math.h>
+#include <type_traits>
 
 namespace {
 
@@ -146,32 +156,33 @@ __device__ __forceinline__ float dot_seq(const float *a, const float *b, int n)
     return d;
 }
 
-// a . b over n floats by the whole warp: lane l sums x = l, l+32, ... in order, then the
+// a . b over n elements by the whole warp: lane l sums x = l, l+32, ... in order, then the
 // butterfly; every lane gets the result.
-__device__ __forceinline__ float dot_warp(const float *a, const float *b, int n)
+template <typename A, typename B>
+__device__ __forceinline__ float dot_warp(const A *a, const B *b, int n)
 {
     float d = 0;
     for (int x = lane_id(); x < n; x += WARP)
-        d += a[x] * b[x];
+        d += act_load(a + x) * act_load(b + x);
     return warp_sum(d);
 }
 
-// Copy a row of n floats by the warp (lanes over columns).
-__device__ __forceinline__ void row_copy(float *dst, const float *src, int n)
+// Copy a row of n elements, widened to fp32, by the warp (lanes over columns).
+template <typename T> __device__ __forceinline__ void row_copy(float *dst, const T *src, int n)
 {
     for (int x = lane_id(); x < n; x += WARP)
-        dst[x] = src[x];
+        dst[x] = act_load(src + x);
 }
 
 // By all threads of the block: rows r0 .. r0+TILE-1 of a head's matrix src (dk columns,
 // row stride ld) into the tile dst (TILE rows of stride ldt); rows at or past `rows` are
 // stored as 0 (never garbage: a weight of 0 times garbage could be NaN).
-__device__ void load_tile(float *dst, int ldt, const float *src, int64_t ld, int r0, int rows,
-                          int dk)
+template <typename T>
+__device__ void load_tile(float *dst, int ldt, const T *src, int64_t ld, int r0, int rows, int dk)
 {
     for (int e = (int)threadIdx.x; e < TILE * dk; e += (int)blockDim.x) {
         int t = e / dk, x = e - t * dk;
-        dst[t * ldt + x] = r0 + t < rows ? src[(int64_t)(r0 + t) * ld + x] : 0.0f;
+        dst[t * ldt + x] = r0 + t < rows ? act_load(src + (int64_t)(r0 + t) * ld + x) : 0.0f;
     }
 }
 
@@ -215,28 +226,53 @@ __device__ __forceinline__ void tile_axpy(float (&acc)[C], float w, const float 
 }
 
 // Tiled kernels: out[lane + 32c] = scale * acc[c] (columns < dk).
-template <int C>
-__device__ __forceinline__ void tile_store(float *out, const float (&acc)[C], float scale,
-                                           int dk)
+template <int C, typename T>
+__device__ __forceinline__ void tile_store(T *out, const float (&acc)[C], float scale, int dk)
 {
     const int lane = lane_id();
 #pragma unroll
     for (int c = 0; c < C; c++)
         if (lane + WARP * c < dk)
-            out[lane + WARP * c] = scale * acc[c];
+            act_store(out + lane + WARP * c, scale * acc[c]);
 }
 
 // Rows kernels: row[x] = alpha row[x] + sum_t w[t] src[(r0 + t) ld + x], t in order (lanes
-// over columns x; w: the warp's weights in shared memory).
-__device__ __forceinline__ void rows_axpy(float *row, float alpha, const float *w,
-                                          const float *src, int64_t ld, int r0, int cnt, int dk)
+// over columns x; w: the warp's weights in shared memory; row: an fp32 accumulator row).
+template <typename T>
+__device__ __forceinline__ void rows_axpy(float *row, float alpha, const float *w, const T *src,
+                                          int64_t ld, int r0, int cnt, int dk)
 {
     for (int x = lane_id(); x < dk; x += WARP) {
         float a = row[x] * alpha;
         for (int t = 0; t < cnt; t++)
-            a += w[t] * src[(int64_t)(r0 + t) * ld + x];
+            a += w[t] * act_load(src + (int64_t)(r0 + t) * ld + x);
         row[x] = a;
     }
+}
+
+// The fp32 accumulator of a rows-form kernel's output row `out` (dk elements), warp row
+// `row`: at fp32 the output row itself (as it always was); at bf16 row `row` of `work`, a
+// (rows, dk) fp32 matrix of the workspace.
+template <typename T>
+__device__ __forceinline__ float *acc_row(T *out, float *work, int64_t row, int dk)
+{
+    if constexpr (std::is_same<T, float>::value) {
+        (void)work;
+        (void)row;
+        (void)dk;
+        return out;
+    } else {
+        (void)out;
+        return work + row * dk;
+    }
+}
+
+// Rows kernels: out[x] = scale * acc[x], by the warp (acc may be out: fp32).
+template <typename T>
+__device__ __forceinline__ void rows_store(T *out, const float *acc, float scale, int dk)
+{
+    for (int x = lane_id(); x < dk; x += WARP)
+        act_store(out + x, acc[x] * scale);
 }
 
 // ---- forward ----------------------------------------------------------------------------
@@ -244,10 +280,10 @@ __device__ __forceinline__ void rows_axpy(float *row, float alpha, const float *
 // Tiled forward.  Block: ROWS warps on query rows i0 .. i0+ROWS-1 of head bh; grid: B*H *
 // ceil(Tq/ROWS) blocks.  Shared: the K and V tiles (TILE x ldt each) and the warps' q rows
 // (ROWS x dk).
-template <int C>
+template <int C, typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    fwd_tiled(Shape s, const float *q, int ldq, const float *k, int ldk, const float *v,
-              int ldv, float *o, int ldo, float *lse)
+    fwd_tiled(Shape s, const T *q, int ldq, const T *k, int ldk, const T *v, int ldv, T *o,
+              int ldo, float *lse)
 {
     const int dk = s.dk, ldt = dk | 1, lane = lane_id(), w = warp_id();
     const int qblocks = (s.Tq + ROWS - 1) / ROWS;
@@ -261,8 +297,8 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int n = active ? row_keys(s, kl, i) : 0;
     const int last = (i0 + ROWS < s.Tq ? i0 + ROWS : s.Tq) - 1;
     const int nmax = row_keys(s, kl, last);   // the block's last row has the most keys
-    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
-    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
+    const T *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const T *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
     if (active)
         row_copy(qs, head_row(q, b, s.Tq, i, ldq, h, dk), dk);
 
@@ -318,8 +354,9 @@ __device__ __forceinline__ bool warp_row(const Shape &s, int T, WarpRow &w)
 
 // Lane t of the warp gets scale * a . (row r0+t of src, stride ld), for t < cnt (else 0);
 // each dot product by the whole warp (dot_warp).
-__device__ float chunk_dots(const float *a, const float *src, int64_t ld, int r0, int cnt,
-                            int dk, float scale)
+template <typename A, typename B>
+__device__ float chunk_dots(const A *a, const B *src, int64_t ld, int r0, int cnt, int dk,
+                            float scale)
 {
     float mine = 0;
     for (int t = 0; t < cnt; t++) {
@@ -331,10 +368,11 @@ __device__ float chunk_dots(const float *a, const float *src, int64_t ld, int r0
 }
 
 // Forward for any dk.  One warp per query row (bh*Tq + i), ROWS per block; shared: TILE
-// weights per warp.  o is the accumulator.
+// weights per warp.  The accumulator: acc_row (o itself at fp32; a row of acc at bf16).
+template <typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    fwd_rows(Shape s, const float *q, int ldq, const float *k, int ldk, const float *v,
-             int ldv, float *o, int ldo, float *lse)
+    fwd_rows(Shape s, const T *q, int ldq, const T *k, int ldk, const T *v, int ldv, T *o,
+             int ldo, float *lse, float *acc)
 {
     const int dk = s.dk, lane = lane_id();
     WarpRow wr;
@@ -343,10 +381,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int64_t row = wr.row, bh = wr.bh;
     const int i = wr.i, b = wr.b, h = wr.h;
     float *pw = smem() + warp_id() * TILE;
-    const float *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
-    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
-    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
-    float *orow = head_row(o, b, s.Tq, i, ldo, h, dk);
+    const T *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
+    const T *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const T *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
+    T *out = head_row(o, b, s.Tq, i, ldo, h, dk);
+    float *orow = acc_row(out, acc, row, dk);
     const int n = row_keys(s, key_limit(s, b), i);
 
     for (int x = lane; x < dk; x += WARP)
@@ -365,8 +404,7 @@ __global__ void __launch_bounds__(ROWS * WARP)
         rows_axpy(orow, alpha, pw, vb, ldv, j0, cnt, dk);
     }
     float sum = warp_sum(l), r = n > 0 ? 1.0f / sum : 0.0f;
-    for (int x = lane; x < dk; x += WARP)
-        orow[x] *= r;
+    rows_store(out, orow, r, dk);
     if (lane == 0)
         lse[row] = n > 0 ? m + logf(sum) : -INFINITY;
 }
@@ -384,11 +422,10 @@ __device__ __forceinline__ void prob_grad(const Shape &s, int64_t bh, int i, int
 
 // Tiled backward for query rows: dq and D.  Block and grid as fwd_tiled; shared: the K and
 // V tiles (TILE x ldt each), the warps' q rows and dO rows (ROWS x dk each).
-template <int C>
+template <int C, typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    bwd_query_tiled(Shape s, const float *q, int ldq, const float *k, int ldk, const float *v,
-                    int ldv, const float *lse, const float *dout, int lddo, float *dq,
-                    int lddq, float *Dw)
+    bwd_query_tiled(Shape s, const T *q, int ldq, const T *k, int ldk, const T *v, int ldv,
+                    const float *lse, const T *dout, int lddo, T *dq, int lddq, float *Dw)
 {
     const int dk = s.dk, ldt = dk | 1, lane = lane_id(), w = warp_id();
     const int qblocks = (s.Tq + ROWS - 1) / ROWS;
@@ -403,8 +440,8 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int n = active ? row_keys(s, kl, i) : 0;
     const int last = (i0 + ROWS < s.Tq ? i0 + ROWS : s.Tq) - 1;
     const int nmax = row_keys(s, kl, last);
-    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
-    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
+    const T *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const T *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
     const float L = n > 0 ? lse[bh * s.Tq + i] : 0.0f;   // finite when n > 0
     if (active) {
         row_copy(qs, head_row(q, b, s.Tq, i, ldq, h, dk), dk);
@@ -460,11 +497,11 @@ __global__ void __launch_bounds__(ROWS * WARP)
 // Tiled backward for key rows: dk and dv.  Block: ROWS warps on key rows j0 .. j0+ROWS-1
 // of head bh; grid: B*H * ceil(Tk/ROWS) blocks.  Shared: the q and dO tiles (TILE x ldt
 // each), the warps' k rows and v rows (ROWS x dk each).
-template <int C>
+template <int C, typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    bwd_key_tiled(Shape s, const float *q, int ldq, const float *k, int ldk, const float *v,
-                  int ldv, const float *lse, const float *dout, int lddo, const float *Dw,
-                  float *dk_, int lddk, float *dv, int lddv)
+    bwd_key_tiled(Shape s, const T *q, int ldq, const T *k, int ldk, const T *v, int ldv,
+                  const float *lse, const T *dout, int lddo, const float *Dw, T *dk_, int lddk,
+                  T *dv, int lddv)
 {
     const int dk = s.dk, ldt = dk | 1, lane = lane_id(), w = warp_id();
     const int kblocks = (s.Tk + ROWS - 1) / ROWS;
@@ -476,8 +513,8 @@ __global__ void __launch_bounds__(ROWS * WARP)
 
     const int kl = key_limit(s, b);
     const bool attended = j < kl;   // j < Tk too: some query may attend to key j
-    const float *qb = head_row(q, b, s.Tq, 0, ldq, h, dk);
-    const float *gb = head_row(dout, b, s.Tq, 0, lddo, h, dk);
+    const T *qb = head_row(q, b, s.Tq, 0, ldq, h, dk);
+    const T *gb = head_row(dout, b, s.Tq, 0, lddo, h, dk);
     if (attended) {
         row_copy(kw, head_row(k, b, s.Tk, j, ldk, h, dk), dk);
         row_copy(vw, head_row(v, b, s.Tk, j, ldv, h, dk), dk);
@@ -516,11 +553,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
 }
 
 // Backward for query rows, any dk: one warp per query row (bh*Tq + i), ROWS per block;
-// shared: TILE weights per warp; dq is the accumulator.
+// shared: TILE weights per warp; the accumulator: acc_row of dq (a row of acc at bf16).
+template <typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    bwd_query_rows(Shape s, const float *q, int ldq, const float *k, int ldk, const float *v,
-                   int ldv, const float *lse, const float *dout, int lddo, float *dq, int lddq,
-                   float *Dw)
+    bwd_query_rows(Shape s, const T *q, int ldq, const T *k, int ldk, const T *v, int ldv,
+                   const float *lse, const T *dout, int lddo, T *dq, int lddq, float *Dw,
+                   float *acc)
 {
     const int dk = s.dk, lane = lane_id();
     WarpRow wr;
@@ -529,11 +567,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int64_t row = wr.row, bh = wr.bh;
     const int i = wr.i, b = wr.b, h = wr.h;
     float *pw = smem() + warp_id() * TILE;
-    const float *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
-    const float *gr = head_row(dout, b, s.Tq, i, lddo, h, dk);
-    const float *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
-    const float *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
-    float *dqrow = head_row(dq, b, s.Tq, i, lddq, h, dk);
+    const T *qr = head_row(q, b, s.Tq, i, ldq, h, dk);
+    const T *gr = head_row(dout, b, s.Tq, i, lddo, h, dk);
+    const T *kb = head_row(k, b, s.Tk, 0, ldk, h, dk);
+    const T *vb = head_row(v, b, s.Tk, 0, ldv, h, dk);
+    T *dqout = head_row(dq, b, s.Tq, i, lddq, h, dk);
+    float *dqrow = acc_row(dqout, acc, row, dk);
     const int n = row_keys(s, key_limit(s, b), i);
     const float L = n > 0 ? lse[row] : 0.0f;
 
@@ -569,18 +608,19 @@ __global__ void __launch_bounds__(ROWS * WARP)
         __syncwarp();
         rows_axpy(dqrow, 1.0f, pw, kb, ldk, j0, cnt, dk);
     }
-    for (int x = lane; x < dk; x += WARP)
-        dqrow[x] *= s.scale;
+    rows_store(dqout, dqrow, s.scale, dk);
     if (lane == 0)
         Dw[row] = D;
 }
 
 // Backward for key rows, any dk: one warp per key row (bh*Tk + j), ROWS per block; shared:
-// 2 x TILE weights per warp; dk and dv are the accumulators.
+// 2 x TILE weights per warp; the accumulators: acc_row of dk and of dv (rows of acc_k and
+// acc_v at bf16).
+template <typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    bwd_key_rows(Shape s, const float *q, int ldq, const float *k, int ldk, const float *v,
-                 int ldv, const float *lse, const float *dout, int lddo, const float *Dw,
-                 float *dk_, int lddk, float *dv, int lddv)
+    bwd_key_rows(Shape s, const T *q, int ldq, const T *k, int ldk, const T *v, int ldv,
+                 const float *lse, const T *dout, int lddo, const float *Dw, T *dk_, int lddk,
+                 T *dv, int lddv, float *acc_k, float *acc_v)
 {
     const int dk = s.dk, lane = lane_id();
     WarpRow wr;
@@ -589,12 +629,14 @@ __global__ void __launch_bounds__(ROWS * WARP)
     const int64_t bh = wr.bh;
     const int j = wr.i, b = wr.b, h = wr.h;
     float *pw = smem() + warp_id() * 2 * TILE, *dw = pw + TILE;
-    const float *kr = head_row(k, b, s.Tk, j, ldk, h, dk);
-    const float *vr = head_row(v, b, s.Tk, j, ldv, h, dk);
-    const float *qb = head_row(q, b, s.Tq, 0, ldq, h, dk);
-    const float *gb = head_row(dout, b, s.Tq, 0, lddo, h, dk);
-    float *dkrow = head_row(dk_, b, s.Tk, j, lddk, h, dk);
-    float *dvrow = head_row(dv, b, s.Tk, j, lddv, h, dk);
+    const T *kr = head_row(k, b, s.Tk, j, ldk, h, dk);
+    const T *vr = head_row(v, b, s.Tk, j, ldv, h, dk);
+    const T *qb = head_row(q, b, s.Tq, 0, ldq, h, dk);
+    const T *gb = head_row(dout, b, s.Tq, 0, lddo, h, dk);
+    T *dkout = head_row(dk_, b, s.Tk, j, lddk, h, dk);
+    T *dvout = head_row(dv, b, s.Tk, j, lddv, h, dk);
+    float *dkrow = acc_row(dkout, acc_k, wr.row, dk);
+    float *dvrow = acc_row(dvout, acc_v, wr.row, dk);
 
     for (int x = lane; x < dk; x += WARP)
         dkrow[x] = dvrow[x] = 0;
@@ -618,8 +660,8 @@ __global__ void __launch_bounds__(ROWS * WARP)
         rows_axpy(dkrow, 1.0f, dw, qb, ldq, i0, cnt, dk);
         rows_axpy(dvrow, 1.0f, pw, gb, lddo, i0, cnt, dk);
     }
-    for (int x = lane; x < dk; x += WARP)
-        dkrow[x] *= s.scale;
+    rows_store(dkout, dkrow, s.scale, dk);
+    rows_store(dvout, dvrow, 1.0f, dk);
 }
 
 // ---- incremental decoding -------------------------------------------------------------
@@ -627,10 +669,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
 // One warp per (row r, head h) = rh, ROWS per block; shared per warp: TILE key offsets
 // (int64) and TILE weights.  Key t of row r (head h) at k + off_t + h*dk, off_t =
 // (slot ? slot[r*sstride + t] : blk[r]) * bstride + t*ld; its value at v + the same.
+// The accumulator: acc_row of o's row (row rh of acc at bf16).
+template <typename T>
 __global__ void __launch_bounds__(ROWS * WARP)
-    decode_rows(int R, int H, int dk, float scale, const float *q, int ldq, const float *k,
-                const float *v, int ld, int64_t bstride, const int32_t *blk,
-                const int32_t *slot, int sstride, const int32_t *len, float *o, int ldo)
+    decode_rows(int R, int H, int dk, float scale, const T *q, int ldq, const T *k, const T *v,
+                int ld, int64_t bstride, const int32_t *blk, const int32_t *slot, int sstride,
+                const int32_t *len, T *o, int ldo, float *acc)
 {
     const int lane = lane_id();
     const int64_t rh = (int64_t)blockIdx.x * ROWS + warp_id();
@@ -641,9 +685,10 @@ __global__ void __launch_bounds__(ROWS * WARP)
     float *pw = smem() + 2 * ROWS * TILE + warp_id() * TILE;   // after the ROWS*TILE offsets
     const int32_t *sl = slot ? slot + (int64_t)r * sstride : nullptr;
     const int64_t base = sl ? 0 : (int64_t)blk[r] * bstride;
-    const float *qr = q + (int64_t)r * ldq + (int64_t)h * dk;
-    const float *kh = k + (int64_t)h * dk, *vh = v + (int64_t)h * dk;
-    float *orow = o + (int64_t)r * ldo + (int64_t)h * dk;
+    const T *qr = q + (int64_t)r * ldq + (int64_t)h * dk;
+    const T *kh = k + (int64_t)h * dk, *vh = v + (int64_t)h * dk;
+    T *out = o + (int64_t)r * ldo + (int64_t)h * dk;
+    float *orow = acc_row(out, acc, rh, dk);
 
     for (int x = lane; x < dk; x += WARP)
         orow[x] = 0;
@@ -668,13 +713,12 @@ __global__ void __launch_bounds__(ROWS * WARP)
         for (int x = lane; x < dk; x += WARP) {
             float a = orow[x] * alpha;
             for (int t = 0; t < cnt; t++)
-                a += pw[t] * vh[offs[t] + x];
+                a += pw[t] * act_load(vh + offs[t] + x);
             orow[x] = a;
         }
     }
     float sum = warp_sum(l), inv = n > 0 ? 1.0f / sum : 0.0f;
-    for (int x = lane; x < dk; x += WARP)
-        orow[x] *= inv;
+    rows_store(out, orow, inv, dk);
 }
 
 // ---- launching ------------------------------------------------------------------------
@@ -712,28 +756,43 @@ void allow_smem(K *kernel, size_t bytes)
                                         (int)bytes));
 }
 
-template <int C>
-void fwd_tiled_launch(struct tfm_backend *be, const Shape &s, const float *q, int ldq,
-                      const float *k, int ldk, const float *v, int ldv, float *o, int ldo,
-                      float *lse)
+// The fp32 accumulators of the rows form at bf16: `rows` rows of dk floats each, `count`
+// matrices, after `skip` bytes of the workspace (256-byte aligned); NULLs at fp32, where
+// the outputs accumulate.  acc[0..count) point into the workspace, valid until the next op;
+// the workspace itself is returned (NULL when nothing is needed).
+template <typename T>
+char *rows_work(struct tfm_backend *be, size_t skip, int64_t rows, int dk, int count,
+                float **acc)
+{
+    size_t one = std::is_same<T, float>::value ? 0 : (size_t)rows * (size_t)dk * sizeof(float);
+    one = (one + 255) / 256 * 256;
+    size_t total = skip + (size_t)count * one;
+    char *w = total ? (char *)tfm_cuda_work(be, total) : nullptr;
+    for (int c = 0; c < count; c++)
+        acc[c] = one ? (float *)(w + skip + (size_t)c * one) : nullptr;
+    return w;
+}
+
+template <int C, typename T>
+void fwd_tiled_launch(struct tfm_backend *be, const Shape &s, const T *q, int ldq, const T *k,
+                      int ldk, const T *v, int ldv, T *o, int ldo, float *lse)
 {
     size_t bytes = tiled_smem(s.dk, 1);
-    auto kernel = fwd_tiled<C>;
+    auto kernel = fwd_tiled<C, T>;
     allow_smem(kernel, bytes);
     unsigned g = grid_for((int64_t)s.B * s.H * ((s.Tq + ROWS - 1) / ROWS), 1);
     kernel<<<g, ROWS * WARP, bytes, STREAM(be)>>>(s, q, ldq, k, ldk, v, ldv, o, ldo, lse);
     LAUNCH_CHECK();
 }
 
-template <int C>
-void bwd_tiled_launch(struct tfm_backend *be, const Shape &s, const float *q, int ldq,
-                      const float *k, int ldk, const float *v, int ldv, const float *lse,
-                      const float *dout, int lddo, float *dq, int lddq, float *dk, int lddk,
-                      float *dv, int lddv, float *Dw)
+template <int C, typename T>
+void bwd_tiled_launch(struct tfm_backend *be, const Shape &s, const T *q, int ldq, const T *k,
+                      int ldk, const T *v, int ldv, const float *lse, const T *dout, int lddo,
+                      T *dq, int lddq, T *dk, int lddk, T *dv, int lddv, float *Dw)
 {
     size_t bytes = tiled_smem(s.dk, 2);
     if (s.Tq > 0) {
-        auto kernel = bwd_query_tiled<C>;
+        auto kernel = bwd_query_tiled<C, T>;
         allow_smem(kernel, bytes);
         unsigned g = grid_for((int64_t)s.B * s.H * ((s.Tq + ROWS - 1) / ROWS), 1);
         kernel<<<g, ROWS * WARP, bytes, STREAM(be)>>>(s, q, ldq, k, ldk, v, ldv, lse, dout,
@@ -741,7 +800,7 @@ void bwd_tiled_launch(struct tfm_backend *be, const Shape &s, const float *q, in
         LAUNCH_CHECK();
     }
     if (s.Tk > 0) {
-        auto kernel = bwd_key_tiled<C>;
+        auto kernel = bwd_key_tiled<C, T>;
         allow_smem(kernel, bytes);
         unsigned g = grid_for((int64_t)s.B * s.H * ((s.Tk + ROWS - 1) / ROWS), 1);
         kernel<<<g, ROWS * WARP, bytes, STREAM(be)>>>(s, q, ldq, k, ldk, v, ldv, lse, dout,
@@ -750,15 +809,10 @@ void bwd_tiled_launch(struct tfm_backend *be, const Shape &s, const float *q, in
     }
 }
 
-}   // namespace
-
-void cuda_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
-                   const float *k, int ldk, const float *v, int ldv, float *o, int ldo,
-                   float *lse)
+template <typename T>
+void attn_fwd(struct tfm_backend *be, const Shape &s, const T *q, int ldq, const T *k, int ldk,
+              const T *v, int ldv, T *o, int ldo, float *lse)
 {
-    Shape s = make_shape(a);
-    if ((int64_t)s.B * s.H * s.Tq <= 0 || s.dk <= 0)
-        return;
     switch (lane_cols(s.dk)) {
     case 1:
         fwd_tiled_launch<1>(be, s, q, ldq, k, ldk, v, ldv, o, ldo, lse);
@@ -773,27 +827,37 @@ void cuda_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float
         fwd_tiled_launch<8>(be, s, q, ldq, k, ldk, v, ldv, o, ldo, lse);
         break;
     default: {
-        unsigned g = grid_for((int64_t)s.B * s.H * s.Tq, ROWS);
-        fwd_rows<<<g, ROWS * WARP, sizeof(float) * ROWS * TILE, STREAM(be)>>>(
-            s, q, ldq, k, ldk, v, ldv, o, ldo, lse);
+        int64_t rows = (int64_t)s.B * s.H * s.Tq;
+        float *acc[1];
+        rows_work<T>(be, 0, rows, s.dk, 1, acc);
+        unsigned g = grid_for(rows, ROWS);
+        fwd_rows<T><<<g, ROWS * WARP, sizeof(float) * ROWS * TILE, STREAM(be)>>>(
+            s, q, ldq, k, ldk, v, ldv, o, ldo, lse, acc[0]);
         LAUNCH_CHECK();
     }
     }
 }
 
-void cuda_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
-                   const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,
-                   const float *lse, const float *dout, int lddo, float *dq, int lddq,
-                   float *dk, int lddk, float *dv, int lddv)
+template <typename T>
+void attn_bwd(struct tfm_backend *be, const Shape &s, const T *q, int ldq, const T *k, int ldk,
+              const T *v, int ldv, const float *lse, const T *dout, int lddo, T *dq, int lddq,
+              T *dk, int lddk, T *dv, int lddv)
 {
-    (void)o;   // D_i is recomputed from P and dO.v, as on the CPU, not taken as dO_i . o_i
-    (void)ldo;
-    Shape s = make_shape(a);
-    if ((int64_t)s.B * s.H <= 0 || s.dk <= 0)
-        return;
-    // D (B,H,Tq) between the two kernels
-    float *Dw = (float *)tfm_cuda_work(be, sizeof(float) * ((size_t)s.B * s.H * s.Tq + 1));
-    switch (lane_cols(s.dk)) {
+    // D (B,H,Tq) between the two kernels, at the start of the workspace; then the rows
+    // form's accumulators at bf16
+    size_t dbytes = (sizeof(float) * ((size_t)s.B * s.H * s.Tq + 1) + 255) / 256 * 256;
+    const int cols = lane_cols(s.dk);
+    float *acc[3] = {nullptr, nullptr, nullptr};
+    char *w;
+    if (cols) {
+        w = rows_work<float>(be, dbytes, 0, s.dk, 0, acc);
+    } else {
+        int64_t qrows = (int64_t)s.B * s.H * s.Tq, krows = (int64_t)s.B * s.H * s.Tk;
+        int64_t rows = qrows > krows ? qrows : krows;
+        w = rows_work<T>(be, dbytes, rows, s.dk, 3, acc);
+    }
+    float *Dw = (float *)w;
+    switch (cols) {
     case 1:
         bwd_tiled_launch<1>(be, s, q, ldq, k, ldk, v, ldv, lse, dout, lddo, dq, lddq, dk, lddk,
                             dv, lddv, Dw);
@@ -813,17 +877,61 @@ void cuda_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float
     default:
         if (s.Tq > 0) {
             unsigned g = grid_for((int64_t)s.B * s.H * s.Tq, ROWS);
-            bwd_query_rows<<<g, ROWS * WARP, sizeof(float) * ROWS * TILE, STREAM(be)>>>(
-                s, q, ldq, k, ldk, v, ldv, lse, dout, lddo, dq, lddq, Dw);
+            bwd_query_rows<T><<<g, ROWS * WARP, sizeof(float) * ROWS * TILE, STREAM(be)>>>(
+                s, q, ldq, k, ldk, v, ldv, lse, dout, lddo, dq, lddq, Dw, acc[0]);
             LAUNCH_CHECK();
         }
         if (s.Tk > 0) {
             unsigned g = grid_for((int64_t)s.B * s.H * s.Tk, ROWS);
-            bwd_key_rows<<<g, ROWS * WARP, sizeof(float) * 2 * ROWS * TILE, STREAM(be)>>>(
-                s, q, ldq, k, ldk, v, ldv, lse, dout, lddo, Dw, dk, lddk, dv, lddv);
+            bwd_key_rows<T><<<g, ROWS * WARP, sizeof(float) * 2 * ROWS * TILE, STREAM(be)>>>(
+                s, q, ldq, k, ldk, v, ldv, lse, dout, lddo, Dw, dk, lddk, dv, lddv, acc[1],
+                acc[2]);
             LAUNCH_CHECK();
         }
     }
+}
+
+template <typename T>
+void attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale, const T *q, int ldq,
+                 const T *k, const T *v, int ld, int64_t bstride, const int32_t *blk,
+                 const int32_t *slot, int sstride, const int32_t *len, T *o, int ldo)
+{
+    float *acc[1];
+    rows_work<T>(be, 0, (int64_t)R * H, dk, 1, acc);
+    unsigned g = grid_for((int64_t)R * H, ROWS);
+    size_t bytes = (sizeof(int64_t) + sizeof(float)) * ROWS * TILE;
+    decode_rows<T><<<g, ROWS * WARP, bytes, STREAM(be)>>>(R, H, dk, scale, q, ldq, k, v, ld,
+                                                          bstride, blk, slot, sstride, len, o,
+                                                          ldo, acc[0]);
+    LAUNCH_CHECK();
+}
+
+}   // namespace
+
+void cuda_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
+                   const float *k, int ldk, const float *v, int ldv, float *o, int ldo,
+                   float *lse)
+{
+    Shape s = make_shape(a);
+    if ((int64_t)s.B * s.H * s.Tq <= 0 || s.dk <= 0)
+        return;
+    BY_ACT_TYPE(be, attn_fwd<T>(be, s, act_ptr<T>(q), ldq, act_ptr<T>(k), ldk, act_ptr<T>(v),
+                                ldv, act_ptr<T>(o), ldo, lse););
+}
+
+void cuda_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
+                   const float *k, int ldk, const float *v, int ldv, const float *o, int ldo,
+                   const float *lse, const float *dout, int lddo, float *dq, int lddq,
+                   float *dk, int lddk, float *dv, int lddv)
+{
+    (void)o;   // D_i is recomputed from P and dO.v, as on the CPU, not taken as dO_i . o_i
+    (void)ldo;
+    Shape s = make_shape(a);
+    if ((int64_t)s.B * s.H <= 0 || s.dk <= 0)
+        return;
+    BY_ACT_TYPE(be, attn_bwd<T>(be, s, act_ptr<T>(q), ldq, act_ptr<T>(k), ldk, act_ptr<T>(v),
+                                ldv, lse, act_ptr<T>(dout), lddo, act_ptr<T>(dq), lddq,
+                                act_ptr<T>(dk), lddk, act_ptr<T>(dv), lddv););
 }
 
 void cuda_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale, const float *q,
@@ -833,10 +941,7 @@ void cuda_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
 {
     if ((int64_t)R * H <= 0 || dk <= 0)
         return;
-    unsigned g = grid_for((int64_t)R * H, ROWS);
-    size_t bytes = (sizeof(int64_t) + sizeof(float)) * ROWS * TILE;
-    decode_rows<<<g, ROWS * WARP, bytes, STREAM(be)>>>(R, H, dk, scale, q, ldq, k, v, ld,
-                                                       bstride, blk, slot, sstride, len, o,
-                                                       ldo);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be, attn_decode<T>(be, R, H, dk, scale, act_ptr<T>(q), ldq, act_ptr<T>(k),
+                                   act_ptr<T>(v), ld, bstride, blk, slot, sstride, len,
+                                   act_ptr<T>(o), ldo););
 }

@@ -25,6 +25,13 @@
 // (its build has no FMA).  Row ops (layer norm, softmax) round differently from the CPU
 // (other summation orders, libm's expf for the CPU's polynomial): agreement to rounding.
 //
+// Precision (cuda.h, "the activation type"): every kernel that touches activations is a
+// template on their type T (float, bf16) and computes in fp32 exactly as at fp32; at bf16 an
+// element-wise op therefore gives the CPU's emulation's bits (the same fp32 operations on
+// the same bf16 inputs, one rounding), and a row or column op its fp32 agreement plus one
+// rounding.  The column sums' partials, the statistics, the parameter gradients, sumsq and
+// Adam are fp32 at every precision.
+//
 // Every kernel is launched on the backend's stream; indices into N*D or n elements are
 // 64-bit.  An op with nothing to do launches nothing.
 #include "cuda.h"
@@ -146,28 +153,29 @@ void launch_colsum_finish(struct tfm_backend *be, float *out, const float *part,
 // ---- embeddings ----------------------------------------------------------------------------
 
 // out[n][c] = scale * table[ids[n]][c] (+ pos[pos0 + n % L][c]).
-__global__ void embed_fwd_elems(float *out, const float *table, const int32_t *ids,
-                                size_t total, int D, float scale, const float *pos, int L,
-                                int pos0)
+template <typename T>
+__global__ void embed_fwd_elems(T *out, const T *table, const int32_t *ids, size_t total, int D,
+                                float scale, const T *pos, int L, int pos0)
 {
     for (size_t i = thread_index(); i < total; i += thread_count()) {
         size_t n = i / (size_t)D, c = i - n * (size_t)D;
-        float e = __fmul_rn(scale, table[(size_t)ids[n] * D + c]);
+        float e = __fmul_rn(scale, act_load(table + (size_t)ids[n] * D + c));
         if (pos)
-            e = __fadd_rn(e, pos[(size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c]);
-        out[i] = e;
+            e = __fadd_rn(e, act_load(pos + (size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c));
+        act_store(out + i, e);
     }
 }
 
 // dpos[pos0 + l] += dout[l] + dout[l + L] + ... in row order: block l owns position row l.
-__global__ void embed_bwd_pos(float *dpos, const float *dout, int N, int D, int L, int pos0)
+template <typename T>
+__global__ void embed_bwd_pos(float *dpos, const T *dout, int N, int D, int L, int pos0)
 {
     int l = blockIdx.x;
     float *row = dpos + (size_t)(pos0 + l) * D;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float acc = row[c];
         for (int64_t n = l; n < N; n += L)
-            acc = __fadd_rn(acc, dout[(size_t)n * D + c]);
+            acc = __fadd_rn(acc, act_load(dout + (size_t)n * D + c));
         row[c] = acc;
     }
 }
@@ -197,7 +205,8 @@ __device__ int64_t run_end(const uint32_t *keys, int64_t s, int N, uint32_t key)
 // Block s handles sorted position s when it starts a run of equal ids: table row keys[s]
 // adds scale * dout[order[k]] for k over the run, in order (order is the stable sort's
 // permutation, so token order): the CPU's operations in the CPU's order.
-__global__ void embed_bwd_runs(float *dtable, const float *dout, const uint32_t *keys,
+template <typename T>
+__global__ void embed_bwd_runs(float *dtable, const T *dout, const uint32_t *keys,
                                const int32_t *order, int N, int D, float scale)
 {
     int64_t s = blockIdx.x;
@@ -209,7 +218,7 @@ __global__ void embed_bwd_runs(float *dtable, const float *dout, const uint32_t 
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float acc = row[c];
         for (int64_t k = s; k < e; k++)
-            acc = __fadd_rn(acc, __fmul_rn(scale, dout[(size_t)order[k] * D + c]));
+            acc = __fadd_rn(acc, __fmul_rn(scale, act_load(dout + (size_t)order[k] * D + c)));
         row[c] = acc;
     }
 }
@@ -230,19 +239,20 @@ size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // Block n normalizes row n: mean, biased variance (each a strided sum per thread, then the
 // block tree), y = (x - mean) * rstd * g + b.  Each thread reads and writes only its own
 // columns, so y may equal x.
-__global__ void ln_fwd_rows(float *y, float *mean, float *rstd, const float *x, const float *g,
-                            const float *b, int D, float eps)
+template <typename T>
+__global__ void ln_fwd_rows(T *y, float *mean, float *rstd, const T *x, const T *g, const T *b,
+                            int D, float eps)
 {
     size_t n = blockIdx.x;
-    const float *xr = x + n * D;
-    float *yr = y + n * D;
+    const T *xr = x + n * D;
+    T *yr = y + n * D;
     float s = 0;
     for (int c = threadIdx.x; c < D; c += blockDim.x)
-        s += xr[c];
+        s += act_load(xr + c);
     float mu = block_sum(s) / D;
     float v = 0;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float d = xr[c] - mu;
+        float d = act_load(xr + c) - mu;
         v += d * d;
     }
     float rs = 1.0f / sqrtf(block_sum(v) / D + eps);
@@ -251,34 +261,36 @@ __global__ void ln_fwd_rows(float *y, float *mean, float *rstd, const float *x, 
         rstd[n] = rs;
     }
     for (int c = threadIdx.x; c < D; c += blockDim.x)
-        yr[c] = (xr[c] - mu) * rs * g[c] + b[c];
+        act_store(yr + c, (act_load(xr + c) - mu) * rs * act_load(g + c) + act_load(b + c));
 }
 
 // Block n: dx row n = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), added to dx
 // when accumulate.
-__global__ void ln_bwd_rows(float *dx, const float *dy, const float *x, const float *mean,
-                            const float *rstd, const float *g, int D, int accumulate)
+template <typename T>
+__global__ void ln_bwd_rows(T *dx, const T *dy, const T *x, const float *mean, const float *rstd,
+                            const T *g, int D, int accumulate)
 {
     size_t n = blockIdx.x;
-    const float *xr = x + n * D, *dyr = dy + n * D;
-    float *dxr = dx + n * D;
+    const T *xr = x + n * D, *dyr = dy + n * D;
+    T *dxr = dx + n * D;
     float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float dh = dyr[c] * g[c];
+        float dh = act_load(dyr + c) * act_load(g + c);
         a += dh;
-        bsum += dh * (xr[c] - mu) * rs;
+        bsum += dh * (act_load(xr + c) - mu) * rs;
     }
     a = block_sum(a) / D;
     bsum = block_sum(bsum) / D;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float xh = (xr[c] - mu) * rs;
-        float v = rs * (dyr[c] * g[c] - a - xh * bsum);
-        dxr[c] = accumulate ? dxr[c] + v : v;
+        float xh = (act_load(xr + c) - mu) * rs;
+        float v = rs * (act_load(dyr + c) * act_load(g + c) - a - xh * bsum);
+        act_store(dxr + c, accumulate ? act_load(dxr + c) + v : v);
     }
 }
 
 // Pass 1 of dg += sum_n dy * xhat and db += sum_n dy (column sums above).
-__global__ void ln_bwd_partial(float *part_g, float *part_b, const float *dy, const float *x,
+template <typename T>
+__global__ void ln_bwd_partial(float *part_g, float *part_b, const T *dy, const T *x,
                                const float *mean, const float *rstd, int N, int D, int rows)
 {
     __shared__ float sh_g[COL_ROWS][COL_TILE], sh_b[COL_ROWS][COL_TILE];
@@ -287,8 +299,8 @@ __global__ void ln_bwd_partial(float *part_g, float *part_b, const float *dy, co
     float sg = 0, sb = 0;
     if (c < D)
         for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS) {
-            float d = dy[r * D + c];
-            sg += d * (x[r * D + c] - mean[r]) * rstd[r];
+            float d = act_load(dy + r * D + c);
+            sg += d * (act_load(x + r * D + c) - mean[r]) * rstd[r];
             sb += d;
         }
     sg = column_tree(sg, sh_g);
@@ -302,16 +314,18 @@ __global__ void ln_bwd_partial(float *part_g, float *part_b, const float *dy, co
 // ---- element-wise ---------------------------------------------------------------------------
 
 // x[n][c] += b[c]; then relu.
-__global__ void bias_act_elems(float *x, const float *b, size_t total, int M, int relu)
+template <typename T>
+__global__ void bias_act_elems(T *x, const T *b, size_t total, int M, int relu)
 {
     for (size_t i = thread_index(); i < total; i += thread_count()) {
-        float t = __fadd_rn(x[i], b[i % (size_t)M]);
-        x[i] = relu ? (t > 0 ? t : 0.0f) : t;
+        float t = __fadd_rn(act_load(x + i), act_load(b + i % (size_t)M));
+        act_store(x + i, relu ? (t > 0 ? t : 0.0f) : t);
     }
 }
 
 // Pass 1 of db += column sums of dy.
-__global__ void bias_bwd_partial(float *part, const float *dy, int N, int M, int rows)
+template <typename T>
+__global__ void bias_bwd_partial(float *part, const T *dy, int N, int M, int rows)
 {
     __shared__ float sh[COL_ROWS][COL_TILE];
     int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
@@ -319,18 +333,18 @@ __global__ void bias_bwd_partial(float *part, const float *dy, int N, int M, int
     float s = 0;
     if (c < M)
         for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS)
-            s += dy[r * M + c];
+            s += act_load(dy + r * M + c);
     s = column_tree(s, sh);
     if (threadIdx.y == 0 && c < M)
         part[(size_t)blockIdx.y * M + c] = s;
 }
 
-__global__ void relu_bwd_elems(float *dx, const float *dy, const float *y, size_t n,
-                               float scale)
+template <typename T>
+__global__ void relu_bwd_elems(T *dx, const T *dy, const T *y, size_t n, float scale)
 {
     for (size_t i = thread_index(); i < n; i += thread_count()) {
-        float g = __fmul_rn(dy[i], scale);
-        dx[i] = y[i] > 0 ? g : 0.0f;
+        float g = __fmul_rn(act_load(dy + i), scale);
+        act_store(dx + i, act_load(y + i) > 0 ? g : 0.0f);
     }
 }
 
@@ -342,32 +356,36 @@ __device__ __forceinline__ float dropout_mul(uint64_t key, size_t i, uint32_t th
 }
 
 // y = x * mul; a dropped element is +0 even when x is Inf or NaN.
-__global__ void dropout_elems(float *y, const float *x, size_t n, uint32_t thr, float inv,
-                              uint64_t key)
+template <typename T>
+__global__ void dropout_elems(T *y, const T *x, size_t n, uint32_t thr, float inv, uint64_t key)
 {
     for (size_t i = thread_index(); i < n; i += thread_count()) {
         float mul = dropout_mul(key, i, thr, inv);
-        y[i] = mul > 0 ? __fmul_rn(x[i], mul) : 0.0f;
+        act_store(y + i, mul > 0 ? __fmul_rn(act_load(x + i), mul) : 0.0f);
     }
 }
 
-__global__ void add_dropout_elems(float *y, const float *a, const float *b, size_t n,
-                                  uint32_t thr, float inv, uint64_t key)
+template <typename T>
+__global__ void add_dropout_elems(T *y, const T *a, const T *b, size_t n, uint32_t thr,
+                                  float inv, uint64_t key)
 {
     for (size_t i = thread_index(); i < n; i += thread_count()) {
         float mul = dropout_mul(key, i, thr, inv);
-        y[i] = __fadd_rn(a[i], mul > 0 ? __fmul_rn(b[i], mul) : 0.0f);
+        act_store(y + i,
+                  __fadd_rn(act_load(a + i), mul > 0 ? __fmul_rn(act_load(b + i), mul) : 0.0f));
     }
 }
 
-__global__ void axpy_elems(float *y, float alpha, const float *x, size_t n)
+template <typename T> __global__ void axpy_elems(T *y, float alpha, const T *x, size_t n)
 {
     for (size_t i = thread_index(); i < n; i += thread_count())
-        y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+        act_store(y + i, __fadd_rn(act_load(y + i), __fmul_rn(alpha, act_load(x + i))));
 }
 
-// Element c of row i: dst[i*dstride + c] = src[(idx ? idx[i] : i)*sstride + c].
-__global__ void gather_elems(float *dst, int64_t dstride, const float *src, int64_t sstride,
+// Element c of row i: dst[i*dstride + c] = src[(idx ? idx[i] : i)*sstride + c]: a copy of
+// the element's bits (T's), no arithmetic.
+template <typename T>
+__global__ void gather_elems(T *dst, int64_t dstride, const T *src, int64_t sstride,
                              const int32_t *idx, size_t total, int64_t len)
 {
     for (size_t k = thread_index(); k < total; k += thread_count()) {
@@ -383,29 +401,31 @@ __global__ void gather_elems(float *dst, int64_t dstride, const float *src, int6
 // in double across threads (the CPU: float within blocks, double across); then the
 // losses and, when grad_scale != 0, the gradient over the logits.  Each thread writes only
 // the columns it read; z[label] is read by all before the first block_reduce's barrier.
-__global__ void xent_rows(float *logits, const int32_t *labels, int V, float eps, int ignore,
+template <typename T>
+__global__ void xent_rows(T *logits, const int32_t *labels, int V, float eps, int ignore,
                           float *loss, float *nll, float grad_scale)
 {
     size_t n = blockIdx.x;
-    float *z = logits + n * V;
+    T *z = logits + n * V;
     int y = labels[n];
     if (y == ignore) {
         if (threadIdx.x == 0)
             loss[n] = nll[n] = 0;
         if (grad_scale != 0)
             for (int c = threadIdx.x; c < V; c += blockDim.x)
-                z[c] = 0;
+                act_store(z + c, 0.0f);
         return;
     }
-    float zy = z[y];
+    float zy = act_load(z + y);
     float mx = -INFINITY;
     for (int c = threadIdx.x; c < V; c += blockDim.x)
-        mx = fmaxf(mx, z[c]);
+        mx = fmaxf(mx, act_load(z + c));
     mx = block_max(mx);
     float se = 0, sz = 0;
     for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        se += expf(z[c] - mx);
-        sz += z[c];
+        float zc = act_load(z + c);
+        se += expf(zc - mx);
+        sz += zc;
     }
     double sum_e = block_sum((double)se), sum_z = block_sum((double)sz);
     double lse = mx + log(sum_e);
@@ -417,29 +437,29 @@ __global__ void xent_rows(float *logits, const int32_t *labels, int V, float eps
         return;
     float u = eps / V, l = (float)lse;
     for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        float d = grad_scale * (expf(z[c] - l) - u);
+        float d = grad_scale * (expf(act_load(z + c) - l) - u);
         if (c == y)
             d -= grad_scale * (1.0f - eps);
-        z[c] = d;
+        act_store(z + c, d);
     }
 }
 
 // Block n: y = z - (max + log sum exp(z - max)), sums as in xent_rows.  y may equal x.
-__global__ void log_softmax_rows(float *y, const float *x, int V)
+template <typename T> __global__ void log_softmax_rows(T *y, const T *x, int V)
 {
     size_t n = blockIdx.x;
-    const float *z = x + n * V;
-    float *o = y + n * V;
+    const T *z = x + n * V;
+    T *o = y + n * V;
     float mx = -INFINITY;
     for (int c = threadIdx.x; c < V; c += blockDim.x)
-        mx = fmaxf(mx, z[c]);
+        mx = fmaxf(mx, act_load(z + c));
     mx = block_max(mx);
     float se = 0;
     for (int c = threadIdx.x; c < V; c += blockDim.x)
-        se += expf(z[c] - mx);
+        se += expf(act_load(z + c) - mx);
     float l = (float)(mx + log(block_sum((double)se)));
     for (int c = threadIdx.x; c < V; c += blockDim.x)
-        o[c] = z[c] - l;
+        act_store(o + c, act_load(z + c) - l);
 }
 
 // ---- optimizer --------------------------------------------------------------------------
@@ -479,6 +499,7 @@ __global__ void adam_elems(float *p, float *grad, float *m, float *v, size_t n, 
 } // namespace
 
 // ---- the ops -----------------------------------------------------------------------------
+// Each picks its kernels' activation type T with BY_ACT_TYPE (cuda.h).
 
 void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, const int32_t *ids,
                     int N, int D, float scale, const float *pos, int L, int pos0)
@@ -486,25 +507,30 @@ void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, cons
     size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(D > 0 ? D : 0);
     if (total == 0)
         return;
-    embed_fwd_elems<<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
-        out, table, ids, total, D, scale, pos, L, pos0);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        embed_fwd_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(out), act_ptr<T>(table), ids, total, D, scale, act_ptr<T>(pos), L, pos0);
+        LAUNCH_CHECK();
+    );
 }
 
 // dpos: a block per position row.  dtable: the ids are sorted with their token numbers
 // (stable, so equal ids keep token order), then the first block of each run of equal ids
 // adds the run's rows to its table row.  Workspace: sorted ids, token numbers before and
-// after the sort, CUB's temporary storage.
+// after the sort, CUB's temporary storage.  dtable and dpos are fp32 at every precision,
+// dout an activation.
 void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
                     const int32_t *ids, int N, int D, int V, float scale, int L, int pos0)
 {
     if (N <= 0 || D <= 0)
         return;
     cudaStream_t s = STREAM(be);
-    if (dpos && L > 0) {
-        embed_bwd_pos<<<(unsigned)(N < L ? N : L), THREADS, 0, s>>>(dpos, dout, N, D, L, pos0);
-        LAUNCH_CHECK();
-    }
+    if (dpos && L > 0)
+        BY_ACT_TYPE(be,
+            embed_bwd_pos<T><<<(unsigned)(N < L ? N : L), THREADS, 0, s>>>(
+                dpos, act_ptr<T>(dout), N, D, L, pos0);
+            LAUNCH_CHECK();
+        );
     const uint32_t *keys_in = reinterpret_cast<const uint32_t *>(ids);  // ids >= 0
     int bits = id_bits(V);
     size_t temp = 0;
@@ -519,20 +545,27 @@ void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const fl
     LAUNCH_CHECK();
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w + 3 * arr, temp, keys_in, keys, order_in,
                                                order, N, 0, bits, s));
-    embed_bwd_runs<<<(unsigned)N, THREADS, 0, s>>>(dtable, dout, keys, order, N, D, scale);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        embed_bwd_runs<T><<<(unsigned)N, THREADS, 0, s>>>(dtable, act_ptr<T>(dout), keys, order,
+                                                          N, D, scale);
+        LAUNCH_CHECK();
+    );
 }
 
+// mean and rstd are fp32 at every precision.
 void cuda_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rstd,
                         const float *x, const float *g, const float *b, int N, int D, float eps)
 {
     if (N <= 0 || D <= 0)
         return;
-    ln_fwd_rows<<<(unsigned)N, THREADS, 0, STREAM(be)>>>(y, mean, rstd, x, g, b, D, eps);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        ln_fwd_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(y), mean, rstd, act_ptr<T>(x), act_ptr<T>(g), act_ptr<T>(b), D, eps);
+        LAUNCH_CHECK();
+    );
 }
 
-// dg, db first (column sums), then dx.
+// dg, db first (column sums, fp32), then dx.
 void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
                         const float *x, const float *mean, const float *rstd, const float *g,
                         int N, int D, int accumulate)
@@ -543,13 +576,19 @@ void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db,
     col_plan pl = plan_columns(N);
     size_t part_n = (size_t)pl.chunks * D;
     float *part = (float *)tfm_cuda_work(be, 2 * part_n * sizeof(float));
-    ln_bwd_partial<<<col_grid(D, pl), dim3(COL_TILE, COL_ROWS), 0, s>>>(
-        part, part + part_n, dy, x, mean, rstd, N, D, pl.rows);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        ln_bwd_partial<T><<<col_grid(D, pl), dim3(COL_TILE, COL_ROWS), 0, s>>>(
+            part, part + part_n, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd, N, D, pl.rows);
+        LAUNCH_CHECK();
+    );
     launch_colsum_finish(be, dg, part, pl.chunks, D);
     launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
-    ln_bwd_rows<<<(unsigned)N, THREADS, 0, s>>>(dx, dy, x, mean, rstd, g, D, accumulate);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        ln_bwd_rows<T><<<(unsigned)N, THREADS, 0, s>>>(act_ptr<T>(dx), act_ptr<T>(dy),
+                                                       act_ptr<T>(x), mean, rstd, act_ptr<T>(g),
+                                                       D, accumulate);
+        LAUNCH_CHECK();
+    );
 }
 
 void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu)
@@ -557,20 +596,25 @@ void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int 
     size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(M > 0 ? M : 0);
     if (total == 0)
         return;
-    bias_act_elems<<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(x, b, total, M,
-                                                                                relu);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        bias_act_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(x), act_ptr<T>(b), total, M, relu);
+        LAUNCH_CHECK();
+    );
 }
 
+// db is fp32 at every precision, dy an activation.
 void cuda_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M)
 {
     if (N <= 0 || M <= 0)
         return;
     col_plan pl = plan_columns(N);
     float *part = (float *)tfm_cuda_work(be, (size_t)pl.chunks * M * sizeof(float));
-    bias_bwd_partial<<<col_grid(M, pl), dim3(COL_TILE, COL_ROWS), 0, STREAM(be)>>>(
-        part, dy, N, M, pl.rows);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        bias_bwd_partial<T><<<col_grid(M, pl), dim3(COL_TILE, COL_ROWS), 0, STREAM(be)>>>(
+            part, act_ptr<T>(dy), N, M, pl.rows);
+        LAUNCH_CHECK();
+    );
     launch_colsum_finish(be, db, part, pl.chunks, M);
 }
 
@@ -579,8 +623,11 @@ void cuda_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const flo
 {
     if (n == 0)
         return;
-    relu_bwd_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(dx, dy, y, n, scale);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        relu_bwd_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(dx), act_ptr<T>(dy), act_ptr<T>(y), n, scale);
+        LAUNCH_CHECK();
+    );
 }
 
 // p <= 0 copies; otherwise the CPU's threshold and 1/(1-p) (p >= 1 drops everything).
@@ -591,13 +638,15 @@ void cuda_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, fl
         return;
     if (p <= 0) {
         if (y != x)
-            CUDA_CHECK(cudaMemcpyAsync(y, x, n * sizeof(float), cudaMemcpyDeviceToDevice,
+            CUDA_CHECK(cudaMemcpyAsync(y, x, n * be->act_size, cudaMemcpyDeviceToDevice,
                                        STREAM(be)));
         return;
     }
-    dropout_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
-        y, x, n, tfm_dropout_threshold(p), 1.0f / (1.0f - p), key);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        dropout_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(y), act_ptr<T>(x), n, tfm_dropout_threshold(p), 1.0f / (1.0f - p), key);
+        LAUNCH_CHECK();
+    );
 }
 
 // p <= 0: threshold 0 and multiplier 1, y = a + b (as the CPU).
@@ -607,17 +656,22 @@ void cuda_add_dropout(struct tfm_backend *be, float *y, const float *a, const fl
     if (n == 0)
         return;
     float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
-    add_dropout_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
-        y, a, b, n, tfm_dropout_threshold(p), inv, key);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        add_dropout_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(y), act_ptr<T>(a), act_ptr<T>(b), n, tfm_dropout_threshold(p), inv, key);
+        LAUNCH_CHECK();
+    );
 }
 
 void cuda_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, size_t n)
 {
     if (n == 0)
         return;
-    axpy_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(y, alpha, x, n);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        axpy_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(y), alpha, act_ptr<T>(x), n);
+        LAUNCH_CHECK();
+    );
 }
 
 void cuda_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
@@ -626,29 +680,38 @@ void cuda_gather(struct tfm_backend *be, float *dst, int64_t dstride, const floa
     if (n <= 0 || len <= 0)
         return;
     size_t total = (size_t)n * (size_t)len;
-    gather_elems<<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
-        dst, dstride, src, sstride, idx, total, len);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        gather_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(dst), dstride, act_ptr<T>(src), sstride, idx, total, len);
+        LAUNCH_CHECK();
+    );
 }
 
+// loss and nll are fp32 at every precision, the logits (and their gradient) activations.
 void cuda_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
                float eps, int ignore, float *loss, float *nll, float grad_scale)
 {
     if (N <= 0 || V <= 0)
         return;
-    xent_rows<<<(unsigned)N, THREADS, 0, STREAM(be)>>>(logits, labels, V, eps, ignore, loss, nll,
-                                                       grad_scale);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        xent_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(act_ptr<T>(logits), labels, V, eps,
+                                                              ignore, loss, nll, grad_scale);
+        LAUNCH_CHECK();
+    );
 }
 
 void cuda_log_softmax(struct tfm_backend *be, float *y, const float *x, int N, int V)
 {
     if (N <= 0 || V <= 0)
         return;
-    log_softmax_rows<<<(unsigned)N, THREADS, 0, STREAM(be)>>>(y, x, V);
-    LAUNCH_CHECK();
+    BY_ACT_TYPE(be,
+        log_softmax_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(act_ptr<T>(y),
+                                                                     act_ptr<T>(x), V);
+        LAUNCH_CHECK();
+    );
 }
 
+// sumsq and adam: fp32 at every precision (master weights, gradients, moments).
 // The parts come back to the host (the op's one synchronization) and add up there in order.
 double cuda_sumsq(struct tfm_backend *be, const float *x, size_t n)
 {

@@ -100,6 +100,9 @@ int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_er
     c.dropout = 0.1;            /* the same masks on both: the hash is part of the contract */
     c.label_smoothing = 0.1;
     c.seed = 11;
+    /* fp32 against the CPU's fp32 (the bounds above are fp32's): auto would be bf16 on
+     * CUDA; a tool's own model sets the precision it asks for afterwards */
+    c.precision = TFM_PRECISION_FP32;
     int32_t src[CB * CS], tgt[CB * CT];
     for (int i = 0; i < CB * CS; i++)   /* sentences of 9, 8, 7, 6 tokens, then padding */
         src[i] = i % CS < CS - i / CS ? 4 + (i * 17) % 46 : 0;

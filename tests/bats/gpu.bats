@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # The tools on a GPU against the CPU: training, resuming, decoding, two ranks, two
-# processes.  The checks themselves are tests/gpu/tools.sh (plain bash, for GPU machines
+# processes, bf16.  The checks themselves are tests/gpu/tools.sh (plain bash, for GPU machines
 # without bats); this file runs it once and reports each of its TAP lines as a test.  The
 # device rule is tools.sh's: with a GPU present (nvidia-smi -L lists one, a /dev/nvidiaN
 # exists, or nvidia-smi is installed but fails) every check runs on cuda or fails; only
@@ -35,7 +35,7 @@ tools_check() {
 
 @test "gpu tools: the plan, the device by the rule, the exit status" {
     cat "$TAP"
-    assert_equal "$(grep -c '^1\.\.5$' "$TAP")" 1
+    assert_equal "$(grep -c '^1\.\.6$' "$TAP")" 1
     # no nvidia-smi and no /dev/nvidiaN: sim; else tools.sh's rule (the stand-ins below)
     if ! command -v nvidia-smi > /dev/null && ! ls /dev/nvidia[0-9]* > /dev/null 2>&1; then
         grep -q '^# device: sim ' "$TAP"
@@ -68,6 +68,10 @@ tools_check() {
     tools_check 5
 }
 
+@test "gpu tools: bf16: auto is bf16 on CUDA; 40 updates follow the CPU's emulation" {
+    tools_check 6
+}
+
 # Stand-ins for nvidia-smi on a machine without a GPU: tools.sh must take cuda and fail.
 no_gpu_here() {
     if command -v nvidia-smi > /dev/null || ls /dev/nvidia[0-9]* > /dev/null 2>&1; then
@@ -86,8 +90,8 @@ no_gpu_here() {
     echo "$output"
     assert_failure
     assert_line --regexp '^# device: cuda \(2 GPU'
-    assert_line '1..5'
-    for n in 1 2 3 4 5; do
+    assert_line '1..6'
+    for n in 1 2 3 4 5 6; do
         assert_line --regexp "^not ok $n - tools on cuda: "
     done
     refute_line --partial '# skip'
@@ -108,4 +112,5 @@ no_gpu_here() {
     done
     assert_line --regexp '^ok 4 - .* # skip fewer than 2 GPUs \(0 listed, 0 usable\)$'
     assert_line --regexp '^ok 5 - .* # skip fewer than 2 GPUs'
+    assert_line --regexp "^not ok 6 - tools on cuda: "
 }

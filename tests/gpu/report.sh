@@ -3,8 +3,8 @@
 # for the first minutes on a GPU machine.  In order: the machine and its libraries; the
 # build (sm_90 only, every core); test_gpu_ops (every op and the startup check, small and
 # paper-sized shapes; again with both backends in bf16); compute-sanitizer memcheck and
-# racecheck on its quick set; the tools on the GPU against the CPU (tests/gpu/tools.sh);
-# the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
+# racecheck on its quick set (memcheck again at bf16); the tools on the GPU against the
+# CPU (tests/gpu/tools.sh); the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
 # TFLOP/s, the time of each op); decoding base, beam
 # 4, about 128 sentences a batch; the same benchmarks in PyTorch on the same GPU (bf16
 # autocast + SDPA, eager and torch.compile; a cached beam search).
@@ -94,13 +94,10 @@ if [ "$GPU" -gt 0 ]; then
     run 120 "$TMP/ops.tap" "$BUILD"/tests/test_gpu_ops
     add tap_row "test_gpu_ops (all shapes)" "$TMP/ops.tap" "$RC" strict
     cat "$TMP/ops.tap" > "$OPS"
-    # bf16: both backends in bf16, the CPU emulating it.  While the CUDA backend computes
-    # in fp32 only every test skips saying so: "not run" with that reason; any other skip
-    # with a GPU present is a failure, as above
+    # bf16: both backends in bf16 (the CUDA kernels' bf16 instantiations, the CPU
+    # emulating bf16); a skip with a GPU present is a failure, as above
     run 120 "$TMP/ops16.tap" env TFM_GPU_OPS_PRECISION=bf16 "$BUILD"/tests/test_gpu_ops
-    strict=strict
-    grep -q 'precision bf16: not in this build' "$TMP/ops16.tap" && strict=
-    add tap_row "test_gpu_ops bf16 (all shapes)" "$TMP/ops16.tap" "$RC" $strict
+    add tap_row "test_gpu_ops bf16 (all shapes)" "$TMP/ops16.tap" "$RC" strict
     { echo "== TFM_GPU_OPS_PRECISION=bf16"; cat "$TMP/ops16.tap"; } >> "$OPS"
 else
     echo "no GPU: not run" > "$OPS"
@@ -112,14 +109,19 @@ fi
 SAN=$OUT/sanitizer.log
 : > "$SAN"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-for tool in memcheck racecheck; do
+# memcheck again with the kernels' bf16 instantiations (2-byte activations, the fp32
+# accumulators of the attention's rows form); racecheck once: the bf16 kernels share the
+# fp32 ones' shared memory and barriers (their tiles hold fp32 at both precisions).
+for tool in memcheck racecheck memcheck-bf16; do
     if [ "$GPU" -eq 0 ]; then
         nogpu "compute-sanitizer $tool"
     elif [ -z "$CS" ]; then
         add row "compute-sanitizer $tool" "not run" "compute-sanitizer not found"
     else
-        run 75 "$TMP/$tool" env TFM_GPU_OPS_QUICK=1 "$CS" --tool "$tool" --error-exitcode 1 \
-            "$BUILD"/tests/test_gpu_ops
+        prec=fp32 cap=75
+        [ "$tool" = memcheck-bf16 ] && prec=bf16 cap=60
+        run $cap "$TMP/$tool" env TFM_GPU_OPS_QUICK=1 TFM_GPU_OPS_PRECISION=$prec "$CS" \
+            --tool "${tool%-bf16}" --error-exitcode 1 "$BUILD"/tests/test_gpu_ops
         add sanitizer_row "compute-sanitizer $tool" "$TMP/$tool" "$RC"
         cat "$TMP/$tool" >> "$SAN"
     fi
@@ -167,17 +169,13 @@ else
         [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train-$m" | tail -1)"
         add speed_row "train $m 10240+10240 (tfm fp32)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
             "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
-        if grep -q 'precision bf16: not in this build' "$TMP/train16-$m"; then
-            add row "train $m 10240+10240 (tfm bf16)" "not run" "the CUDA backend computes in fp32 only"
-        else
-            t=$(kv "$TMP/train16-$m" tokens_per_s)
-            tf=$(kv "$TMP/train16-$m" gflops)
-            extra=""
-            [ -n "$tf" ] && extra="$(awk -v g="$tf" 'BEGIN { printf "%.1f TFLOP/s", g / 1000 }'); precision $(kv "$TMP/train16-$m" precision)"
-            [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16-$m" | tail -1)"
-            add speed_row "train $m 10240+10240 (tfm bf16)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
-                "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
-        fi
+        t=$(kv "$TMP/train16-$m" tokens_per_s)
+        tf=$(kv "$TMP/train16-$m" gflops)
+        extra=""
+        [ -n "$tf" ] && extra="$(awk -v g="$tf" 'BEGIN { printf "%.1f TFLOP/s", g / 1000 }'); precision $(kv "$TMP/train16-$m" precision)"
+        [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16-$m" | tail -1)"
+        add speed_row "train $m 10240+10240 (tfm bf16)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
+            "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
         for f in "$TMP/train-$m" "$TMP/train16-$m" "$TMP/torch-$m-eager" "$TMP/torch-$m-compile"; do
             echo "== $(basename "$f")"; cat "$f"
         done >> "$BENCH"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bats
+# tests/unit/test_gpu_ops.c through the stand-in for a GPU (TFM_GPU_OPS_DEVICE=sim, the
+# CPU's bits on memory the host cannot touch), at fp32 and at bf16, on its small shapes:
+# every comparison, upload and download of that program runs on any machine, so a change
+# to it that breaks it is caught here and not first on a GPU.  (On a GPU, make check-gpu
+# and make gpu-report run it on the CUDA backend.)
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    OPS="${TFM_BUILD:-$TFM_ROOT/build}/tests/test_gpu_ops"
+}
+
+@test "test_gpu_ops on sim at fp32: every op test and the startup check pass" {
+    TFM_GPU_OPS_DEVICE=sim TFM_GPU_OPS_QUICK=1 run "$OPS"
+    echo "$output"
+    assert_success
+    assert_line --regexp '^ok 4 - cuda: gemm against the CPU$'
+    assert_line --regexp '^ok 13 - cuda: a model.s training batch, Adam step and decoding against the CPU$'
+    refute_line --partial 'not ok'
+}
+
+@test "test_gpu_ops on sim at bf16: every op test passes, the model-level tests skip" {
+    TFM_GPU_OPS_DEVICE=sim TFM_GPU_OPS_QUICK=1 TFM_GPU_OPS_PRECISION=bf16 run "$OPS"
+    echo "$output"
+    assert_success
+    refute_line --partial 'not ok'
+    # tests 3 to 12 are the op tests: none skipped
+    for n in 3 4 5 6 7 8 9 10 11 12; do
+        assert_line --regexp "^ok $n - cuda: "
+        refute_line --regexp "^ok $n - .*# SKIP"
+    done
+    assert_line --regexp '^ok 13 - .* # SKIP TFM_GPU_OPS_PRECISION=bf16: op tests only$'
+}
+
+@test "test_gpu_ops: a precision other than fp32 or bf16 is a usage error" {
+    TFM_GPU_OPS_DEVICE=sim TFM_GPU_OPS_PRECISION=fp16 run "$OPS"
+    assert_equal "$status" 2
+    assert_output --partial 'TFM_GPU_OPS_PRECISION=fp16: fp32 or bf16'
+}
