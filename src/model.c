@@ -371,8 +371,9 @@ size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
     if (p == 0 || max_tokens < 1)
         return 0;
     size_t pe = cfg->pos == TFM_POS_SINUSOID ? (size_t)cfg->max_len * cfg->d_model * 4 : 0;
-    /* the compute copy of the weights at bf16 (fp32 words: an upper bound) */
-    size_t w = cfg->precision == TFM_PRECISION_BF16 ? p / 4 : 0;
+    /* the compute copy of the weights at bf16, and at auto (bf16 on a GPU): fp32 words,
+     * an upper bound */
+    size_t w = cfg->precision != TFM_PRECISION_FP32 ? p / 4 : 0;
     return p + pe + w + carve(cfg, max_tokens, sizeof(float), NULL, NULL);
 }
 

@@ -812,12 +812,6 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
             !(p->stage = malloc((size_t)tfm_model_count(p->m) * sizeof *p->stage)))
             return tfm_fail(err, "out of memory");
     }
-    /* auto means bf16 on a GPU that has it; say so where it does not (never silent) */
-    struct tfm_backend *be0 = run->rep[0].be;
-    if (o->notes && cfg->precision == TFM_PRECISION_AUTO && be0->kind == TFM_BACKEND_CUDA &&
-        be0->precision == TFM_PRECISION_FP32)
-        fprintf(o->notes, "%s: precision auto: fp32 (this build's CUDA backend has no bf16 "
-                "kernels yet)\n", o->prog);
     /* GPU ranks: NCCL communicators, process 0's id passed over the processes' links */
     if (run->R * run->W > 1 && o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA) {
         unsigned char id[TFM_GPU_COMM_ID_BYTES];
