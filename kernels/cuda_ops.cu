@@ -9,6 +9,9 @@
 //   cuda_bias_act, cuda_bias_bwd          bias (+ ReLU); its gradient by column sums
 //   cuda_relu_bwd, cuda_dropout, cuda_add_dropout, cuda_axpy, cuda_gather
 //                                         element-wise, grid-stride loops
+//   cuda_bias_act_dropout, cuda_embed_fwd_dropout, cuda_add_dropout_layernorm,
+//   cuda_layernorm_bwd_dropout            the fused sequences (backend.h): the element-wise
+//                                         ones grid-stride, the layer norms a block per row
 //   cuda_xent, cuda_log_softmax           a block per row
 //   cuda_sumsq, cuda_adam                 the optimizer's
 //
@@ -395,6 +398,111 @@ __global__ void gather_elems(T *dst, int64_t dstride, const T *src, int64_t sstr
     }
 }
 
+// ---- fused ops -------------------------------------------------------------------------------
+// The sequences of the ops above in one kernel each, with the sequences' operations: where
+// the sequence stores a value between its ops, act_round rounds it as act_store would, so
+// that the result is the sequence's at bf16 too (backend.h, "fused").
+
+// v as the activation type holds it: v at fp32; v rounded to nearest even at bf16.
+__device__ __forceinline__ float act_round(float v, const float *) { return v; }
+__device__ __forceinline__ float act_round(float v, const bf16 *)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+// bias_act_elems, then dropout_elems (thr 0: a copy, as dropout with p <= 0).
+template <typename T>
+__global__ void bias_act_dropout_elems(T *x, const T *b, size_t total, int M, int relu,
+                                       uint32_t thr, float inv, uint64_t key)
+{
+    for (size_t i = thread_index(); i < total; i += thread_count()) {
+        float t = __fadd_rn(act_load(x + i), act_load(b + i % (size_t)M));
+        t = act_round(relu ? (t > 0 ? t : 0.0f) : t, x);
+        float mul = dropout_mul(key, i, thr, inv);
+        act_store(x + i, thr == 0 ? t : mul > 0 ? __fmul_rn(t, mul) : 0.0f);
+    }
+}
+
+// embed_fwd_elems, then dropout_elems.
+template <typename T>
+__global__ void embed_dropout_elems(T *out, const T *table, const int32_t *ids, size_t total,
+                                    int D, float scale, const T *pos, int L, int pos0,
+                                    uint32_t thr, float inv, uint64_t key)
+{
+    for (size_t i = thread_index(); i < total; i += thread_count()) {
+        size_t n = i / (size_t)D, c = i - n * (size_t)D;
+        float e = __fmul_rn(scale, act_load(table + (size_t)ids[n] * D + c));
+        if (pos)
+            e = __fadd_rn(e, act_load(pos + (size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c));
+        e = act_round(e, out);
+        float mul = dropout_mul(key, i, thr, inv);
+        act_store(out + i, thr == 0 ? e : mul > 0 ? __fmul_rn(e, mul) : 0.0f);
+    }
+}
+
+// Block n: row n of r = a + dropout(b) (add_dropout_elems), then ln_fwd_rows on it.  Each
+// thread reads back only the columns it stored itself, so no barrier is needed between the
+// two (block_sum's barriers come after).  r may equal a or b (each element is read before
+// it is written, by the same thread); y aliases none of them.
+template <typename T>
+__global__ void add_dropout_ln_rows(T *y, float *mean, float *rstd, T *r, const T *a,
+                                    const T *b, const T *g, const T *bias, int D, float eps,
+                                    uint32_t thr, float inv, uint64_t key)
+{
+    size_t n = blockIdx.x, row = n * D;
+    float s = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        size_t i = row + c;
+        float mul = dropout_mul(key, i, thr, inv);
+        float v = __fadd_rn(act_load(a + i), mul > 0 ? __fmul_rn(act_load(b + i), mul) : 0.0f);
+        act_store(r + i, v);
+        s += act_round(v, r);
+    }
+    const T *xr = r + row;
+    T *yr = y + row;
+    float mu = block_sum(s) / D;
+    float v = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float d = act_load(xr + c) - mu;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(block_sum(v) / D + eps);
+    if (threadIdx.x == 0) {
+        mean[n] = mu;
+        rstd[n] = rs;
+    }
+    for (int c = threadIdx.x; c < D; c += blockDim.x)
+        act_store(yr + c, (act_load(xr + c) - mu) * rs * act_load(g + c) + act_load(bias + c));
+}
+
+// ln_bwd_rows, then dxd = dropout(dx) from the value dx stores (dropout_elems; thr 0: a
+// copy).
+template <typename T>
+__global__ void ln_bwd_dropout_rows(T *dx, T *dxd, const T *dy, const T *x, const float *mean,
+                                    const float *rstd, const T *g, int D, int accumulate,
+                                    uint32_t thr, float inv, uint64_t key)
+{
+    size_t n = blockIdx.x, row = n * D;
+    const T *xr = x + row, *dyr = dy + row;
+    T *dxr = dx + row, *dxdr = dxd + row;
+    float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float dh = act_load(dyr + c) * act_load(g + c);
+        a += dh;
+        bsum += dh * (act_load(xr + c) - mu) * rs;
+    }
+    a = block_sum(a) / D;
+    bsum = block_sum(bsum) / D;
+    for (int c = threadIdx.x; c < D; c += blockDim.x) {
+        float xh = (act_load(xr + c) - mu) * rs;
+        float v = rs * (act_load(dyr + c) * act_load(g + c) - a - xh * bsum);
+        v = act_round(accumulate ? act_load(dxr + c) + v : v, dxr);
+        act_store(dxr + c, v);
+        float mul = dropout_mul(key, row + c, thr, inv);
+        act_store(dxdr + c, thr == 0 ? v : mul > 0 ? __fmul_rn(v, mul) : 0.0f);
+    }
+}
+
 // ---- output layer ------------------------------------------------------------------------
 
 // Block n: the row's maximum; the sums of exp(z - max) and of z, in float per thread and
@@ -683,6 +791,84 @@ void cuda_gather(struct tfm_backend *be, float *dst, int64_t dstride, const floa
     BY_ACT_TYPE(be,
         gather_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(dst), dstride, act_ptr<T>(src), sstride, idx, total, len);
+        LAUNCH_CHECK();
+    );
+}
+
+// ---- fused ops: p <= 0 gives threshold 0 (every element kept, unscaled: the copy that
+// dropout makes then), as the CPU.
+
+void cuda_bias_act_dropout(struct tfm_backend *be, float *x, const float *b, int N, int M,
+                           int relu, float p, uint64_t key)
+{
+    size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(M > 0 ? M : 0);
+    if (total == 0)
+        return;
+    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    BY_ACT_TYPE(be,
+        bias_act_dropout_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(x), act_ptr<T>(b), total, M, relu, tfm_dropout_threshold(p), inv, key);
+        LAUNCH_CHECK();
+    );
+}
+
+void cuda_embed_fwd_dropout(struct tfm_backend *be, float *out, const float *table,
+                            const int32_t *ids, int N, int D, float scale, const float *pos,
+                            int L, int pos0, float p, uint64_t key)
+{
+    size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(D > 0 ? D : 0);
+    if (total == 0)
+        return;
+    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    BY_ACT_TYPE(be,
+        embed_dropout_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(out), act_ptr<T>(table), ids, total, D, scale, act_ptr<T>(pos), L, pos0,
+            tfm_dropout_threshold(p), inv, key);
+        LAUNCH_CHECK();
+    );
+}
+
+// A block per row; mean and rstd fp32.
+void cuda_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                                float *r, const float *a, const float *b, const float *g,
+                                const float *bias, int N, int D, float eps, float p,
+                                uint64_t key)
+{
+    if (N <= 0 || D <= 0)
+        return;
+    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    BY_ACT_TYPE(be,
+        add_dropout_ln_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(y), mean, rstd, act_ptr<T>(r), act_ptr<T>(a), act_ptr<T>(b),
+            act_ptr<T>(g), act_ptr<T>(bias), D, eps, tfm_dropout_threshold(p), inv, key);
+        LAUNCH_CHECK();
+    );
+}
+
+// dg, db as cuda_layernorm_bwd (column sums, fp32), then dx and dxd a block per row.
+void cuda_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, float *dg,
+                                float *db, const float *dy, const float *x, const float *mean,
+                                const float *rstd, const float *g, int N, int D,
+                                int accumulate, float p, uint64_t key)
+{
+    if (N <= 0 || D <= 0)
+        return;
+    cudaStream_t s = STREAM(be);
+    col_plan pl = plan_columns(N);
+    size_t part_n = (size_t)pl.chunks * D;
+    float *part = (float *)tfm_cuda_work(be, 2 * part_n * sizeof(float));
+    BY_ACT_TYPE(be,
+        ln_bwd_partial<T><<<col_grid(D, pl), dim3(COL_TILE, COL_ROWS), 0, s>>>(
+            part, part + part_n, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd, N, D, pl.rows);
+        LAUNCH_CHECK();
+    );
+    launch_colsum_finish(be, dg, part, pl.chunks, D);
+    launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
+    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    BY_ACT_TYPE(be,
+        ln_bwd_dropout_rows<T><<<(unsigned)N, THREADS, 0, s>>>(
+            act_ptr<T>(dx), act_ptr<T>(dxd), act_ptr<T>(dy), act_ptr<T>(x), mean, rstd,
+            act_ptr<T>(g), D, accumulate, tfm_dropout_threshold(p), inv, key);
         LAUNCH_CHECK();
     );
 }

@@ -247,6 +247,41 @@ struct tfm_attn {
       (struct tfm_backend *be, float *dst, int64_t dstride, const float *src,                \
        int64_t sstride, const int32_t *idx, int n, int64_t len),                             \
       (be, dst, dstride, src, sstride, idx, n, len), (dst, src, idx))                        \
+    /* -- fused: one pass over memory for a sequence of the ops above, with the sequence's   \
+     * results, bit for bit, at fp32 and at bf16 (where a value the sequence stores          \
+     * between its ops is rounded to bf16 as it would be stored).  The dropout mask of an    \
+     * (N,D) output is keep(key, n*D + c, p), as dropout's on the same N*D elements. --      \
+     *                                                                                       \
+     * x (N,M) = dropout(act(x + b)) with (p, key): bias_act, then dropout in place.  The    \
+     * FFN's first layer after its product (relu_bwd with scale 1/(1-p) is the backward). */ \
+    X(void, bias_act_dropout,                                                                \
+      (struct tfm_backend *be, float *x, const float *b, int N, int M, int relu, float p,    \
+       uint64_t key),                                                                        \
+      (be, x, b, N, M, relu, p, key), (x, b))                                                \
+    /* out (N,D) = dropout(embed_fwd's out) with (p, key): embed_fwd, then dropout in        \
+     * place.  The embedding sum of the encoder's and the decoder's input. */                \
+    X(void, embed_fwd_dropout,                                                               \
+      (struct tfm_backend *be, float *out, const float *table, const int32_t *ids, int N,    \
+       int D, float scale, const float *pos, int L, int pos0, float p, uint64_t key),        \
+      (be, out, table, ids, N, D, scale, pos, L, pos0, p, key), (out, table, ids, pos))      \
+    /* r (N,D) = a + dropout(b) with (p, key), then y (N,D) = LN(r) with g, bias, eps and    \
+     * mean, rstd (N) as layernorm_fwd's: add_dropout, then layernorm_fwd.  r may equal a    \
+     * or b; y aliases none of r, a, b.  Residual + dropout + layer norm (post-norm). */     \
+    X(void, add_dropout_layernorm,                                                           \
+      (struct tfm_backend *be, float *y, float *mean, float *rstd, float *r, const float *a, \
+       const float *b, const float *g, const float *bias, int N, int D, float eps, float p,  \
+       uint64_t key),                                                                        \
+      (be, y, mean, rstd, r, a, b, g, bias, N, D, eps, p, key),                              \
+      (y, mean, rstd, r, a, b, g, bias))                                                     \
+    /* layernorm_bwd (dx, dg, db as there, accumulate too), then dxd (N,D) = dropout(dx)     \
+     * with (p, key).  dxd aliases none of dx, dy, x.  The backward of the above: dx is the  \
+     * gradient of the residual input a, dxd that of the sub-layer output b. */              \
+    X(void, layernorm_bwd_dropout,                                                           \
+      (struct tfm_backend *be, float *dx, float *dxd, float *dg, float *db, const float *dy, \
+       const float *x, const float *mean, const float *rstd, const float *g, int N, int D,   \
+       int accumulate, float p, uint64_t key),                                               \
+      (be, dx, dxd, dg, db, dy, x, mean, rstd, g, N, D, accumulate, p, key),                 \
+      (dx, dxd, dg, db, dy, x, mean, rstd, g))                                               \
     /* -- output layer --                                                                    \
      * Cross-entropy with label smoothing eps over V classes, rows with label == ignore      \
      * skipped (loss 0, gradient 0).  Target distribution q = (1-eps) onehot(label) + eps/V. \
@@ -384,13 +419,14 @@ struct tfm_backend {
  * ops read (DATA: the compute copy made by weights_copy) and the sinusoid table are
  * activations too.  Always fp32, whatever act_size is:
  *   gemm_grad's C; weights_copy's src (the master weights); embed_bwd's dtable and dpos;
- *   layernorm_fwd's mean and rstd; layernorm_bwd's dg, db, mean and rstd; the attention
+ *   layernorm_fwd's and add_dropout_layernorm's mean and rstd; layernorm_bwd's and
+ *   layernorm_bwd_dropout's dg, db, mean and rstd; the attention
  *   lse (attn_fwd, attn_bwd); bias_bwd's db; xent's loss and nll; sumsq's x; every
  *   pointer of adam; out_pack's `packed` (the backend's own layout).
  * Everything else (gemm's A, B, C; gemm_grad's A and B; weights_copy's dst; embed_fwd's
  * out, table and pos; layer-norm x, y, g, b, dx, dy; attention q, k, v, o, dout, dq, dk,
- * dv; bias_act; bias_bwd's dy; relu_bwd; dropout; add_dropout; axpy; gather; xent's
- * logits; log_softmax; log_softmax_top's x; out_logits' and out_top's x and y) is an
+ * dv; bias_act; bias_bwd's dy; relu_bwd; dropout; add_dropout; axpy; gather; the fused
+ * ops' x, b, out, table, pos, y, r, a, g, bias, dx, dxd, dy; xent's logits; log_softmax; log_softmax_top's x; out_logits' and out_top's x and y) is an
  * activation.
  *
  * fp32: every op as described above.  bf16: the same ops, with every activation an op

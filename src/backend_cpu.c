@@ -933,6 +933,109 @@ static void cpu_gather(struct tfm_backend *be, float *dst, int64_t dstride, cons
     par(be, n, (double)n * len, gather_rows, &j);
 }
 
+/* ---- fused ops ---------------------------------------------------------------------------
+ * Each runs the functions of its sequence (above) one row at a time, so that the row is
+ * still in cache for the second, and every element gets the sequence's operations in the
+ * sequence's order: its bits, for any thread count.  A dropout with p <= 0 is a copy, as
+ * cpu_dropout's. */
+
+struct fused_job {
+    struct ew_job ew;           /* the element-wise stage (y, x or a, b: the row's owner) */
+    struct ln_job ln;
+    struct embed_job em;
+    int64_t D;                  /* elements per row */
+};
+
+static void bias_act_dropout_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    struct fused_job *j = ctx;
+    for (int64_t n = n0; n < n1; n++) {
+        bias_act_rows(&j->ew, n, n + 1, thread);
+        if (j->ew.p > 0)
+            dropout_range(&j->ew, n * j->D, (n + 1) * j->D, thread);
+    }
+}
+
+static void cpu_bias_act_dropout(struct tfm_backend *be, float *x, const float *b, int N, int M,
+                                 int relu, float p, uint64_t key)
+{
+    struct fused_job j = {.ew = {.y = x, .x = x, .b = b, .M = M, .relu = relu, .p = p,
+                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                          .D = M};
+    par(be, N, (double)N * M, bias_act_dropout_rows, &j);
+}
+
+static void embed_fwd_dropout_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    struct fused_job *j = ctx;
+    for (int64_t n = n0; n < n1; n++) {
+        embed_fwd_rows(&j->em, n, n + 1, thread);
+        if (j->ew.p > 0)
+            dropout_range(&j->ew, n * j->D, (n + 1) * j->D, thread);
+    }
+}
+
+static void cpu_embed_fwd_dropout(struct tfm_backend *be, float *out, const float *table,
+                                  const int32_t *ids, int N, int D, float scale,
+                                  const float *pos, int L, int pos0, float p, uint64_t key)
+{
+    struct fused_job j = {.em = {.out = out, .table = table, .pos = pos, .ids = ids, .N = N,
+                                 .D = D, .L = L, .pos0 = pos0, .scale = scale},
+                          .ew = {.y = out, .x = out, .p = p,
+                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                          .D = D};
+    par(be, N, (double)N * D, embed_fwd_dropout_rows, &j);
+}
+
+static void add_dropout_ln_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    struct fused_job *j = ctx;
+    for (int64_t n = n0; n < n1; n++) {
+        add_dropout_range(&j->ew, n * j->D, (n + 1) * j->D, thread);
+        ln_fwd_rows(&j->ln, n, n + 1, thread);
+    }
+}
+
+static void cpu_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                                      float *r, const float *a, const float *b, const float *g,
+                                      const float *bias, int N, int D, float eps, float p,
+                                      uint64_t key)
+{
+    struct fused_job j = {.ew = {.y = r, .a = a, .b = b, .p = p,
+                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                          .ln = {.y = y, .mean = mean, .rstd = rstd, .x = r, .g = g, .b = bias,
+                                 .N = N, .D = D, .eps = eps},
+                          .D = D};
+    par(be, N, (double)N * D, add_dropout_ln_rows, &j);
+}
+
+static void ln_bwd_dropout_rows(void *ctx, int64_t n0, int64_t n1, int thread)
+{
+    struct fused_job *j = ctx;
+    for (int64_t n = n0; n < n1; n++) {
+        ln_bwd_rows(&j->ln, n, n + 1, thread);
+        if (j->ew.p > 0)
+            dropout_range(&j->ew, n * j->D, (n + 1) * j->D, thread);
+        else
+            memcpy(j->ew.y + n * j->D, j->ew.x + n * j->D, (size_t)j->D * sizeof(float));
+    }
+}
+
+static void cpu_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, float *dg,
+                                      float *db, const float *dy, const float *x,
+                                      const float *mean, const float *rstd, const float *g,
+                                      int N, int D, int accumulate, float p, uint64_t key)
+{
+    struct fused_job j = {.ln = {.dx = dx, .dg = dg, .db = db, .x = x, .g = g, .dy = dy,
+                                 .cmean = mean, .crstd = rstd, .N = N, .D = D,
+                                 .accumulate = accumulate},
+                          .ew = {.y = dxd, .x = dx, .p = p,
+                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                          .D = D};
+    par(be, N, (double)N * D, ln_bwd_dropout_rows, &j);
+    par_cols(be, D, (double)N * D, ln_bwd_cols, &j.ln);
+}
+
 /* ---- output layer ----------------------------------------------------------------------- */
 
 /* Sums over a vocabulary row (log_softmax): float within blocks of this many, double

@@ -552,6 +552,54 @@ static void pk_gather(struct tfm_backend *be, float *dst, int64_t dstride, const
     PK_END();
 }
 
+static void pk_bias_act_dropout(struct tfm_backend *be, float *x, const float *b, int N, int M,
+                                int relu, float p, uint64_t key)
+{
+    PK_BEGIN((x, b));
+    const float *bs = IN(b, 1, M, M);
+    inner_->bias_act_dropout(inner_, OUT(x, N, M, M), bs, N, M, relu, p, key);
+    PK_END();
+}
+
+static void pk_embed_fwd_dropout(struct tfm_backend *be, float *out, const float *table,
+                                 const int32_t *ids, int N, int D, float scale, const float *pos,
+                                 int L, int pos0, float p, uint64_t key)
+{
+    PK_BEGIN((out, table, ids, pos));
+    const float *t = IN(table, rows_of(pk, ids, N), D, D);
+    const float *ps = IN(pos, N > 0 ? pos0 + (N < L ? N : L) : 0, D, D);
+    inner_->embed_fwd_dropout(inner_, OUT(out, N, D, D), t, ids, N, D, scale, ps, L, pos0, p,
+                              key);
+    PK_END();
+}
+
+static void pk_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean, float *rstd,
+                                     float *r, const float *a, const float *b, const float *g,
+                                     const float *bias, int N, int D, float eps, float p,
+                                     uint64_t key)
+{
+    PK_BEGIN((y, mean, rstd, r, a, b, g, bias));
+    const float *as = IN(a, N, D, D), *bs = IN(b, N, D, D);
+    const float *gs = IN(g, 1, D, D), *cs = IN(bias, 1, D, D);
+    float *rs = OUT(r, N, D, D);
+    inner_->add_dropout_layernorm(inner_, OUT(y, N, D, D), mean, rstd, rs, as, bs, gs, cs, N,
+                                  D, eps, p, key);
+    PK_END();
+}
+
+static void pk_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, float *dg,
+                                     float *db, const float *dy, const float *x,
+                                     const float *mean, const float *rstd, const float *g,
+                                     int N, int D, int accumulate, float p, uint64_t key)
+{
+    PK_BEGIN((dx, dxd, dg, db, dy, x, mean, rstd, g));
+    const float *dys = IN(dy, N, D, D), *xs = IN(x, N, D, D), *gs = IN(g, 1, D, D);
+    float *dxs = OUT(dx, N, D, D);
+    inner_->layernorm_bwd_dropout(inner_, dxs, OUT(dxd, N, D, D), dg, db, dys, xs, mean, rstd,
+                                  gs, N, D, accumulate, p, key);
+    PK_END();
+}
+
 static void pk_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
                     float eps, int ignore, float *loss, float *nll, float grad_scale)
 {
@@ -590,7 +638,9 @@ static void pk_out_logits(struct tfm_backend *be, float *y, const float *x, int 
 #define PK_OPS(X)                                                                           \
     X(gemm) X(gemm_grad) X(weights_copy) X(embed_fwd) X(embed_bwd) X(layernorm_fwd)         \
     X(layernorm_bwd) X(attn_fwd) X(attn_bwd) X(attn_decode) X(bias_act) X(bias_bwd)         \
-    X(relu_bwd) X(dropout) X(add_dropout) X(axpy) X(gather) X(xent) X(log_softmax)
+    X(relu_bwd) X(dropout) X(add_dropout) X(axpy) X(gather) X(bias_act_dropout)             \
+    X(embed_fwd_dropout) X(add_dropout_layernorm) X(layernorm_bwd_dropout) X(xent)          \
+    X(log_softmax)
 
 /* The CPU backend doing the work emulates bf16; packed (act_size 2, the pk_ ops) unless
  * TFM_SIM_PACKED=0 said otherwise when the backend was made. */

@@ -788,10 +788,8 @@ static void ffn_fwd(struct tfm_model *m, const struct fwd *f, const struct ffn_p
 {
     struct tfm_backend *be = m->be;
     be->gemm(be, 0, 0, n, m->F, m->D, 1.0f, u, m->D, DATA(p->w1), m->F, 0.0f, h, m->F);
-    be->bias_act(be, h, DATA(p->b1), n, m->F, 1);
-    float pr = pdrop(f, m->cfg.relu_dropout);
-    if (pr > 0)
-        be->dropout(be, h, h, (size_t)n * m->F, pr, key(m, f, s));
+    be->bias_act_dropout(be, h, DATA(p->b1), n, m->F, 1, pdrop(f, m->cfg.relu_dropout),
+                         key(m, f, s));
     linear(m, out, m->D, h, m->F, n, p->w2, p->b2);
 }
 
@@ -810,11 +808,32 @@ static void ffn_bwd(struct tfm_model *m, const struct fwd *f, const struct ffn_p
 /* ---- forward ------------------------------------------------------------------------------ */
 
 /* Residual block bookkeeping.  Post: r = x + Drop(F(x)); y = LN(r).
- * Pre: r = LN(x); y = x + Drop(F(r)).  blk_in returns F's input. */
+ * Pre: r = LN(x); y = x + Drop(F(r)).  blk_in returns F's input.  Each residual sum is
+ * computed with the layer norm that reads it (add_dropout_layernorm): post-norm, the
+ * block's own; pre-norm, the next block's (its r) or the stack's final one (its y), `next`
+ * below, so that blk_in of a pre-norm block finds r ready (`ready`) except in the first
+ * block of a stack, whose input is the embedding. */
+struct next_ln {
+    float *y, *mean, *rstd;     /* pre-norm: where the next layer norm writes */
+    const struct ln_p *ln;
+};
+
+static struct next_ln next_blk(struct blk *k, const struct ln_p *ln)
+{
+    return (struct next_ln){k->r, k->mean, k->rstd, ln};
+}
+
+static struct next_ln next_fin(struct blk *k, const struct ln_p *ln)
+{
+    return (struct next_ln){k->y, k->mean, k->rstd, ln};
+}
+
 static const float *blk_in(struct tfm_model *m, struct blk *k, const struct ln_p *ln,
-                           const float *x, int n)
+                           const float *x, int n, int ready)
 {
     if (m->cfg.norm == TFM_NORM_PRE) {
+        if (ready)
+            return k->r;
         m->be->layernorm_fwd(m->be, k->r, k->mean, k->rstd, x, DATA(ln->g), DATA(ln->b), n,
                              m->D, (float)m->cfg.ln_eps);
         return k->r;
@@ -823,22 +842,26 @@ static const float *blk_in(struct tfm_model *m, struct blk *k, const struct ln_p
 }
 
 static void blk_out(struct tfm_model *m, const struct fwd *f, struct blk *k,
-                    const struct ln_p *ln, const float *x, const float *sub, int n, uint64_t s)
+                    const struct ln_p *ln, const float *x, const float *sub, int n, uint64_t s,
+                    struct next_ln next)
 {
     struct tfm_backend *be = m->be;
-    size_t cnt = (size_t)n * m->D;
-    float p = pdrop(f, m->cfg.dropout);
-    if (m->cfg.norm == TFM_NORM_PRE) {
-        be->add_dropout(be, k->y, x, sub, cnt, p, key(m, f, s));
-    } else {
-        be->add_dropout(be, k->r, x, sub, cnt, p, key(m, f, s));
-        be->layernorm_fwd(be, k->y, k->mean, k->rstd, k->r, DATA(ln->g), DATA(ln->b), n, m->D,
-                          (float)m->cfg.ln_eps);
-    }
+    float p = pdrop(f, m->cfg.dropout), eps = (float)m->cfg.ln_eps;
+    if (m->cfg.norm == TFM_NORM_PRE)
+        be->add_dropout_layernorm(be, next.y, next.mean, next.rstd, k->y, x, sub,
+                                  DATA(next.ln->g), DATA(next.ln->b), n, m->D, eps, p,
+                                  key(m, f, s));
+    else
+        be->add_dropout_layernorm(be, k->y, k->mean, k->rstd, k->r, x, sub, DATA(ln->g),
+                                  DATA(ln->b), n, m->D, eps, p, key(m, f, s));
 }
 
 /* Backward of a block: on entry *g = dL/dy; on exit *g = dL/dx.  fbwd computes F's
- * backward from dsub into du with the given beta.  Uses t1, t2. */
+ * backward from dsub into du with the given beta.  Uses t1, t2.  The dropout backward of
+ * each residual branch runs with the layer-norm backward before it (layernorm_bwd_dropout):
+ * post-norm, the block's own (blk_bwd_begin); pre-norm, the one that ends the block above
+ * (blk_bwd_end, or pre_top for the stack's final layer norm), which leaves dL/dF in t2 for
+ * the block below (`next`: its dropout site, or the embedding's). */
 struct blk_bwd {
     float *dsub;    /* where the caller's F backward reads dL/dF */
     float *du;      /* where it writes dL/du */
@@ -850,18 +873,15 @@ static struct blk_bwd blk_bwd_begin(struct tfm_model *m, const struct fwd *f, st
 {
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
-    size_t cnt = (size_t)n * m->D;
     float p = pdrop(f, m->cfg.dropout);
     struct blk_bwd r;
     if (m->cfg.norm == TFM_NORM_PRE) {
-        be->dropout(be, A->t2, A->g, cnt, p, key(m, f, s));
-        r.dsub = A->t2;
+        r.dsub = A->t2;         /* dropout(g): the block above left it there */
         r.du = A->t1;
         r.beta = 0.0f;
     } else {
-        be->layernorm_bwd(be, A->t1, GRAD(ln->g), GRAD(ln->b), A->g, k->r, k->mean, k->rstd,
-                          DATA(ln->g), n, m->D, 0);
-        be->dropout(be, A->t2, A->t1, cnt, p, key(m, f, s));
+        be->layernorm_bwd_dropout(be, A->t1, A->t2, GRAD(ln->g), GRAD(ln->b), A->g, k->r,
+                                  k->mean, k->rstd, DATA(ln->g), n, m->D, 0, p, key(m, f, s));
         r.dsub = A->t2;
         r.du = A->t1;
         r.beta = 1.0f;
@@ -869,15 +889,16 @@ static struct blk_bwd blk_bwd_begin(struct tfm_model *m, const struct fwd *f, st
     return r;
 }
 
-static void blk_bwd_end(struct tfm_model *m, struct blk *k, const struct ln_p *ln,
-                        const float *x, int n)
+static void blk_bwd_end(struct tfm_model *m, const struct fwd *f, struct blk *k,
+                        const struct ln_p *ln, const float *x, int n, uint64_t next)
 {
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
     if (m->cfg.norm == TFM_NORM_PRE) {
-        /* dx = g (residual) + LN'(x)^T dh, dh in t1. */
-        be->layernorm_bwd(be, A->g, GRAD(ln->g), GRAD(ln->b), A->t1, x, k->mean, k->rstd,
-                          DATA(ln->g), n, m->D, 1);
+        /* dx = g (residual) + LN'(x)^T dh, dh in t1; t2 = dropout(dx) for below. */
+        be->layernorm_bwd_dropout(be, A->g, A->t2, GRAD(ln->g), GRAD(ln->b), A->t1, x, k->mean,
+                                  k->rstd, DATA(ln->g), n, m->D, 1,
+                                  pdrop(f, m->cfg.dropout), key(m, f, next));
     } else {
         float *t = A->g;
         A->g = A->t1;
@@ -893,28 +914,30 @@ static const float *enc_forward(struct tfm_model *m, const struct fwd *f)
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
     int B = f->B, S = f->S, n = B * S, D = m->D;
-    be->embed_fwd(be, A->xe, DATA(m->emb_src), A->src, n, D, sqrtf((float)D),
-                  m->pos_enc ? DATA(m->pos_enc) : m->pe, S, 0);
-    float p = pdrop(f, m->cfg.dropout);
-    if (p > 0)
-        be->dropout(be, A->xe, A->xe, (size_t)n * D, p, key(m, f, site(ST_ENC, 255, 0)));
+    be->embed_fwd_dropout(be, A->xe, DATA(m->emb_src), A->src, n, D, sqrtf((float)D),
+                          m->pos_enc ? DATA(m->pos_enc) : m->pe, S, 0,
+                          pdrop(f, m->cfg.dropout), key(m, f, site(ST_ENC, 255, 0)));
     const float *x = A->xe;
     for (int l = 0; l < m->N; l++) {
         struct enc_a *e = &A->enc[l];
         struct enc_p *P = &m->enc[l];
-        const float *u = blk_in(m, &e->a, &P->ln1, x, n);
+        const float *u = blk_in(m, &e->a, &P->ln1, x, n, l > 0);
         self_attn_fwd(m, f, &P->self, u, B, S, A->src_len, 0, e->qkv, e->o, e->lse, A->tmp,
                       site(ST_ENC, l, 1));
-        blk_out(m, f, &e->a, &P->ln1, x, A->tmp, n, site(ST_ENC, l, 2));
+        blk_out(m, f, &e->a, &P->ln1, x, A->tmp, n, site(ST_ENC, l, 2),
+                next_blk(&e->f, &P->ln2));
         x = e->a.y;
-        u = blk_in(m, &e->f, &P->ln2, x, n);
+        u = blk_in(m, &e->f, &P->ln2, x, n, 1);
         ffn_fwd(m, f, &P->ffn, u, n, e->h, A->tmp, site(ST_ENC, l, 3));
-        blk_out(m, f, &e->f, &P->ln2, x, A->tmp, n, site(ST_ENC, l, 4));
+        blk_out(m, f, &e->f, &P->ln2, x, A->tmp, n, site(ST_ENC, l, 4),
+                l + 1 < m->N ? next_blk(&A->enc[l + 1].a, &m->enc[l + 1].ln1)
+                             : next_fin(&A->efin, &m->efin));
         x = e->f.y;
     }
     if (m->cfg.norm == TFM_NORM_PRE) {
-        be->layernorm_fwd(be, A->efin.y, A->efin.mean, A->efin.rstd, x, DATA(m->efin.g),
-                          DATA(m->efin.b), n, D, (float)m->cfg.ln_eps);
+        if (m->N == 0)
+            be->layernorm_fwd(be, A->efin.y, A->efin.mean, A->efin.rstd, x, DATA(m->efin.g),
+                              DATA(m->efin.b), n, D, (float)m->cfg.ln_eps);
         x = A->efin.y;
     }
     return x;
@@ -925,39 +948,42 @@ static const float *dec_forward(struct tfm_model *m, const struct fwd *f, const 
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
     int B = f->B, S = f->S, T = f->T, n = B * T, D = m->D;
-    be->embed_fwd(be, A->xd, DATA(m->emb_tgt), A->tgt_in, n, D, sqrtf((float)D),
-                  m->pos_dec ? DATA(m->pos_dec) : m->pe, T, 0);
-    float p = pdrop(f, m->cfg.dropout);
-    if (p > 0)
-        be->dropout(be, A->xd, A->xd, (size_t)n * D, p, key(m, f, site(ST_DEC, 255, 0)));
+    be->embed_fwd_dropout(be, A->xd, DATA(m->emb_tgt), A->tgt_in, n, D, sqrtf((float)D),
+                          m->pos_dec ? DATA(m->pos_dec) : m->pe, T, 0,
+                          pdrop(f, m->cfg.dropout), key(m, f, site(ST_DEC, 255, 0)));
     const float *x = A->xd;
     float scale = 1.0f / sqrtf((float)m->dk);
     for (int l = 0; l < m->N; l++) {
         struct dec_a *d = &A->dec[l];
         struct dec_p *P = &m->dec[l];
-        const float *u = blk_in(m, &d->a, &P->ln1, x, n);
+        const float *u = blk_in(m, &d->a, &P->ln1, x, n, l > 0);
         self_attn_fwd(m, f, &P->self, u, B, T, NULL, 1, d->qkv, d->o, d->lse, A->tmp,
                       site(ST_DEC, l, 1));
-        blk_out(m, f, &d->a, &P->ln1, x, A->tmp, n, site(ST_DEC, l, 2));
+        blk_out(m, f, &d->a, &P->ln1, x, A->tmp, n, site(ST_DEC, l, 2),
+                next_blk(&d->c, &P->ln2));
         x = d->a.y;
         /* encoder-decoder attention */
-        u = blk_in(m, &d->c, &P->ln2, x, n);
+        u = blk_in(m, &d->c, &P->ln2, x, n, 1);
         linear(m, d->q, D, u, D, n, P->cross.wq, P->cross.bq);
         linear(m, d->kv, 2 * D, enc, D, B * S, P->cross.wkv, P->cross.bkv);
         struct tfm_attn a = {B, m->H, T, S, m->dk, A->src_len, 0, scale,
                              pdrop(f, m->cfg.attn_dropout), key(m, f, site(ST_DEC, l, 3))};
         be->attn_fwd(be, &a, d->q, D, d->kv, 2 * D, ACT(d->kv, D), 2 * D, d->co, D, d->clse);
         linear(m, A->tmp, D, d->co, D, n, P->cross.wo, P->cross.bo);
-        blk_out(m, f, &d->c, &P->ln2, x, A->tmp, n, site(ST_DEC, l, 4));
+        blk_out(m, f, &d->c, &P->ln2, x, A->tmp, n, site(ST_DEC, l, 4),
+                next_blk(&d->f, &P->ln3));
         x = d->c.y;
-        u = blk_in(m, &d->f, &P->ln3, x, n);
+        u = blk_in(m, &d->f, &P->ln3, x, n, 1);
         ffn_fwd(m, f, &P->ffn, u, n, d->h, A->tmp, site(ST_DEC, l, 5));
-        blk_out(m, f, &d->f, &P->ln3, x, A->tmp, n, site(ST_DEC, l, 6));
+        blk_out(m, f, &d->f, &P->ln3, x, A->tmp, n, site(ST_DEC, l, 6),
+                l + 1 < m->N ? next_blk(&A->dec[l + 1].a, &m->dec[l + 1].ln1)
+                             : next_fin(&A->dfin, &m->dfin));
         x = d->f.y;
     }
     if (m->cfg.norm == TFM_NORM_PRE) {
-        be->layernorm_fwd(be, A->dfin.y, A->dfin.mean, A->dfin.rstd, x, DATA(m->dfin.g),
-                          DATA(m->dfin.b), n, D, (float)m->cfg.ln_eps);
+        if (m->N == 0)
+            be->layernorm_fwd(be, A->dfin.y, A->dfin.mean, A->dfin.rstd, x, DATA(m->dfin.g),
+                              DATA(m->dfin.b), n, D, (float)m->cfg.ln_eps);
         x = A->dfin.y;
     }
     return x;
@@ -979,6 +1005,37 @@ static void grads_final(struct tfm_model *m, const struct tfm_param *first)
         be->grads_ready(be->all_reduce_ctx, first ? first->offset : 0);
 }
 
+/* Pre-norm: the backward of a stack's final layer norm fin (input x) from A->g, with the
+ * dropout of the top block's branch (site next, or the embedding's without blocks) into t2
+ * (blk_bwd_begin's dsub); A->g then holds dL/dx. */
+static void pre_top(struct tfm_model *m, const struct fwd *f, struct blk *fin,
+                    const struct ln_p *ln, const float *x, int n, uint64_t next)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    be->layernorm_bwd_dropout(be, A->t1, A->t2, GRAD(ln->g), GRAD(ln->b), A->g, x, fin->mean,
+                              fin->rstd, DATA(ln->g), n, m->D, 0, pdrop(f, m->cfg.dropout),
+                              key(m, f, next));
+    float *t = A->g;
+    A->g = A->t1;
+    A->t1 = t;
+}
+
+/* The gradient of the embedding sum before its dropout (site s), from A->g = the gradient
+ * after it: pre-norm, the last layer-norm backward left it in t2 (blk_bwd_end, pre_top);
+ * post-norm, the dropout's backward runs here, in place. */
+static const float *emb_grad(struct tfm_model *m, const struct fwd *f, int n, uint64_t s)
+{
+    struct tfm_backend *be = m->be;
+    struct acts *A = &m->a;
+    if (m->cfg.norm == TFM_NORM_PRE)
+        return A->t2;
+    float p = pdrop(f, m->cfg.dropout);
+    if (p > 0)
+        be->dropout(be, A->g, A->g, (size_t)n * m->D, p, key(m, f, s));
+    return A->g;
+}
+
 static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *enc)
 {
     struct tfm_backend *be = m->be;
@@ -986,14 +1043,9 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
     int B = f->B, S = f->S, T = f->T, n = B * T, D = m->D;
     float scale = 1.0f / sqrtf((float)m->dk);
     be->zero(be, A->denc, (size_t)B * S * D * be->act_size);
-    if (m->cfg.norm == TFM_NORM_PRE) {
-        const float *x = m->N > 0 ? A->dec[m->N - 1].f.y : A->xd;
-        be->layernorm_bwd(be, A->t1, GRAD(m->dfin.g), GRAD(m->dfin.b), A->g, x, A->dfin.mean,
-                          A->dfin.rstd, DATA(m->dfin.g), n, D, 0);
-        float *t = A->g;
-        A->g = A->t1;
-        A->t1 = t;
-    }
+    if (m->cfg.norm == TFM_NORM_PRE)
+        pre_top(m, f, &A->dfin, &m->dfin, m->N > 0 ? A->dec[m->N - 1].f.y : A->xd, n,
+                m->N > 0 ? site(ST_DEC, m->N - 1, 6) : site(ST_DEC, 255, 0));
     for (int l = m->N - 1; l >= 0; l--) {
         struct dec_a *d = &A->dec[l];
         struct dec_p *P = &m->dec[l];
@@ -1002,7 +1054,7 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
         struct blk_bwd r = blk_bwd_begin(m, f, &d->f, &P->ln3, n, site(ST_DEC, l, 6));
         const float *u = m->cfg.norm == TFM_NORM_PRE ? d->f.r : d->c.y;
         ffn_bwd(m, f, &P->ffn, u, n, d->h, r.dsub, r.du, r.beta);
-        blk_bwd_end(m, &d->f, &P->ln3, d->c.y, n);
+        blk_bwd_end(m, f, &d->f, &P->ln3, d->c.y, n, site(ST_DEC, l, 4));
         /* cross-attention block */
         r = blk_bwd_begin(m, f, &d->c, &P->ln2, n, site(ST_DEC, l, 4));
         u = m->cfg.norm == TFM_NORM_PRE ? d->c.r : d->a.y;
@@ -1013,21 +1065,20 @@ static void dec_backward(struct tfm_model *m, const struct fwd *f, const float *
                      A->dO, D, A->dq, D, A->dkv, 2 * D, ACT(A->dkv, D), 2 * D);
         linear_bwd(m, r.du, r.beta, A->dq, u, n, P->cross.wq, P->cross.bq);
         linear_bwd(m, A->denc, 1.0f, A->dkv, enc, B * S, P->cross.wkv, P->cross.bkv);
-        blk_bwd_end(m, &d->c, &P->ln2, d->a.y, n);
+        blk_bwd_end(m, f, &d->c, &P->ln2, d->a.y, n, site(ST_DEC, l, 2));
         /* self-attention block */
         r = blk_bwd_begin(m, f, &d->a, &P->ln1, n, site(ST_DEC, l, 2));
         u = m->cfg.norm == TFM_NORM_PRE ? d->a.r : x0;
         self_attn_bwd(m, f, &P->self, u, B, T, NULL, 1, d->qkv, d->o, d->lse, r.dsub, r.du,
                       r.beta, site(ST_DEC, l, 1));
-        blk_bwd_end(m, &d->a, &P->ln1, x0, n);
+        blk_bwd_end(m, f, &d->a, &P->ln1, x0, n,
+                    l > 0 ? site(ST_DEC, l - 1, 6) : site(ST_DEC, 255, 0));
         grads_final(m, P->self.wqkv);
     }
     /* A->g = dL/d(embedding sum after dropout) */
-    float p = pdrop(f, m->cfg.dropout);
-    if (p > 0)
-        be->dropout(be, A->g, A->g, (size_t)n * D, p, key(m, f, site(ST_DEC, 255, 0)));
-    be->embed_bwd(be, GRAD(m->emb_tgt), m->pos_dec ? GRAD(m->pos_dec) : NULL, A->g, A->tgt_in,
-                  n, D, m->V, sqrtf((float)D), T, 0);
+    be->embed_bwd(be, GRAD(m->emb_tgt), m->pos_dec ? GRAD(m->pos_dec) : NULL,
+                  emb_grad(m, f, n, site(ST_DEC, 255, 0)), A->tgt_in, n, D, m->V,
+                  sqrtf((float)D), T, 0);
 }
 
 static void enc_backward(struct tfm_model *m, const struct fwd *f)
@@ -1036,14 +1087,9 @@ static void enc_backward(struct tfm_model *m, const struct fwd *f)
     struct acts *A = &m->a;
     int B = f->B, S = f->S, n = B * S, D = m->D;
     be->copy(be, A->g, A->denc, (size_t)n * D * be->act_size);
-    if (m->cfg.norm == TFM_NORM_PRE) {
-        const float *x = m->N > 0 ? A->enc[m->N - 1].f.y : A->xe;
-        be->layernorm_bwd(be, A->t1, GRAD(m->efin.g), GRAD(m->efin.b), A->g, x, A->efin.mean,
-                          A->efin.rstd, DATA(m->efin.g), n, D, 0);
-        float *t = A->g;
-        A->g = A->t1;
-        A->t1 = t;
-    }
+    if (m->cfg.norm == TFM_NORM_PRE)
+        pre_top(m, f, &A->efin, &m->efin, m->N > 0 ? A->enc[m->N - 1].f.y : A->xe, n,
+                m->N > 0 ? site(ST_ENC, m->N - 1, 4) : site(ST_ENC, 255, 0));
     for (int l = m->N - 1; l >= 0; l--) {
         struct enc_a *e = &A->enc[l];
         struct enc_p *P = &m->enc[l];
@@ -1051,19 +1097,18 @@ static void enc_backward(struct tfm_model *m, const struct fwd *f)
         struct blk_bwd r = blk_bwd_begin(m, f, &e->f, &P->ln2, n, site(ST_ENC, l, 4));
         const float *u = m->cfg.norm == TFM_NORM_PRE ? e->f.r : e->a.y;
         ffn_bwd(m, f, &P->ffn, u, n, e->h, r.dsub, r.du, r.beta);
-        blk_bwd_end(m, &e->f, &P->ln2, e->a.y, n);
+        blk_bwd_end(m, f, &e->f, &P->ln2, e->a.y, n, site(ST_ENC, l, 2));
         r = blk_bwd_begin(m, f, &e->a, &P->ln1, n, site(ST_ENC, l, 2));
         u = m->cfg.norm == TFM_NORM_PRE ? e->a.r : x0;
         self_attn_bwd(m, f, &P->self, u, B, S, A->src_len, 0, e->qkv, e->o, e->lse, r.dsub,
                       r.du, r.beta, site(ST_ENC, l, 1));
-        blk_bwd_end(m, &e->a, &P->ln1, x0, n);
+        blk_bwd_end(m, f, &e->a, &P->ln1, x0, n,
+                    l > 0 ? site(ST_ENC, l - 1, 4) : site(ST_ENC, 255, 0));
         grads_final(m, P->self.wqkv);
     }
-    float p = pdrop(f, m->cfg.dropout);
-    if (p > 0)
-        be->dropout(be, A->g, A->g, (size_t)n * D, p, key(m, f, site(ST_ENC, 255, 0)));
-    be->embed_bwd(be, GRAD(m->emb_src), m->pos_enc ? GRAD(m->pos_enc) : NULL, A->g, A->src, n, D,
-                  m->V, sqrtf((float)D), S, 0);
+    be->embed_bwd(be, GRAD(m->emb_src), m->pos_enc ? GRAD(m->pos_enc) : NULL,
+                  emb_grad(m, f, n, site(ST_ENC, 255, 0)), A->src, n, D, m->V, sqrtf((float)D),
+                  S, 0);
     grads_final(m, NULL);
 }
 

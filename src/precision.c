@@ -172,6 +172,43 @@ static void emu_axpy(struct tfm_backend *be, float *y, float alpha, const float 
     round_n(y, n);
 }
 
+/* The fused ops: their sequences, each op rounding what it stores, as backend.h defines
+ * them at bf16. */
+static void emu_bias_act_dropout(struct tfm_backend *be, float *x, const float *b, int N, int M,
+                                 int relu, float p, uint64_t key)
+{
+    emu_bias_act(be, x, b, N, M, relu);
+    if (p > 0)
+        emu_dropout(be, x, x, (size_t)N * M, p, key);
+}
+
+static void emu_embed_fwd_dropout(struct tfm_backend *be, float *out, const float *table,
+                                  const int32_t *ids, int N, int D, float scale,
+                                  const float *pos, int L, int pos0, float p, uint64_t key)
+{
+    emu_embed_fwd(be, out, table, ids, N, D, scale, pos, L, pos0);
+    if (p > 0)
+        emu_dropout(be, out, out, (size_t)N * D, p, key);
+}
+
+static void emu_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean,
+                                      float *rstd, float *r, const float *a, const float *b,
+                                      const float *g, const float *bias, int N, int D,
+                                      float eps, float p, uint64_t key)
+{
+    emu_add_dropout(be, r, a, b, (size_t)N * D, p, key);
+    emu_layernorm_fwd(be, y, mean, rstd, r, g, bias, N, D, eps);
+}
+
+static void emu_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, float *dg,
+                                      float *db, const float *dy, const float *x,
+                                      const float *mean, const float *rstd, const float *g,
+                                      int N, int D, int accumulate, float p, uint64_t key)
+{
+    emu_layernorm_bwd(be, dx, dg, db, dy, x, mean, rstd, g, N, D, accumulate);
+    emu_dropout(be, dxd, dx, (size_t)N * D, p, key);
+}
+
 static void emu_xent(struct tfm_backend *be, float *logits, const int32_t *labels, int N, int V,
                      float eps, int ignore, float *loss, float *nll, float grad_scale)
 {
@@ -208,7 +245,8 @@ static void emu_destroy(struct tfm_backend *be)
 #define EMU_OPS(X)                                                                          \
     X(gemm) X(weights_copy) X(embed_fwd) X(layernorm_fwd) X(layernorm_bwd) X(attn_fwd)      \
     X(attn_bwd) X(attn_decode) X(bias_act) X(relu_bwd) X(dropout) X(add_dropout) X(axpy)    \
-    X(xent) X(log_softmax)
+    X(bias_act_dropout) X(embed_fwd_dropout) X(add_dropout_layernorm)                       \
+    X(layernorm_bwd_dropout) X(xent) X(log_softmax)
 
 int tfm_backend_emulate_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
 {
