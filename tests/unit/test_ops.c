@@ -673,6 +673,114 @@ static void test_adam(void)
 
 /* ---- determinism --------------------------------------------------------------------------- */
 
+/* ---- fused ops: their sequences' bits ---------------------------------------------------- */
+
+static int same_bits(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* x (n) rounded to bf16 when c computes in bf16. */
+static void round_bf16(const struct tfm_backend *c, float *x, size_t n)
+{
+    if (c->precision == TFM_PRECISION_BF16)
+        for (size_t i = 0; i < n; i++)
+            x[i] = tfm_bf16_round(x[i]);
+}
+
+/* Each fused op of backend.h against the sequence of ops it stands for, bit for bit, on c
+ * (its precision, its threads), with dropout p (0: none), on rows of D (the FFN's first
+ * layer: rows of 2D).  Sizes above the CPU's parallel threshold, so that rows are split
+ * between threads. */
+static void fused_case(struct tfm_backend *c, float p)
+{
+    enum { N = 97, D = 300, V = 40, L = 50 };
+    size_t nd = (size_t)N * D, nf = 2 * nd;
+    uint64_t key = tfm_rng_key(7, 3, 11);
+    float *a = malloc(nf * 4), *b = malloc(nf * 4), *g = malloc(2 * D * 4),
+          *bias = malloc(2 * D * 4), *y1 = malloc(nf * 4), *y2 = malloc(nf * 4),
+          *r1 = malloc(nd * 4), *r2 = malloc(nd * 4), *m1 = malloc(N * 4), *m2 = malloc(N * 4),
+          *s1 = malloc(N * 4), *s2 = malloc(N * 4), *table = malloc(V * D * 4),
+          *pos = malloc((L + 2) * D * 4), *dg1 = calloc(D, 4), *dg2 = calloc(D, 4),
+          *db1 = calloc(D, 4), *db2 = calloc(D, 4), *t1 = malloc(nd * 4), *t2 = malloc(nd * 4);
+    int32_t ids[N];
+    fill(a, nf, 1);
+    fill(b, nf, 2);
+    fill(g, 2 * D, 1);
+    fill(bias, 2 * D, 0.5f);
+    fill(table, (size_t)V * D, 1);
+    fill(pos, (size_t)(L + 2) * D, 1);
+    for (int i = 0; i < N; i++)
+        ids[i] = (i * 7) % V;
+    round_bf16(c, a, nf);                      /* inputs as the emulation holds them */
+    round_bf16(c, b, nf);
+    round_bf16(c, g, 2 * D);
+    round_bf16(c, bias, 2 * D);
+    round_bf16(c, table, (size_t)V * D);
+    round_bf16(c, pos, (size_t)(L + 2) * D);
+    /* bias + ReLU (or none) + dropout */
+    for (int relu = 0; relu < 2; relu++) {
+        memcpy(y1, a, nf * 4);
+        memcpy(y2, a, nf * 4);
+        c->bias_act(c, y1, bias, N, 2 * D, relu);
+        if (p > 0)
+            c->dropout(c, y1, y1, nf, p, key);
+        c->bias_act_dropout(c, y2, bias, N, 2 * D, relu, p, key);
+        CHECK(same_bits(y1, y2, nf));
+    }
+    /* embedding + positions (or none) + dropout */
+    for (int with_pos = 0; with_pos < 2; with_pos++) {
+        const float *ps = with_pos ? pos : NULL;
+        c->embed_fwd(c, y1, table, ids, N, D, 17.0f, ps, L, 2);
+        if (p > 0)
+            c->dropout(c, y1, y1, nd, p, key);
+        c->embed_fwd_dropout(c, y2, table, ids, N, D, 17.0f, ps, L, 2, p, key);
+        CHECK(same_bits(y1, y2, nd));
+    }
+    /* residual + dropout + layer norm */
+    c->add_dropout(c, r1, a, b, nd, p, key);
+    c->layernorm_fwd(c, y1, m1, s1, r1, g, bias, N, D, 1e-5f);
+    c->add_dropout_layernorm(c, y2, m2, s2, r2, a, b, g, bias, N, D, 1e-5f, p, key);
+    CHECK(same_bits(r1, r2, nd) && same_bits(y1, y2, nd));
+    CHECK(same_bits(m1, m2, N) && same_bits(s1, s2, N));
+    /* in place on the residual (r = a), as the model's pre-norm does not but may */
+    memcpy(t1, a, nd * 4);
+    c->add_dropout_layernorm(c, y2, m2, s2, t1, t1, b, g, bias, N, D, 1e-5f, p, key);
+    CHECK(same_bits(t1, r1, nd) && same_bits(y1, y2, nd));
+    /* layer-norm backward (overwriting, accumulating) + dropout; dy = b */
+    for (int acc = 0; acc < 2; acc++) {
+        memcpy(t1, a + nd, nd * 4);             /* dx before: accumulated onto */
+        memcpy(t2, a + nd, nd * 4);
+        c->layernorm_bwd(c, t1, dg1, db1, b, r1, m1, s1, g, N, D, acc);
+        c->dropout(c, y1, t1, nd, p, key);
+        c->layernorm_bwd_dropout(c, t2, y2, dg2, db2, b, r1, m1, s1, g, N, D, acc, p, key);
+        CHECK(same_bits(t1, t2, nd) && same_bits(y1, y2, nd));
+        CHECK(same_bits(dg1, dg2, D) && same_bits(db1, db2, D));
+    }
+    /* the dropout is there: a fused op that ignored it would differ */
+    if (p > 0) {
+        c->layernorm_bwd_dropout(c, t2, y2, dg2, db2, b, r1, m1, s1, g, N, D, 0, 0.0f, key);
+        CHECK(!same_bits(y1, y2, nd) && same_bits(t2, y2, nd));
+    }
+    free(a); free(b); free(g); free(bias); free(y1); free(y2); free(r1); free(r2); free(m1);
+    free(m2); free(s1); free(s2); free(table); free(pos); free(dg1); free(dg2); free(db1);
+    free(db2); free(t1); free(t2);
+}
+
+static void test_fused(void)
+{
+    struct tfm_error err;
+    for (int prec = 0; prec < 2; prec++) {
+        enum tfm_precision pr = prec ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
+        for (struct tfm_backend **c = (struct tfm_backend *[]){be, be1, NULL}; *c; c++) {
+            CHECK(tfm_backend_set_precision(*c, pr, &err) == 0);
+            fused_case(*c, 0.1f);
+            fused_case(*c, 0.0f);
+            CHECK(tfm_backend_set_precision(*c, TFM_PRECISION_FP32, &err) == 0);
+        }
+    }
+}
+
 static void test_threads_same_bits(void)
 {
     int N = 300, D = 64;
@@ -729,6 +837,7 @@ int main(void)
           test_out_layer);
     t_run("Adam update by hand", test_adam);
     t_run("reductions give the same bits on 1 and 2 threads", test_threads_same_bits);
+    t_run("fused ops give their sequences' bits (fp32, bf16; 1 and 2 threads)", test_fused);
     be->destroy(be);
     be1->destroy(be1);
     return t_done();
