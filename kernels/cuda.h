@@ -52,7 +52,9 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // Status: the bf16 paths (every bf16 instantiation, gemm_bf16 and gemm_empty at bf16 in
 // backend_cuda.cu, download_act/upload_act at bf16, the rows form's fp32 accumulators)
 // have been compiled but not yet run on a GPU; test_gpu_ops with
-// TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.
+// TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.  So have the fused
+// ops' kernels (cuda_ops.cu: bias_act_dropout, embed_fwd_dropout, add_dropout_layernorm,
+// layernorm_bwd_dropout) at both types: test_gpu_ops's "fused" tests are their first.
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)

@@ -843,6 +843,110 @@ static void test_elementwise(void)
     free(x); free(y); free(b); free(db); free(z); free(r);
 }
 
+/* ---- fused ops ------------------------------------------------------------------------------ */
+
+/* The fused ops (backend.h, "fused") against the CPU's: bias + activation + dropout on
+ * (N,F), embedding (V,D) + positions + dropout on (N,D), residual + dropout + layer norm
+ * and layer-norm backward + dropout on (N,D); with dropout p (0: the copy path).  Bounds:
+ *  - bias_act_dropout, embed_fwd_dropout, add_dropout_layernorm's r: bit for bit (NaN-ness
+ *    for NaN) at both precisions: the CPU's fp32 operations in its order, rounded where the
+ *    sequence stores (the element-wise ops' rule, the header); with Inf and NaN among the
+ *    bias inputs (a dropped Inf is 0, ReLU(NaN) is 0);
+ *  - y, mean, rstd, dx, dg, db: layernorm_case's (TOL, or sum_bound over D along rows and
+ *    over N down columns when big), one bf16 unit more for the activations;
+ *  - dxd = dropout(dx), from the dx each side stored: dx's bound times the same multiplier,
+ *    so the same relative bound, plus at bf16 a second unit (dx's rounding, then dxd's).
+ * Accumulating dx starts from the CPU's dx on both sides (the header). */
+static void fused_case(int N, int D, int F, int V, float p, int big)
+{
+    size_t nd = (size_t)N * D, nf = (size_t)N * F, nt = (size_t)V * D;
+    int L = N < 256 ? N : 256, pos0 = 3;
+    uint64_t key = tfm_rng_key(5, 6, 7);
+    double rows = big ? sum_bound(D) : TOL, cols = big ? sum_bound(N) : TOL;
+    char w[96];
+    printf("#  N %d, D %d, F %d, V %d, p %g\n", N, D, F, V, p);
+    /* bias + ReLU (or none) + dropout */
+    float *x = rnda(nf, 1), *b = rnda(F, 1), *z = malloc(nf * 4);
+    x[3] = INFINITY;
+    x[4] = -INFINITY;
+    x[5] = NAN;
+    float *gx = dact(NULL, nf), *gb = dact(b, F);
+    for (int relu = 0; relu < 2; relu++) {
+        memcpy(z, x, nf * 4);
+        gpu->upload_act(gpu, gx, x, nf);
+        cpu->bias_act_dropout(cpu, z, b, N, F, relu, p, key);
+        gpu->bias_act_dropout(gpu, gx, gb, N, F, relu, p, key);
+        snprintf(w, sizeof w, "bias%s + dropout", relu ? " + ReLU" : "");
+        exact_act(w, gx, z, nf);
+    }
+    GFREE(gx, gb);
+    free(x); free(b); free(z);
+    /* embedding + positions (or none) + dropout */
+    int32_t *ids = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++)
+        ids[i] = irand(V);
+    float *table = rnda(nt, 1), *pos = rnda((size_t)(pos0 + L) * D, 1), *out = malloc(nd * 4);
+    int32_t *gid = dev(ids, (size_t)N * 4);
+    float *gt = dact(table, nt), *gp = dact(pos, (size_t)(pos0 + L) * D), *go = dact(NULL, nd);
+    for (int with_pos = 0; with_pos < 2; with_pos++) {
+        cpu->embed_fwd_dropout(cpu, out, table, ids, N, D, 32.0f, with_pos ? pos : NULL, L,
+                               pos0, p, key);
+        gpu->embed_fwd_dropout(gpu, go, gt, gid, N, D, 32.0f, with_pos ? gp : NULL, L, pos0,
+                               p, key);
+        exact_act(with_pos ? "embedding + positions + dropout" : "embedding + dropout", go,
+                  out, nd);
+    }
+    GFREE(gid, gt, gp, go);
+    free(ids); free(table); free(pos); free(out);
+    /* residual + dropout + layer norm, then its backward */
+    float *a = rnda(nd, 2), *s = rnda(nd, 2), *g = rnda(D, 1), *c = rnda(D, 1),
+          *y = malloc(nd * 4), *r = malloc(nd * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4),
+          *dy = rnda(nd, 1), *dx = rnda(nd, 1), *dxd = malloc(nd * 4), *dg = rnd(D, 1),
+          *db = rnd(D, 1);
+    float *ga = dact(a, nd), *gs = dact(s, nd), *gg = dact(g, D), *gc = dact(c, D),
+          *gy = dact(NULL, nd), *gr = dact(NULL, nd), *gm = dev(NULL, N * 4),
+          *grs = dev(NULL, N * 4), *gdy = dact(dy, nd), *gdx = dact(dx, nd),
+          *gdxd = dact(NULL, nd), *gdg = dev(dg, D * 4), *gdb = dev(db, D * 4);
+    cpu->add_dropout_layernorm(cpu, y, mean, rstd, r, a, s, g, c, N, D, 1e-5f, p, key);
+    gpu->add_dropout_layernorm(gpu, gy, gm, grs, gr, ga, gs, gg, gc, N, D, 1e-5f, p, key);
+    exact_act("residual + dropout", gr, r, nd);
+    near_act("layer norm y", gy, y, nd, rows);
+    near("mean", gm, mean, N, rows);
+    near("rstd", grs, rstd, N, rows);
+    for (int acc = 0; acc < 2; acc++) {
+        if (acc && ulp16 > 0)
+            gpu->upload_act(gpu, gdx, dx, nd);
+        cpu->layernorm_bwd_dropout(cpu, dx, dxd, dg, db, dy, r, mean, rstd, g, N, D, acc, p,
+                                   key);
+        gpu->layernorm_bwd_dropout(gpu, gdx, gdxd, gdg, gdb, gdy, gr, gm, grs, gg, N, D, acc,
+                                   p, key);
+        snprintf(w, sizeof w, "dx (accumulate %d)", acc);
+        near_act(w, gdx, dx, nd, rows);
+        snprintf(w, sizeof w, "dropout(dx) (accumulate %d)", acc);
+        near_act(w, gdxd, dxd, nd, rows + ulp16);
+        snprintf(w, sizeof w, "dg (accumulate %d)", acc);
+        near(w, gdg, dg, D, cols);
+        snprintf(w, sizeof w, "db (accumulate %d)", acc);
+        near(w, gdb, db, D, cols);
+    }
+    /* the same bits twice (row sums in a fixed tree) */
+    float *y1 = hact(gy, nd);
+    gpu->add_dropout_layernorm(gpu, gy, gm, grs, gr, ga, gs, gg, gc, N, D, 1e-5f, p, key);
+    exact_act("layer norm y, again", gy, y1, nd);
+    free(y1);
+    GFREE(ga, gs, gg, gc, gy, gr, gm, grs, gdy, gdx, gdxd, gdg, gdb);
+    free(a); free(s); free(g); free(c); free(y); free(r); free(mean); free(rstd); free(dy);
+    free(dx); free(dxd); free(dg); free(db);
+}
+
+static void test_fused(void)
+{
+    NEED_GPU();
+    fused_case(77, 200, 300, 13, 0.1f, 0);
+    fused_case(77, 200, 300, 13, 0.0f, 0);
+    fused_case(5, 1000, 257, 9, 0.3f, 0);                 /* D > 256: several per thread */
+}
+
 /* ---- output layer and optimizer ------------------------------------------------------------ */
 
 /* Cross-entropy and log-softmax of N rows of V logits in [-8, 8]; every 9th (small) or
@@ -1216,6 +1320,16 @@ static void test_big_elementwise(void)
     free(x); free(y); free(b); free(db); free(z);
 }
 
+/* The fused ops at the big model's shapes: the FFN's (10240, 4096), embeddings of 37000 x
+ * 1024, residual and layer norm on (10240, 1024) and on (999, 4097) (D off every multiple
+ * of 32); the bounds of fused_case with sum_bound. */
+static void test_big_fused(void)
+{
+    NEED_BIG();
+    fused_case(BN, BD, BF, BV, 0.1f, 1);
+    fused_case(999, BF + 1, 300, 100, 0.1f, 1);
+}
+
 /* 2048 rows of the 37000 logits (the rows only set the size of the grid). */
 static void test_big_xent(void)
 {
@@ -1443,6 +1557,8 @@ int main(void)
     run("cuda: attention forward and backward against the CPU, every kernel form", test_attention);
     run("cuda: incremental attention against the CPU", test_attn_decode);
     run("cuda: bias, ReLU, dropout, axpy, scale, gather against the CPU", test_elementwise);
+    run("cuda: fused bias/embedding/residual + dropout, layer norm + dropout against the CPU",
+        test_fused);
     run("cuda: cross-entropy and log-softmax against the CPU", test_xent);
     run("cuda: sumsq and Adam against the CPU", test_optimizer);
     run("cuda: reductions, attention and products give the same bits twice", test_determinism);
@@ -1454,6 +1570,7 @@ int main(void)
     run("cuda big: attention at dk 64, 128, 256, 320 over 40 x 256 tokens, and decoding",
         test_big_attention);
     run("cuda big: bias, ReLU, dropout on 10240 x 4096", test_big_elementwise);
+    run("cuda big: fused ops on 10240 x 4096, 10240 x 1024 and 999 x 4097", test_big_fused);
     run("cuda big: cross-entropy and log-softmax over 37000 classes", test_big_xent);
     run("cuda big: sumsq and Adam on 50 million elements", test_big_optimizer);
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
