@@ -16,7 +16,7 @@ setup() {
     echo "$output"
     assert_success
     assert_line --regexp '^ok 4 - cuda: gemm against the CPU$'
-    assert_line --regexp '^ok 13 - cuda: a model.s training batch, Adam step and decoding against the CPU$'
+    assert_line --regexp '^ok 14 - cuda: a model.s training batch, Adam step and decoding against the CPU$'
     refute_line --partial 'not ok'
 }
 
@@ -25,12 +25,12 @@ setup() {
     echo "$output"
     assert_success
     refute_line --partial 'not ok'
-    # tests 3 to 12 are the op tests: none skipped
-    for n in 3 4 5 6 7 8 9 10 11 12; do
+    # tests 3 to 13 are the op tests: none skipped
+    for n in 3 4 5 6 7 8 9 10 11 12 13; do
         assert_line --regexp "^ok $n - cuda: "
         refute_line --regexp "^ok $n - .*# SKIP"
     done
-    assert_line --regexp '^ok 13 - .* # SKIP TFM_GPU_OPS_PRECISION=bf16: op tests only$'
+    assert_line --regexp '^ok 14 - .* # SKIP TFM_GPU_OPS_PRECISION=bf16: op tests only$'
 }
 
 @test "test_gpu_ops: a precision other than fp32 or bf16 is a usage error" {
