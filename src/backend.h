@@ -440,4 +440,10 @@ struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
  * when it is made: in fp32 words, as the CPU does).  NULL with err. */
 struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err);
 
+/* How many times the host has read the sim backend be's memory so far: downloads,
+ * download_act, and ops whose result comes back to the host (sumsq), each a point where a
+ * GPU's host would wait for its queue; -1 for another backend.  For tests that count the
+ * synchronizations of a training step. */
+long tfm_backend_sim_reads(const struct tfm_backend *be);
+
 #endif
