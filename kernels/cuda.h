@@ -6,6 +6,8 @@
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
 //   cuda_attn.cu     attention: forward, backward, incremental decoding
+//   cuda_step.cu     the step's statistics on the device: loss sums, gradient norm and
+//                    clipping, Adam with its scale read there
 //   nccl.cu          the GPU ranks' gradient sums (NCCL)
 //
 // Every op has the signature and the semantics of its slot in struct tfm_backend
@@ -126,8 +128,8 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
 }
 
 // ---- the ops: cuda_<name> for each X of TFM_BACKEND_OPS (src/backend.h), with its
-// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, the rest in
-// cuda_ops.cu.
+// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, loss_sum,
+// grad_clip and adam_scaled in cuda_step.cu, the rest in cuda_ops.cu.
 #define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
 TFM_BACKEND_OPS(TFM_CUDA_DECL)
 #undef TFM_CUDA_DECL

@@ -135,6 +135,17 @@ struct tfm_attn {
     uint64_t key;           /* dropout key */
 };
 
+/* ---- the statistics of an optimizer step ---------------------------------------------
+ * Device memory (doubles), written by the ops loss_sum, grad_clip and adam_scaled below, so
+ * that a training step needs no read of the device until its end: the optimizer reads the
+ * struct once a step (optim.h, tfm_optim_step), and the trainer logs what it read. */
+struct tfm_step_stats {
+    double loss, nll;       /* loss_sum: the step's batches' summed loss and nll */
+    double grad_norm;       /* grad_clip: L2 norm of gscale * the gradient, before clipping */
+    double clip;            /* grad_clip: the factor clipping applies (1: not clipped) */
+    double scale;           /* grad_clip: gscale * clip, what adam_scaled multiplies by */
+};
+
 /* ---- the ops, listed once ------------------------------------------------------------- */
 
 /* Every compute op as X(ret, name, params, args, devs): its return type, its slot name,
@@ -262,7 +273,8 @@ struct tfm_attn {
     X(void, log_softmax, (struct tfm_backend *be, float *y, const float *x, int N, int V),   \
       (be, y, x, N, V), (y, x))                                                              \
     /* -- optimizer --                                                                       \
-     * Sum of squares of x (n), accumulated in double in a fixed order; returned to host. */ \
+     * Sum of squares of x (n), accumulated in double in a fixed order; returned to host    \
+     * (a read of the device: a training step uses grad_clip, which keeps it there). */     \
     X(double, sumsq, (struct tfm_backend *be, const float *x, size_t n), (be, x, n), (x))    \
     /* Adam with bias correction, for every i < n, with g = gscale * grad[i]:                \
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;                                        \
@@ -272,7 +284,30 @@ struct tfm_attn {
     X(void, adam,                                                                            \
       (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,          \
        float lr, float b1, float b2, float eps, float gscale, int64_t step),                 \
-      (be, p, grad, m, v, n, lr, b1, b2, eps, gscale, step), (p, grad, m, v))
+      (be, p, grad, m, v, n, lr, b1, b2, eps, gscale, step), (p, grad, m, v))            \
+    /* -- the step's statistics on the device (struct tfm_step_stats) --                     \
+     * A batch's losses: st->loss += sum of loss[i], st->nll += sum of nll[i] (i < n), each  \
+     * sum formed in double from 0 in a fixed order (the CPU: i = 0, 1, ...), then added.    \
+     * loss, nll (n) device, xent's. */                                                      \
+    X(void, loss_sum,                                                                        \
+      (struct tfm_backend *be, struct tfm_step_stats *st, const float *loss,                 \
+       const float *nll, int n),                                                             \
+      (be, st, loss, nll, n), (st, loss, nll))                                               \
+    /* Norm and clipping of the gradient g (n): st->grad_norm = sqrt(sumsq(g, n)) * gscale   \
+     * (sumsq's sum, its order and bits); st->clip = clip_norm / grad_norm when clip_norm >  \
+     * 0 and grad_norm > clip_norm, else 1; st->scale = gscale * clip.  All in double;       \
+     * loss and nll are left as they are. */                                                 \
+    X(void, grad_clip,                                                                       \
+      (struct tfm_backend *be, struct tfm_step_stats *st, const float *g, size_t n,          \
+       double gscale, double clip_norm),                                                     \
+      (be, st, g, n, gscale, clip_norm), (st, g))                                            \
+    /* adam with gscale = (float)st->scale, read on the device; when st->grad_norm is not    \
+     * finite, nothing at all (parameters, moments and gradient stay as they are). */        \
+    X(void, adam_scaled,                                                                     \
+      (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,          \
+       float lr, float b1, float b2, float eps, const struct tfm_step_stats *st,             \
+       int64_t step),                                                                        \
+      (be, p, grad, m, v, n, lr, b1, b2, eps, st, step), (p, grad, m, v, st))
 
 /* ---- the table ------------------------------------------------------------------------- */
 
@@ -386,7 +421,9 @@ struct tfm_backend {
  *   gemm_grad's C; weights_copy's src (the master weights); embed_bwd's dtable and dpos;
  *   layernorm_fwd's mean and rstd; layernorm_bwd's dg, db, mean and rstd; the attention
  *   lse (attn_fwd, attn_bwd); bias_bwd's db; xent's loss and nll; sumsq's x; every
- *   pointer of adam; out_pack's `packed` (the backend's own layout).
+ *   pointer of adam and of adam_scaled; loss_sum's loss and nll; grad_clip's g; the step's
+ *   statistics (struct tfm_step_stats, doubles); out_pack's `packed` (the backend's own
+ *   layout).
  * Everything else (gemm's A, B, C; gemm_grad's A and B; weights_copy's dst; embed_fwd's
  * out, table and pos; layer-norm x, y, g, b, dx, dy; attention q, k, v, o, dout, dq, dk,
  * dv; bias_act; bias_bwd's dy; relu_bwd; dropout; add_dropout; axpy; gather; xent's
@@ -399,7 +436,8 @@ struct tfm_backend {
  * to bf16 (8 significant bits, round to nearest even) where it is stored, the products
  * taking bf16 inputs with fp32 accumulation; statistics (layer-norm mean and rstd, the
  * attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
- * and db, bias_bwd), sumsq and Adam stay fp32, and the weights the ops read are the bf16
+ * and db, bias_bwd), sumsq, Adam and the step's statistics stay fp32 (doubles for the
+ * statistics), and the weights the ops read are the bf16
  * compute copy (weights_copy) of the fp32 master weights.  The CPU backend emulates it
  * exactly (bf16 values kept in fp32 words), to test the mixed-precision logic anywhere;
  * the sim backend stores the same values in 2 bytes, to test that host code sizes and

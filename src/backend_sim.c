@@ -591,7 +591,8 @@ static void pk_out_logits(struct tfm_backend *be, float *y, const float *x, int 
     PK_END();
 }
 
-/* The ops with activations (sumsq and adam have none: the checking wrappers above). */
+/* The ops with activations (sumsq, adam and the step's statistics, loss_sum, grad_clip
+ * and adam_scaled, have none: the checking wrappers above). */
 #define PK_OPS(X)                                                                           \
     X(gemm) X(gemm_grad) X(weights_copy) X(embed_fwd) X(embed_bwd) X(layernorm_fwd)         \
     X(layernorm_bwd) X(attn_fwd) X(attn_bwd) X(attn_decode) X(bias_act) X(bias_bwd)         \
