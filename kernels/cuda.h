@@ -54,7 +54,9 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // Status: the bf16 paths (every bf16 instantiation, gemm_bf16 and gemm_empty at bf16 in
 // backend_cuda.cu, download_act/upload_act at bf16, the rows form's fp32 accumulators)
 // have been compiled but not yet run on a GPU; test_gpu_ops with
-// TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.
+// TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.  So have the step's
+// statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and the workspace
+// sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's growth).
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)
@@ -105,6 +107,11 @@ void tfm_cuda_nccl_free(struct tfm_nccl *c);
 // sizes seen in the first training step are the only allocations.  A failed allocation
 // is fatal (ops do not fail, backend.h): the message names the size.
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
+// What the ops of a training step ask of it at most (reserve_step, backend_cuda.cu):
+// cuda_ops.cu's (embeddings, layer norm, biases) and cuda_attn.cu's; the step's statistics
+// (cuda_step.cu) need 8 KiB, below either.
+size_t tfm_cuda_ops_step_work(int64_t rows, int width, int D, int V);
+size_t tfm_cuda_attn_step_work(struct tfm_backend *be, int64_t rows, int H, int dk);
 
 // A CUDA or cuBLAS call that fails inside an op is a lost device or a bug (ops do not
 // fail, backend.h): print the op (the function it failed in), the call, the error's name

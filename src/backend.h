@@ -369,6 +369,13 @@ struct tfm_backend {
     /* Prepare workspace for attention calls with up to max_tq queries and max_tk keys per
      * sentence (called once, by tfm_model_create and tfm_decoder_create; grows only). */
     int (*reserve)(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err);
+    /* Optional (NULL: nothing to prepare).  Size, once, the workspace that the ops of a
+     * training step use, for batches of up to `rows` tokens a side of a model of width D,
+     * d_ff F, H heads and V classes, so that no step allocates (CUDA's workspace would
+     * otherwise grow, waiting for the device, at the first batch of each new largest
+     * shape).  Called by tfm_model_create; -1 with err when the memory is not there. */
+    int (*reserve_step)(struct tfm_backend *be, int64_t rows, int D, int F, int H, int V,
+                        struct tfm_error *err);
 
     /* -- compute: TFM_BACKEND_OPS -------------------------------------------------------- */
     TFM_BACKEND_OPS(TFM_BACKEND_SLOT)

@@ -523,6 +523,10 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         goto fail_mem;
     if (be->reserve(be, m->L, m->L, err) < 0)
         goto fail_mem;
+    /* a training step's workspace, once: no step allocates (backend.h) */
+    if (!inference && be->reserve_step &&
+        be->reserve_step(be, max_tokens, m->D, m->F, m->H, m->V, err) < 0)
+        goto fail_mem;
     /* Host-side init, uploaded once. */
     size_t hostn = (size_t)m->count;
     if (cfg->pos == TFM_POS_SINUSOID && (size_t)m->L * m->D > hostn)

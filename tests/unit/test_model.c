@@ -656,6 +656,51 @@ done:
     sim->destroy(sim);
 }
 
+/* A training model sizes its step's workspace once, at creation, for its token budget and
+ * shapes (backend.h, reserve_step), and fails when that fails; an inference model does
+ * not ask. */
+static int rs_calls, rs_D, rs_F, rs_H, rs_V;
+static int64_t rs_rows;
+static int record_reserve_step(struct tfm_backend *b, int64_t rows, int D, int F, int H, int V,
+                               struct tfm_error *err)
+{
+    (void)b;
+    (void)err;
+    rs_calls++;
+    rs_rows = rows;
+    rs_D = D;
+    rs_F = F;
+    rs_H = H;
+    rs_V = V;
+    return 0;
+}
+static int refuse_reserve_step(struct tfm_backend *b, int64_t rows, int D, int F, int H, int V,
+                               struct tfm_error *err)
+{
+    (void)b, (void)rows, (void)D, (void)F, (void)H, (void)V;
+    return tfm_fail(err, "no room");
+}
+
+static void test_reserve_step(void)
+{
+    struct tfm_error err;
+    struct tfm_backend b = *be;         /* the CPU's table with a reserve_step */
+    b.reserve_step = record_reserve_step;
+    struct tfm_config c;
+    tiny(&c, 0, 1, 0);
+    struct tfm_model *m = tfm_model_create(&c, &b, 100, &err);
+    CHECK(m != NULL);
+    CHECK(rs_calls == 1 && rs_rows == 100 && rs_D == c.d_model && rs_F == c.d_ff &&
+          rs_H == c.heads && rs_V == c.vocab);
+    tfm_model_free(m);
+    m = tfm_model_create_inference(&c, &b, 100, &err);
+    CHECK(m != NULL && rs_calls == 1);
+    tfm_model_free(m);
+    b.reserve_step = refuse_reserve_step;
+    CHECK(tfm_model_create(&c, &b, 100, &err) == NULL);
+    CHECK(strstr(err.msg, "no room") != NULL);
+}
+
 int main(void)
 {
     struct tfm_error err;
@@ -681,6 +726,7 @@ int main(void)
     t_run("attention weights: distributions, causal, shifted, recomputed", test_attention);
     t_run("Adam with clipping lowers the loss", test_optim);
     t_run("losses on the device until the optimizer step reads them once", test_train_dev);
+    t_run("a training model reserves its step's workspace at creation", test_reserve_step);
     be->destroy(be);
     return t_done();
 }
