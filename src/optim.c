@@ -38,6 +38,11 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
     be->adam_scaled(be, tfm_model_block(m, TFM_PARAMS), g, tfm_model_block(m, TFM_ADAM_M),
                     tfm_model_block(m, TFM_ADAM_V), n, (float)lr, (float)cfg->adam_beta1,
                     (float)cfg->adam_beta2, (float)cfg->adam_eps, dst, step);
+    /* the gradients are zero now, unless the update was skipped (adam_scaled clears them
+     * as it reads them); the ops read the new weights through their compute copy (bf16:
+     * made once per update; the same copy again after a skipped one), queued before the
+     * read so that the read waits for it too */
+    tfm_model_sync_weights(m);
     /* The step's one read of the device: its statistics, the batches' losses with them.
      * Then they start again from zero for the next step. */
     be->download(be, &h, dst, sizeof h);
@@ -53,8 +58,5 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
     if (!isfinite(h.grad_norm))
         return tfm_fail(err, "optimizer step %lld: gradient norm is %g (diverged); "
                         "parameters not updated", (long long)step, h.grad_norm);
-    /* the gradients are zero now (the adam op clears them as it reads them); the ops
-     * read the new weights through their compute copy (bf16: made once per update) */
-    tfm_model_sync_weights(m);
     return 0;
 }
