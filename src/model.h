@@ -164,9 +164,9 @@ struct tfm_loss {
 /* A batch of B sentence pairs: src (B,S), tgt (B,T) host int32, padded with 0 after
  * each sentence; every id in [0, vocab).  Forward and backward: adds the gradient of the
  * summed loss to the gradients and its loss and nll to the step's statistics
- * (tfm_model_step_stats), fills out (reading the loss from the device).  rng_step keys the dropout masks (with
- * cfg->seed): give each forward pass of a run its own value (e.g. the micro-batch
- * counter across ranks), the same value to reproduce it.  Fails (nothing computed) when
+ * (tfm_model_step_stats), fills out (reading the loss from the device).  rng_step keys
+ * the dropout masks (with cfg->seed): give each forward pass of a run its own value (e.g.
+ * the micro-batch counter across ranks), the same value to reproduce it.  Fails (nothing computed) when
  * the batch exceeds the arena ("batch of B x S ... exceeds the token budget M") or
  * S, T > max_len, or ids are out of range. */
 int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
