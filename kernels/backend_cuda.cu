@@ -171,6 +171,32 @@ static void cu_zero(struct tfm_backend *be, void *dst, size_t bytes)
 
 static void cu_sync(struct tfm_backend *be) { CUDA_CHECK(cudaStreamSynchronize(STREAM(be))); }
 
+// The workspace for a training step's ops, allocated once now (at model creation) rather
+// than grown inside the steps; as tfm_cuda_work, but a failure is the caller's error.
+// The widest bias is the FFN's (F) or the attention's q, k, v (3D).
+static int cu_reserve_step(struct tfm_backend *be, int64_t rows, int D, int F, int H, int V,
+                           struct tfm_error *err)
+{
+    tfm_cuda *c = CU(be);
+    size_t a = tfm_cuda_ops_step_work(rows, F > 3 * D ? F : 3 * D, D, V);
+    size_t b = tfm_cuda_attn_step_work(be, rows, H, H > 0 ? D / H : D);
+    size_t want = (a > b ? a : b) + 8192;
+    if (want <= c->work_bytes)
+        return 0;
+    if (c->work)
+        CUDA_CHECK(cudaFree(c->work));
+    c->work = NULL;
+    c->work_bytes = 0;
+    cudaError_t e = cudaMalloc(&c->work, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return tfm_fail(err, "GPU %d: cannot allocate a workspace of %.1f MiB: %s", c->device,
+                        want / 1048576.0, cudaGetErrorString(e));
+    }
+    c->work_bytes = want;
+    return 0;
+}
+
 static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err)
 {
     (void)err;
@@ -452,6 +478,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     be->sync = cu_sync;
     be->bind = cu_bind;
     be->reserve = cu_reserve;
+    be->reserve_step = cu_reserve_step;
 #define CUDA_OP(ret, name, params, args, devs) be->name = cuda_##name;
     TFM_BACKEND_OPS(CUDA_OP)
 #undef CUDA_OP

@@ -6,6 +6,8 @@
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
 //   cuda_attn.cu     attention: forward, backward, incremental decoding
+//   cuda_step.cu     the step's statistics on the device: loss sums, gradient norm and
+//                    clipping, Adam with its scale read there
 //   nccl.cu          the GPU ranks' gradient sums (NCCL)
 //
 // Every op has the signature and the semantics of its slot in struct tfm_backend
@@ -55,6 +57,9 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.  So have the fused
 // ops' kernels (cuda_ops.cu: bias_act_dropout, embed_fwd_dropout, add_dropout_layernorm,
 // layernorm_bwd_dropout) at both types: test_gpu_ops's "fused" tests are their first.
+// So have the step's statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and
+// the workspace sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
+// growth).
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)
@@ -105,6 +110,11 @@ void tfm_cuda_nccl_free(struct tfm_nccl *c);
 // sizes seen in the first training step are the only allocations.  A failed allocation
 // is fatal (ops do not fail, backend.h): the message names the size.
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
+// What the ops of a training step ask of it at most (reserve_step, backend_cuda.cu):
+// cuda_ops.cu's (embeddings, layer norm, biases) and cuda_attn.cu's; the step's statistics
+// (cuda_step.cu) need 8 KiB, below either.
+size_t tfm_cuda_ops_step_work(int64_t rows, int width, int D, int V);
+size_t tfm_cuda_attn_step_work(struct tfm_backend *be, int64_t rows, int H, int dk);
 
 // A CUDA or cuBLAS call that fails inside an op is a lost device or a bug (ops do not
 // fail, backend.h): print the op (the function it failed in), the call, the error's name
@@ -128,8 +138,8 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
 }
 
 // ---- the ops: cuda_<name> for each X of TFM_BACKEND_OPS (src/backend.h), with its
-// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, the rest in
-// cuda_ops.cu.
+// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, loss_sum,
+// grad_clip and adam_scaled in cuda_step.cu, the rest in cuda_ops.cu.
 #define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
 TFM_BACKEND_OPS(TFM_CUDA_DECL)
 #undef TFM_CUDA_DECL

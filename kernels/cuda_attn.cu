@@ -945,3 +945,21 @@ void cuda_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
                                    act_ptr<T>(v), ld, bstride, blk, slot, sstride, len,
                                    act_ptr<T>(o), ldo););
 }
+
+// ---- the workspace of a training step (backend_cuda.cu: reserve_step) -------------------
+
+// The most workspace attn_fwd and attn_bwd ask for when B * Tq and B * Tk are at most
+// `rows`, with H heads of dk: the backward's D (B,H,Tq) and, at bf16 past the tiled
+// kernels' dk, the rows form's fp32 accumulators (one forward, three backward).
+size_t tfm_cuda_attn_step_work(struct tfm_backend *be, int64_t rows, int H, int dk)
+{
+    if (rows <= 0 || H <= 0 || dk <= 0)
+        return 0;
+    size_t hr = (size_t)rows * (size_t)H;
+    size_t dbytes = (sizeof(float) * (hr + 1) + 255) / 256 * 256;
+    size_t acc = 0;
+    if (!lane_cols(dk) && tfm_cuda_bf16(be))
+        acc = (hr * (size_t)dk * sizeof(float) + 255) / 256 * 256;
+    size_t bwd = dbytes + 3 * acc;
+    return bwd > acc ? bwd : acc;
+}

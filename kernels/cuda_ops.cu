@@ -931,3 +931,25 @@ void cuda_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v
         p, grad, m, v, n, lr, b1, b2, eps, gscale, (float)(1.0 / c1), (float)(1.0 / c2));
     LAUNCH_CHECK();
 }
+
+// ---- the workspace of a training step (backend_cuda.cu: reserve_step) -------------------
+
+// The most workspace embed_bwd, layernorm_bwd and bias_bwd ask for over up to `rows` rows,
+// biases up to `width` wide, layer norms of D and V classes (each need grows with the
+// rows): the column sums' partials, and the ids' sort with CUB's temporary storage.
+size_t tfm_cuda_ops_step_work(int64_t rows, int width, int D, int V)
+{
+    if (rows <= 0)
+        return 0;
+    int N = rows < INT32_MAX ? (int)rows : INT32_MAX;
+    col_plan pl = plan_columns(N);
+    size_t bias = (size_t)pl.chunks * (size_t)(width > 0 ? width : 0) * sizeof(float);
+    size_t ln = 2 * (size_t)pl.chunks * (size_t)(D > 0 ? D : 0) * sizeof(float);
+    size_t temp = 0;
+    CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp, (const uint32_t *)nullptr,
+                                               (uint32_t *)nullptr, (const int32_t *)nullptr,
+                                               (int32_t *)nullptr, N, 0, id_bits(V), 0));
+    size_t embed = 3 * align256((size_t)N * sizeof(int32_t)) + temp;
+    size_t need = bias > ln ? bias : ln;
+    return need > embed ? need : embed;
+}

@@ -135,6 +135,17 @@ struct tfm_attn {
     uint64_t key;           /* dropout key */
 };
 
+/* ---- the statistics of an optimizer step ---------------------------------------------
+ * Device memory (doubles), written by the ops loss_sum, grad_clip and adam_scaled below, so
+ * that a training step needs no read of the device until its end: the optimizer reads the
+ * struct once a step (optim.h, tfm_optim_step), and the trainer logs what it read. */
+struct tfm_step_stats {
+    double loss, nll;       /* loss_sum: the step's batches' summed loss and nll */
+    double grad_norm;       /* grad_clip: L2 norm of gscale * the gradient, before clipping */
+    double clip;            /* grad_clip: the factor clipping applies (1: not clipped) */
+    double scale;           /* grad_clip: gscale * clip, what adam_scaled multiplies by */
+};
+
 /* ---- the ops, listed once ------------------------------------------------------------- */
 
 /* Every compute op as X(ret, name, params, args, devs): its return type, its slot name,
@@ -297,7 +308,8 @@ struct tfm_attn {
     X(void, log_softmax, (struct tfm_backend *be, float *y, const float *x, int N, int V),   \
       (be, y, x, N, V), (y, x))                                                              \
     /* -- optimizer --                                                                       \
-     * Sum of squares of x (n), accumulated in double in a fixed order; returned to host. */ \
+     * Sum of squares of x (n), accumulated in double in a fixed order; returned to host    \
+     * (a read of the device: a training step uses grad_clip, which keeps it there). */     \
     X(double, sumsq, (struct tfm_backend *be, const float *x, size_t n), (be, x, n), (x))    \
     /* Adam with bias correction, for every i < n, with g = gscale * grad[i]:                \
      *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;                                        \
@@ -307,7 +319,30 @@ struct tfm_attn {
     X(void, adam,                                                                            \
       (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,          \
        float lr, float b1, float b2, float eps, float gscale, int64_t step),                 \
-      (be, p, grad, m, v, n, lr, b1, b2, eps, gscale, step), (p, grad, m, v))
+      (be, p, grad, m, v, n, lr, b1, b2, eps, gscale, step), (p, grad, m, v))            \
+    /* -- the step's statistics on the device (struct tfm_step_stats) --                     \
+     * A batch's losses: st->loss += sum of loss[i], st->nll += sum of nll[i] (i < n), each  \
+     * sum formed in double from 0 in a fixed order (the CPU: i = 0, 1, ...), then added.    \
+     * loss, nll (n) device, xent's. */                                                      \
+    X(void, loss_sum,                                                                        \
+      (struct tfm_backend *be, struct tfm_step_stats *st, const float *loss,                 \
+       const float *nll, int n),                                                             \
+      (be, st, loss, nll, n), (st, loss, nll))                                               \
+    /* Norm and clipping of the gradient g (n): st->grad_norm = sqrt(sumsq(g, n)) * gscale   \
+     * (sumsq's sum, its order and bits); st->clip = clip_norm / grad_norm when clip_norm >  \
+     * 0 and grad_norm > clip_norm, else 1; st->scale = gscale * clip.  All in double;       \
+     * loss and nll are left as they are. */                                                 \
+    X(void, grad_clip,                                                                       \
+      (struct tfm_backend *be, struct tfm_step_stats *st, const float *g, size_t n,          \
+       double gscale, double clip_norm),                                                     \
+      (be, st, g, n, gscale, clip_norm), (st, g))                                            \
+    /* adam with gscale = (float)st->scale, read on the device; when st->grad_norm is not    \
+     * finite, nothing at all (parameters, moments and gradient stay as they are). */        \
+    X(void, adam_scaled,                                                                     \
+      (struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,          \
+       float lr, float b1, float b2, float eps, const struct tfm_step_stats *st,             \
+       int64_t step),                                                                        \
+      (be, p, grad, m, v, n, lr, b1, b2, eps, st, step), (p, grad, m, v, st))
 
 /* ---- the table ------------------------------------------------------------------------- */
 
@@ -369,6 +404,13 @@ struct tfm_backend {
     /* Prepare workspace for attention calls with up to max_tq queries and max_tk keys per
      * sentence (called once, by tfm_model_create and tfm_decoder_create; grows only). */
     int (*reserve)(struct tfm_backend *be, int max_tq, int max_tk, struct tfm_error *err);
+    /* Optional (NULL: nothing to prepare).  Size, once, the workspace that the ops of a
+     * training step use, for batches of up to `rows` tokens a side of a model of width D,
+     * d_ff F, H heads and V classes, so that no step allocates (CUDA's workspace would
+     * otherwise grow, waiting for the device, at the first batch of each new largest
+     * shape).  Called by tfm_model_create; -1 with err when the memory is not there. */
+    int (*reserve_step)(struct tfm_backend *be, int64_t rows, int D, int F, int H, int V,
+                        struct tfm_error *err);
 
     /* -- compute: TFM_BACKEND_OPS -------------------------------------------------------- */
     TFM_BACKEND_OPS(TFM_BACKEND_SLOT)
@@ -422,7 +464,9 @@ struct tfm_backend {
  *   layernorm_fwd's and add_dropout_layernorm's mean and rstd; layernorm_bwd's and
  *   layernorm_bwd_dropout's dg, db, mean and rstd; the attention
  *   lse (attn_fwd, attn_bwd); bias_bwd's db; xent's loss and nll; sumsq's x; every
- *   pointer of adam; out_pack's `packed` (the backend's own layout).
+ *   pointer of adam and of adam_scaled; loss_sum's loss and nll; grad_clip's g; the step's
+ *   statistics (struct tfm_step_stats, doubles); out_pack's `packed` (the backend's own
+ *   layout).
  * Everything else (gemm's A, B, C; gemm_grad's A and B; weights_copy's dst; embed_fwd's
  * out, table and pos; layer-norm x, y, g, b, dx, dy; attention q, k, v, o, dout, dq, dk,
  * dv; bias_act; bias_bwd's dy; relu_bwd; dropout; add_dropout; axpy; gather; the fused
@@ -435,7 +479,8 @@ struct tfm_backend {
  * to bf16 (8 significant bits, round to nearest even) where it is stored, the products
  * taking bf16 inputs with fp32 accumulation; statistics (layer-norm mean and rstd, the
  * attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
- * and db, bias_bwd), sumsq and Adam stay fp32, and the weights the ops read are the bf16
+ * and db, bias_bwd), sumsq, Adam and the step's statistics stay fp32 (doubles for the
+ * statistics), and the weights the ops read are the bf16
  * compute copy (weights_copy) of the fp32 master weights.  The CPU backend emulates it
  * exactly (bf16 values kept in fp32 words), to test the mixed-precision logic anywhere;
  * the sim backend stores the same values in 2 bytes, to test that host code sizes and
@@ -475,5 +520,11 @@ struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
  * activations in 2 bytes (act_size 2), as a GPU does (TFM_SIM_PACKED=0 in the environment
  * when it is made: in fp32 words, as the CPU does).  NULL with err. */
 struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err);
+
+/* How many times the host has read the sim backend be's memory so far: downloads,
+ * download_act, and ops whose result comes back to the host (sumsq), each a point where a
+ * GPU's host would wait for its queue; -1 for another backend.  For tests that count the
+ * synchronizations of a training step. */
+long tfm_backend_sim_reads(const struct tfm_backend *be);
 
 #endif

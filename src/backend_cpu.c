@@ -1491,6 +1491,44 @@ static void cpu_adam(struct tfm_backend *be, float *p, float *grad, float *m, fl
     par_range(be, (int64_t)n, adam_elems, &j);
 }
 
+/* ---- the step's statistics (struct tfm_step_stats) ------------------------------------------
+ * Host memory here, so these are what the host computed before there were device ops for
+ * them, operation for operation: the same bits. */
+
+static void cpu_loss_sum(struct tfm_backend *be, struct tfm_step_stats *st, const float *loss,
+                         const float *nll, int n)
+{
+    (void)be;
+    double l = 0, q = 0;
+    for (int i = 0; i < n; i++) {
+        l += loss[i];
+        q += nll[i];
+    }
+    st->loss += l;
+    st->nll += q;
+}
+
+static void cpu_grad_clip(struct tfm_backend *be, struct tfm_step_stats *st, const float *g,
+                          size_t n, double gscale, double clip_norm)
+{
+    double norm = sqrt(cpu_sumsq(be, g, n)) * gscale, clip = 1.0;
+    if (clip_norm > 0 && norm > clip_norm)
+        clip = clip_norm / norm;
+    st->grad_norm = norm;
+    st->clip = clip;
+    st->scale = gscale * clip;
+}
+
+/* Through the table's adam (not cpu_adam itself), so that whatever stands in that slot (a
+ * test's deliberately faulty Adam, tests/unit/test_device.c) makes the update. */
+static void cpu_adam_scaled(struct tfm_backend *be, float *p, float *grad, float *m, float *v,
+                            size_t n, float lr, float b1, float b2, float eps,
+                            const struct tfm_step_stats *st, int64_t step)
+{
+    if (isfinite(st->grad_norm))
+        be->adam(be, p, grad, m, v, n, lr, b1, b2, eps, (float)st->scale, step);
+}
+
 /* ---- lifetime ---------------------------------------------------------------------------- */
 
 static void cpu_destroy(struct tfm_backend *be)

@@ -46,6 +46,7 @@ struct sim {
     int words;                  /* TFM_SIM_PACKED=0: bf16 in fp32 words (act_size 4) */
     float *scr[SCRATCH];        /* fp32 scratch for the activations of one op, at bf16 */
     size_t scr_cap[SCRATCH];    /* floats */
+    long reads;                 /* host reads of device memory (tfm_backend_sim_reads) */
 };
 
 static struct sim *SIM(struct tfm_backend *be) { return be->impl; }
@@ -116,6 +117,8 @@ static void move(struct tfm_backend *be, void *dst, int dev_dst, const void *src
                  size_t bytes, const char *op)
 {
     OPEN(be);
+    if (!dev_dst)
+        s->reads++;
     if (dev_dst)
         dev(s, dst, "dst", op);
     if (dev_src)
@@ -157,6 +160,7 @@ static void sim_download_act(struct tfm_backend *be, float *host, const void *sr
         return;
     }
     OPEN(be);
+    s->reads++;
     span(s, src, n * 2, "src", __func__);
     const uint16_t *d = src;
     for (size_t i = 0; i < n; i++)
@@ -244,6 +248,7 @@ static void devs(const struct sim *s, const void *const *d, int n, const char *n
     {                                                                                   \
         SIM_CHECK(devlist);                                                             \
         double r_;                                                                      \
+        s->reads++;                 /* the value comes back to the host */              \
         {                                                                               \
             struct tfm_backend *be = inner_;                                            \
             r_ = be->name args;                                                         \
@@ -634,7 +639,8 @@ static void pk_out_logits(struct tfm_backend *be, float *y, const float *x, int 
     PK_END();
 }
 
-/* The ops with activations (sumsq and adam have none: the checking wrappers above). */
+/* The ops with activations (sumsq, adam and the step's statistics, loss_sum, grad_clip
+ * and adam_scaled, have none: the checking wrappers above). */
 #define PK_OPS(X)                                                                           \
     X(gemm) X(gemm_grad) X(weights_copy) X(embed_fwd) X(embed_bwd) X(layernorm_fwd)         \
     X(layernorm_bwd) X(attn_fwd) X(attn_bwd) X(attn_decode) X(bias_act) X(bias_bwd)         \
@@ -659,6 +665,11 @@ static int sim_set_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
         be->out_logits = packed ? pk_out_logits : sim_out_logits;
     }
     return 0;
+}
+
+long tfm_backend_sim_reads(const struct tfm_backend *be)
+{
+    return be->kind == TFM_BACKEND_SIM ? ((const struct sim *)be->impl)->reads : -1;
 }
 
 static void sim_destroy(struct tfm_backend *be)

@@ -25,7 +25,7 @@
 
 #include "error.h"
 
-#define TFM_CUDA_PLUGIN_ABI 4
+#define TFM_CUDA_PLUGIN_ABI 5
 #define TFM_CUDA_PLUGIN_NAME "libtfm-cuda.so"
 
 struct tfm_backend;

@@ -81,6 +81,8 @@ struct acts {
     float *loss, *nll;          /* (C) */
 };
 
+enum { STEP_STATS = 0, BATCH_STATS = 1 };
+
 struct tfm_model {
     struct tfm_config cfg;
     struct tfm_backend *be;
@@ -101,7 +103,10 @@ struct tfm_model {
     float *pe;                  /* (L,D) sinusoids, or NULL */
     void *act_mem;
     struct acts a;
-    float *host_loss;           /* (2M) host copies of loss and nll */
+    /* device: [STEP_STATS] the optimizer step's statistics (backend.h), which the training
+     * batches add their losses to and tfm_optim_step reads; [BATCH_STATS] one batch's
+     * losses, for the entry points that return them */
+    struct tfm_step_stats *stats;
     int32_t *host_ints;         /* (3M + M) host staging for ids */
 };
 
@@ -427,6 +432,7 @@ void tfm_model_free(struct tfm_model *m)
         m->be->free(m->be, m->act_mem);
         m->be->free(m->be, m->pe);
         m->be->free(m->be, m->wcopy);
+        m->be->free(m->be, m->stats);
         if (m->counted)
             m->be->models--;
     }
@@ -434,7 +440,6 @@ void tfm_model_free(struct tfm_model *m)
     free(m->a.dec);
     free(m->enc);
     free(m->dec);
-    free(m->host_loss);
     free(m->host_ints);
     free(m);
 }
@@ -479,9 +484,8 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
     m->dec = calloc((size_t)m->N, sizeof *m->dec);
     m->a.enc = calloc((size_t)m->N, sizeof *m->a.enc);
     m->a.dec = calloc((size_t)m->N, sizeof *m->a.dec);
-    m->host_loss = malloc(2 * (size_t)max_tokens * sizeof(float));
     m->host_ints = malloc(4 * (size_t)max_tokens * sizeof(int32_t));
-    if (!m->enc || !m->dec || !m->a.enc || !m->a.dec || !m->host_loss || !m->host_ints) {
+    if (!m->enc || !m->dec || !m->a.enc || !m->a.dec || !m->host_ints) {
         tfm_fail(err, "out of memory");
         goto fail;
     }
@@ -514,7 +518,14 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
     if (!m->act_mem)
         goto fail_mem;
     carve(cfg, max_tokens, be->act_size, m->act_mem, &m->a);
+    m->stats = be->alloc(be, 2 * sizeof *m->stats, err);        /* zero-filled */
+    if (!m->stats)
+        goto fail_mem;
     if (be->reserve(be, m->L, m->L, err) < 0)
+        goto fail_mem;
+    /* a training step's workspace, once: no step allocates (backend.h) */
+    if (!inference && be->reserve_step &&
+        be->reserve_step(be, max_tokens, m->D, m->F, m->H, m->V, err) < 0)
         goto fail_mem;
     /* Host-side init, uploaded once. */
     size_t hostn = (size_t)m->count;
@@ -651,6 +662,12 @@ int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const
 void tfm_model_zero_grad(struct tfm_model *m)
 {
     m->be->zero(m->be, tfm_model_block(m, TFM_GRADS), (size_t)m->count * sizeof(float));
+    m->be->zero(m->be, &m->stats[STEP_STATS], sizeof *m->stats);
+}
+
+struct tfm_step_stats *tfm_model_step_stats(struct tfm_model *m)
+{
+    return &m->stats[STEP_STATS];
 }
 
 /* ---- batch checks ------------------------------------------------------------------------ */
@@ -1143,18 +1160,15 @@ static int stage(struct tfm_model *m, int B, int S, int T, const int32_t *src,
     return 0;
 }
 
-/* Output layer over the decoder output y (n,D) in chunks: loss sums into out; with grad,
- * dL/dy into A->g and the output matrix's gradient.  Each row's loss and nll stay on the
- * device until the last chunk, then come to the host in one read each (a GPU waits for
- * its queue there, once a batch rather than at every chunk). */
-static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
-                         struct tfm_loss *out)
+/* Output layer over the decoder output y (n,D) in chunks: each row's loss and nll into
+ * A->loss, A->nll (device); with grad, dL/dy into A->g and the output matrix's gradient.
+ * Nothing comes to the host: batch_loss sums the rows. */
+static void output_layer(struct tfm_model *m, const float *y, int n, int grad)
 {
     struct tfm_backend *be = m->be;
     struct acts *A = &m->a;
     int D = m->D, V = m->V;
     const float *E = DATA(m->emb_out);
-    double loss = 0, nll = 0;
     for (int r0 = 0; r0 < n; r0 += m->C) {
         int c = n - r0 < m->C ? n - r0 : m->C;
         const float *yc = ACT(y, (int64_t)r0 * D);     /* this chunk's rows */
@@ -1168,19 +1182,30 @@ static void output_layer(struct tfm_model *m, const float *y, int n, int grad,
                           D);
         }
     }
-    be->download(be, m->host_loss, A->loss, (size_t)n * sizeof(float));
-    be->download(be, m->host_loss + m->M, A->nll, (size_t)n * sizeof(float));
-    for (int i = 0; i < n; i++) {       /* in row order, as before: the same sums */
-        loss += m->host_loss[i];
-        nll += m->host_loss[m->M + i];
-    }
-    out->loss = loss;
-    out->nll = nll;
 }
 
-int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
-                          const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
-                          struct tfm_error *err)
+/* The sums of the n rows' loss and nll of output_layer, on the device: added to the step's
+ * statistics when step (a training batch), and read into out when out is given (one read
+ * of 16 bytes: a GPU waits for its queue there).  The trainer passes no out: its batches'
+ * losses stay on the device until the optimizer step reads them all at once. */
+static void batch_loss(struct tfm_model *m, int n, int step, struct tfm_loss *out)
+{
+    struct tfm_backend *be = m->be;
+    if (step)
+        be->loss_sum(be, &m->stats[STEP_STATS], m->a.loss, m->a.nll, n);
+    if (out) {
+        struct tfm_step_stats b;
+        be->zero(be, &m->stats[BATCH_STATS], sizeof b);
+        be->loss_sum(be, &m->stats[BATCH_STATS], m->a.loss, m->a.nll, n);
+        be->download(be, &b, &m->stats[BATCH_STATS], sizeof b);
+        out->loss = b.loss;
+        out->nll = b.nll;
+    }
+}
+
+static int train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                       const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out, int read,
+                       struct tfm_error *err)
 {
     if (m->inference)
         return tfm_fail(err, "internal error: training an inference-only model");
@@ -1189,10 +1214,27 @@ int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_
     struct fwd f = {1, rng_step, B, S, T};
     const float *enc = enc_forward(m, &f);
     const float *y = dec_forward(m, &f, enc);
-    output_layer(m, y, B * T, 1, out);
+    output_layer(m, y, B * T, 1);
+    batch_loss(m, B * T, 1, NULL);
     dec_backward(m, &f, enc);
     enc_backward(m, &f);
+    if (read)           /* after the backward is queued: the read waits for all of it */
+        batch_loss(m, B * T, 0, out);
     return 0;
+}
+
+int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                          const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
+                          struct tfm_error *err)
+{
+    return train_batch(m, B, S, T, src, tgt, rng_step, out, 1, err);
+}
+
+int tfm_model_train_batch_dev(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                              const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
+                              struct tfm_error *err)
+{
+    return train_batch(m, B, S, T, src, tgt, rng_step, out, 0, err);
 }
 
 int tfm_model_eval_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
@@ -1203,7 +1245,8 @@ int tfm_model_eval_batch(struct tfm_model *m, int B, int S, int T, const int32_t
     struct fwd f = {0, 0, B, S, T};
     const float *enc = enc_forward(m, &f);
     const float *y = dec_forward(m, &f, enc);
-    output_layer(m, y, B * T, 0, out);
+    output_layer(m, y, B * T, 0);
+    batch_loss(m, B * T, 0, out);
     return 0;
 }
 

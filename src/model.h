@@ -139,7 +139,12 @@ void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host);
  * count differs from the tensor's. */
 int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const float *host,
                   int64_t count, struct tfm_error *err);
+/* Zero the gradients and the losses summed in the step's statistics. */
 void tfm_model_zero_grad(struct tfm_model *m);
+/* The statistics of the optimizer step under way (backend.h, struct tfm_step_stats), in
+ * device memory: every training batch adds its loss and nll to them; tfm_optim_step
+ * writes the gradient norm and clipping there, reads them, and zeroes them. */
+struct tfm_step_stats *tfm_model_step_stats(struct tfm_model *m);
 /* Make the compute copy of the weights (tfm_param.w) from the fp32 master weights again,
  * once per change of them: the optimizer calls it after each update; creation,
  * tfm_model_upload and tfm_model_set of TFM_PARAMS call it themselves.  Nothing to do at
@@ -158,14 +163,21 @@ struct tfm_loss {
 
 /* A batch of B sentence pairs: src (B,S), tgt (B,T) host int32, padded with 0 after
  * each sentence; every id in [0, vocab).  Forward and backward: adds the gradient of the
- * summed loss to the gradients, fills out.  rng_step keys the dropout masks (with
- * cfg->seed): give each forward pass of a run its own value (e.g. the micro-batch
- * counter across ranks), the same value to reproduce it.  Fails (nothing computed) when
+ * summed loss to the gradients and its loss and nll to the step's statistics
+ * (tfm_model_step_stats), fills out (reading the loss from the device).  rng_step keys
+ * the dropout masks (with cfg->seed): give each forward pass of a run its own value (e.g.
+ * the micro-batch counter across ranks), the same value to reproduce it.  Fails (nothing computed) when
  * the batch exceeds the arena ("batch of B x S ... exceeds the token budget M") or
  * S, T > max_len, or ids are out of range. */
 int tfm_model_train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
                           const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
                           struct tfm_error *err);
+/* The same without reading the device: out gets the token counts (known on the host) and
+ * loss = nll = 0; the loss and nll wait in the step's statistics, which tfm_optim_step
+ * reads (the trainer's way: one read an update, however many batches it has). */
+int tfm_model_train_batch_dev(struct tfm_model *m, int B, int S, int T, const int32_t *src,
+                              const int32_t *tgt, uint64_t rng_step, struct tfm_loss *out,
+                              struct tfm_error *err);
 /* Forward only, no dropout, no gradients (validation). */
 int tfm_model_eval_batch(struct tfm_model *m, int B, int S, int T, const int32_t *src,
                          const int32_t *tgt, struct tfm_loss *out, struct tfm_error *err);

@@ -18,6 +18,8 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
 {
     const struct tfm_config *cfg = tfm_model_config(m);
     struct tfm_backend *be = tfm_model_backend(m);
+    if (st)
+        st->read = 0;
     if (step < 1)
         return tfm_fail(err, "optimizer step %lld: must be >= 1", (long long)step);
     if (tokens < 1)
@@ -27,25 +29,34 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
     size_t n = (size_t)tfm_model_count(m);
     if (be->all_reduce && be->all_reduce(be->all_reduce_ctx, g, n, err) < 0)
         return tfm_error_prefix(err, "all-reduce of the gradients");
+    /* The norm, the clipping factor and Adam's scale stay on the device (backend.h,
+     * grad_clip and adam_scaled; the update is skipped there when the norm is not finite) */
+    struct tfm_step_stats *dst = tfm_model_step_stats(m), h;
     double gs = 1.0 / (double)tokens;
-    double norm = sqrt(be->sumsq(be, g, n)) * gs;
-    if (!isfinite(norm))
-        return tfm_fail(err, "optimizer step %lld: gradient norm is %g (diverged); "
-                        "parameters not updated", (long long)step, norm);
-    double clip = 1.0;
-    if (cfg->clip_norm > 0 && norm > cfg->clip_norm)
-        clip = cfg->clip_norm / norm;
     double lr = tfm_optim_lr(cfg, step);
-    be->adam(be, tfm_model_block(m, TFM_PARAMS), g, tfm_model_block(m, TFM_ADAM_M),
-             tfm_model_block(m, TFM_ADAM_V), n, (float)lr, (float)cfg->adam_beta1,
-             (float)cfg->adam_beta2, (float)cfg->adam_eps, (float)(gs * clip), step);
-    /* the gradients are zero now (the adam op clears them as it reads them); the ops
-     * read the new weights through their compute copy (bf16: made once per update) */
+    be->grad_clip(be, dst, g, n, gs, cfg->clip_norm);
+    be->adam_scaled(be, tfm_model_block(m, TFM_PARAMS), g, tfm_model_block(m, TFM_ADAM_M),
+                    tfm_model_block(m, TFM_ADAM_V), n, (float)lr, (float)cfg->adam_beta1,
+                    (float)cfg->adam_beta2, (float)cfg->adam_eps, dst, step);
+    /* the gradients are zero now, unless the update was skipped (adam_scaled clears them
+     * as it reads them); the ops read the new weights through their compute copy (bf16:
+     * made once per update; the same copy again after a skipped one), queued before the
+     * read so that the read waits for it too */
     tfm_model_sync_weights(m);
+    /* The step's one read of the device: its statistics, the batches' losses with them.
+     * Then they start again from zero for the next step. */
+    be->download(be, &h, dst, sizeof h);
+    be->zero(be, dst, sizeof h);
     if (st) {
         st->lr = lr;
-        st->grad_norm = norm;
-        st->clip = clip;
+        st->grad_norm = h.grad_norm;
+        st->clip = h.clip;
+        st->loss = h.loss;
+        st->nll = h.nll;
+        st->read = 1;
     }
+    if (!isfinite(h.grad_norm))
+        return tfm_fail(err, "optimizer step %lld: gradient norm is %g (diverged); "
+                        "parameters not updated", (long long)step, h.grad_norm);
     return 0;
 }

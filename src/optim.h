@@ -25,12 +25,17 @@ struct tfm_optim_stats {
     double lr;
     double grad_norm;       /* L2 norm of the mean gradient, before clipping */
     double clip;            /* factor applied (1 when not clipped) */
+    double loss, nll;       /* this rank's training batches' sums since the last step */
+    int read;               /* the fields above were read (0: the step failed before) */
 };
 
 /* Apply update number step (>= 1) to m with the gradients accumulated since the last
  * zero_grad, over tokens target tokens (> 0).  all_reduce (if set) sums the gradient
- * block over ranks first; tokens must then be the total over ranks.  Refuses (-1, the
- * parameters untouched) a non-finite gradient norm, naming it.  Zeroes the gradients. */
+ * block over ranks first; tokens must then be the total over ranks.  The norm, the
+ * clipping and the update happen on the device (backend.h, the step's statistics), which
+ * the step reads once, at its end, into st (when given), and zeroes.  Refuses (-1, the
+ * parameters untouched, st read) a non-finite gradient norm, naming it.  Zeroes the
+ * gradients. */
 int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
                    struct tfm_optim_stats *st, struct tfm_error *err);
 

@@ -241,7 +241,8 @@ static void emu_destroy(struct tfm_backend *be)
 }
 
 /* The ops the emulation wraps: those that store activations (the others, gemm_grad,
- * embed_bwd, bias_bwd, gather, sumsq and adam, write fp32 or copy bf16 values). */
+ * embed_bwd, bias_bwd, gather, sumsq, adam and the step's statistics (loss_sum, grad_clip,
+ * adam_scaled), write fp32 or double or copy bf16 values). */
 #define EMU_OPS(X)                                                                          \
     X(gemm) X(weights_copy) X(embed_fwd) X(layernorm_fwd) X(layernorm_bwd) X(attn_fwd)      \
     X(attn_bwd) X(attn_decode) X(bias_act) X(relu_bwd) X(dropout) X(add_dropout) X(axpy)    \

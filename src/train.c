@@ -575,8 +575,9 @@ static int rank_main(int r, void *arg)
                 p->armed = 1;
                 p->hi = (size_t)tfm_model_count(p->m);
             }
-            if (tfm_model_train_batch(p->m, b->B, b->S, b->T, b->src, b->tgt, rng_step, &l,
-                                      &p->err)) {
+            /* its loss stays on the device, in the step's statistics (model.h) */
+            if (tfm_model_train_batch_dev(p->m, b->B, b->S, b->T, b->src, b->tgt, rng_step, &l,
+                                          &p->err)) {
                 tfm_error_prefix(&p->err, "%s: batch %lld", tfm_epochs_name(&run->train),
                                  (long long)b->number);
                 if (N > 1) {    /* the others may be summing buckets already: stop them */
@@ -586,8 +587,6 @@ static int rank_main(int r, void *arg)
                 sums.failed = 1;
                 break;
             }
-            sums.loss += l.loss;
-            sums.nll += l.nll;
             sums.tokens += (double)l.tokens;
             sums.src_tokens += (double)l.src_tokens;
         }
@@ -601,19 +600,32 @@ static int rank_main(int r, void *arg)
             tfm_comm_abort(run->comm, p->err.msg);
             return -1;
         }
+        /* the token counts (the host's) and failures; the losses are summed below */
         if (tfm_comm_sum_f64(run->comm, r, (double *)&sums, sizeof sums / sizeof(double),
                              &p->err))
             return -1;
         if (sums.failed > 0)
             return p->err.msg[0] ? -1 : 1;     /* the failing ranks carry the message */
-        if (!isfinite(sums.loss) || !isfinite(sums.nll)) {
-            tfm_fail(&p->err, "update %lld: the loss is %s: stopping without a checkpoint "
-                     "(lower lr_scale, raise warmup, or set clip_norm)", (long long)step,
-                     isnan(sums.loss) || isnan(sums.nll) ? "NaN" : "Inf");
-            return -1;
-        }
+        /* The update and the step's one read of the device: its statistics (optim.h) */
         struct tfm_optim_stats st;
-        if (tfm_optim_step(p->m, step, (int64_t)sums.tokens, &st, &p->err)) {
+        int rc = tfm_optim_step(p->m, step, (int64_t)sums.tokens, &st, &p->err);
+        if (st.read) {
+            /* the loss of the update: every rank's, summed over the ranks in rank order as
+             * the token counts are; a loss that is not finite is named before the gradient
+             * norm that it makes not finite too */
+            double ln[2] = {st.loss, st.nll};
+            if (N > 1 && tfm_comm_sum_f64(run->comm, r, ln, 2, &p->err))
+                return -1;
+            sums.loss = ln[0];
+            sums.nll = ln[1];
+            if (!isfinite(sums.loss) || !isfinite(sums.nll)) {
+                tfm_fail(&p->err, "update %lld: the loss is %s: stopping without a checkpoint "
+                         "(lower lr_scale, raise warmup, or set clip_norm)", (long long)step,
+                         isnan(sums.loss) || isnan(sums.nll) ? "NaN" : "Inf");
+                return -1;
+            }
+        }
+        if (rc) {
             char msg[sizeof p->err.msg];
             memcpy(msg, p->err.msg, sizeof msg);
             tfm_fail(&p->err, "update %lld: %.900s; stopping without a checkpoint",

@@ -17,6 +17,7 @@ setup() {
     assert_success
     assert_line --regexp '^ok 4 - cuda: gemm against the CPU$'
     assert_line --regexp '^ok 14 - cuda: a model.s training batch, Adam step and decoding against the CPU$'
+    assert_line --regexp "^ok 15 - cuda: the step's statistics .* against the CPU$"
     refute_line --partial 'not ok'
 }
 
@@ -25,8 +26,8 @@ setup() {
     echo "$output"
     assert_success
     refute_line --partial 'not ok'
-    # tests 3 to 13 are the op tests: none skipped
-    for n in 3 4 5 6 7 8 9 10 11 12 13; do
+    # tests 3 to 13 and 15 are the op tests: none skipped
+    for n in 3 4 5 6 7 8 9 10 11 12 13 15; do
         assert_line --regexp "^ok $n - cuda: "
         refute_line --regexp "^ok $n - .*# SKIP"
     done

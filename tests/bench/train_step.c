@@ -101,7 +101,8 @@ int main(int argc, char **argv)
             t0 = now();
             c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
         }
-        if (tfm_model_train_batch(m, B, S, T, src, tgt, (uint64_t)s, &l, &err) < 0 ||
+        /* the trainer's step: the loss stays on the device until the optimizer's read */
+        if (tfm_model_train_batch_dev(m, B, S, T, src, tgt, (uint64_t)s, &l, &err) < 0 ||
             tfm_optim_step(m, s + 1, l.tokens, &st, &err) < 0) {
             fprintf(stderr, "train_step: %s\n", err.msg);
             return 1;
@@ -163,7 +164,7 @@ int main(int argc, char **argv)
     printf("tokens_per_s=%.1f step_s=%.4f cpu_s=%.4f gflops=%.1f sgemm_gflops=%.1f "
            "memory_mib=%.1f loss=%.4f device=%s precision=%s\n",
            nt / dt, dt, dc, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
-           tfm_model_memory(&c, budget) / 1048576.0, l.loss / l.tokens, be->name,
+           tfm_model_memory(&c, budget) / 1048576.0, st.loss / l.tokens, be->name,
            tfm_precision_name(be->precision));
     if (split > 0) {
         op_timer_wrap(be);

@@ -55,7 +55,8 @@
  *    has a unit of 2^(e-7)).  The element-wise ops give the CPU's bits at bf16 as at fp32
  *    (the same fp32 operations on the same inputs, one rounding): the unit is room only.
  *  - An fp32 output (statistics: mean, rstd, lse, loss, nll; parameter gradients:
- *    gemm_grad, embed_bwd, dg, db, bias_bwd; sumsq and Adam): its fp32 bound alone; the
+ *    gemm_grad, embed_bwd, dg, db, bias_bwd; sumsq and Adam; the step's statistics,
+ *    doubles): its fp32 bound alone; the
  *    inputs are the same bf16 values on both sides, and nothing is rounded to bf16.
  *  - Products (gemm, gemm_grad): tensor cores with bf16 inputs multiply exactly (8 x 8
  *    significant bits fit in fp32) and accumulate in fp32, but align the products of a
@@ -1037,6 +1038,89 @@ static void test_optimizer(void)
     optimizer_case(3000017, 0);
 }
 
+/* The step's statistics on the device (cuda_step.cu) over a gradient of n elements and a
+ * batch of rows losses.  loss_sum and grad_clip: double sums in other orders, relative
+ * differences ~1e-16 sqrt(n), bound 1e-12, and the same bits twice; clip and scale follow
+ * the norm (1e-12 too), and each case clips or not as the CPU does.  adam_scaled, handed
+ * the CPU's statistics: the CPU's adam with that scale (the same fp32 operations, 1e-6 as
+ * test_optimizer), and nothing at all when the norm is not finite. */
+static void step_case(size_t n, int rows, int big)
+{
+    float *g = rnd(n, 1), *loss = rnd((size_t)rows, 3), *nll = rnd((size_t)rows, 2);
+    float *gg = dev(g, n * 4), *gl = dev(loss, (size_t)rows * 4), *gn = dev(nll, (size_t)rows * 4);
+    struct tfm_step_stats c = {1.5, 2.5, 0, 0, 0}, h, h2;
+    struct tfm_step_stats *gst = dev(&c, sizeof c);
+    for (int k = 0; k < 2; k++) {                       /* the sums add up */
+        cpu->loss_sum(cpu, &c, loss, nll, rows);
+        gpu->loss_sum(gpu, gst, gl, gn, rows);
+    }
+    gpu->download(gpu, &h, gst, sizeof h);
+    printf("#  rows %d: loss cpu %.17g, gpu %.17g\n", rows, c.loss, h.loss);
+    CHECK_NEAR(h.loss / c.loss, 1.0, 1e-12);
+    CHECK_NEAR(h.nll / c.nll, 1.0, 1e-12);
+    double gscale = 1.0 / 3001, clips[3] = {0, 1e30, 0};
+    for (int k = 0; k < 3; k++) {
+        if (k == 2)                                     /* about half the norm: clipped */
+            clips[2] = 0.5 * c.grad_norm;
+        cpu->grad_clip(cpu, &c, g, n, gscale, clips[k]);
+        gpu->grad_clip(gpu, gst, gg, n, gscale, clips[k]);
+        gpu->download(gpu, &h, gst, sizeof h);
+        gpu->grad_clip(gpu, gst, gg, n, gscale, clips[k]);
+        gpu->download(gpu, &h2, gst, sizeof h2);
+        printf("#  n %zu, clip_norm %g: norm cpu %.17g, gpu %.17g; clip %.17g, %.17g\n", n,
+               clips[k], c.grad_norm, h.grad_norm, c.clip, h.clip);
+        CHECK_NEAR(h.grad_norm / c.grad_norm, 1.0, 1e-12);
+        CHECK_NEAR(h.clip / c.clip, 1.0, 1e-12);
+        CHECK_NEAR(h.scale / c.scale, 1.0, 1e-12);
+        CHECK((h.clip < 1) == (c.clip < 1) && (c.clip < 1) == (k == 2));
+        CHECK(memcmp(&h, &h2, sizeof h) == 0);          /* the same bits again */
+        CHECK(h.loss == c.loss && h.nll == c.nll);      /* left as they were */
+    }
+    float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
+    for (size_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *gp = dev(p, n * 4), *gm = dev(m, n * 4), *gv = dev(v, n * 4);
+    float *zeros = calloc(n, 4);
+    /* a norm that is not finite: nothing changes */
+    struct tfm_step_stats bad = c;
+    bad.grad_norm = NAN;
+    gpu->upload(gpu, gst, &bad, sizeof bad);
+    gpu->adam_scaled(gpu, gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.98f, 1e-9f, gst, 7);
+    EXACT(gp, p, n);
+    EXACT(gm, m, n);
+    EXACT(gv, v, n);
+    EXACT(gg, g, n);
+    /* the CPU's statistics on both */
+    gpu->upload(gpu, gst, &c, sizeof c);
+    cpu->adam_scaled(cpu, p, g, m, v, n, 1e-3f, 0.9f, 0.98f, 1e-9f, &c, 7);
+    gpu->adam_scaled(gpu, gp, gg, gm, gv, n, 1e-3f, 0.9f, 0.98f, 1e-9f, gst, 7);
+    if (big) {
+        near("adam_scaled: parameters", gp, p, n, 1e-6);
+        near("adam_scaled: m", gm, m, n, 1e-6);
+        near("adam_scaled: v", gv, v, n, 1e-6);
+    } else {
+        SAME(gp, p, n, 1e-6);
+        SAME(gm, m, n, 1e-6);
+        SAME(gv, v, n, 1e-6);
+    }
+    EXACT(gg, zeros, n);                                   /* the gradient is cleared */
+    GFREE(gg, gl, gn, gst, gp, gm, gv);
+    free(g); free(loss); free(nll); free(p); free(m); free(v); free(zeros);
+}
+
+static void test_step(void)
+{
+    NEED_GPU();
+    step_case(3000017, 2049, 0);
+    step_case(5, 1, 0);
+}
+
+static void test_big_step(void)
+{
+    NEED_BIG();
+    step_case(50000017, 10240, 1);
+}
+
 /* ---- determinism: the reductions give the same bits twice ------------------------------- */
 
 /* Attention forward and backward twice on the GPU: the same bits (dk picks the form). */
@@ -1563,6 +1647,8 @@ int main(void)
     run("cuda: sumsq and Adam against the CPU", test_optimizer);
     run("cuda: reductions, attention and products give the same bits twice", test_determinism);
     run("cuda: a model's training batch, Adam step and decoding against the CPU", test_model);
+    run("cuda: the step's statistics (loss sums, norm, clipping, Adam) against the CPU",
+        test_step);
     run("cuda big: gemm at the big model's shapes", test_big_gemm);
     run("cuda big: embeddings of 10240 tokens, 37000 x 1024, ids repeated 256 to 1000 times",
         test_big_embed);
@@ -1575,6 +1661,7 @@ int main(void)
     run("cuda big: sumsq and Adam on 50 million elements", test_big_optimizer);
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
         test_big_model);
+    run("cuda big: the step's statistics over 50 million elements", test_big_step);
     if (gpu)
         gpu->destroy(gpu);
     cpu->destroy(cpu);

@@ -599,6 +599,108 @@ static void test_attention(void)
     tfm_model_free(m);
 }
 
+/* tfm_model_train_batch_dev leaves the losses on the device (on sim, where reading is
+ * counted: no read); the optimizer step reads them once, with the same bits as
+ * tfm_model_train_batch returns them, summed in batch order, and the update is the same;
+ * tfm_model_zero_grad starts the sums again. */
+static void test_train_dev(void)
+{
+    struct tfm_error err;
+    struct tfm_backend *sim = tfm_backend_sim(2, &err);
+    CHECK(sim != NULL);
+    if (!sim)
+        return;
+    struct tfm_config c;
+    tiny(&c, 0, 1, 0);
+    c.dropout = 0.1;
+    c.clip_norm = 0.5;
+    struct tfm_model *m1 = tfm_model_create(&c, be, 0, &err);
+    struct tfm_model *m2 = tfm_model_create(&c, sim, 0, &err);
+    CHECK(m1 && m2);
+    if (!m1 || !m2)
+        goto done;
+    struct tfm_loss a1, b1, a2, b2;
+    struct tfm_optim_stats s1, s2;
+    CHECK(tfm_model_train_batch(m1, B, S, T, src, tgt, 1, &a1, &err) == 0);
+    CHECK(tfm_model_train_batch(m1, B, S, T, src, tgt, 2, &b1, &err) == 0);
+    CHECK(tfm_optim_step(m1, 1, a1.tokens + b1.tokens, &s1, &err) == 0);
+    long r0 = tfm_backend_sim_reads(sim);
+    CHECK(tfm_model_train_batch_dev(m2, B, S, T, src, tgt, 1, &a2, &err) == 0);
+    CHECK(tfm_model_train_batch_dev(m2, B, S, T, src, tgt, 2, &b2, &err) == 0);
+    CHECK(tfm_backend_sim_reads(sim) == r0);
+    CHECK(a2.loss == 0 && a2.nll == 0 && a2.tokens == a1.tokens &&
+          a2.src_tokens == a1.src_tokens);
+    CHECK(tfm_optim_step(m2, 1, a2.tokens + b2.tokens, &s2, &err) == 0);
+    CHECK_EQ_INT(tfm_backend_sim_reads(sim) - r0, 1);
+    CHECK(s1.read && s2.read);
+    CHECK(s1.loss == a1.loss + b1.loss && s1.nll == a1.nll + b1.nll);
+    CHECK(s2.loss == s1.loss && s2.nll == s1.nll);
+    CHECK(s2.grad_norm == s1.grad_norm && s2.clip == s1.clip && s1.clip < 1);
+    int64_t n = tfm_model_count(m1);
+    float *p1 = malloc(n * 4), *p2 = malloc(n * 4);
+    tfm_model_download(m1, TFM_PARAMS, p1);
+    tfm_model_download(m2, TFM_PARAMS, p2);
+    CHECK(memcmp(p1, p2, n * 4) == 0);
+    free(p1);
+    free(p2);
+    /* a batch's sums, then zero_grad: the next step has only the batch after it */
+    CHECK(tfm_model_train_batch_dev(m2, B, S, T, src, tgt, 3, &a2, &err) == 0);
+    tfm_model_zero_grad(m2);
+    CHECK(tfm_model_train_batch_dev(m2, B, S, T, src, tgt, 4, &b2, &err) == 0);
+    CHECK(tfm_optim_step(m2, 2, b2.tokens, &s2, &err) == 0);
+    CHECK(tfm_model_train_batch(m1, B, S, T, src, tgt, 4, &b1, &err) == 0);
+    CHECK(s2.loss == b1.loss && s2.nll == b1.nll);
+done:
+    tfm_model_free(m1);
+    tfm_model_free(m2);
+    sim->destroy(sim);
+}
+
+/* A training model sizes its step's workspace once, at creation, for its token budget and
+ * shapes (backend.h, reserve_step), and fails when that fails; an inference model does
+ * not ask. */
+static int rs_calls, rs_D, rs_F, rs_H, rs_V;
+static int64_t rs_rows;
+static int record_reserve_step(struct tfm_backend *b, int64_t rows, int D, int F, int H, int V,
+                               struct tfm_error *err)
+{
+    (void)b;
+    (void)err;
+    rs_calls++;
+    rs_rows = rows;
+    rs_D = D;
+    rs_F = F;
+    rs_H = H;
+    rs_V = V;
+    return 0;
+}
+static int refuse_reserve_step(struct tfm_backend *b, int64_t rows, int D, int F, int H, int V,
+                               struct tfm_error *err)
+{
+    (void)b, (void)rows, (void)D, (void)F, (void)H, (void)V;
+    return tfm_fail(err, "no room");
+}
+
+static void test_reserve_step(void)
+{
+    struct tfm_error err;
+    struct tfm_backend b = *be;         /* the CPU's table with a reserve_step */
+    b.reserve_step = record_reserve_step;
+    struct tfm_config c;
+    tiny(&c, 0, 1, 0);
+    struct tfm_model *m = tfm_model_create(&c, &b, 100, &err);
+    CHECK(m != NULL);
+    CHECK(rs_calls == 1 && rs_rows == 100 && rs_D == c.d_model && rs_F == c.d_ff &&
+          rs_H == c.heads && rs_V == c.vocab);
+    tfm_model_free(m);
+    m = tfm_model_create_inference(&c, &b, 100, &err);
+    CHECK(m != NULL && rs_calls == 1);
+    tfm_model_free(m);
+    b.reserve_step = refuse_reserve_step;
+    CHECK(tfm_model_create(&c, &b, 100, &err) == NULL);
+    CHECK(strstr(err.msg, "no room") != NULL);
+}
+
 int main(void)
 {
     struct tfm_error err;
@@ -623,6 +725,8 @@ int main(void)
     t_run("known values: positions, learning-rate schedule", test_known_values);
     t_run("attention weights: distributions, causal, shifted, recomputed", test_attention);
     t_run("Adam with clipping lowers the loss", test_optim);
+    t_run("losses on the device until the optimizer step reads them once", test_train_dev);
+    t_run("a training model reserves its step's workspace at creation", test_reserve_step);
     be->destroy(be);
     return t_done();
 }

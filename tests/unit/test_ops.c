@@ -671,6 +671,45 @@ static void test_adam(void)
     }
 }
 
+/* The step's statistics: loss sums add up; the norm of {3, 4} is 5; clipping; Adam with
+ * the statistics' scale is adam with that scale, bit for bit, and nothing at all when the
+ * norm is not finite. */
+static void test_step_stats(void)
+{
+    struct tfm_step_stats st = {1, 2, 0, 0, 0};
+    float loss[3] = {0.5f, 0.25f, 2}, nll[3] = {1, 1, 1};
+    be->loss_sum(be, &st, loss, nll, 3);
+    be->loss_sum(be, &st, loss, nll, 2);
+    CHECK(st.loss == 1 + 2.75 + 0.75 && st.nll == 2 + 3 + 2);
+    float g[2] = {3, 4};
+    be->grad_clip(be, &st, g, 2, 0.5, 0);
+    CHECK(st.grad_norm == 2.5 && st.clip == 1 && st.scale == 0.5);
+    be->grad_clip(be, &st, g, 2, 0.5, 3);
+    CHECK(st.grad_norm == 2.5 && st.clip == 1 && st.scale == 0.5);
+    be->grad_clip(be, &st, g, 2, 0.5, 2);
+    CHECK(st.grad_norm == 2.5 && st.clip == 0.8 && st.scale == 0.5 * 0.8);
+    CHECK(st.loss == 4.5 && st.nll == 7);                   /* left as they were */
+    enum { AN = 11 };
+    float p[2][AN], gr[2][AN], m[2][AN], v[2][AN];
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < AN; i++) {
+            p[k][i] = 0.1f * i - 0.5f;
+            gr[k][i] = 0.3f * (i % 4) - 0.4f;
+            m[k][i] = 0.01f * i;
+            v[k][i] = 0.001f * (i + 1);
+        }
+    be->adam(be, p[0], gr[0], m[0], v[0], AN, 0.01f, 0.9f, 0.98f, 1e-9f, (float)st.scale, 3);
+    be->adam_scaled(be, p[1], gr[1], m[1], v[1], AN, 0.01f, 0.9f, 0.98f, 1e-9f, &st, 3);
+    CHECK(memcmp(p[0], p[1], sizeof p[0]) == 0 && memcmp(m[0], m[1], sizeof m[0]) == 0 &&
+          memcmp(v[0], v[1], sizeof v[0]) == 0 && memcmp(gr[0], gr[1], sizeof gr[0]) == 0);
+    gr[1][3] = INFINITY;
+    be->grad_clip(be, &st, gr[1], AN, 0.5, 2);
+    CHECK(isinf(st.grad_norm));
+    memcpy(p[0], p[1], sizeof p[0]);
+    be->adam_scaled(be, p[1], gr[1], m[1], v[1], AN, 0.01f, 0.9f, 0.98f, 1e-9f, &st, 4);
+    CHECK(memcmp(p[0], p[1], sizeof p[0]) == 0 && isinf(gr[1][3]));
+}
+
 /* ---- determinism --------------------------------------------------------------------------- */
 
 /* ---- fused ops: their sequences' bits ---------------------------------------------------- */
@@ -838,6 +877,8 @@ int main(void)
     t_run("Adam update by hand", test_adam);
     t_run("reductions give the same bits on 1 and 2 threads", test_threads_same_bits);
     t_run("fused ops give their sequences' bits (fp32, bf16; 1 and 2 threads)", test_fused);
+    t_run("the step's statistics: loss sums, norm, clipping, Adam with their scale",
+          test_step_stats);
     be->destroy(be);
     be1->destroy(be1);
     return t_done();

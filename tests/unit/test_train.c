@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "check.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -599,6 +600,89 @@ static void test_train_errors(void)
     CHECK(strstr(res.last_checkpoint, "stop/step-000000.tfm") != NULL);
 }
 
+/* nb batches of 8 sentences of up to 40 tokens (8 x 40 = 320 target rows: two chunks of
+ * the output layer at a vocabulary of 33000, whose chunks have 256 rows), the copy task
+ * of write_batches. */
+static int write_wide_batches(const char *path, int nb)
+{
+    enum { B = 8, S = 40, V = 32 };
+    struct tfm_error err;
+    struct tfm_header h;
+    tfm_header_init(&h, TFM_KIND_BATCHES);
+    struct tfm_writer *w = tfm_writer_open(path, &h, 0, &err);
+    tfm_header_free(&h);
+    if (!w)
+        return -1;
+    uint64_t x = 54321;
+    for (int b = 0; b < nb; b++) {
+        int64_t idx[B];
+        int32_t src[B * S] = {0}, tgt[B * S] = {0};
+        for (int i = 0; i < B; i++) {
+            idx[i] = b * B + i;
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            int len = i == 0 ? S : 3 + (int)((x >> 33) % (S - 3));
+            for (int t = 0; t < len - 1; t++) {
+                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+                src[i * S + t] = 4 + (int)((x >> 33) % (V - 4));
+            }
+            src[i * S + len - 1] = 3;
+            for (int t = 0; t < len - 1; t++)
+                tgt[i * S + t] = src[i * S + len - 2 - t];
+            tgt[i * S + len - 1] = 3;
+        }
+        int64_t d1[1] = {B}, d2[2] = {B, S};
+        if (tfm_writer_put(w, "batch.index", TFM_I64, 1, d1, idx, &err) ||
+            tfm_writer_put(w, "batch.src", TFM_I32, 2, d2, src, &err) ||
+            tfm_writer_put(w, "batch.tgt", TFM_I32, 2, d2, tgt, &err)) {
+            tfm_writer_abort(w);
+            return -1;
+        }
+    }
+    return tfm_writer_close(w, &err);
+}
+
+/* No host in the step: an update reads the device once (its statistics), whatever the
+ * number of micro-batches (update_freq 3) and of output chunks (two a batch).  Counted on
+ * the sim backend, whose every host read tfm_backend_sim_reads counts, as the difference
+ * between runs of 4 and of 2 updates (setting up and the last checkpoint read the same in
+ * both); the loss the runs report is the one a CPU run reports, bit for bit. */
+static void test_train_reads(void)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/wide.tfm", dir);
+    CHECK(write_wide_batches(path, 14) == 0);
+    long reads[2] = {0, 0};
+    double loss[2] = {0, 0};
+    for (int i = 0; i < 3; i++) {
+        struct tfm_config c;
+        struct tfm_train_opts o;
+        struct tfm_train_result res;
+        struct tfm_error err;
+        struct tfm_backend *be = i < 2 ? tfm_backend_sim(2, &err) : NULL;
+        CHECK(i == 2 || be != NULL);
+        if (i < 2 && !be)
+            return;
+        tiny(&c);
+        c.vocab = 33000;
+        c.tokens = 320;
+        c.max_len = 48;
+        opts(&o, &c, i == 0 ? "reads2" : i == 1 ? "reads4" : "reads4cpu", i ? 4 : 2);
+        o.train_path = path;
+        o.update_freq = 3;
+        o.backends = i < 2 ? &be : NULL;
+        long r0 = be ? tfm_backend_sim_reads(be) : 0;
+        CHECK(run(&c, &o, &res) == 0);
+        if (be) {
+            reads[i] = tfm_backend_sim_reads(be) - r0;
+            be->destroy(be);
+        }
+        loss[i == 2] = res.loss;
+    }
+    printf("# host reads: %ld in a run of 2 updates, %ld in one of 4\n", reads[0], reads[1]);
+    CHECK_EQ_INT(reads[1] - reads[0], 2);
+    CHECK(loss[0] == loss[1]);
+}
+
 int main(void)
 {
     t_run("rank and world from the environment", test_env);
@@ -619,6 +703,7 @@ int main(void)
     t_run("a resumed run equals an uninterrupted one, bit for bit", test_train_resume);
     t_run("R ranks equal 1 rank with update_freq R", test_train_ranks);
     t_run("NaN, budget, memory and stop", test_train_errors);
+    t_run("an update reads the device once", test_train_reads);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)

@@ -1,0 +1,153 @@
+// cuda_step.cu: the step's statistics on the device (cuda.h; backend.h, struct
+// tfm_step_stats), so that a training step reads the GPU once, at its end:
+//
+//   cuda_loss_sum     a batch's summed loss and nll, added to the statistics
+//   cuda_grad_clip    the gradient's norm, the clipping factor and Adam's scale
+//   cuda_adam_scaled  Adam reading its gradient scale from the statistics
+//
+// The CPU backend's twins (backend_cpu.c) are the reference.  Deterministic: no atomics;
+// each sum is a fixed tree (block_sum2 below) over threads that add their strided
+// elements in order, and the gradient's chunks add up in chunk order, as cuda_sumsq's do
+// on the host.  Every kernel runs on the backend's stream, so the statistics are ready for
+// the next op without a synchronization; the host reads them with a download.
+#include "cuda.h"
+
+#include <math.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr unsigned THREADS = 256;         // threads per block: a power of two
+
+// The sums of a and b over the block's THREADS threads (every thread calling), each by
+// the same fixed tree in shared memory; every thread gets the results.
+__device__ void block_sum2(double *a, double *b)
+{
+    __shared__ double sa[THREADS], sb[THREADS];
+    unsigned t = threadIdx.x;
+    sa[t] = *a;
+    sb[t] = *b;
+    __syncthreads();
+    for (unsigned h = THREADS / 2; h > 0; h /= 2) {
+        if (t < h) {
+            sa[t] += sa[t + h];
+            sb[t] += sb[t + h];
+        }
+        __syncthreads();
+    }
+    *a = sa[0];
+    *b = sb[0];
+    __syncthreads();        // sa, sb may be written again by a later call
+}
+
+// One block: st->loss += the sum of loss, st->nll += the sum of nll.
+__global__ void loss_sum_block(tfm_step_stats *st, const float *loss, const float *nll, int n)
+{
+    double l = 0, q = 0;
+    for (int i = (int)threadIdx.x; i < n; i += THREADS) {
+        l += loss[i];
+        q += nll[i];
+    }
+    block_sum2(&l, &q);
+    if (threadIdx.x == 0) {
+        st->loss += l;
+        st->nll += q;
+    }
+}
+
+// As cuda_sumsq: at most SUMSQ_PARTS chunks of at least SUMSQ_MIN_CHUNK elements, block k
+// summing chunk k into part[k].
+constexpr size_t SUMSQ_PARTS = 1024, SUMSQ_MIN_CHUNK = 4096;
+
+__global__ void sumsq_chunks(double *part, const float *x, size_t n, size_t chunk)
+{
+    size_t a = (size_t)blockIdx.x * chunk, b = n - a < chunk ? n : a + chunk;
+    double s = 0, unused = 0;
+    for (size_t i = a + threadIdx.x; i < b; i += THREADS)
+        s += (double)x[i] * x[i];
+    block_sum2(&s, &unused);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+// One thread: the parts in order, then the CPU's cpu_grad_clip, in double.
+__global__ void clip_finish(tfm_step_stats *st, const double *part, unsigned parts,
+                            double gscale, double clip_norm)
+{
+    double s = 0;
+    for (unsigned k = 0; k < parts; k++)
+        s += part[k];
+    double norm = __dmul_rn(sqrt(s), gscale), clip = 1.0;
+    if (clip_norm > 0 && norm > clip_norm)
+        clip = __ddiv_rn(clip_norm, norm);
+    st->grad_norm = norm;
+    st->clip = clip;
+    st->scale = __dmul_rn(gscale, clip);
+}
+
+// cuda_ops.cu's adam_elems (the CPU's adam_range, operation for operation) with the
+// gradient scale from st; every thread returns at once when the norm is not finite.
+__global__ void adam_scaled_elems(float *p, float *grad, float *m, float *v, size_t n,
+                                  float lr, float b1, float b2, float eps,
+                                  const tfm_step_stats *st, float a1, float a2)
+{
+    if (!isfinite(st->grad_norm))
+        return;
+    float gscale = (float)st->scale;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = __fmul_rn(gscale, grad[i]);
+        grad[i] = 0;
+        float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, g));
+        float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
+        m[i] = mi;
+        v[i] = vi;
+        float num = __fmul_rn(lr, __fmul_rn(mi, a1));
+        float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, a2)), eps);
+        p[i] = __fsub_rn(p[i], __fdiv_rn(num, den));
+    }
+}
+
+} // namespace
+
+void cuda_loss_sum(struct tfm_backend *be, struct tfm_step_stats *st, const float *loss,
+                   const float *nll, int n)
+{
+    if (n <= 0)
+        return;
+    loss_sum_block<<<1, THREADS, 0, STREAM(be)>>>(st, loss, nll, n);
+    LAUNCH_CHECK();
+}
+
+// The parts live in the workspace (8 KiB at most): allocated once, at the first step,
+// when no op before has grown the workspace past that.
+void cuda_grad_clip(struct tfm_backend *be, struct tfm_step_stats *st, const float *g,
+                    size_t n, double gscale, double clip_norm)
+{
+    cudaStream_t s = STREAM(be);
+    size_t chunk = (n + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
+    if (chunk < SUMSQ_MIN_CHUNK)
+        chunk = SUMSQ_MIN_CHUNK;
+    unsigned parts = (unsigned)((n + chunk - 1) / chunk);
+    double *part = (double *)tfm_cuda_work(be, (parts ? parts : 1) * sizeof(double));
+    if (parts) {
+        sumsq_chunks<<<parts, THREADS, 0, s>>>(part, g, n, chunk);
+        LAUNCH_CHECK();
+    }
+    clip_finish<<<1, 1, 0, s>>>(st, part, parts, gscale, clip_norm);
+    LAUNCH_CHECK();
+}
+
+// Bias corrections as cpu_adam: 1 / (1 - b^t) in double, then float (on the host: they
+// depend on the step only).
+void cuda_adam_scaled(struct tfm_backend *be, float *p, float *grad, float *m, float *v,
+                      size_t n, float lr, float b1, float b2, float eps,
+                      const struct tfm_step_stats *st, int64_t step)
+{
+    if (n == 0)
+        return;
+    double c1 = 1.0 - pow((double)b1, (double)step), c2 = 1.0 - pow((double)b2, (double)step);
+    adam_scaled_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        p, grad, m, v, n, lr, b1, b2, eps, st, (float)(1.0 / c1), (float)(1.0 / c2));
+    LAUNCH_CHECK();
+}
