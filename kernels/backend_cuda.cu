@@ -455,6 +455,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
 #define CUDA_OP(ret, name, params, args, devs) be->name = cuda_##name;
     TFM_BACKEND_OPS(CUDA_OP)
 #undef CUDA_OP
+    be->log_softmax_top = cuda_log_softmax_top;     // cuda_topk.cu
     be->destroy = cu_destroy;
     return be;
 }

@@ -6,6 +6,9 @@
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
 //   cuda_attn.cu     attention: forward, backward, incremental decoding
+//   cuda_topk.cu     log_softmax_top: a search step's k best tokens per row, selected on
+//                    the device (new: compiled, never yet run on a GPU; test_gpu_ops's
+//                    "log_softmax_top" test is its first run)
 //   nccl.cu          the GPU ranks' gradient sums (NCCL)
 //
 // Every op has the signature and the semantics of its slot in struct tfm_backend
@@ -133,5 +136,10 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
 #define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
 TFM_BACKEND_OPS(TFM_CUDA_DECL)
 #undef TFM_CUDA_DECL
+
+// The optional slot log_softmax_top (backend.h), in cuda_topk.cu.
+void cuda_log_softmax_top(struct tfm_backend *be, const float *x, int N, int V, int k,
+                          const int32_t *ban, int nban, int also, float *top_y,
+                          int32_t *top_id, float *also_y);
 
 #endif
