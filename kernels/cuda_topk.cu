@@ -17,9 +17,11 @@
 // function of the row alone, since (value, id) is a total order on the candidates):
 //  - each warp scans chunks of 32 consecutive columns, 256 apart, and keeps its own sorted
 //    list of at most TOP_MAX candidates in shared memory: a column enters when it beats the
-//    list's last entry (or the list is not full), the lanes that qualify inserting one at
-//    a time in lane order; after the first chunks almost no column qualifies, so the scan
-//    costs about one read of the row;
+//    list's last entry (or the list is not full) and is not banned; the lanes that qualify
+//    insert one at a time in lane order, the whole warp placing each (a count of the
+//    entries before it, then a shift of those after it, TOP_MAX / 32 entries a lane);
+//    after the first chunks almost no column qualifies, so the scan costs about one read
+//    of the row;
 //  - thread 0 merges the warps' lists into the row's output.
 // A call with k > TOP_MAX runs passes of TOP_MAX entries: each pass takes only candidates
 // that come after the previous pass's last entry in the order, so any k works (at the cost
@@ -39,6 +41,7 @@ namespace {
 constexpr unsigned THREADS = 256;
 constexpr unsigned WARPS = THREADS / 32;
 constexpr int TOP_MAX = 128;              // entries a pass selects per row
+static_assert(TOP_MAX % 32 == 0, "a warp shifts TOP_MAX / 32 entries a lane");
 
 struct SumOp {
     template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
@@ -133,29 +136,51 @@ __global__ void top_rows(const T *x, int V, int k, int off, int kk, const int32_
                 (cnt < kk || before(y, c, ty, tid));
         }
         unsigned m = __ballot_sync(0xffffffffu, q);
-        while (m) {
+        while (m) {                     // the qualifying lanes' columns, in lane order
             int src = __ffs(m) - 1;
-            int ok = 0;
-            if ((int)lane == src) {
-                ok = cnt < kk || before(y, c, wy[kk - 1], wid[kk - 1]);
-                for (int b = 0; ok && b < nban; b++)
-                    ok = ban[b] != c;
-                if (ok) {
-                    int p = cnt < kk ? cnt : kk - 1;
-                    while (p > 0 && before(y, c, wy[p - 1], wid[p - 1])) {
-                        wy[p] = wy[p - 1];
-                        wid[p] = wid[p - 1];
-                        p--;
-                    }
-                    wy[p] = y;
-                    wid[p] = c;
+            m &= m - 1;
+            float cy = __shfl_sync(0xffffffffu, y, src);
+            int cc = __shfl_sync(0xffffffffu, c, src);
+            // still better than the list's last entry (an earlier insertion may have
+            // raised it), and not banned: the same answer in every lane
+            bool ok = cnt < kk || before(cy, cc, wy[kk - 1], wid[kk - 1]);
+            if (ok && nban > 0) {
+                bool hit = false;
+                for (int b = (int)lane; b < nban; b += 32)
+                    hit |= ban[b] == cc;
+                ok = !__any_sync(0xffffffffu, hit);
+            }
+            if (!ok)
+                continue;
+            // its place p: the entries before it; those from p on move down one (the last
+            // drops off a full list), each lane moving entries lane, lane + 32, ...
+            float ey[TOP_MAX / 32];
+            int32_t eid[TOP_MAX / 32];
+            int p = 0;
+#pragma unroll
+            for (int j = 0; j < TOP_MAX / 32; j++) {
+                int i = (int)lane + 32 * j;
+                bool in = i < cnt;
+                ey[j] = in ? wy[i] : 0.0f;
+                eid[j] = in ? wid[i] : 0;
+                p += __popc(__ballot_sync(0xffffffffu, in && before(ey[j], eid[j], cy, cc)));
+            }
+            __syncwarp();               // every entry read before any is overwritten
+#pragma unroll
+            for (int j = 0; j < TOP_MAX / 32; j++) {
+                int i = (int)lane + 32 * j;
+                if (i >= p && i < cnt && i + 1 < kk) {
+                    wy[i + 1] = ey[j];
+                    wid[i + 1] = eid[j];
                 }
             }
-            ok = __shfl_sync(0xffffffffu, ok, src);
-            if (ok && cnt < kk)
+            if (lane == 0) {
+                wy[p] = cy;
+                wid[p] = cc;
+            }
+            if (cnt < kk)
                 cnt++;
             __syncwarp();               // the insertion, seen by every lane
-            m &= m - 1;
         }
         if (cnt == kk) {
             ty = wy[kk - 1];
