@@ -1,6 +1,7 @@
 // backend_cuda.cu: the CUDA backend's table (src/backend.h): device memory, matrix
 // products through cuBLAS, one stream that every op is issued on, the workspace shared by
-// the ops, and the constructor.  The ops themselves are in cuda_ops.cu and cuda_attn.cu.
+// the ops, and the constructor.  The ops themselves are in cuda_ops.cu, cuda_attn.cu and
+// cuda_topk.cu.
 //
 // Precision (src/backend.h, "precision"; tfm-config(5), precision): bf16 by default
 // (auto), fp32 when asked.

@@ -186,6 +186,7 @@ __global__ void top_rows(const T *x, int V, int k, int off, int kk, const int32_
             ty = wy[kk - 1];
             tid = wid[kk - 1];
         }
+        __syncwarp();                   // read before the next chunk's insertions
     }
     if (lane == 0)
         scnt[warp] = cnt;
