@@ -1,6 +1,7 @@
 // backend_cuda.cu: the CUDA backend's table (src/backend.h): device memory, matrix
 // products through cuBLAS, one stream that every op is issued on, the workspace shared by
-// the ops, and the constructor.  The ops themselves are in cuda_ops.cu and cuda_attn.cu.
+// the ops, and the constructor.  The ops themselves are in cuda_ops.cu, cuda_attn.cu and
+// cuda_topk.cu.
 //
 // Precision (src/backend.h, "precision"; tfm-config(5), precision): bf16 by default
 // (auto), fp32 when asked.
@@ -482,6 +483,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
 #define CUDA_OP(ret, name, params, args, devs) be->name = cuda_##name;
     TFM_BACKEND_OPS(CUDA_OP)
 #undef CUDA_OP
+    be->log_softmax_top = cuda_log_softmax_top;     // cuda_topk.cu
     be->destroy = cu_destroy;
     return be;
 }

@@ -8,6 +8,10 @@
 //   cuda_attn.cu     attention: forward, backward, incremental decoding
 //   cuda_step.cu     the step's statistics on the device: loss sums, gradient norm and
 //                    clipping, Adam with its scale read there
+//   cuda_topk.cu     log_softmax_top: a search step's k best tokens per row, selected on
+//                    the device (new: compiled, never yet run on a GPU; test_gpu_ops's
+//                    "log_softmax_top" test is its first run)
+//   reduce.cuh       the block reductions and the row log-sum-exp the kernels share
 //   nccl.cu          the GPU ranks' gradient sums (NCCL)
 //
 // Every op has the signature and the semantics of its slot in struct tfm_backend
@@ -143,5 +147,10 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
 #define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
 TFM_BACKEND_OPS(TFM_CUDA_DECL)
 #undef TFM_CUDA_DECL
+
+// The optional slot log_softmax_top (backend.h), in cuda_topk.cu.
+void cuda_log_softmax_top(struct tfm_backend *be, const float *x, int N, int V, int k,
+                          const int32_t *ban, int nban, int also, float *top_y,
+                          int32_t *top_id, float *also_y);
 
 #endif

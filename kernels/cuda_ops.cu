@@ -58,39 +58,7 @@ __device__ __forceinline__ size_t thread_index()
 
 __device__ __forceinline__ size_t thread_count() { return (size_t)gridDim.x * blockDim.x; }
 
-struct SumOp {
-    template <typename T> __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct MaxOp {
-    __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
-// op over the 32 lanes of a warp in a fixed butterfly; every lane gets lane 0's result.
-template <typename T, typename Op> __device__ T warp_reduce(T v, Op op)
-{
-    for (int o = 16; o > 0; o /= 2)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return __shfl_sync(0xffffffffu, v, 0);
-}
-
-// op over every thread of the block (blockDim.x a multiple of 32, every thread calling):
-// warps first, then every warp reduces the warps' results the same way, so all threads
-// return the same bits.  `identity` fills the lanes beyond the block's warps.
-template <typename T, typename Op> __device__ T block_reduce(T v, Op op, T identity)
-{
-    __shared__ T part[32];
-    unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    v = warp_reduce(v, op);
-    __syncthreads();                    // an earlier call may still be reading part
-    if (lane == 0)
-        part[warp] = v;
-    __syncthreads();
-    return warp_reduce(lane < blockDim.x / 32 ? part[lane] : identity, op);
-}
-
-__device__ float block_sum(float v) { return block_reduce(v, SumOp(), 0.0f); }
-__device__ double block_sum(double v) { return block_reduce(v, SumOp(), 0.0); }
-__device__ float block_max(float v) { return block_reduce(v, MaxOp(), -INFINITY); }
+#include "reduce.cuh"
 
 // ---- column sums: out (M) += sums over the rows of an (N,M) matrix -----------------------
 //
@@ -558,14 +526,7 @@ template <typename T> __global__ void log_softmax_rows(T *y, const T *x, int V)
     size_t n = blockIdx.x;
     const T *z = x + n * V;
     T *o = y + n * V;
-    float mx = -INFINITY;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        mx = fmaxf(mx, act_load(z + c));
-    mx = block_max(mx);
-    float se = 0;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        se += expf(act_load(z + c) - mx);
-    float l = (float)(mx + log(block_sum((double)se)));
+    float l = row_log_sum_exp(z, V);
     for (int c = threadIdx.x; c < V; c += blockDim.x)
         act_store(o + c, act_load(z + c) - l);
 }

@@ -2,7 +2,8 @@
  * random inputs, at small shapes and at the big model's (d_model 1024, 16 heads, d_ff 4096,
  * vocabulary 37000, batches of 10240 tokens); the CUDA ops' determinism (the same bits on a
  * second run); the check the tools run before using a GPU (tfm_device_check); and one
- * training batch of a whole 6-layer model of the big shapes against the CPU.
+ * training batch of a whole 6-layer model of the big shapes against the CPU; and the
+ * optional log_softmax_top against the GPU's own log_softmax plus the host's selection.
  * `make check-gpu` runs it.  Without a GPU (this machine, CI) every test that needs one
  * skips itself; the first checks that asking for the CUDA backend there fails with a
  * reason, the second checks this file's own comparisons.
@@ -74,7 +75,10 @@
 #include "backend.h"
 #include "config.h"
 #include "device.h"
+#include "beam.h"
+#include "decode.h"
 #include "model.h"
+#include "topk.h"
 
 #include <stdint.h>
 #include <time.h>
@@ -1566,6 +1570,258 @@ done:
     free(hc); free(hg); free(src); free(tgt);
 }
 
+/* ---- log_softmax_top: a search step's k best tokens, selected on the GPU ------------------ */
+
+/* Row r of the inputs below, by r % 10 (every value a bf16 value, so both precisions start
+ * from the same row):
+ *  0, 5: random in [-8, 8] (near ties: the CPU may order them otherwise, see top_case)
+ *  1, 6: 33 levels 0.5 apart in [-8, 8] (hundreds of exact ties a level: ties by id)
+ *  2, 7: those levels with every 7th entry -inf
+ *  3, 8: -inf but for 3 entries (fewer than k qualify: -inf, -1 pad the list)
+ *  4:    the levels and one NaN (the log-sum-exp is NaN: nothing qualifies)
+ *  9:    all -inf (nothing qualifies) */
+static float *top_input(int N, int V)
+{
+    float *z = rnd((size_t)N * V, 8);
+    for (int r = 0; r < N; r++) {
+        float *x = z + (size_t)r * V;
+        int kind = r % 10;
+        for (int v = 0; v < V && kind % 5 != 0; v++) {
+            x[v] = (float)(irand(33) - 16) * 0.5f;
+            if ((kind % 5 == 2 && v % 7 == 3) || kind % 5 == 3 || kind == 9)
+                x[v] = -INFINITY;
+        }
+        if (kind % 5 == 3)
+            for (int j = 0; j < 3 && j < V; j++)
+                x[irand(V)] = (float)(irand(33) - 16) * 0.5f;
+        if (kind == 4)
+            x[irand(V)] = NAN;
+    }
+    round_act(z, (size_t)N * V);
+    return z;
+}
+
+/* The host path (model.c without the slot): log-probabilities y (N,V) as stored, each row
+ * selected by tfm_topk_row, and y[also]. */
+static void top_host(const float *y, int N, int V, int k, const int32_t *ban, int nban,
+                     int also, float *top, int32_t *id, float *al)
+{
+    for (int r = 0; r < N; r++) {
+        const float *row = y + (size_t)r * V;
+        tfm_topk_row(row, 0.0f, V, k, ban, nban, NULL, 0, top + (size_t)r * k,
+                     id + (size_t)r * k);
+        al[r] = row[also];
+    }
+}
+
+/* The first place where two id lists differ, printed, or n. */
+static size_t ids_diff(const char *what, const int32_t *a, const int32_t *b, size_t n, int k)
+{
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            printf("#   %s: row %zu, place %zu: id %d, the reference's %d\n", what, i / k,
+                   i % k, (int)a[i], (int)b[i]);
+            return i;
+        }
+    return n;
+}
+
+/* log_softmax_top of N random rows of V (top_input) on the GPU:
+ *  - against the GPU's own host path (its log_softmax, downloaded, tfm_topk_row): the
+ *    same values, ids and also-values bit for bit, the logits untouched; a second call
+ *    gives the same bits;
+ *  - against the CPU's host path (its log_softmax; at bf16 its emulation): values within
+ *    log_softmax's bound (test_xent; the i-th best of two rows within e of each other are
+ *    within e), padding in the same places, and the same ids on the rows of levels (exact
+ *    ties on both sides, distinct values 0.5 apart, so the same order; random rows may
+ *    legally differ where two values are within rounding).
+ * nban 0 passes no list; `also` is a banned id in some calls (it is reported anyway). */
+static void top_case(int N, int V, int k, int nban, int also, double *t_top, double *t_host)
+{
+    size_t n = (size_t)N * V, nk = (size_t)N * k;
+    float *z = top_input(N, V);
+    int32_t ban[6] = {3 % V, 0, 3 % V, V - 1, V / 2, 17 % V};
+    const int32_t *bp = nban ? ban : NULL;
+    float *gz = dact(z, n), *gls = dact(NULL, n);
+    float *gy = malloc(nk * 4), *ry = malloc(nk * 4), *cy = malloc(nk * 4), *gy2 = malloc(nk * 4);
+    int32_t *gid = malloc(nk * 4), *rid = malloc(nk * 4), *cid = malloc(nk * 4),
+            *gid2 = malloc(nk * 4);
+    float *ga = malloc(N * 4), *ra = malloc(N * 4), *ca = malloc(N * 4), *ga2 = malloc(N * 4);
+    float *cls = malloc(n * 4);
+    printf("#   %d rows of %d, k %d, %d banned, also %d\n", N, V, k, nban, also);
+    gpu->sync(gpu);
+    double t0 = now();
+    gpu->log_softmax_top(gpu, gz, N, V, k, bp, nban, also, gy, gid, ga);
+    double t1 = now();
+    gpu->log_softmax(gpu, gls, gz, N, V);
+    float *ls = hact(gls, n);
+    top_host(ls, N, V, k, bp, nban, also, ry, rid, ra);
+    double t2 = now();
+    if (t_top) {
+        *t_top = t1 - t0;
+        *t_host = t2 - t1;
+    }
+    exact_host("values = log_softmax's, selected on the host", gy, ry, nk);
+    CHECK(ids_diff("ids = the host path's", gid, rid, nk, k) == nk);
+    exact_host("also = log_softmax's", ga, ra, (size_t)N);
+    exact_act("logits untouched", gz, z, n);
+    gpu->log_softmax_top(gpu, gz, N, V, k, bp, nban, also, gy2, gid2, ga2);
+    exact_host("the same values twice", gy2, gy, nk);
+    CHECK(memcmp(gid2, gid, nk * 4) == 0);
+    exact_host("the same also twice", ga2, ga, (size_t)N);
+
+    cpu->log_softmax(cpu, cls, z, N, V);
+    top_host(cls, N, V, k, bp, nban, also, cy, cid, ca);
+    double e = maxerr(gy, cy, nk);
+    if (!(e <= TOL + ulp16))
+        printf("#   values against the CPU's: %.3g (bound %.3g)\n", e, TOL + ulp16);
+    CHECK(e <= TOL + ulp16);
+    int bad_id = 0, bad_also = 0;
+    for (int r = 0; r < N && !bad_id; r++) {
+        const int32_t *g = gid + (size_t)r * k, *c = cid + (size_t)r * k;
+        for (int i = 0; i < k && !bad_id; i++)
+            if ((g[i] < 0) != (c[i] < 0) || (r % 5 != 0 && g[i] != c[i])) {
+                printf("#   row %d place %d: id %d (%.9g), the CPU's %d (%.9g)\n", r, i,
+                       (int)g[i], gy[(size_t)r * k + i], (int)c[i], cy[(size_t)r * k + i]);
+                bad_id = 1;
+            }
+    }
+    for (int r = 0; r < N && !bad_also; r++)
+        if (isfinite(ca[r]) && !(fabs(ga[r] - ca[r]) <= (TOL + ulp16) * fmax(1, fabs(ca[r])))) {
+            printf("#   row %d: also %.9g, the CPU's %.9g\n", r, ga[r], ca[r]);
+            bad_also = 1;
+        }
+    CHECK(!bad_id);
+    CHECK(!bad_also);
+    GFREE(gz, gls);
+    free(z); free(ls); free(cls);
+    free(gy); free(ry); free(cy); free(gy2); free(gid); free(rid); free(cid); free(gid2);
+    free(ga); free(ra); free(ca); free(ga2);
+}
+
+/* A small model's decoding on the GPU with log_softmax_top and without (the host path):
+ * the same steps bit for bit (tfm_decoder_step_top), and the same beam-search hypotheses
+ * and scores (tfm_decode_sources, beam 4). */
+static void top_decoding(void)
+{
+    enum { B = 6, S = 12, V = 1000, K = 8, STEPS = 4 };
+    struct tfm_config c;
+    tfm_config_defaults(&c);
+    c.layers = 2;
+    c.d_model = 64;
+    c.heads = 4;
+    c.d_ff = 128;
+    c.vocab = V;
+    c.max_len = 64;
+    c.tokens = B * S;
+    c.seed = 5;
+    c.precision = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
+    int32_t src[B * S];
+    for (int b = 0; b < B; b++) {
+        int len = S - 2 * b;
+        for (int i = 0; i < S; i++)
+            src[b * S + i] = i < len - 1 ? 4 + irand(V - 4) : i == len - 1 ? TFM_EOS : TFM_PAD;
+    }
+    void (*slot)(struct tfm_backend *, const float *, int, int, int, const int32_t *, int, int,
+                 float *, int32_t *, float *) = gpu->log_softmax_top;
+    struct tfm_error err;
+    struct tfm_model *m = tfm_model_create(&c, gpu, 0, &err);
+    struct tfm_decoder *d[2] = {NULL, NULL};
+    struct tfm_hyps h[2];
+    memset(h, 0, sizeof h);
+    if (!m) {
+        printf("#   %s\n", err.msg);
+        CHECK(!"model created");
+        return;
+    }
+    float top[2][B * K], al[2][B];
+    int32_t tok[2][B * K], last[B], rows[B], ban[2] = {TFM_PAD, 2};
+    for (int b = 0; b < B; b++) {
+        last[b] = 2;                                      /* bos */
+        rows[b] = b;
+    }
+    for (int w = 0; w < 2; w++)
+        if (!(d[w] = tfm_decoder_create(m, B, S, B, STEPS, &err)) ||
+            tfm_decoder_encode(d[w], B, S, src, &err)) {
+            printf("#   %s\n", err.msg);
+            CHECK(!"decoder");
+            goto done;
+        }
+    for (int s = 0; s < STEPS; s++) {
+        for (int w = 0; w < 2; w++) {
+            gpu->log_softmax_top = w ? NULL : slot;       /* w 1: the host path */
+            int rc = tfm_decoder_step_top(d[w], B, last, rows, K, ban, 2, TFM_EOS, top[w],
+                                          tok[w], al[w], &err);
+            gpu->log_softmax_top = slot;
+            if (rc) {
+                printf("#   %s\n", err.msg);
+                CHECK(!"decoding step");
+                goto done;
+            }
+        }
+        exact_host("a step's values", top[0], top[1], B * K);
+        CHECK(ids_diff("a step's ids", tok[0], tok[1], B * K, K) == B * K);
+        exact_host("a step's eos values", al[0], al[1], B);
+        for (int b = 0; b < B; b++)
+            last[b] = tok[0][b * K + s % K];
+    }
+    struct tfm_beam_opts o;
+    tfm_beam_defaults(&o);
+    for (int w = 0; w < 2; w++) {
+        gpu->log_softmax_top = w ? NULL : slot;
+        int rc = tfm_decode_sources(m, B, S, src, &o, 10, &h[w], &err);
+        gpu->log_softmax_top = slot;
+        if (rc) {
+            printf("#   %s\n", err.msg);
+            CHECK(!"decode_sources");
+            goto done;
+        }
+    }
+    CHECK(h[0].n == B && h[1].n == B);
+    if (h[0].n == h[1].n) {
+        CHECK(memcmp(h[0].offsets, h[1].offsets, (size_t)(h[0].n + 1) * 8) == 0);
+        if (h[0].offsets[h[0].n] == h[1].offsets[h[1].n])
+            CHECK(memcmp(h[0].ids, h[1].ids, (size_t)h[0].offsets[h[0].n] * 4) == 0);
+        exact_host("hypotheses' scores", h[0].score, h[1].score, (size_t)h[0].n);
+        printf("#   beam 4: %lld tokens in %d hypotheses, the same with and without\n",
+               (long long)h[0].offsets[h[0].n], (int)h[0].n);
+    }
+done:
+    gpu->log_softmax_top = slot;
+    tfm_hyps_free(&h[0]);
+    tfm_hyps_free(&h[1]);
+    tfm_decoder_free(d[0]);
+    tfm_decoder_free(d[1]);
+    tfm_model_free(m);
+}
+
+static void test_log_softmax_top(void)
+{
+    NEED_GPU();
+    if (!gpu->log_softmax_top) {                          /* sim: the host path only */
+        CHECK(gpu->kind != TFM_BACKEND_CUDA);
+        t_skip("this backend has no log_softmax_top");
+        return;
+    }
+    top_case(1, 37000, 1, 6, 3, NULL, NULL);
+    top_case(37, 1000, 1, 6, 500, NULL, NULL);
+    top_case(37, 1000, 8, 0, 999, NULL, NULL);
+    top_case(37, 1000, 64, 6, 3, NULL, NULL);
+    top_case(37, 1000, 300, 6, 1, NULL, NULL);            /* passes of 128, 128, 44 */
+    top_case(12, 33, 8, 6, 32, NULL, NULL);               /* V short of a block */
+    top_case(10, 5, 8, 6, 4, NULL, NULL);                 /* k > V: padding */
+    top_decoding();
+    if (quick)
+        return;
+    int ks[2] = {8, 64};
+    for (int i = 0; i < 2; i++) {
+        double tt, th;
+        top_case(512, 37000, ks[i], 6, 3, &tt, &th);
+        printf("#   512 rows of 37000, k %d: log_softmax_top %.2f ms, log_softmax + download + "
+               "host selection %.2f ms\n", ks[i], tt * 1e3, th * 1e3);
+    }
+}
+
 /* ---- running ---------------------------------------------------------------------------- */
 
 static void (*current)(void);
@@ -1662,6 +1918,8 @@ int main(void)
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
         test_big_model);
     run("cuda big: the step's statistics over 50 million elements", test_big_step);
+    run("cuda: log_softmax_top (the k best tokens on the GPU) = log_softmax, then the host's "
+        "selection", test_log_softmax_top);
     if (gpu)
         gpu->destroy(gpu);
     cpu->destroy(cpu);
