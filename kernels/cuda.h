@@ -76,6 +76,23 @@ __device__ __forceinline__ float act_load(const bf16 *p) { return __bfloat162flo
 __device__ __forceinline__ void act_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void act_store(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+// Adam on element i (backend.h, adam), operation for operation as the CPU's adam_range
+// (a1, a2: the bias corrections): both Adam kernels (cuda_ops.cu, cuda_step.cu) call it.
+__device__ __forceinline__ void adam_elem(float *p, float *grad, float *m, float *v, size_t i,
+                                          float lr, float b1, float b2, float eps,
+                                          float gscale, float a1, float a2)
+{
+    float g = __fmul_rn(gscale, grad[i]);
+    grad[i] = 0;
+    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, g));
+    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
+    m[i] = mi;
+    v[i] = vi;
+    float num = __fmul_rn(lr, __fmul_rn(mi, a1));
+    float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, a2)), eps);
+    p[i] = __fsub_rn(p[i], __fdiv_rn(num, den));
+}
+
 // The statements in ... with T the backend's activation type: the one place an op chooses
 // its kernels' instantiation.  A macro, not a lambda, so that __func__ in CUDA_CHECK still
 // names the op.

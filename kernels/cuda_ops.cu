@@ -207,19 +207,14 @@ size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // ---- layer norm ---------------------------------------------------------------------------
 
-// Block n normalizes row n: mean, biased variance (each a strided sum per thread, then the
-// block tree), y = (x - mean) * rstd * g + b.  Each thread reads and writes only its own
-// columns, so y may equal x.
+// The rest of a row's layer norm once each thread has summed its strided columns of the
+// row xr into s: the mean (the block tree of s), the biased variance (a strided sum per
+// thread, then the tree), *mean, *rstd (thread 0), yr = (x - mean) * rstd * g + b.  Each
+// thread reads and writes only its own columns, so yr may equal xr.
 template <typename T>
-__global__ void ln_fwd_rows(T *y, float *mean, float *rstd, const T *x, const T *g, const T *b,
-                            int D, float eps)
+__device__ void ln_row_finish(T *yr, float *mean, float *rstd, const T *xr, float s,
+                              const T *g, const T *b, int D, float eps)
 {
-    size_t n = blockIdx.x;
-    const T *xr = x + n * D;
-    T *yr = y + n * D;
-    float s = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x)
-        s += act_load(xr + c);
     float mu = block_sum(s) / D;
     float v = 0;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
@@ -228,35 +223,24 @@ __global__ void ln_fwd_rows(T *y, float *mean, float *rstd, const T *x, const T 
     }
     float rs = 1.0f / sqrtf(block_sum(v) / D + eps);
     if (threadIdx.x == 0) {
-        mean[n] = mu;
-        rstd[n] = rs;
+        *mean = mu;
+        *rstd = rs;
     }
     for (int c = threadIdx.x; c < D; c += blockDim.x)
         act_store(yr + c, (act_load(xr + c) - mu) * rs * act_load(g + c) + act_load(b + c));
 }
 
-// Block n: dx row n = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), added to dx
-// when accumulate.
+// Block n normalizes row n (ln_row_finish); y may equal x.
 template <typename T>
-__global__ void ln_bwd_rows(T *dx, const T *dy, const T *x, const float *mean, const float *rstd,
-                            const T *g, int D, int accumulate)
+__global__ void ln_fwd_rows(T *y, float *mean, float *rstd, const T *x, const T *g, const T *b,
+                            int D, float eps)
 {
     size_t n = blockIdx.x;
-    const T *xr = x + n * D, *dyr = dy + n * D;
-    T *dxr = dx + n * D;
-    float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float dh = act_load(dyr + c) * act_load(g + c);
-        a += dh;
-        bsum += dh * (act_load(xr + c) - mu) * rs;
-    }
-    a = block_sum(a) / D;
-    bsum = block_sum(bsum) / D;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float xh = (act_load(xr + c) - mu) * rs;
-        float v = rs * (act_load(dyr + c) * act_load(g + c) - a - xh * bsum);
-        act_store(dxr + c, accumulate ? act_load(dxr + c) + v : v);
-    }
+    const T *xr = x + n * D;
+    float s = 0;
+    for (int c = threadIdx.x; c < D; c += blockDim.x)
+        s += act_load(xr + c);
+    ln_row_finish(y + n * D, mean + n, rstd + n, xr, s, g, b, D, eps);
 }
 
 // Pass 1 of dg += sum_n dy * xhat and db += sum_n dy (column sums above).
@@ -408,7 +392,7 @@ __global__ void embed_dropout_elems(T *out, const T *table, const int32_t *ids, 
     }
 }
 
-// Block n: row n of r = a + dropout(b) (add_dropout_elems), then ln_fwd_rows on it.  Each
+// Block n: row n of r = a + dropout(b) (add_dropout_elems), then ln_row_finish on it.  Each
 // thread reads back only the columns it stored itself, so no barrier is needed between the
 // two (block_sum's barriers come after).  r may equal a or b (each element is read before
 // it is written, by the same thread); y aliases none of them.
@@ -426,25 +410,12 @@ __global__ void add_dropout_ln_rows(T *y, float *mean, float *rstd, T *r, const 
         act_store(r + i, v);
         s += act_round(v, r);
     }
-    const T *xr = r + row;
-    T *yr = y + row;
-    float mu = block_sum(s) / D;
-    float v = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float d = act_load(xr + c) - mu;
-        v += d * d;
-    }
-    float rs = 1.0f / sqrtf(block_sum(v) / D + eps);
-    if (threadIdx.x == 0) {
-        mean[n] = mu;
-        rstd[n] = rs;
-    }
-    for (int c = threadIdx.x; c < D; c += blockDim.x)
-        act_store(yr + c, (act_load(xr + c) - mu) * rs * act_load(g + c) + act_load(bias + c));
+    ln_row_finish(y + row, mean + n, rstd + n, (const T *)r + row, s, g, bias, D, eps);
 }
 
-// ln_bwd_rows, then dxd = dropout(dx) from the value dx stores (dropout_elems; thr 0: a
-// copy).
+// Block n: dx row n = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), added to dx
+// when accumulate; then, when dxd is given, dxd = dropout(dx) from the value dx stores
+// (dropout_elems; thr 0: a copy).
 template <typename T>
 __global__ void ln_bwd_dropout_rows(T *dx, T *dxd, const T *dy, const T *x, const float *mean,
                                     const float *rstd, const T *g, int D, int accumulate,
@@ -452,7 +423,7 @@ __global__ void ln_bwd_dropout_rows(T *dx, T *dxd, const T *dy, const T *x, cons
 {
     size_t n = blockIdx.x, row = n * D;
     const T *xr = x + row, *dyr = dy + row;
-    T *dxr = dx + row, *dxdr = dxd + row;
+    T *dxr = dx + row, *dxdr = dxd ? dxd + row : nullptr;
     float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
     for (int c = threadIdx.x; c < D; c += blockDim.x) {
         float dh = act_load(dyr + c) * act_load(g + c);
@@ -466,8 +437,10 @@ __global__ void ln_bwd_dropout_rows(T *dx, T *dxd, const T *dy, const T *x, cons
         float v = rs * (act_load(dyr + c) * act_load(g + c) - a - xh * bsum);
         v = act_round(accumulate ? act_load(dxr + c) + v : v, dxr);
         act_store(dxr + c, v);
-        float mul = dropout_mul(key, row + c, thr, inv);
-        act_store(dxdr + c, thr == 0 ? v : mul > 0 ? __fmul_rn(v, mul) : 0.0f);
+        if (dxd) {
+            float mul = dropout_mul(key, row + c, thr, inv);
+            act_store(dxdr + c, thr == 0 ? v : mul > 0 ? __fmul_rn(v, mul) : 0.0f);
+        }
     }
 }
 
@@ -552,17 +525,8 @@ __global__ void sumsq_parts(double *part, const float *x, size_t n, size_t chunk
 __global__ void adam_elems(float *p, float *grad, float *m, float *v, size_t n, float lr,
                            float b1, float b2, float eps, float gscale, float a1, float a2)
 {
-    for (size_t i = thread_index(); i < n; i += thread_count()) {
-        float g = __fmul_rn(gscale, grad[i]);
-        grad[i] = 0;
-        float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, g));
-        float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
-        m[i] = mi;
-        v[i] = vi;
-        float num = __fmul_rn(lr, __fmul_rn(mi, a1));
-        float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, a2)), eps);
-        p[i] = __fsub_rn(p[i], __fdiv_rn(num, den));
-    }
+    for (size_t i = thread_index(); i < n; i += thread_count())
+        adam_elem(p, grad, m, v, i, lr, b1, b2, eps, gscale, a1, a2);
 }
 
 } // namespace
@@ -653,9 +617,9 @@ void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db,
     launch_colsum_finish(be, dg, part, pl.chunks, D);
     launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
     BY_ACT_TYPE(be,
-        ln_bwd_rows<T><<<(unsigned)N, THREADS, 0, s>>>(act_ptr<T>(dx), act_ptr<T>(dy),
-                                                       act_ptr<T>(x), mean, rstd, act_ptr<T>(g),
-                                                       D, accumulate);
+        ln_bwd_dropout_rows<T><<<(unsigned)N, THREADS, 0, s>>>(
+            act_ptr<T>(dx), (T *)nullptr, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd,
+            act_ptr<T>(g), D, accumulate, 0u, 1.0f, (uint64_t)0);
         LAUNCH_CHECK();
     );
 }

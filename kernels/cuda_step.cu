@@ -95,17 +95,8 @@ __global__ void adam_scaled_elems(float *p, float *grad, float *m, float *v, siz
         return;
     float gscale = (float)st->scale;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = __fmul_rn(gscale, grad[i]);
-        grad[i] = 0;
-        float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, g));
-        float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
-        m[i] = mi;
-        v[i] = vi;
-        float num = __fmul_rn(lr, __fmul_rn(mi, a1));
-        float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, a2)), eps);
-        p[i] = __fsub_rn(p[i], __fdiv_rn(num, den));
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        adam_elem(p, grad, m, v, i, lr, b1, b2, eps, gscale, a1, a2);
 }
 
 } // namespace

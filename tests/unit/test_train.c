@@ -220,10 +220,11 @@ static void test_progress(void)
 
 static char dir[256];
 
-/* nb batches of 8 sentences, tgt = the source reversed; ids in [4, 32). */
-static int write_batches(const char *path, int nb)
+/* nb batches of 8 sentences of up to S tokens (S <= 40; the first of each batch S long when
+ * first_full), tgt = the source reversed; ids in [4, 32); x the generator's seed. */
+static int write_task(const char *path, int nb, int S, uint64_t x, int first_full)
 {
-    enum { B = 8, S = 10, V = 32 };
+    enum { B = 8, SMAX = 40, V = 32 };
     struct tfm_error err;
     struct tfm_header h;
     tfm_header_init(&h, TFM_KIND_BATCHES);
@@ -231,14 +232,13 @@ static int write_batches(const char *path, int nb)
     tfm_header_free(&h);
     if (!w)
         return -1;
-    uint64_t x = 12345;
     for (int b = 0; b < nb; b++) {
         int64_t idx[B];
-        int32_t src[B * S] = {0}, tgt[B * S] = {0};
+        int32_t src[B * SMAX] = {0}, tgt[B * SMAX] = {0};
         for (int i = 0; i < B; i++) {
             idx[i] = b * B + i;
             x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            int len = 3 + (int)((x >> 33) % (S - 3));
+            int len = first_full && i == 0 ? S : 3 + (int)((x >> 33) % (S - 3));
             for (int t = 0; t < len - 1; t++) {
                 x = x * 6364136223846793005ULL + 1442695040888963407ULL;
                 src[i * S + t] = 4 + (int)((x >> 33) % (V - 4));
@@ -258,6 +258,9 @@ static int write_batches(const char *path, int nb)
     }
     return tfm_writer_close(w, &err);
 }
+
+/* nb batches of 8 sentences of up to 10 tokens. */
+static int write_batches(const char *path, int nb) { return write_task(path, nb, 10, 12345, 0); }
 
 static void tiny(struct tfm_config *c)
 {
@@ -601,44 +604,10 @@ static void test_train_errors(void)
 }
 
 /* nb batches of 8 sentences of up to 40 tokens (8 x 40 = 320 target rows: two chunks of
- * the output layer at a vocabulary of 33000, whose chunks have 256 rows), the copy task
- * of write_batches. */
+ * the output layer at a vocabulary of 33000, whose chunks have 256 rows). */
 static int write_wide_batches(const char *path, int nb)
 {
-    enum { B = 8, S = 40, V = 32 };
-    struct tfm_error err;
-    struct tfm_header h;
-    tfm_header_init(&h, TFM_KIND_BATCHES);
-    struct tfm_writer *w = tfm_writer_open(path, &h, 0, &err);
-    tfm_header_free(&h);
-    if (!w)
-        return -1;
-    uint64_t x = 54321;
-    for (int b = 0; b < nb; b++) {
-        int64_t idx[B];
-        int32_t src[B * S] = {0}, tgt[B * S] = {0};
-        for (int i = 0; i < B; i++) {
-            idx[i] = b * B + i;
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            int len = i == 0 ? S : 3 + (int)((x >> 33) % (S - 3));
-            for (int t = 0; t < len - 1; t++) {
-                x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-                src[i * S + t] = 4 + (int)((x >> 33) % (V - 4));
-            }
-            src[i * S + len - 1] = 3;
-            for (int t = 0; t < len - 1; t++)
-                tgt[i * S + t] = src[i * S + len - 2 - t];
-            tgt[i * S + len - 1] = 3;
-        }
-        int64_t d1[1] = {B}, d2[2] = {B, S};
-        if (tfm_writer_put(w, "batch.index", TFM_I64, 1, d1, idx, &err) ||
-            tfm_writer_put(w, "batch.src", TFM_I32, 2, d2, src, &err) ||
-            tfm_writer_put(w, "batch.tgt", TFM_I32, 2, d2, tgt, &err)) {
-            tfm_writer_abort(w);
-            return -1;
-        }
-    }
-    return tfm_writer_close(w, &err);
+    return write_task(path, nb, 40, 54321, 1);
 }
 
 /* No host in the step: an update reads the device once (its statistics), whatever the
