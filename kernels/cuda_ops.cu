@@ -598,30 +598,13 @@ void cuda_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rs
     );
 }
 
-// dg, db first (column sums, fp32), then dx.
+// The fused op without its dropout (dxd NULL): dg, db first, then dx.
 void cuda_layernorm_bwd(struct tfm_backend *be, float *dx, float *dg, float *db, const float *dy,
                         const float *x, const float *mean, const float *rstd, const float *g,
                         int N, int D, int accumulate)
 {
-    if (N <= 0 || D <= 0)
-        return;
-    cudaStream_t s = STREAM(be);
-    col_plan pl = plan_columns(N);
-    size_t part_n = (size_t)pl.chunks * D;
-    float *part = (float *)tfm_cuda_work(be, 2 * part_n * sizeof(float));
-    BY_ACT_TYPE(be,
-        ln_bwd_partial<T><<<col_grid(D, pl), dim3(COL_TILE, COL_ROWS), 0, s>>>(
-            part, part + part_n, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd, N, D, pl.rows);
-        LAUNCH_CHECK();
-    );
-    launch_colsum_finish(be, dg, part, pl.chunks, D);
-    launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
-    BY_ACT_TYPE(be,
-        ln_bwd_dropout_rows<T><<<(unsigned)N, THREADS, 0, s>>>(
-            act_ptr<T>(dx), (T *)nullptr, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd,
-            act_ptr<T>(g), D, accumulate, 0u, 1.0f, (uint64_t)0);
-        LAUNCH_CHECK();
-    );
+    cuda_layernorm_bwd_dropout(be, dx, NULL, dg, db, dy, x, mean, rstd, g, N, D, accumulate, 0,
+                               0);
 }
 
 void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int M, int relu)
@@ -770,7 +753,7 @@ void cuda_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean, f
     );
 }
 
-// dg, db as cuda_layernorm_bwd (column sums, fp32), then dx and dxd a block per row.
+// dg, db (column sums, fp32), then dx and (when dxd is given) dxd, a block per row.
 void cuda_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, float *dg,
                                 float *db, const float *dy, const float *x, const float *mean,
                                 const float *rstd, const float *g, int N, int D,
