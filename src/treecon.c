@@ -253,7 +253,7 @@ static void mask(const struct tfm_treecon *tc, const struct row *r, const int32_
         for (int v = 0; v < V; v++)
             if (tc->cls[v] == C_LEAF || v == copy_tok)
                 sum += exp((double)logp[v] - mx);
-        copy_lp = mx + (float)log(sum);
+        copy_lp = mx > -INFINITY ? mx + (float)log(sum) : -INFINITY;   /* no NaN */
     }
     for (int v = 0; v < V; v++) {
         int c = tc->cls[v], yes;
