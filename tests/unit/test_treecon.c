@@ -279,6 +279,35 @@ static void test_copy_probabilities(void)
     tfm_treecon_free(tc);
 }
 
+/* A model certain that no word comes: the leaf's mass is -inf (never NaN, which a search
+ * could not rank), and the brackets keep theirs. */
+static int no_words_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,
+                         float *logp, struct tfm_error *err)
+{
+    (void)ctx, (void)last, (void)row_src, (void)err;
+    for (int i = 0; i < nrows * V; i++)
+        logp[i] = i % V == T_S || i % V == T_NP ? -1.0f : -INFINITY;
+    return 0;
+}
+
+static void test_copy_no_words(void)
+{
+    struct tfm_error err = {0};
+    struct tfm_treecon *tc = tfm_treecon_create(PIECES, V, TFM_TREE_COPY, &err);
+    struct tfm_step_model inner = {NULL, V, no_words_step, no_select, NULL}, m;
+    int max_len = 20;
+    CHECK(tfm_treecon_begin(tc, &inner, 1, 4, SRC, &max_len, &m, &err) == 0);
+    float lp[V];
+    int32_t last = 2, src = 0, keep = 0;
+    CHECK(m.step(m.ctx, 1, &last, &src, lp, &err) == 0);
+    last = T_S;
+    CHECK(m.select(m.ctx, 1, &keep, &err) == 0);
+    CHECK(m.step(m.ctx, 1, &last, &src, lp, &err) == 0);
+    CHECK(lp[T_THE] == -INFINITY);
+    CHECK(lp[T_NP] == -1.0f);
+    tfm_treecon_free(tc);
+}
+
 static void test_errors(void)
 {
     struct tfm_error err = {0};
@@ -296,6 +325,7 @@ int main(void)
     t_run("count: exactly the trees with as many leaves as words", test_count_exact);
     t_run("beam and greedy search write only trees", test_search);
     t_run("copy: a leaf has the mass of every word start", test_copy_probabilities);
+    t_run("copy: no word start possible gives -inf, not NaN", test_copy_no_words);
     t_run("a vocabulary without brackets; mode names", test_errors);
     return t_done();
 }
