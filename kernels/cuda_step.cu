@@ -6,9 +6,10 @@
 //   cuda_adam_scaled  Adam reading its gradient scale from the statistics
 //
 // The CPU backend's twins (backend_cpu.c) are the reference.  Deterministic: no atomics;
-// each sum is a fixed tree (block_sum2 below) over threads that add their strided
-// elements in order, and the gradient's chunks add up in chunk order, as cuda_sumsq's do
-// on the host.  Every kernel runs on the backend's stream, so the statistics are ready for
+// each sum is a fixed tree over threads that add their strided elements in order (the
+// losses: block_sum2 below; the gradient: reduce.cuh's block_sum, cuda_sumsq's), and the
+// gradient's chunks add up in chunk order, as cuda_sumsq's do on the host: the norm is
+// cuda_sumsq's sum, bit for bit (backend.h, grad_clip).  Every kernel runs on the backend's stream, so the statistics are ready for
 // the next op without a synchronization; the host reads them with a download.
 #include "cuda.h"
 
@@ -17,7 +18,10 @@
 
 namespace {
 
-constexpr unsigned THREADS = 256;         // threads per block: a power of two
+constexpr unsigned THREADS = 256;         // threads per block: a power of two, and
+                                          // cuda_ops.cu's (sumsq_chunks: sumsq_parts' bits)
+
+#include "reduce.cuh"
 
 // The sums of a and b over the block's THREADS threads (every thread calling), each by
 // the same fixed tree in shared memory; every thread gets the results.
@@ -55,17 +59,18 @@ __global__ void loss_sum_block(tfm_step_stats *st, const float *loss, const floa
     }
 }
 
-// As cuda_sumsq: at most SUMSQ_PARTS chunks of at least SUMSQ_MIN_CHUNK elements, block k
-// summing chunk k into part[k].
+// cuda_ops.cu's sumsq_parts, operation for operation (the same chunks, strides and
+// block_sum), so that part[k] has its bits: at most SUMSQ_PARTS chunks of at least
+// SUMSQ_MIN_CHUNK elements, block k summing chunk k into part[k].
 constexpr size_t SUMSQ_PARTS = 1024, SUMSQ_MIN_CHUNK = 4096;
 
 __global__ void sumsq_chunks(double *part, const float *x, size_t n, size_t chunk)
 {
     size_t a = (size_t)blockIdx.x * chunk, b = n - a < chunk ? n : a + chunk;
-    double s = 0, unused = 0;
-    for (size_t i = a + threadIdx.x; i < b; i += THREADS)
+    double s = 0;
+    for (size_t i = a + threadIdx.x; i < b; i += blockDim.x)
         s += (double)x[i] * x[i];
-    block_sum2(&s, &unused);
+    s = block_sum(s);
     if (threadIdx.x == 0)
         part[blockIdx.x] = s;
 }

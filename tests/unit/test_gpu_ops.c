@@ -1044,7 +1044,8 @@ static void test_optimizer(void)
 
 /* The step's statistics on the device (cuda_step.cu) over a gradient of n elements and a
  * batch of rows losses.  loss_sum and grad_clip: double sums in other orders, relative
- * differences ~1e-16 sqrt(n), bound 1e-12, and the same bits twice; clip and scale follow
+ * differences ~1e-16 sqrt(n), bound 1e-12, and the same bits twice; the norm from the
+ * device's own sumsq, bit for bit; clip and scale follow
  * the norm (1e-12 too), and each case clips or not as the CPU does.  adam_scaled, handed
  * the CPU's statistics: the CPU's adam with that scale (the same fp32 operations, 1e-6 as
  * test_optimizer), and nothing at all when the norm is not finite. */
@@ -1079,6 +1080,8 @@ static void step_case(size_t n, int rows, int big)
         CHECK((h.clip < 1) == (c.clip < 1) && (c.clip < 1) == (k == 2));
         CHECK(memcmp(&h, &h2, sizeof h) == 0);          /* the same bits again */
         CHECK(h.loss == c.loss && h.nll == c.nll);      /* left as they were */
+        /* the norm is sumsq's sum, its bits (backend.h, grad_clip) */
+        CHECK(h.grad_norm == sqrt(gpu->sumsq(gpu, gg, n)) * gscale);
     }
     float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
     for (size_t i = 0; i < n; i++)
