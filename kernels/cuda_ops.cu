@@ -506,21 +506,6 @@ template <typename T> __global__ void log_softmax_rows(T *y, const T *x, int V)
 
 // ---- optimizer --------------------------------------------------------------------------
 
-// At most SUMSQ_PARTS chunks of at least SUMSQ_MIN_CHUNK elements: block k sums chunk k
-// (a double per thread, then the block tree) into part[k]; the host adds the parts.
-constexpr size_t SUMSQ_PARTS = 1024, SUMSQ_MIN_CHUNK = 4096;
-
-__global__ void sumsq_parts(double *part, const float *x, size_t n, size_t chunk)
-{
-    size_t a = (size_t)blockIdx.x * chunk, b = n - a < chunk ? n : a + chunk;
-    double s = 0;
-    for (size_t i = a + threadIdx.x; i < b; i += blockDim.x)
-        s += (double)x[i] * x[i];
-    s = block_sum(s);
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = s;
-}
-
 // The CPU's adam_range, operation for operation (a1, a2: the bias corrections).
 __global__ void adam_elems(float *p, float *grad, float *m, float *v, size_t n, float lr,
                            float b1, float b2, float eps, float gscale, float a1, float a2)
@@ -812,12 +797,10 @@ double cuda_sumsq(struct tfm_backend *be, const float *x, size_t n)
     if (n == 0)
         return 0;
     cudaStream_t s = STREAM(be);
-    size_t chunk = (n + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
-    if (chunk < SUMSQ_MIN_CHUNK)
-        chunk = SUMSQ_MIN_CHUNK;
-    unsigned parts = (unsigned)((n + chunk - 1) / chunk);
+    size_t chunk;
+    unsigned parts = sumsq_plan(n, &chunk);
     double *part = (double *)tfm_cuda_work(be, parts * sizeof(double));
-    sumsq_parts<<<parts, THREADS, 0, s>>>(part, x, n, chunk);
+    sumsq_parts<<<parts, SUMSQ_THREADS, 0, s>>>(part, x, n, chunk);
     LAUNCH_CHECK();
     double host[SUMSQ_PARTS];
     CUDA_CHECK(cudaMemcpyAsync(host, part, parts * sizeof(double), cudaMemcpyDeviceToHost, s));

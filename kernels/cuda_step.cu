@@ -7,10 +7,11 @@
 //
 // The CPU backend's twins (backend_cpu.c) are the reference.  Deterministic: no atomics;
 // each sum is a fixed tree over threads that add their strided elements in order (the
-// losses: block_sum2 below; the gradient: reduce.cuh's block_sum, cuda_sumsq's), and the
-// gradient's chunks add up in chunk order, as cuda_sumsq's do on the host: the norm is
-// cuda_sumsq's sum, bit for bit (backend.h, grad_clip).  Every kernel runs on the backend's stream, so the statistics are ready for
-// the next op without a synchronization; the host reads them with a download.
+// losses: block_sum2 below; the gradient: reduce.cuh's sumsq_parts, cuda_sumsq's own), and
+// the gradient's parts add up in order, as cuda_sumsq's do on the host: the norm is
+// cuda_sumsq's sum, bit for bit (backend.h, grad_clip).  Every kernel runs on the
+// backend's stream, so the statistics are ready for the next op without a
+// synchronization; the host reads them with a download.
 #include "cuda.h"
 
 #include <math.h>
@@ -18,8 +19,7 @@
 
 namespace {
 
-constexpr unsigned THREADS = 256;         // threads per block: a power of two, and
-                                          // cuda_ops.cu's (sumsq_chunks: sumsq_parts' bits)
+constexpr unsigned THREADS = 256;         // threads per block: a power of two
 
 #include "reduce.cuh"
 
@@ -57,22 +57,6 @@ __global__ void loss_sum_block(tfm_step_stats *st, const float *loss, const floa
         st->loss += l;
         st->nll += q;
     }
-}
-
-// cuda_ops.cu's sumsq_parts, operation for operation (the same chunks, strides and
-// block_sum), so that part[k] has its bits: at most SUMSQ_PARTS chunks of at least
-// SUMSQ_MIN_CHUNK elements, block k summing chunk k into part[k].
-constexpr size_t SUMSQ_PARTS = 1024, SUMSQ_MIN_CHUNK = 4096;
-
-__global__ void sumsq_chunks(double *part, const float *x, size_t n, size_t chunk)
-{
-    size_t a = (size_t)blockIdx.x * chunk, b = n - a < chunk ? n : a + chunk;
-    double s = 0;
-    for (size_t i = a + threadIdx.x; i < b; i += blockDim.x)
-        s += (double)x[i] * x[i];
-    s = block_sum(s);
-    if (threadIdx.x == 0)
-        part[blockIdx.x] = s;
 }
 
 // One thread: the parts in order, then the CPU's cpu_grad_clip, in double.
@@ -121,13 +105,11 @@ void cuda_grad_clip(struct tfm_backend *be, struct tfm_step_stats *st, const flo
                     size_t n, double gscale, double clip_norm)
 {
     cudaStream_t s = STREAM(be);
-    size_t chunk = (n + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
-    if (chunk < SUMSQ_MIN_CHUNK)
-        chunk = SUMSQ_MIN_CHUNK;
-    unsigned parts = (unsigned)((n + chunk - 1) / chunk);
+    size_t chunk;
+    unsigned parts = sumsq_plan(n, &chunk);     // sumsq's parts (reduce.cuh): its bits
     double *part = (double *)tfm_cuda_work(be, (parts ? parts : 1) * sizeof(double));
     if (parts) {
-        sumsq_chunks<<<parts, THREADS, 0, s>>>(part, g, n, chunk);
+        sumsq_parts<<<parts, SUMSQ_THREADS, 0, s>>>(part, g, n, chunk);
         LAUNCH_CHECK();
     }
     clip_finish<<<1, 1, 0, s>>>(st, part, parts, gscale, clip_norm);

@@ -54,4 +54,30 @@ template <typename T> __device__ float row_log_sum_exp(const T *z, int V)
     return (float)(mx + log(block_sum((double)se)));
 }
 
+// ---- a sum of squares in parts (sumsq and grad_clip give the same bits) ------------------
+// At most SUMSQ_PARTS chunks of at least SUMSQ_MIN_CHUNK elements; block k, of
+// SUMSQ_THREADS threads, sums chunk k (a double per thread, then the block tree) into
+// part[k]; the caller adds the parts in order.
+constexpr size_t SUMSQ_PARTS = 1024, SUMSQ_MIN_CHUNK = 4096;
+constexpr unsigned SUMSQ_THREADS = 256;
+
+__global__ void sumsq_parts(double *part, const float *x, size_t n, size_t chunk)
+{
+    size_t a = (size_t)blockIdx.x * chunk, b = n - a < chunk ? n : a + chunk;
+    double s = 0;
+    for (size_t i = a + threadIdx.x; i < b; i += blockDim.x)
+        s += (double)x[i] * x[i];
+    s = block_sum(s);
+    if (threadIdx.x == 0)
+        part[blockIdx.x] = s;
+}
+
+// The parts of n elements (0 for none) and their chunk size.
+static inline unsigned sumsq_plan(size_t n, size_t *chunk)
+{
+    size_t c = (n + SUMSQ_PARTS - 1) / SUMSQ_PARTS;
+    *chunk = c < SUMSQ_MIN_CHUNK ? SUMSQ_MIN_CHUNK : c;
+    return (unsigned)((n + *chunk - 1) / *chunk);
+}
+
 #endif
