@@ -645,7 +645,7 @@ void cuda_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, fl
     }
     BY_ACT_TYPE(be,
         dropout_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
-            act_ptr<T>(y), act_ptr<T>(x), n, tfm_dropout_threshold(p), 1.0f / (1.0f - p), key);
+            act_ptr<T>(y), act_ptr<T>(x), n, tfm_dropout_threshold(p), tfm_dropout_scale(p), key);
         LAUNCH_CHECK();
     );
 }
@@ -656,7 +656,7 @@ void cuda_add_dropout(struct tfm_backend *be, float *y, const float *a, const fl
 {
     if (n == 0)
         return;
-    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
         add_dropout_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(y), act_ptr<T>(a), act_ptr<T>(b), n, tfm_dropout_threshold(p), inv, key);
@@ -697,7 +697,7 @@ void cuda_bias_act_dropout(struct tfm_backend *be, float *x, const float *b, int
     size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(M > 0 ? M : 0);
     if (total == 0)
         return;
-    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
         bias_act_dropout_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(x), act_ptr<T>(b), total, M, relu, tfm_dropout_threshold(p), inv, key);
@@ -712,7 +712,7 @@ void cuda_embed_fwd_dropout(struct tfm_backend *be, float *out, const float *tab
     size_t total = (size_t)(N > 0 ? N : 0) * (size_t)(D > 0 ? D : 0);
     if (total == 0)
         return;
-    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
         embed_dropout_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(out), act_ptr<T>(table), ids, total, D, scale, act_ptr<T>(pos), L, pos0,
@@ -729,7 +729,7 @@ void cuda_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean, f
 {
     if (N <= 0 || D <= 0)
         return;
-    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
         add_dropout_ln_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(y), mean, rstd, act_ptr<T>(r), act_ptr<T>(a), act_ptr<T>(b),
@@ -757,7 +757,7 @@ void cuda_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, f
     );
     launch_colsum_finish(be, dg, part, pl.chunks, D);
     launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
-    float inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
         ln_bwd_dropout_rows<T><<<(unsigned)N, THREADS, 0, s>>>(
             act_ptr<T>(dx), act_ptr<T>(dxd), act_ptr<T>(dy), act_ptr<T>(x), mean, rstd,
@@ -811,15 +811,15 @@ double cuda_sumsq(struct tfm_backend *be, const float *x, size_t n)
     return sum;
 }
 
-// Bias corrections as cpu_adam: 1 / (1 - b^t) in double, then float.
+// Bias corrections as cpu_adam (tfm_adam_correction).
 void cuda_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v, size_t n,
                float lr, float b1, float b2, float eps, float gscale, int64_t step)
 {
     if (n == 0)
         return;
-    double c1 = 1.0 - pow((double)b1, (double)step), c2 = 1.0 - pow((double)b2, (double)step);
     adam_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
-        p, grad, m, v, n, lr, b1, b2, eps, gscale, (float)(1.0 / c1), (float)(1.0 / c2));
+        p, grad, m, v, n, lr, b1, b2, eps, gscale, tfm_adam_correction(b1, step),
+        tfm_adam_correction(b2, step));
     LAUNCH_CHECK();
 }
 

@@ -124,8 +124,8 @@ void cuda_adam_scaled(struct tfm_backend *be, float *p, float *grad, float *m, f
 {
     if (n == 0)
         return;
-    double c1 = 1.0 - pow((double)b1, (double)step), c2 = 1.0 - pow((double)b2, (double)step);
     adam_scaled_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
-        p, grad, m, v, n, lr, b1, b2, eps, st, (float)(1.0 / c1), (float)(1.0 / c2));
+        p, grad, m, v, n, lr, b1, b2, eps, st, tfm_adam_correction(b1, step),
+        tfm_adam_correction(b2, step));
     LAUNCH_CHECK();
 }

@@ -26,6 +26,7 @@
 #ifndef TFM_BACKEND_H
 #define TFM_BACKEND_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -87,6 +88,20 @@ TFM_HD static inline uint32_t tfm_dropout_threshold(float p)
     float t = p * 16777216.0f;
     uint32_t u = (uint32_t)t;
     return u + ((float)u < t);
+}
+
+/* What dropout with probability p scales a kept element by: 1 / (1 - p), or 1 when p <= 0
+ * (nothing dropped). */
+TFM_HD static inline float tfm_dropout_scale(float p)
+{
+    return p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+}
+
+/* Adam's bias correction at step t >= 1 for a decay b: 1 / (1 - b^t), in double, then
+ * float (every backend's Adam multiplies by it). */
+static inline float tfm_adam_correction(float b, int64_t t)
+{
+    return (float)(1.0 / (1.0 - pow((double)b, (double)t)));
 }
 
 /* ---- bf16 ------------------------------------------------------------------------------

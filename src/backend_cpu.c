@@ -544,7 +544,7 @@ SIMD_CLONES static void attn_fwd_heads(void *ctx, int64_t bh0, int64_t bh1, int 
     const struct attn_job *j = ctx;
     const struct tfm_attn *a = j->a;
     int H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk;
-    float p = a->dropout, inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float p = a->dropout, inv = tfm_dropout_scale(p);
     float *S = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (Tq,Tk) */
     for (int64_t bh = bh0; bh < bh1; bh++) {
         int b = (int)(bh / H), h = (int)(bh % H);
@@ -604,7 +604,7 @@ SIMD_CLONES static void attn_bwd_heads(void *ctx, int64_t bh0, int64_t bh1, int 
     const struct attn_job *j = ctx;
     const struct tfm_attn *a = j->a;
     int H = a->H, Tq = a->Tq, Tk = a->Tk, dkh = a->dk;
-    float p = a->dropout, inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f;
+    float p = a->dropout, inv = tfm_dropout_scale(p);
     float *P = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (Tq,Tk) */
     float *dP = P + (size_t)Tq * Tk;                                       /* (Tq,Tk) */
     for (int64_t bh = bh0; bh < bh1; bh++) {
@@ -858,7 +858,7 @@ static void cpu_dropout(struct tfm_backend *be, float *y, const float *x, size_t
         cpu_copy(be, y, x, n * sizeof(float));
         return;
     }
-    struct ew_job j = {.y = y, .x = x, .p = p, .inv = 1.0f / (1.0f - p), .key = key};
+    struct ew_job j = {.y = y, .x = x, .p = p, .inv = tfm_dropout_scale(p), .key = key};
     par_range(be, (int64_t)n, dropout_range, &j);
 }
 
@@ -888,7 +888,7 @@ DROP_CLONES static void add_dropout_range(void *ctx, int64_t i0, int64_t i1, int
 static void cpu_add_dropout(struct tfm_backend *be, float *y, const float *a, const float *b,
                             size_t n, float p, uint64_t key)
 {
-    struct ew_job j = {.y = y, .a = a, .b = b, .p = p, .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f,
+    struct ew_job j = {.y = y, .a = a, .b = b, .p = p, .inv = tfm_dropout_scale(p),
                        .key = key};
     par_range(be, (int64_t)n, add_dropout_range, &j);
 }
@@ -960,7 +960,7 @@ static void cpu_bias_act_dropout(struct tfm_backend *be, float *x, const float *
                                  int relu, float p, uint64_t key)
 {
     struct fused_job j = {.ew = {.y = x, .x = x, .b = b, .M = M, .relu = relu, .p = p,
-                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                                 .inv = tfm_dropout_scale(p), .key = key},
                           .D = M};
     par(be, N, (double)N * M, bias_act_dropout_rows, &j);
 }
@@ -982,7 +982,7 @@ static void cpu_embed_fwd_dropout(struct tfm_backend *be, float *out, const floa
     struct fused_job j = {.em = {.out = out, .table = table, .pos = pos, .ids = ids, .N = N,
                                  .D = D, .L = L, .pos0 = pos0, .scale = scale},
                           .ew = {.y = out, .x = out, .p = p,
-                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                                 .inv = tfm_dropout_scale(p), .key = key},
                           .D = D};
     par(be, N, (double)N * D, embed_fwd_dropout_rows, &j);
 }
@@ -1002,7 +1002,7 @@ static void cpu_add_dropout_layernorm(struct tfm_backend *be, float *y, float *m
                                       uint64_t key)
 {
     struct fused_job j = {.ew = {.y = r, .a = a, .b = b, .p = p,
-                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                                 .inv = tfm_dropout_scale(p), .key = key},
                           .ln = {.y = y, .mean = mean, .rstd = rstd, .x = r, .g = g, .b = bias,
                                  .N = N, .D = D, .eps = eps},
                           .D = D};
@@ -1030,7 +1030,7 @@ static void cpu_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *
                                  .cmean = mean, .crstd = rstd, .N = N, .D = D,
                                  .accumulate = accumulate},
                           .ew = {.y = dxd, .x = dx, .p = p,
-                                 .inv = p > 0 ? 1.0f / (1.0f - p) : 1.0f, .key = key},
+                                 .inv = tfm_dropout_scale(p), .key = key},
                           .D = D};
     par(be, N, (double)N * D, ln_bwd_dropout_rows, &j);
     par_cols(be, D, (double)N * D, ln_bwd_cols, &j.ln);
@@ -1485,9 +1485,8 @@ static void cpu_adam(struct tfm_backend *be, float *p, float *grad, float *m, fl
                      size_t n, float lr, float b1, float b2, float eps, float gscale,
                      int64_t step)
 {
-    double c1 = 1.0 - pow(b1, (double)step), c2 = 1.0 - pow(b2, (double)step);
-    struct adam_job j = {p, m, v, grad, lr, b1, b2, eps, gscale, (float)(1.0 / c1),
-                         (float)(1.0 / c2)};
+    struct adam_job j = {p, m, v, grad, lr, b1, b2, eps, gscale,
+                         tfm_adam_correction(b1, step), tfm_adam_correction(b2, step)};
     par_range(be, (int64_t)n, adam_elems, &j);
 }
 
