@@ -28,7 +28,6 @@ struct tfm_treecon {
     int nopens;
     /* the search under way */
     struct tfm_step_model inner;
-    int B;
     int32_t *src;           /* [B * S] copy of the sources */
     int S;
     int32_t *n;             /* [B] source pieces (COPY) or words (COUNT) */
@@ -213,38 +212,38 @@ static void mask(const struct tfm_treecon *tc, const struct row *r, const int32_
     /* allowed tokens are one or two single ones and whole classes: decide per class,
      * then per token */
     int n = tc->n[r->sent];
-    int leaf_ok = 0, cont_ok = 0, open_ok = 0, eos_ok = 0;
+    int leaf_ok = 0, cont_ok = 0, open_ok = 0, eos_ok = 0, gather = 0;
     int32_t copy_tok = -1, close_tok = -1;
-    if (!r->dead) {
-        if (r->root_done) {
-            eos_ok = r->j == n;
-        } else if (tc->mode == TFM_TREE_COPY) {
+    if (r->dead) {
+        /* nothing */
+    } else if (r->root_done) {
+        eos_ok = r->j == n;
+    } else {
+        int left = r->j < n;                    /* pieces (COPY) or words (COUNT) to write */
+        open_ok = left && r->depth < TFM_TREE_MAX_DEPTH && r->run < TFM_TREE_MAX_RUN &&
+                  fits(tc, r, 1);
+        if (r->depth > 0 && (stk[r->depth - 1] & LEAF_BIT) && (r->depth > 1 || !left))
+            close_tok = tc->close_of[stk[r->depth - 1] & ~LEAF_BIT];
+        if (tc->mode == TFM_TREE_COPY) {
             int32_t p = next_piece(tc, r);
-            int mid = p >= 0 && tc->cls[p] == C_CONT && r->in_leaf;
-            if (mid) {
+            if (p >= 0 && tc->cls[p] == C_CONT && r->in_leaf) {
                 copy_tok = p;                   /* a word is finished before anything else */
-            } else {
-                if (p >= 0 && r->depth > 0)
-                    copy_tok = p;
-                open_ok = p >= 0 && r->depth < TFM_TREE_MAX_DEPTH &&
-                          r->run < TFM_TREE_MAX_RUN && fits(tc, r, 1);
-                if (r->depth > 0 && (stk[r->depth - 1] & LEAF_BIT) && (r->depth > 1 || p < 0))
-                    close_tok = tc->close_of[stk[r->depth - 1] & ~LEAF_BIT];
+                open_ok = 0;
+                close_tok = -1;
+            } else if (p >= 0 && r->depth > 0) {
+                copy_tok = p;                   /* a word starts: it gathers the mass below */
+                gather = 1;
             }
         } else {
-            leaf_ok = r->depth > 0 && r->j < n;
-            cont_ok = r->in_leaf && fits(tc, r, 0);      /* a longer leaf, no progress */
-            open_ok = r->j < n && r->depth < TFM_TREE_MAX_DEPTH && r->run < TFM_TREE_MAX_RUN &&
-                      fits(tc, r, 1);
-            if (r->depth > 0 && (stk[r->depth - 1] & LEAF_BIT) && (r->depth > 1 || r->j == n))
-                close_tok = tc->close_of[stk[r->depth - 1] & ~LEAF_BIT];
+            leaf_ok = r->depth > 0 && left;
+            cont_ok = r->in_leaf && fits(tc, r, 0);     /* a longer leaf, no progress */
         }
     }
     /* COPY: which word comes is given, so the model's choice at a word boundary is
      * between a leaf (any leaf: the mass of every word start), an opening and a closing;
-     * and the rest of a word, once begun, is certain. */
+     * and the rest of a word, once begun, is certain (log-probability 0). */
     float copy_lp = 0;
-    if (copy_tok >= 0 && !(tc->cls[copy_tok] == C_CONT && r->in_leaf)) {
+    if (gather) {
         float mx = logp[copy_tok];
         for (int v = 0; v < V; v++)
             if (tc->cls[v] == C_LEAF && logp[v] > mx)
@@ -336,7 +335,6 @@ int tfm_treecon_begin(struct tfm_treecon *tc, const struct tfm_step_model *inner
         return tfm_fail(err, "out of memory for a batch of %d sentences", B);
     memcpy(tc->src, src, (size_t)B * S * sizeof *s);
     memcpy(tc->max_len, max_len, (size_t)B * sizeof *m);
-    tc->B = B;
     tc->S = S;
     for (int b = 0; b < B; b++) {
         const int32_t *x = src + (size_t)b * S;
