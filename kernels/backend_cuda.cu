@@ -409,6 +409,10 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     }
     be->impl = c;
     c->device = device;
+    if ((c->attn = tfm_cuda_attn_choice(getenv("TFM_CUDA_ATTN"), err)) < 0) {
+        cu_destroy(be);
+        return NULL;
+    }
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         c->stream = NULL;
         open_failed(err, device, "cudaStreamCreateWithFlags", e);
