@@ -3,6 +3,16 @@
 // (semantics: struct tfm_attn in src/backend.h; reference: attn_*_heads in
 // src/backend_cpu.c).
 //
+// Paths.  attn_fwd and attn_bwd take one of two paths, fixed when the backend opens
+// (struct tfm_cuda's attn), so a forward and its backward always agree:
+//   mm: batched tensor-core products and a row softmax (cuda_attn_mm.cu), the default at
+//     bf16: it rounds the weights P' and dS to bf16 for its products, and the CPU's bf16
+//     emulation rounds them at the same places.
+//   flash: the online-softmax kernels below, on CUDA cores, the default at fp32 (the
+//     reference; at bf16 it keeps P' and dS in fp32).
+// TFM_CUDA_ATTN=flash or mm in the environment picks one at every precision.
+// attn_decode always runs here.
+//
 // Design.  Every kernel gives one warp one row: a query row (b,h,i) or a key row (b,h,j).
 // Blocks are ROWS warps on ROWS consecutive rows of one head (b,h), so that the rows of the
 // other side (keys for a query row, queries for a key row) can be shared in shared memory.

@@ -7,10 +7,13 @@
 // at fp32 and bf16) are its first run.
 //
 // Why products and not a tensor-core FlashAttention kernel.  Translation sentences are
-// short (tens of tokens, max_len 256), so the score matrices of a whole batch, B*H*Tq*Tk,
-// fit the workspace (the big model at 25000 tokens a side and 256 keys: 0.4 G elements,
-// about 1.2 GB for S, dP, P' and dS together), and writing them out costs less than the
-// products that make them.  cuBLAS then runs every product on the tensor cores, in tiles
+// short (tens of tokens, max_len 256), so the score matrices of a whole batch, B*H*Tq*Tk
+// elements, fit the workspace: 12 bytes an element at bf16 for S, dP', P' and dS, which
+// for the big model (16 heads) at 25000 tokens a side is 150 MB with sentences of 30
+// tokens and 1.2 GB at most (every sentence 256 long: what reserve_step sets aside).
+// Writing them out and reading them back should cost little beside a layer's other work
+// (some 0.2 GB of traffic a forward with 30-token sentences: under 0.1 ms at an H100's
+// bandwidth; not measured).  cuBLAS runs every product on the tensor cores, in tiles
 // tuned for each GPU, which a hand-written kernel would have to match first; the kernels
 // here are a softmax over rows.  The better end state is a fused tensor-core kernel
 // (FlashAttention 2/3: the scores never leave the chip, no workspace, one pass): worth
@@ -184,11 +187,11 @@ Rows make_rows(const struct tfm_attn *a)
 
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 
-// Bytes of workspace one call asks for: the pointer arrays (MAX_MATS x bh), then S and
-// dP' (fp32) and P' and dS (act bytes each), bh*Tq*Tk elements each (the forward uses
-// the first S and P' only, at the same places).
+// Where things lie in the workspace of one call: the pointer arrays (MAX_MATS x bh), then
+// S (fp32) and P' (act bytes an element), bh*Tq*Tk elements each; the backward's dP'
+// (fp32) and dS (act) after them.  (The forward's is the backward's first part.)
 struct Layout {
-    size_t ptrs, S, dP, P, dS, total;
+    size_t ptrs, S, P, dP, dS, fwd, total;
 };
 
 Layout layout(int64_t bh, int64_t tq, int64_t tk, size_t act)
@@ -197,9 +200,10 @@ Layout layout(int64_t bh, int64_t tq, int64_t tk, size_t act)
     Layout l;
     l.ptrs = 0;
     l.S = round256((size_t)MAX_MATS * (size_t)bh * sizeof(void *));
-    l.dP = l.S + round256(n * sizeof(float));
-    l.P = l.dP + round256(n * sizeof(float));
-    l.dS = l.P + round256(n * act);
+    l.P = l.S + round256(n * sizeof(float));
+    l.fwd = l.P + round256(n * act);
+    l.dP = l.fwd;
+    l.dS = l.dP + round256(n * sizeof(float));
     l.total = l.dS + round256(n * act);
     return l;
 }
@@ -281,7 +285,7 @@ void fwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
     const size_t ts = sizeof(T);
     const cudaDataType_t tt = dtype<T>();
     Layout l = layout(bh, Tq, Tk, ts);
-    char *w = (char *)tfm_cuda_work(be, l.total);
+    char *w = (char *)tfm_cuda_work(be, l.fwd);
     float *S = (float *)(w + l.S);
     T *P = (T *)(w + l.P);
     Mats ms = {};
