@@ -35,6 +35,8 @@ extern "C" {
 
 struct tfm_nccl;
 
+enum { STAGE_SEGS = 4 };    // segments of the pinned staging ring (struct tfm_cuda)
+
 struct tfm_cuda {
     int device;
     cudaStream_t stream;
@@ -44,6 +46,14 @@ struct tfm_cuda {
     size_t work_bytes;
     int max_tq, max_tk;     // attention sizes promised by reserve()
     int attn;               // enum tfm_cuda_attn: TFM_CUDA_ATTN, read when opened
+    // Pinned staging for uploads and small downloads (backend_cuda.cu, "staging"): NULL
+    // when cudaHostAlloc failed (then the copies go from pageable memory, correct but
+    // synchronous).  STAGE_SEGS segments of stage_seg bytes, filled in turn; done[s] is
+    // recorded on the stream when the copies out of segment s have all been issued.
+    unsigned char *stage;
+    size_t stage_seg, stage_used;
+    int stage_at;
+    cudaEvent_t stage_done[STAGE_SEGS];
 };
 
 // Which attention forward and backward run (cuda_attn.cu's header): AUTO, the products
@@ -73,8 +83,10 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.  So have the fused
 // ops' kernels (cuda_ops.cu: bias_act_dropout, embed_fwd_dropout, add_dropout_layernorm,
 // layernorm_bwd_dropout) at both types: test_gpu_ops's "fused" tests are their first.
-// So have the step's statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and
-// the workspace sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
+// So has the pinned staging ring of upload, download and upload_act (backend_cuda.cu,
+// "staging"): test_gpu_ops's memory test sends 72 MB through it.  So have the step's
+// statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and the workspace
+// sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
 // growth).
 typedef __nv_bfloat16 bf16;
 

@@ -478,6 +478,47 @@ static void test_compare(void)
     CHECK(sum_bound(1) == TOL);
 }
 
+/* Uploads and downloads through the CUDA backend's pinned staging ring (4 segments of 2
+ * MiB; backend_cuda.cu, "staging"): 60 uploads of 1 to 600000 floats, 72 MB in all, nine
+ * times round the ring, each host buffer overwritten as soon as upload returns (the
+ * device must hold what was there when it was called); uploads of more than a segment
+ * (split) and more than the ring (from pageable memory); small downloads between them
+ * (through the ring) and large ones (not).  Any segment reused before its copies finished,
+ * or a copy queued from the wrong place, shows as a wrong value. */
+static void test_staging(void)
+{
+    enum { PIECES = 60 };
+    size_t len[PIECES + 2], off[PIECES + 3], total = 0;
+    for (int p = 0; p < PIECES; p++)
+        len[p] = 1 + (size_t)p * 7919u * 13u % 600000u;
+    len[PIECES] = 700001;                 /* 2.8 MB: two segments and a piece */
+    len[PIECES + 1] = 2500003;            /* 10 MB: more than the ring */
+    for (int p = 0; p < PIECES + 2; p++) {
+        off[p] = total;
+        total += len[p];
+    }
+    off[PIECES + 2] = total;
+    float *d = dev(NULL, total * sizeof(float));
+    float *want = malloc(total * sizeof(float)), *h = malloc(len[PIECES + 1] * sizeof(float));
+    float small[1000];
+    for (int p = 0; p < PIECES + 2; p++) {
+        for (size_t i = 0; i < len[p]; i++)
+            h[i] = (float)(p + 1) * 1e-3f + (float)i;
+        memcpy(want + off[p], h, len[p] * sizeof(float));
+        gpu->upload(gpu, (float *)d + off[p], h, len[p] * sizeof(float));
+        for (size_t i = 0; i < len[p]; i++)
+            h[i] = NAN;
+        if (p % 7 == 3 && len[p] >= 1000) {     /* a small download through the ring */
+            gpu->download(gpu, small, (float *)d + off[p] + len[p] - 1000, sizeof small);
+            exact_host("staged download", small, want + off[p] + len[p] - 1000, 1000);
+        }
+    }
+    EXACT(d, want, total);
+    free(want);
+    free(h);
+    GFREE(d);
+}
+
 static void test_memory(void)
 {
     NEED_GPU();
@@ -526,6 +567,7 @@ static void test_memory(void)
     GFREE(z, y, wc, ac);
     free(x);
     free(zeros);
+    test_staging();
 }
 
 /* ---- gemm ---------------------------------------------------------------------------------- */
