@@ -7,7 +7,8 @@
 #   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
 #   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)
 #   make gpu-report      on a GPU machine: build for sm_90, every GPU check and benchmark
-#                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh)
+#                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh);
+#                        STAGES='build ops' some of them; a run stops within 9 minutes
 #   make bench           throughput and memory against references measured in the same run
 #   make fuzz            libFuzzer on the readers: streams, configs, text lines, trees,
 #                        EVALB parameter files (clang, ASan, UBSan; FUZZ_TIME in all)
@@ -151,9 +152,12 @@ check-gpu: all
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BUILD=$(abspath $(BUILD)) tests/run --gpu $(TESTS)
 
 # Builds by itself (sm_90, every core), so it can be the first command on a fresh machine.
+# STAGES='build ops' runs some stages (tests/gpu/report.sh); each run stays inside
+# REPORT_SECONDS, and the stages' rows add up in one $(GPU_REPORT_DIR)/report.md.
 GPU_REPORT_DIR ?= gpu-report
+STAGES ?=
 gpu-report:
-	@GPU_REPORT_DIR=$(GPU_REPORT_DIR) BUILD=$(BUILD) tests/gpu/report.sh
+	@GPU_REPORT_DIR=$(GPU_REPORT_DIR) BUILD=$(BUILD) tests/gpu/report.sh $(STAGES)
 
 bench: all $(BENCHES)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BENCH_BIN=$(abspath $(BUILD)/bench) tests/bench/run
