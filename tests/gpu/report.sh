@@ -55,6 +55,10 @@ PY=${PYTHON:-python3}
 STEPS=${BENCH_STEPS:-10}
 BUILD=${BUILD:-build}
 export TFM_BIN=$ROOT/bin PATH=$ROOT/bin:$PATH TFM_ROOT=$ROOT
+# the toolkit where it is usually installed, when it is not on PATH (make finds nvcc there)
+if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=$PATH:/usr/local/cuda/bin
+fi
 STAGE=system
 
 # add CMD...: CMD's row into the current stage's rows.
@@ -183,8 +187,15 @@ stage_build() {
     time_for build 60 "build (sm_90)" || return
     run 240 "$BLD" make -j"$(nproc)" BUILD="$BUILD" \
         CUDA_ARCH="${CUDA_ARCH:--gencode arch=compute_90,code=sm_90}" all "$BUILD"/bench/train_step
-    if [ $RC = 0 ]; then add row "build (sm_90)" pass "$(grep -c ' -c ' "$BLD") compilations"
-    else add row "build (sm_90)" fail "exit $RC: $(grep -m1 -E 'error|Error' "$BLD")"; fi
+    # a build without nvcc succeeds without the CUDA backend: that is a failure here
+    if [ $RC != 0 ]; then add row "build (sm_90)" fail "exit $RC: $(grep -m1 -E 'error|Error' "$BLD")"
+    elif [ ! -f "$BUILD/libtfm-cuda.so" ]; then
+        add row "build (sm_90)" fail "built without CUDA: no nvcc on PATH or in /usr/local/cuda/bin"
+    else
+        local n
+        n=$(grep -c ' -c ' "$BLD")
+        add row "build (sm_90)" pass "$([ "$n" = 0 ] && echo "up to date" || echo "$n compilations")"
+    fi
 }
 
 # missing PROGRAM NAME...: true (each check's row a failure) when PROGRAM is not built.
