@@ -28,6 +28,14 @@ setup() {
     assert_output "| ops | fail | 2 passed, 0 failed, 2 skipped with a GPU present: the CUDA backend: no NVIDIA driver (libcuda.so.1 not found) |"
     run tap_row "ops" "$S/tools-ok.tap" 0 strict
     assert_output --partial "| ops | fail | 3 passed, 0 failed, 2 skipped with a GPU present: 1 GPU listed |"
+    # at bf16 test_gpu_ops skips its model-level tests by design: not a failure when strict
+    { printf 'ok 1 - a\nok 2 - b # SKIP TFM_GPU_OPS_PRECISION=bf16: op tests only\n'
+      printf 'ok 3 - c # SKIP TFM_GPU_OPS_QUICK: small shapes only\n'; } > "$BATS_TEST_TMPDIR/b.tap"
+    run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
+    assert_output "| ops bf16 | pass | 1 passed, 0 failed, 2 skipped |"
+    printf 'ok 4 - d # SKIP the CUDA backend: no GPU\n' >> "$BATS_TEST_TMPDIR/b.tap"
+    run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
+    assert_output "| ops bf16 | fail | 1 passed, 0 failed, 3 skipped with a GPU present: the CUDA backend: no GPU |"
     printf 'ok 1 - a # SKIP no GPU\nok 2 - b # SKIP no GPU\n' > "$BATS_TEST_TMPDIR/s.tap"
     run tap_row "x" "$BATS_TEST_TMPDIR/s.tap" 0
     assert_output "| x | not run | 0 passed, 0 failed, 2 skipped: no GPU |"
