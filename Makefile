@@ -51,6 +51,13 @@ NVCCFLAGS  ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-fPIC,-fvisibility=hi
 # the toolkit's version (13000 for 13.0): a driver of an older major version is refused
 CUDA_TOOLKIT_VERSION := $(shell sed -n 's/^\#define CUDA_VERSION \([0-9]*\).*/\1/p' \
                           $(CUDA_HOME)/include/cuda.h 2>/dev/null)
+# a toolkit laid out otherwise (Debian's nvidia-cuda-toolkit: no include/ beside bin/):
+# nvcc's own "release 12.4" as 12040
+ifeq ($(CUDA_TOOLKIT_VERSION),)
+CUDA_TOOLKIT_VERSION := $(shell $(NVCC) --version 2>/dev/null | awk '/release/ { \
+                          split($$0, a, "release "); split(a[2], v, "[.,]"); \
+                          print v[1] * 1000 + v[2] * 10; exit }')
+endif
 CUDA_PLUGIN := $(BUILD)/libtfm-cuda.so
 CPPFLAGS   += -DTFM_CUDA
 KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(wildcard kernels/*.cu))
