@@ -126,6 +126,19 @@ setup() {
     run "$TFM_ROOT/tests/gpu/report.sh" opz
     assert_failure 2
     assert_output --partial "opz: not a stage"
+    # without GPU_REPORT_BUILD=0 every run builds first (a stand-in make here)
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\necho "make $*" >> "%s/make.log"\n' "$BATS_TEST_TMPDIR" \
+        > "$BATS_TEST_TMPDIR/fake/make"
+    chmod +x "$BATS_TEST_TMPDIR/fake/make"
+    PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_BUILD=1 BUILD="$BATS_TEST_TMPDIR/b" \
+        run "$TFM_ROOT/tests/gpu/report.sh" ops
+    assert_success
+    grep -q "^make -j[0-9]* BUILD=$BATS_TEST_TMPDIR/b .* all $BATS_TEST_TMPDIR/b/bench/train_step" \
+        "$BATS_TEST_TMPDIR/make.log"
+    # a build without the CUDA plugin (no nvcc) fails its row
+    assert_output --partial "| build (sm_90) | fail | built without CUDA"
+    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
 }
 
 @test "no time left: a stage's rows say so and how to run it; PyTorch absent is one row" {

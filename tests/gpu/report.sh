@@ -13,17 +13,18 @@
 #   decode     decoding base, beam 4, about 128 sentences a batch, beside PyTorch's cached
 #              beam search
 #   report.sh [STAGE...]       (make gpu-report STAGES='STAGE...'); no stage: all of them
-# The machine and its libraries are recorded by every run (system.log).  Each run stays
-# inside REPORT_SECONDS (540; every command has a time limit), so one command never runs
-# past a 10-minute limit: a stage with no time left says "not run: no time left" in its
-# rows, and a later `make gpu-report STAGES=...` runs it.  The rows of every stage run so
-# far into GPU_REPORT_DIR stay there (a stage run again replaces its own), so a report run
-# as several commands is one report.md: one table of every check and speed, one of every
-# command run (stage, exit status, seconds, limit), and the raw logs (one per stage, and
-# system.log).  report.md is rewritten after every command, so it exists, complete up to
-# the last command, even when a run is killed.  Never stops at a failure.  Needs neither
-# bats nor mandoc, nor the network; without PyTorch the PyTorch columns say "-" and one row
-# says why.  Without a GPU every GPU row says "not run: no GPU".
+# Every run records the machine and its libraries (system.log) and, unless
+# GPU_REPORT_BUILD=0, runs the build stage first (seconds when the build is up to date), so
+# each command works on a fresh machine too.  A run stays inside REPORT_SECONDS (540; every
+# command has a time limit), so one command never passes a 10-minute limit: a stage left
+# without time says "not run: no time left" in its rows, and names the command that runs
+# it.  The rows of every stage run so far into GPU_REPORT_DIR stay there (a stage run again
+# replaces its own), so a report run as several commands is one report.md: one table of
+# every check and speed, one of every command run (stage, exit status, seconds, limit), and
+# the raw logs (system.log and one per stage).  report.md is rewritten after every command,
+# so it exists, complete up to the last command, even when a run is killed.  Never stops at
+# a failure.  Needs neither bats nor mandoc, nor the network; without PyTorch the PyTorch
+# columns say "-" and one row says why.  Without a GPU every GPU row says "not run: no GPU".
 # Env: GPU_REPORT_DIR (gpu-report); GPU_REPORT_STAGES (the stages when none is named);
 # GPU_REPORT_BUILD=0 skips the build; REPORT_SECONDS; PYTHON (python3); CUDA_ARCH (sm_90
 # only); BENCH_STEPS (10); GPU_REPORT_GPUS=0 takes the path of a machine without GPU
@@ -42,6 +43,11 @@ for s in $STAGES; do
     esac
 done
 [ -n "$(echo $STAGES)" ] || { echo "report.sh: no stage given ($ALL)" >&2; exit 2; }
+# Every run builds first (make: seconds when the build is up to date), unless told not to,
+# so that each command also works on a fresh machine, and never tests a stale build.
+if [ "${GPU_REPORT_BUILD:-1}" != 0 ]; then
+    case " $STAGES " in *" build "*) ;; *) STAGES="build $STAGES" ;; esac
+fi
 
 OUT=${GPU_REPORT_DIR:-gpu-report}
 PARTS=$OUT/parts                # each stage's rows and runs, kept for later runs
@@ -140,7 +146,7 @@ GPU=0
 if [ -n "${GPU_REPORT_GPUS:-}" ]; then
     GPU=$GPU_REPORT_GPUS        # tests: 0 forces the machine-without-GPU path
     echo "GPU $GPU_REPORT_GPUS: (GPU_REPORT_GPUS)" > "$TMP/gpus"
-elif command -v nvidia-smi > /dev/null && nvidia-smi -L > "$TMP/gpus" 2>&1 && grep -q '^GPU ' "$TMP/gpus"; then
+elif command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi -L > "$TMP/gpus" 2>&1 && grep -q '^GPU ' "$TMP/gpus"; then
     GPU=$(grep -c '^GPU ' "$TMP/gpus")
 fi
 {
