@@ -64,6 +64,14 @@ KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(wildcard kernels/*.
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart
 $(BUILD)/src/cuda_load.o: CPPFLAGS += -DTFM_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"' \
                                       -DTFM_CUDA_TOOLKIT_VERSION=$(CUDA_TOOLKIT_VERSION)
+# Those two are compiled into cuda_load.o: it is rebuilt when either changes (a build copied
+# to another directory or machine would otherwise look for the plugin where it was built).
+CUDA_LOAD_STAMP := $(BUILD)/cuda-load.flags
+CUDA_LOAD_FLAGS := $(abspath $(CUDA_PLUGIN)) $(CUDA_TOOLKIT_VERSION)
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CUDA_LOAD_STAMP) 2>/dev/null)" = '$(CUDA_LOAD_FLAGS)' ] || \
+        echo '$(CUDA_LOAD_FLAGS)' > $(CUDA_LOAD_STAMP); })
+endif
 endif
 LDLIBS   += -ldl
 
@@ -78,6 +86,10 @@ MANPAGES := $(wildcard man/*.1 man/*.5)
 LIB      := $(BUILD)/libtfm.a
 
 all: $(TOOLS) $(TESTS) $(CUDA_PLUGIN)
+
+ifeq ($(CUDA),1)
+$(BUILD)/src/cuda_load.o: $(CUDA_LOAD_STAMP)
+endif
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
