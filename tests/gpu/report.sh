@@ -383,5 +383,12 @@ for s in $ALL; do
         "stage_$s"
         assemble ;;
     esac
+    # The plugin this build made, by its path here: the path compiled into the library is
+    # the build directory's where it was built, wrong for a build copied from elsewhere.
+    if [ "$s" = build ] && [ -f "$BUILD/libtfm-cuda.so" ] && [ -z "${TFM_CUDA_LIB+set}" ]; then
+        TFM_CUDA_LIB=$(cd "$BUILD" && pwd)/libtfm-cuda.so
+        export TFM_CUDA_LIB
+        echo "TFM_CUDA_LIB=$TFM_CUDA_LIB" >> "$SYS"
+    fi
 done
 cat "$OUT/report.md"
