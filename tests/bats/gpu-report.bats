@@ -100,7 +100,7 @@ setup() {
         assert_output --partial "| $r | not run | no GPU |"
     done
     refute_output --partial "| pass |"
-    assert_output --partial "| - | (no command run) | | | |"
+    assert_output --partial "| - | (no command run) | | | | |"
     [ -s "$BATS_TEST_TMPDIR/r/report.md" ]
     # report.md, system.log, a log for each of the 6 stages, parts/
     [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -eq 9 ]
@@ -141,6 +141,25 @@ setup() {
     assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
 }
 
+@test "a run stopped by a signal still leaves report.md, and stops its command" {
+    mkdir -p "$BATS_TEST_TMPDIR/b/tests"
+    printf '#!/bin/sh\necho "ok 1 - started"\nsleep 30\necho "ok 2 - not reached"\n' \
+        > "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    chmod +x "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=1 \
+        BUILD="$BATS_TEST_TMPDIR/b" "$TFM_ROOT/tests/gpu/report.sh" ops > /dev/null 2>&1 &
+    local pid=$! t0=$SECONDS
+    sleep 2
+    kill -TERM "$pid"
+    wait "$pid" || [ $? = 143 ]
+    [ $((SECONDS - t0)) -lt 15 ]                      # not after the command's 30 s
+    run cat "$BATS_TEST_TMPDIR/r/report.md"
+    assert_output --partial "| GPU | pass | 1: GPU 1: (GPU_REPORT_GPUS) |"
+    assert_output --regexp "\| ops \| \(report.sh stopped by a signal\) \| [0-9:]{8} \|"
+    run pgrep -f "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    assert_failure                                    # the command was stopped too
+}
+
 @test "no time left: a stage's rows say so and how to run it; PyTorch absent is one row" {
     if command -v nvidia-smi > /dev/null || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
         skip "this machine has NVIDIA software: the stand-in would not be alone"
@@ -159,7 +178,7 @@ setup() {
     assert_output --regexp "\| PyTorch \| not run \| /nonexistent/python3: .*: the PyTorch columns say - \|"
     refute_output --partial "torch_decode.py"
     # every command with its exit status, seconds and limit
-    assert_output --regexp "\| decode \| tfm-decode --progress --device cuda [^|]*\| 1 \| [0-9]+ \| 90 \|"
+    assert_output --regexp "\| decode \| tfm-decode --progress --device cuda [^|]*\| [0-9:]{8} \| 1 \| [0-9]+ \| 90 \|"
 }
 
 @test "a GPU listed but unusable: every GPU row fails, none passes" {

@@ -82,44 +82,55 @@ assemble() {
         echo "|---|---|---|"
         for s in system $ALL; do [ -f "$PARTS/rows-$s" ] && cat "$PARTS/rows-$s"; done
         echo
-        echo "| stage | command | exit | seconds | limit |"
-        echo "|---|---|---|---|---|"
+        echo "| stage | command | started (UTC) | exit | seconds | limit |"
+        echo "|---|---|---|---|---|---|"
         for s in system $ALL; do [ -f "$PARTS/runs-$s" ] && cat "$PARTS/runs-$s"; done
-        cat "$PARTS"/runs-* 2>/dev/null | grep -q . || echo "| - | (no command run) | | | |"
+        cat "$PARTS"/runs-* 2>/dev/null | grep -q . || echo "| - | (no command run) | | | | |"
         echo
         echo "Logs: system.log and one per stage ($ALL).log."
     } > "$OUT/report.md.tmp" && mv "$OUT/report.md.tmp" "$OUT/report.md"
 }
 
-# A signal (the caller's time limit) still leaves report.md, with what was done.
+# A signal (the caller's time limit) still leaves report.md, with what was done; the
+# command running then (run: CHILD) is stopped with it.
+CHILD=
 trap 'rm -rf "$TMP"' EXIT
-trap 'printf "| %s | (report.sh stopped by a signal) | - | - | - |\n" "$STAGE" >> "$PARTS/runs-$STAGE"; assemble; exit 143' INT TERM HUP
+trap '[ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
+printf "| %s | (report.sh stopped by a signal) | %s | - | - | - |\n" "$STAGE" "$(date -u +%H:%M:%S)" >> "$PARTS/runs-$STAGE"; assemble; exit 143' INT TERM HUP
 
 # left: the seconds of REPORT_SECONDS left.
 left() { echo $((START + LIMIT - $(date +%s))); }
 
 # run SECONDS LOG CMD...: CMD with a time limit (never past the report's own), its output
-# appended to LOG; sets RC (124: timed out or no time left) and records the command, its
-# exit status and time in the runs table; report.md is rewritten after it.
+# appended to LOG; sets RC (124: timed out or no time left) and records the command, when
+# it started, its exit status and time in the runs table; report.md is rewritten after it.
 run() {
-    local cap=$1 log=$2 l t0 secs what
+    local cap=$1 log=$2 l t0 secs what at
     shift 2
+    at=$(date -u +%H:%M:%S)
     l=$(left)
     [ "$cap" -lt "$l" ] || cap=$l
-    what=$(printf '%s ' "$@" | tr -s ' \n' ' ' | sed "s|$TMP/||g; s|$ROOT/||g; s| *\$||" | cut -c1-90)
+    what=$(printf '%s ' "$@" | tr -s ' \n' ' ' |
+        sed "s|$TMP/||g; s|$ROOT/||g; s|[^ ]*/compute-sanitizer|compute-sanitizer|; s| *\$||" |
+        cut -c1-110)
     if [ "$cap" -le 0 ]; then
         echo "(not started: the report's ${LIMIT} s are spent)" >> "$log"
         RC=124
-        printf '| %s | %s | not started | 0 | %s |\n' "$STAGE" "$what" "$LIMIT" >> "$PARTS/runs-$STAGE"
+        printf '| %s | %s | %s | not started | 0 | %s |\n' "$STAGE" "$what" "$at" "$LIMIT" >> "$PARTS/runs-$STAGE"
         return
     fi
     echo "\$ $*  (limit ${cap} s)" >> "$log"
     t0=$(date +%s)
-    timeout -k 5 "$cap" "$@" >> "$log" 2>&1
+    # in the background, so that a signal's trap runs at once, not after the command
+    timeout -k 5 "$cap" "$@" >> "$log" 2>&1 < /dev/null &
+    CHILD=$!
+    wait "$CHILD"
     RC=$?
+    CHILD=
     secs=$(($(date +%s) - t0))
     echo "(exit $RC, $secs s)" >> "$log"
-    printf '| %s | %s | %s | %s | %s |\n' "$STAGE" "$(echo "$what" | tr '|' '/')" "$RC" "$secs" "$cap" >> "$PARTS/runs-$STAGE"
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$STAGE" "$(echo "$what" | tr '|' '/')" "$at" "$RC" \
+        "$secs" "$cap" >> "$PARTS/runs-$STAGE"
     assemble
 }
 
