@@ -1451,11 +1451,13 @@ static void test_big_fused(void)
     fused_case(999, BF + 1, 300, 100, 0.1f, 1);
 }
 
-/* 2048 rows of the 37000 logits (the rows only set the size of the grid). */
+/* The logits of a whole batch: 10240 rows of 37000, 379 million elements, 1.5 GB at fp32:
+ * element offsets past 2^28 and byte offsets past 2^31 (an index or a byte count computed
+ * in 32 bits would show here, and at no smaller shape). */
 static void test_big_xent(void)
 {
     NEED_BIG();
-    xent_case(2048, BV, 1);
+    xent_case(BN, BV, 1);
 }
 
 /* 50 million parameters: a quarter of the big model's. */
@@ -1946,7 +1948,7 @@ int main(void)
         test_big_attention);
     run("cuda big: bias, ReLU, dropout on 10240 x 4096", test_big_elementwise);
     run("cuda big: fused ops on 10240 x 4096, 10240 x 1024 and 999 x 4097", test_big_fused);
-    run("cuda big: cross-entropy and log-softmax over 37000 classes", test_big_xent);
+    run("cuda big: cross-entropy and log-softmax of 10240 rows of 37000 classes", test_big_xent);
     run("cuda big: sumsq and Adam on 50 million elements", test_big_optimizer);
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
         test_big_model);
