@@ -143,16 +143,18 @@ setup() {
 
 @test "a run stopped by a signal still leaves report.md, and stops its command" {
     mkdir -p "$BATS_TEST_TMPDIR/b/tests"
-    printf '#!/bin/sh\necho "ok 1 - started"\nsleep 30\necho "ok 2 - not reached"\n' \
-        > "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    printf '#!/bin/sh\necho "ok 1 - started"\n: > "%s/started"\nsleep 30\necho "ok 2 - not reached"\n' \
+        "$BATS_TEST_TMPDIR" > "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
     chmod +x "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
     GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=1 \
         BUILD="$BATS_TEST_TMPDIR/b" "$TFM_ROOT/tests/gpu/report.sh" ops > /dev/null 2>&1 &
-    local pid=$! t0=$SECONDS
-    sleep 2
+    local pid=$! i
+    for i in $(seq 100); do [ -e "$BATS_TEST_TMPDIR/started" ] && break; sleep 0.2; done
+    [ -e "$BATS_TEST_TMPDIR/started" ]                # the command runs: now the signal
+    local t0=$SECONDS
     kill -TERM "$pid"
     wait "$pid" || [ $? = 143 ]
-    [ $((SECONDS - t0)) -lt 15 ]                      # not after the command's 30 s
+    [ $((SECONDS - t0)) -lt 10 ]                      # not after the command's 30 s
     run cat "$BATS_TEST_TMPDIR/r/report.md"
     assert_output --partial "| GPU | pass | 1: GPU 1: (GPU_REPORT_GPUS) |"
     assert_output --regexp "\| ops \| \(report.sh stopped by a signal\) \| [0-9:]{8} \|"
