@@ -7,7 +7,8 @@
 #   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
 #   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)
 #   make gpu-report      on a GPU machine: build for sm_90, every GPU check and benchmark
-#                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh)
+#                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh);
+#                        STAGES='build ops' some of them; a run stops within 9 minutes
 #   make bench           throughput and memory against references measured in the same run
 #   make fuzz            libFuzzer on the readers: streams, configs, text lines, trees,
 #                        EVALB parameter files (clang, ASan, UBSan; FUZZ_TIME in all)
@@ -50,12 +51,27 @@ NVCCFLAGS  ?= -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -Wall,-fPIC,-fvisibility=hi
 # the toolkit's version (13000 for 13.0): a driver of an older major version is refused
 CUDA_TOOLKIT_VERSION := $(shell sed -n 's/^\#define CUDA_VERSION \([0-9]*\).*/\1/p' \
                           $(CUDA_HOME)/include/cuda.h 2>/dev/null)
+# a toolkit laid out otherwise (Debian's nvidia-cuda-toolkit: no include/ beside bin/):
+# nvcc's own "release 12.4" as 12040
+ifeq ($(CUDA_TOOLKIT_VERSION),)
+CUDA_TOOLKIT_VERSION := $(shell $(NVCC) --version 2>/dev/null | awk '/release/ { \
+                          split($$0, a, "release "); split(a[2], v, "[.,]"); \
+                          print v[1] * 1000 + v[2] * 10; exit }')
+endif
 CUDA_PLUGIN := $(BUILD)/libtfm-cuda.so
 CPPFLAGS   += -DTFM_CUDA
 KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(wildcard kernels/*.cu))
 CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart
 $(BUILD)/src/cuda_load.o: CPPFLAGS += -DTFM_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"' \
                                       -DTFM_CUDA_TOOLKIT_VERSION=$(CUDA_TOOLKIT_VERSION)
+# Those two are compiled into cuda_load.o: it is rebuilt when either changes (a build copied
+# to another directory or machine would otherwise look for the plugin where it was built).
+CUDA_LOAD_STAMP := $(BUILD)/cuda-load.flags
+CUDA_LOAD_FLAGS := $(abspath $(CUDA_PLUGIN)) $(CUDA_TOOLKIT_VERSION)
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD) && { [ "$$(cat $(CUDA_LOAD_STAMP) 2>/dev/null)" = '$(CUDA_LOAD_FLAGS)' ] || \
+        echo '$(CUDA_LOAD_FLAGS)' > $(CUDA_LOAD_STAMP); })
+endif
 endif
 LDLIBS   += -ldl
 
@@ -70,6 +86,10 @@ MANPAGES := $(wildcard man/*.1 man/*.5)
 LIB      := $(BUILD)/libtfm.a
 
 all: $(TOOLS) $(TESTS) $(CUDA_PLUGIN)
+
+ifeq ($(CUDA),1)
+$(BUILD)/src/cuda_load.o: $(CUDA_LOAD_STAMP)
+endif
 
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
@@ -151,9 +171,12 @@ check-gpu: all
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BUILD=$(abspath $(BUILD)) tests/run --gpu $(TESTS)
 
 # Builds by itself (sm_90, every core), so it can be the first command on a fresh machine.
+# STAGES='build ops' runs some stages (tests/gpu/report.sh); each run stays inside
+# REPORT_SECONDS, and the stages' rows add up in one $(GPU_REPORT_DIR)/report.md.
 GPU_REPORT_DIR ?= gpu-report
+STAGES ?=
 gpu-report:
-	@GPU_REPORT_DIR=$(GPU_REPORT_DIR) BUILD=$(BUILD) tests/gpu/report.sh
+	@GPU_REPORT_DIR=$(GPU_REPORT_DIR) BUILD=$(BUILD) tests/gpu/report.sh $(STAGES)
 
 bench: all $(BENCHES)
 	@TFM_BIN=$(abspath $(BINDIR)) TFM_BENCH_BIN=$(abspath $(BUILD)/bench) tests/bench/run

@@ -177,7 +177,12 @@ int tfm_cuda_nccl_open(struct tfm_backend **gpus, int n, const unsigned char *id
         for (int i = 0; i < n && rc == 0; i++) {
             ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
             config.blocking = 0;
-            cudaSetDevice(CU(out[i]->be)->device);
+            // the communicator belongs to the device current at its creation
+            cudaError_t e = cudaSetDevice(CU(out[i]->be)->device);
+            if (e != cudaSuccess) {
+                rc = cuda_failed(err, out[i], "cudaSetDevice", e);
+                break;
+            }
             r = ncclCommInitRankConfig(&out[i]->comm, nranks, u, out[i]->rank, &config);
             if (r != ncclSuccess && r != ncclInProgress)
                 rc = nccl_failed(err, out[i], "ncclCommInitRankConfig", r);

@@ -41,7 +41,10 @@ __device__ __forceinline__ float block_max(float v) { return block_reduce(v, Max
 
 // The log-sum-exp l of row z (V entries) that log_softmax subtracts, max + log(sum of
 // exp(z - max)), each thread summing its strided entries in order and the block's sums in
-// double: the same bits for the same blockDim in every kernel that calls it.
+// double: the same bits for the same blockDim in every kernel that calls it.  The sums are
+// written __fadd_rn, __dadd_rn: nvcc may otherwise contract a sum with the product that
+// ends the inlined expf or log into an FMA, and whether it does depends on the code
+// around, which differs between the .cu files that must agree here bit for bit.
 template <typename T> __device__ float row_log_sum_exp(const T *z, int V)
 {
     float mx = -INFINITY;
@@ -50,8 +53,8 @@ template <typename T> __device__ float row_log_sum_exp(const T *z, int V)
     mx = block_max(mx);
     float se = 0;
     for (int c = threadIdx.x; c < V; c += blockDim.x)
-        se += expf(act_load(z + c) - mx);
-    return (float)(mx + log(block_sum((double)se)));
+        se = __fadd_rn(se, expf(__fsub_rn(act_load(z + c), mx)));
+    return (float)__dadd_rn((double)mx, log(block_sum((double)se)));
 }
 
 // ---- a sum of squares in parts (sumsq and grad_clip give the same bits) ------------------

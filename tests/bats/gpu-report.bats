@@ -2,7 +2,8 @@
 # make gpu-report (tests/gpu/report.sh): its reading of each stage's output into rows, on
 # recorded outputs (tests/gpu/samples/), and whole runs here: without a GPU every GPU row
 # is "not run: no GPU"; with a GPU listed but unusable (a stand-in nvidia-smi on a machine
-# without a driver) every GPU row fails, none passes or is quietly skipped.
+# without a driver) every GPU row fails, none passes or is quietly skipped; stages run as
+# separate commands add up to one report; a stage without time left says how to run it.
 
 setup() {
     bats_load_library bats-support
@@ -27,6 +28,14 @@ setup() {
     assert_output "| ops | fail | 2 passed, 0 failed, 2 skipped with a GPU present: the CUDA backend: no NVIDIA driver (libcuda.so.1 not found) |"
     run tap_row "ops" "$S/tools-ok.tap" 0 strict
     assert_output --partial "| ops | fail | 3 passed, 0 failed, 2 skipped with a GPU present: 1 GPU listed |"
+    # at bf16 test_gpu_ops skips its model-level tests by design: not a failure when strict
+    { printf 'ok 1 - a\nok 2 - b # SKIP TFM_GPU_OPS_PRECISION=bf16: op tests only\n'
+      printf 'ok 3 - c # SKIP TFM_GPU_OPS_QUICK: small shapes only\n'; } > "$BATS_TEST_TMPDIR/b.tap"
+    run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
+    assert_output "| ops bf16 | pass | 1 passed, 0 failed, 2 skipped |"
+    printf 'ok 4 - d # SKIP the CUDA backend: no GPU\n' >> "$BATS_TEST_TMPDIR/b.tap"
+    run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
+    assert_output "| ops bf16 | fail | 1 passed, 0 failed, 3 skipped with a GPU present: the CUDA backend: no GPU |"
     printf 'ok 1 - a # SKIP no GPU\nok 2 - b # SKIP no GPU\n' > "$BATS_TEST_TMPDIR/s.tap"
     run tap_row "x" "$BATS_TEST_TMPDIR/s.tap" 0
     assert_output "| x | not run | 0 passed, 0 failed, 2 skipped: no GPU |"
@@ -42,6 +51,16 @@ setup() {
     assert_output "| racecheck | fail | RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings) (exit 1) |"
     run sanitizer_row "memcheck" "$S/torch-compile-timeout.txt" 124
     assert_output "| memcheck | fail | timed out |"
+    # a clean summary over tests that skipped (no usable GPU) watched no kernel: a failure
+    { printf 'ok 1 - a\nok 2 - b # SKIP TFM_GPU_OPS_QUICK: small shapes only\n'
+      printf 'ok 3 - c # SKIP the CUDA backend: no GPU\n'; cat "$S/memcheck-ok.txt"; } \
+        > "$BATS_TEST_TMPDIR/m.txt"
+    run sanitizer_row "memcheck" "$BATS_TEST_TMPDIR/m.txt" 0
+    assert_output "| memcheck | fail | tests skipped: the CUDA backend: no GPU (ERROR SUMMARY: 0 errors) |"
+    { printf 'ok 1 - a\nok 2 - b # SKIP TFM_GPU_OPS_QUICK: small shapes only\n'
+      cat "$S/memcheck-ok.txt"; } > "$BATS_TEST_TMPDIR/m.txt"
+    run sanitizer_row "memcheck" "$BATS_TEST_TMPDIR/m.txt" 0
+    assert_output "| memcheck | pass | ERROR SUMMARY: 0 errors |"
 }
 
 @test "speeds: figures, ratios to PyTorch, a missing reference, a failed benchmark" {
@@ -66,13 +85,15 @@ setup() {
     assert_output "15995.2"
 }
 
-@test "a whole run without a GPU: every GPU row not run, at most 8 files, quickly" {
+@test "a whole run without a GPU: every GPU row not run, a log a stage, quickly" {
     GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=0 \
         run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | not run | no GPU"
     for r in "test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)" \
         "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
+        "compute-sanitizer synccheck" "compute-sanitizer initcheck" \
+        "compute-sanitizer memcheck bf16" \
         "tools on the GPU (tools.sh)" "train base 10240+10240 (tfm fp32)" \
         "train big 10240+10240 (tfm fp32)" "train base 10240+10240 (tfm bf16)" \
         "train big 10240+10240 (tfm bf16)" \
@@ -80,8 +101,87 @@ setup() {
         assert_output --partial "| $r | not run | no GPU |"
     done
     refute_output --partial "| pass |"
+    assert_output --partial "| - | (no command run) | | | | |"
     [ -s "$BATS_TEST_TMPDIR/r/report.md" ]
-    [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -le 8 ]
+    # report.md, system.log, a log for each of the 6 stages, parts/
+    [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -eq 9 ]
+}
+
+@test "stages run one command at a time add up to one report; a bad stage is a usage error" {
+    export GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=0
+    run "$TFM_ROOT/tests/gpu/report.sh" ops
+    assert_success
+    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    refute_output --partial "compute-sanitizer"
+    run "$TFM_ROOT/tests/gpu/report.sh" sanitizer decode
+    assert_success
+    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| compute-sanitizer memcheck | not run | no GPU |"
+    assert_output --partial "| decode base beam 4 (tfm) | not run | no GPU |"
+    refute_output --partial "tools.sh"
+    # a stage run again replaces its rows, not adds to them
+    GPU_REPORT_STAGES=ops run "$TFM_ROOT/tests/gpu/report.sh"
+    assert_success
+    [ "$(grep -c '| test_gpu_ops (all shapes) |' "$GPU_REPORT_DIR/report.md")" -eq 1 ]
+    assert_output --partial "| compute-sanitizer memcheck | not run | no GPU |"
+    run "$TFM_ROOT/tests/gpu/report.sh" opz
+    assert_failure 2
+    assert_output --partial "opz: not a stage"
+    # without GPU_REPORT_BUILD=0 every run builds first (a stand-in make here)
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\necho "make $*" >> "%s/make.log"\n' "$BATS_TEST_TMPDIR" \
+        > "$BATS_TEST_TMPDIR/fake/make"
+    chmod +x "$BATS_TEST_TMPDIR/fake/make"
+    PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_BUILD=1 BUILD="$BATS_TEST_TMPDIR/b" \
+        run "$TFM_ROOT/tests/gpu/report.sh" ops
+    assert_success
+    grep -q "^make -j[0-9]* BUILD=$BATS_TEST_TMPDIR/b .* all $BATS_TEST_TMPDIR/b/bench/train_step" \
+        "$BATS_TEST_TMPDIR/make.log"
+    # a build without the CUDA plugin (no nvcc) fails its row
+    assert_output --partial "| build (sm_90) | fail | built without CUDA"
+    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+}
+
+@test "a run stopped by a signal still leaves report.md, and stops its command" {
+    mkdir -p "$BATS_TEST_TMPDIR/b/tests"
+    printf '#!/bin/sh\necho "ok 1 - started"\n: > "%s/started"\nsleep 30\necho "ok 2 - not reached"\n' \
+        "$BATS_TEST_TMPDIR" > "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    chmod +x "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=1 \
+        BUILD="$BATS_TEST_TMPDIR/b" "$TFM_ROOT/tests/gpu/report.sh" ops > /dev/null 2>&1 &
+    local pid=$! i
+    for i in $(seq 100); do [ -e "$BATS_TEST_TMPDIR/started" ] && break; sleep 0.2; done
+    [ -e "$BATS_TEST_TMPDIR/started" ]                # the command runs: now the signal
+    local t0=$SECONDS
+    kill -TERM "$pid"
+    wait "$pid" || [ $? = 143 ]
+    [ $((SECONDS - t0)) -lt 10 ]                      # not after the command's 30 s
+    run cat "$BATS_TEST_TMPDIR/r/report.md"
+    assert_output --partial "| GPU | pass | 1: GPU 1: (GPU_REPORT_GPUS) |"
+    assert_output --regexp "\| ops \| \(report.sh stopped by a signal\) \| [0-9:]{8} \|"
+    run pgrep -f "$BATS_TEST_TMPDIR/b/tests/test_gpu_ops"
+    assert_failure                                    # the command was stopped too
+}
+
+@test "no time left: a stage's rows say so and how to run it; PyTorch absent is one row" {
+    if command -v nvidia-smi > /dev/null || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+        skip "this machine has NVIDIA software: the stand-in would not be alone"
+    fi
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)"\nexit 0\n' \
+        > "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    chmod +x "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    export PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0
+    REPORT_SECONDS=20 run "$TFM_ROOT/tests/gpu/report.sh" ops tools
+    assert_success
+    assert_output --partial "| test_gpu_ops (all shapes) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=ops |"
+    assert_output --partial "| tools on the GPU (tools.sh) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=tools |"
+    PYTHON=/nonexistent/python3 BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh" decode
+    assert_success
+    assert_output --regexp "\| PyTorch \| not run \| /nonexistent/python3: .*: the PyTorch columns say - \|"
+    refute_output --partial "torch_decode.py"
+    # every command with its exit status, seconds and limit
+    assert_output --regexp "\| decode \| tfm-decode --progress --device cuda [^|]*\| [0-9:]{8} \| 1 \| [0-9]+ \| 90 \|"
 }
 
 @test "a GPU listed but unusable: every GPU row fails, none passes" {
@@ -100,8 +200,8 @@ setup() {
     assert_output --regexp "\| test_gpu_ops bf16 \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| tools on the GPU \(tools.sh\) \| fail \|"
     # no CUDA device, or (in a build without the benchmarks) no train_step: a failure either way
-    assert_output --regexp "\| train base 10240\+10240 \(tfm fp32\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step[^|]*No such file)"
-    assert_output --regexp "\| train base 10240\+10240 \(tfm bf16\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step[^|]*No such file)"
+    assert_output --regexp "\| train base 10240\+10240 \(tfm fp32\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step not built)"
+    assert_output --regexp "\| train base 10240\+10240 \(tfm bf16\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step not built)"
     assert_output --partial "| decode base beam 4 (tfm) | fail |"
     refute_output --regexp "\| (test_gpu_ops|tools|train|decode)[^|]*\| pass \|"
 }

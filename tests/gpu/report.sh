@@ -1,166 +1,327 @@
 #!/usr/bin/env bash
-# tests/gpu/report.sh (make gpu-report): every GPU check and benchmark of tfm in one run,
-# for the first minutes on a GPU machine.  In order: the machine and its libraries; the
-# build (sm_90 only, every core); test_gpu_ops (every op and the startup check, small and
-# paper-sized shapes; again with both backends in bf16); compute-sanitizer memcheck and
-# racecheck on its quick set (memcheck again at bf16); the tools on the GPU against the
-# CPU (tests/gpu/tools.sh); the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
-# TFLOP/s, the time of each op; big at bf16 again with TFM_CUDA_ATTN=flash); decoding base, beam
-# 4, about 128 sentences a batch; the same benchmarks in PyTorch on the same GPU (bf16
-# autocast + SDPA, eager and torch.compile; a cached beam search).
-# Writes $GPU_REPORT_DIR (default gpu-report/): report.md, one table of every check and
-# speed, and the raw logs (7 files).  Never stops at a failure; every stage has a time
-# limit and the whole stays inside REPORT_SECONDS (530).  Needs neither bats nor mandoc.
-# Without a GPU it runs through, every GPU row "not run: no GPU".
-# Env: GPU_REPORT_DIR; GPU_REPORT_BUILD=0 uses the build as it is; REPORT_SECONDS;
-# PYTHON (python3); CUDA_ARCH (sm_90 only); BENCH_STEPS (10); GPU_REPORT_GPUS=0 takes the
-# path of a machine without GPU whatever nvidia-smi says (for tests).
+# tests/gpu/report.sh (make gpu-report): every GPU check and benchmark of tfm, for the first
+# minutes on a GPU machine, as stages that can run in one command or in several:
+#   build      make for sm_90 on every core (the library, tools, tests, train_step)
+#   ops        test_gpu_ops (every op and the startup check, small and paper-sized shapes),
+#              then again with both backends in bf16
+#   sanitizer  compute-sanitizer memcheck, racecheck, synccheck, initcheck on test_gpu_ops's
+#              quick set (TFM_GPU_OPS_QUICK=1), and memcheck again at bf16
+#   tools      the tools on the GPU against the CPU (tests/gpu/tools.sh)
+#   train      the training step of base and big at 10240+10240 tokens, fp32 and bf16
+#              (tokens/s, TFLOP/s, each op's share; big at bf16 again with
+#              TFM_CUDA_ATTN=flash), beside PyTorch (bf16 autocast + SDPA,
+#              eager and torch.compile) when python3 can import torch with CUDA
+#   decode     decoding base, beam 4, about 128 sentences a batch, beside PyTorch's cached
+#              beam search
+#   report.sh [STAGE...]       (make gpu-report STAGES='STAGE...'); no stage: all of them
+# Every run records the machine and its libraries (system.log) and, unless
+# GPU_REPORT_BUILD=0, runs the build stage first (seconds when the build is up to date), so
+# each command works on a fresh machine too.  A run stays inside REPORT_SECONDS (540; every
+# command has a time limit), so one command never passes a 10-minute limit: a stage left
+# without time says "not run: no time left" in its rows, and names the command that runs
+# it.  The rows of every stage run so far into GPU_REPORT_DIR stay there (a stage run again
+# replaces its own), so a report run as several commands is one report.md: one table of
+# every check and speed, one of every command run (stage, exit status, seconds, limit), and
+# the raw logs (system.log and one per stage).  report.md is rewritten after every command,
+# so it exists, complete up to the last command, even when a run is killed.  Never stops at
+# a failure.  Needs neither bats nor mandoc, nor the network; without PyTorch the PyTorch
+# columns say "-" and one row says why.  Without a GPU every GPU row says "not run: no GPU".
+# Env: GPU_REPORT_DIR (gpu-report); GPU_REPORT_STAGES (the stages when none is named);
+# GPU_REPORT_BUILD=0 skips the build; REPORT_SECONDS; PYTHON (python3); CUDA_ARCH (sm_90
+# only); BENCH_STEPS (10); GPU_REPORT_GPUS=0 takes the path of a machine without GPU
+# whatever nvidia-smi says (for tests).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
 . tests/gpu/report-lib.sh
 
+ALL="build ops sanitizer tools train decode"
+if [ $# -gt 0 ]; then STAGES="$*"; else STAGES=${GPU_REPORT_STAGES:-$ALL}; fi
+for s in $STAGES; do
+    case " $ALL " in
+    *" $s "*) ;;
+    *) echo "report.sh: $s: not a stage ($ALL)" >&2; exit 2 ;;
+    esac
+done
+[ -n "$(echo $STAGES)" ] || { echo "report.sh: no stage given ($ALL)" >&2; exit 2; }
+# Every run builds first (make: seconds when the build is up to date), unless told not to,
+# so that each command also works on a fresh machine, and never tests a stale build.
+if [ "${GPU_REPORT_BUILD:-1}" != 0 ]; then
+    case " $STAGES " in *" build "*) ;; *) STAGES="build $STAGES" ;; esac
+fi
+
 OUT=${GPU_REPORT_DIR:-gpu-report}
-mkdir -p "$OUT" || exit 2
-rm -f "$OUT"/report.md "$OUT"/*.log
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/tfm-gpu-report.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+PARTS=$OUT/parts                # each stage's rows and runs, kept for later runs
+mkdir -p "$OUT" "$PARTS" || exit 2
+rm -f "$PARTS"/rows-system "$PARTS"/runs-system "$OUT"/system.log "$OUT"/report.md
+for s in $STAGES; do rm -f "$PARTS/rows-$s" "$PARTS/runs-$s" "$OUT/$s.log"; done
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tfm-gpu-report.XXXXXX") || exit 2
 START=$(date +%s)
-LIMIT=${REPORT_SECONDS:-530}
+LIMIT=${REPORT_SECONDS:-540}
 PY=${PYTHON:-python3}
 STEPS=${BENCH_STEPS:-10}
 BUILD=${BUILD:-build}
 export TFM_BIN=$ROOT/bin PATH=$ROOT/bin:$PATH TFM_ROOT=$ROOT
-ROWS=$TMP/rows
+# the toolkit where it is usually installed, when it is not on PATH (make finds nvcc there)
+if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+    export PATH=$PATH:/usr/local/cuda/bin
+fi
+STAGE=system
 
-add() { "$@" >> "$ROWS"; }
+# add CMD...: CMD's row into the current stage's rows.
+add() { "$@" >> "$PARTS/rows-$STAGE"; }
+
+# report.md from the rows and runs of every stage so far, in stage order.
+assemble() {
+    local s
+    {
+        echo "# tfm GPU report"
+        echo
+        echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs; this run: $STAGES, $(($(date +%s) - START)) s."
+        echo
+        echo "| check | result | detail |"
+        echo "|---|---|---|"
+        for s in system $ALL; do [ -f "$PARTS/rows-$s" ] && cat "$PARTS/rows-$s"; done
+        echo
+        echo "| stage | command | started (UTC) | exit | seconds | limit |"
+        echo "|---|---|---|---|---|---|"
+        for s in system $ALL; do [ -f "$PARTS/runs-$s" ] && cat "$PARTS/runs-$s"; done
+        cat "$PARTS"/runs-* 2>/dev/null | grep -q . || echo "| - | (no command run) | | | | |"
+        echo
+        echo "Logs: system.log and one per stage ($ALL).log."
+    } > "$OUT/report.md.tmp" && mv "$OUT/report.md.tmp" "$OUT/report.md"
+}
+
+# A signal (the caller's time limit) still leaves report.md, with what was done; the
+# command running then (run: CHILD) is stopped with it.
+CHILD=
+trap 'rm -rf "$TMP"' EXIT
+trap '[ -n "$CHILD" ] && kill -TERM "$CHILD" 2>/dev/null
+printf "| %s | (report.sh stopped by a signal) | %s | - | - | - |\n" "$STAGE" "$(date -u +%H:%M:%S)" >> "$PARTS/runs-$STAGE"; assemble; exit 143' INT TERM HUP
+
+# left: the seconds of REPORT_SECONDS left.
+left() { echo $((START + LIMIT - $(date +%s))); }
 
 # run SECONDS LOG CMD...: CMD with a time limit (never past the report's own), its output
-# appended to LOG; sets RC (124: timed out or no time left).
+# appended to LOG; sets RC (124: timed out or no time left) and records the command, when
+# it started, its exit status and time in the runs table; report.md is rewritten after it.
 run() {
-    local cap=$1 log=$2 left
+    local cap=$1 log=$2 l t0 secs what at
     shift 2
-    left=$((START + LIMIT - $(date +%s)))
-    [ "$cap" -lt "$left" ] || cap=$left
+    at=$(date -u +%H:%M:%S)
+    l=$(left)
+    [ "$cap" -lt "$l" ] || cap=$l
+    what=$(printf '%s ' "$@" | tr -s ' \n' ' ' |
+        sed "s|$TMP/||g; s|$ROOT/||g; s|[^ ]*/compute-sanitizer|compute-sanitizer|; s| *\$||" |
+        cut -c1-110)
     if [ "$cap" -le 0 ]; then
         echo "(not started: the report's ${LIMIT} s are spent)" >> "$log"
         RC=124
+        printf '| %s | %s | %s | not started | 0 | %s |\n' "$STAGE" "$what" "$at" "$LIMIT" >> "$PARTS/runs-$STAGE"
         return
     fi
     echo "\$ $*  (limit ${cap} s)" >> "$log"
-    timeout -k 5 "$cap" "$@" >> "$log" 2>&1
+    t0=$(date +%s)
+    # in the background, so that a signal's trap runs at once, not after the command
+    timeout -k 5 "$cap" "$@" >> "$log" 2>&1 < /dev/null &
+    CHILD=$!
+    wait "$CHILD"
     RC=$?
-    echo "(exit $RC)" >> "$log"
+    CHILD=
+    secs=$(($(date +%s) - t0))
+    echo "(exit $RC, $secs s)" >> "$log"
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$STAGE" "$(echo "$what" | tr '|' '/')" "$at" "$RC" \
+        "$secs" "$cap" >> "$PARTS/runs-$STAGE"
+    assemble
 }
 
-# ---- 1. the machine ---------------------------------------------------------------------
+# skip_rows WHY NAME...: a "not run" row for each check.
+skip_rows() {
+    local why=$1 n
+    shift
+    for n in "$@"; do add row "$n" "not run" "$why"; done
+}
+
+# time_for STAGE SECONDS NAME...: true when SECONDS are left for the stage; otherwise its
+# checks' rows say so and how to run it later.
+time_for() {
+    local s=$1 need=$2
+    shift 2
+    [ "$(left)" -ge "$need" ] && return 0
+    skip_rows "no time left in this run's ${LIMIT} s (REPORT_SECONDS): run make gpu-report STAGES=$s" "$@"
+    return 1
+}
+
+# ---- the machine (every run) --------------------------------------------------------------
 SYS=$OUT/system.log
 GPU=0
 if [ -n "${GPU_REPORT_GPUS:-}" ]; then
     GPU=$GPU_REPORT_GPUS        # tests: 0 forces the machine-without-GPU path
     echo "GPU $GPU_REPORT_GPUS: (GPU_REPORT_GPUS)" > "$TMP/gpus"
-elif command -v nvidia-smi > /dev/null && nvidia-smi -L > "$TMP/gpus" 2>&1 && grep -q '^GPU ' "$TMP/gpus"; then
+elif command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi -L > "$TMP/gpus" 2>&1 && grep -q '^GPU ' "$TMP/gpus"; then
     GPU=$(grep -c '^GPU ' "$TMP/gpus")
 fi
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "host: $(uname -srm), $(nproc) CPUs"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-    command -v nvidia-smi > /dev/null && nvidia-smi 2>&1
+    echo "stages: $STAGES"
+    command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi 2>&1
     command -v nvcc > /dev/null && nvcc --version 2>&1 | tail -2
-    "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1
 } > "$SYS"
 if [ "$GPU" -gt 0 ]; then
     add row "GPU" pass "$GPU: $(grep -m1 '^GPU ' "$TMP/gpus" | sed 's/ (UUID.*//')"
 else
     add row "GPU" "not run" "no GPU (nvidia-smi -L lists none)"
 fi
-nogpu() { add row "$1" "not run" "no GPU"; }
+assemble
 
-# ---- 2. the build -----------------------------------------------------------------------
-BLD=$OUT/build.log
-if [ "${GPU_REPORT_BUILD:-1}" != 0 ]; then
-    run 150 "$BLD" make -j"$(nproc)" BUILD="$BUILD" \
+# PyTorch on the GPU, asked once a run (train and decode): TORCH=1 when usable; otherwise
+# one row says why, and the PyTorch benchmarks are not started.
+TORCH=
+torch_ready() {
+    if [ -z "$TORCH" ]; then
+        local msg
+        msg=$(timeout 60 "$PY" -c 'import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1)
+        echo "$msg" >> "$SYS"
+        if echo "$msg" | grep -q ' gpu True$'; then
+            TORCH=1
+        else
+            TORCH=0
+            add row "PyTorch" "not run" "$PY: $(echo "${msg:-no output}" | tail -1): the PyTorch columns say -"
+        fi
+    fi
+    [ "$TORCH" = 1 ]
+}
+
+# ---- build ------------------------------------------------------------------------------------
+stage_build() {
+    local BLD=$OUT/build.log
+    if [ "${GPU_REPORT_BUILD:-1}" = 0 ]; then
+        echo "(the build as it is: GPU_REPORT_BUILD=0)" > "$BLD"
+        add row "build" "not run" "GPU_REPORT_BUILD=0: the build as it is"
+        return
+    fi
+    time_for build 60 "build (sm_90)" || return
+    run 240 "$BLD" make -j"$(nproc)" BUILD="$BUILD" \
         CUDA_ARCH="${CUDA_ARCH:--gencode arch=compute_90,code=sm_90}" all "$BUILD"/bench/train_step
-    if [ $RC = 0 ]; then add row "build (sm_90)" pass "$(grep -c ' -c ' "$BLD") compilations"
-    else add row "build (sm_90)" fail "exit $RC: $(grep -m1 -E 'error|Error' "$BLD")"; fi
-else
-    echo "(the build as it is: GPU_REPORT_BUILD=0)" > "$BLD"
-    add row "build" "not run" "GPU_REPORT_BUILD=0: the build as it is"
-fi
+    # a build without nvcc succeeds without the CUDA backend: that is a failure here
+    if [ $RC != 0 ]; then add row "build (sm_90)" fail "exit $RC: $(grep -m1 -E 'error|Error' "$BLD")"
+    elif [ ! -f "$BUILD/libtfm-cuda.so" ]; then
+        add row "build (sm_90)" fail "built without CUDA: no nvcc on PATH or in /usr/local/cuda/bin"
+    else
+        local n
+        n=$(grep -c ' -c ' "$BLD")
+        add row "build (sm_90)" pass "$([ "$n" = 0 ] && echo "up to date" || echo "$n compilations")"
+    fi
+}
 
-# ---- 3. test_gpu_ops ------------------------------------------------------------------------
-OPS=$OUT/ops.log
-if [ "$GPU" -gt 0 ]; then
-    run 120 "$TMP/ops.tap" "$BUILD"/tests/test_gpu_ops
-    add tap_row "test_gpu_ops (all shapes)" "$TMP/ops.tap" "$RC" strict
+# missing PROGRAM NAME...: true (each check's row a failure) when PROGRAM is not built.
+missing() {
+    local p=$1 n
+    shift
+    [ -x "$p" ] && return 1
+    for n in "$@"; do add row "$n" fail "$p not built (make gpu-report STAGES=build)"; done
+    return 0
+}
+
+# ---- ops: test_gpu_ops --------------------------------------------------------------------------
+stage_ops() {
+    local OPS=$OUT/ops.log names=("test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)")
+    if [ "$GPU" -eq 0 ]; then
+        echo "no GPU: not run" > "$OPS"
+        skip_rows "no GPU" "${names[@]}"
+        return
+    fi
+    missing "$BUILD/tests/test_gpu_ops" "${names[@]}" && return
+    time_for ops 60 "${names[@]}" || return
+    run 200 "$TMP/ops.tap" "$BUILD"/tests/test_gpu_ops
+    add tap_row "${names[0]}" "$TMP/ops.tap" "$RC" strict
     cat "$TMP/ops.tap" > "$OPS"
     # bf16: both backends in bf16 (the CUDA kernels' bf16 instantiations, the CPU
     # emulating bf16); a skip with a GPU present is a failure, as above
-    run 120 "$TMP/ops16.tap" env TFM_GPU_OPS_PRECISION=bf16 "$BUILD"/tests/test_gpu_ops
-    add tap_row "test_gpu_ops bf16 (all shapes)" "$TMP/ops16.tap" "$RC" strict
-    { echo "== TFM_GPU_OPS_PRECISION=bf16"; cat "$TMP/ops16.tap"; } >> "$OPS"
-else
-    echo "no GPU: not run" > "$OPS"
-    nogpu "test_gpu_ops (all shapes)"
-    nogpu "test_gpu_ops bf16 (all shapes)"
-fi
-
-# ---- 4. compute-sanitizer on the quick set ------------------------------------------------
-SAN=$OUT/sanitizer.log
-: > "$SAN"
-CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-# memcheck again with the kernels' bf16 instantiations (2-byte activations, the fp32
-# accumulators of the attention's rows form); racecheck once: the bf16 kernels share the
-# fp32 ones' shared memory and barriers (their tiles hold fp32 at both precisions).
-for tool in memcheck racecheck memcheck-bf16; do
-    if [ "$GPU" -eq 0 ]; then
-        nogpu "compute-sanitizer $tool"
-    elif [ -z "$CS" ]; then
-        add row "compute-sanitizer $tool" "not run" "compute-sanitizer not found"
-    else
-        prec=fp32 cap=75
-        [ "$tool" = memcheck-bf16 ] && prec=bf16 cap=60
-        run $cap "$TMP/$tool" env TFM_GPU_OPS_QUICK=1 TFM_GPU_OPS_PRECISION=$prec "$CS" \
-            --tool "${tool%-bf16}" --error-exitcode 1 "$BUILD"/tests/test_gpu_ops
-        add sanitizer_row "compute-sanitizer $tool" "$TMP/$tool" "$RC"
-        cat "$TMP/$tool" >> "$SAN"
+    if time_for ops 60 "${names[1]}"; then
+        run 200 "$TMP/ops16.tap" env TFM_GPU_OPS_PRECISION=bf16 "$BUILD"/tests/test_gpu_ops
+        add tap_row "${names[1]}" "$TMP/ops16.tap" "$RC" strict
+        { echo "== TFM_GPU_OPS_PRECISION=bf16"; cat "$TMP/ops16.tap"; } >> "$OPS"
     fi
-done
-[ -s "$SAN" ] || echo "not run" > "$SAN"
+}
 
-# ---- 5. the tools on the GPU against the CPU ----------------------------------------------
-TOOLS=$OUT/tools.log
-if [ "$GPU" -eq 0 ]; then
-    echo "no GPU: not run" > "$TOOLS"
-    nogpu "tools on the GPU (tools.sh)"
-elif [ ! -f tests/gpu/tools.sh ]; then
-    echo "tests/gpu/tools.sh missing" > "$TOOLS"
-    add row "tools on the GPU (tools.sh)" "not run" "tests/gpu/tools.sh missing"
-else
-    run 150 "$TMP/tools.tap" bash tests/gpu/tools.sh
-    add tap_row "tools on the GPU (tools.sh)" "$TMP/tools.tap" "$RC"
-    cat "$TMP/tools.tap" > "$TOOLS"
-fi
-
-# ---- 6. benchmarks: tfm and PyTorch on the same GPU -----------------------------------------
-BENCH=$OUT/bench.log
-: > "$BENCH"
-B=320 S=32 T=32     # 10240 source + 10240 target tokens a step
-if [ "$GPU" -eq 0 ]; then
-    for m in base big; do
-        for p in fp32 bf16; do nogpu "train $m 10240+10240 (tfm $p)"; done
+# ---- sanitizer: compute-sanitizer on the quick set ----------------------------------------------
+# memcheck (out-of-bounds and misaligned accesses, leaks of device memory), racecheck
+# (shared-memory hazards), synccheck (barriers in divergent code, warp-synchronous calls with
+# lanes missing from their mask), initcheck (device memory read before it is written); then
+# memcheck again with the kernels' bf16 instantiations (2-byte activations).
+stage_sanitizer() {
+    local SAN=$OUT/sanitizer.log cs tool prec cap
+    : > "$SAN"
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+        /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+    for tool in memcheck racecheck synccheck initcheck memcheck-bf16; do
+        local name="compute-sanitizer $tool"
+        [ "$tool" = memcheck-bf16 ] && name="compute-sanitizer memcheck bf16"
+        if [ "$GPU" -eq 0 ]; then
+            skip_rows "no GPU" "$name"
+        elif [ -z "$cs" ]; then
+            add row "$name" "not run" "compute-sanitizer not found"
+        elif ! missing "$BUILD/tests/test_gpu_ops" "$name" && time_for sanitizer 30 "$name"; then
+            prec=fp32 cap=90
+            [ "$tool" = memcheck-bf16 ] && prec=bf16 cap=75
+            run $cap "$TMP/$tool" env TFM_GPU_OPS_QUICK=1 TFM_GPU_OPS_PRECISION=$prec "$cs" \
+                --tool "${tool%-bf16}" --error-exitcode 1 "$BUILD"/tests/test_gpu_ops
+            add sanitizer_row "$name" "$TMP/$tool" "$RC"
+            { echo "== $name"; cat "$TMP/$tool"; } >> "$SAN"
+        fi
     done
-    nogpu "train big 10240+10240 (tfm bf16, TFM_CUDA_ATTN=flash)"
-    nogpu "decode base beam 4 (tfm)"
-else
-    for m in base big; do
-        run 60 "$TMP/train-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 fp32
-        run 60 "$TMP/train16-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 bf16
-        for mode in eager compile; do
-            run $([ $mode = compile ] && echo 120 || echo 45) "$TMP/torch-$m-$mode" \
-                env TORCH_DEVICE=cuda TORCH_MODE=$mode "$PY" tests/bench/torch_train.py \
-                "configs/$m.conf" $B $S $T "$STEPS" "$(nproc)"
+    [ -s "$SAN" ] || echo "not run" > "$SAN"
+}
+
+# ---- tools: the tools on the GPU against the CPU --------------------------------------------------
+stage_tools() {
+    local TOOLS=$OUT/tools.log name="tools on the GPU (tools.sh)"
+    if [ "$GPU" -eq 0 ]; then
+        echo "no GPU: not run" > "$TOOLS"
+        skip_rows "no GPU" "$name"
+        return
+    fi
+    time_for tools 60 "$name" || return
+    run 240 "$TMP/tools.tap" bash tests/gpu/tools.sh
+    add tap_row "$name" "$TMP/tools.tap" "$RC"
+    cat "$TMP/tools.tap" > "$TOOLS"
+}
+
+# ---- train: the training step, tfm and PyTorch on the same GPU ---------------------------------
+stage_train() {
+    local BENCH=$OUT/train.log B=320 S=32 T=32 m p mode t tf pk split extra f   # 10240 + 10240 tokens
+    local FLASH="train big 10240+10240 (tfm bf16, TFM_CUDA_ATTN=flash)"
+    : > "$BENCH"
+    if [ "$GPU" -eq 0 ]; then
+        for m in base big; do
+            for p in fp32 bf16; do skip_rows "no GPU" "train $m 10240+10240 (tfm $p)"; done
         done
+        skip_rows "no GPU" "$FLASH"
+        echo "no GPU: not run" > "$BENCH"
+        return
+    fi
+    missing "$BUILD/bench/train_step" "train base 10240+10240 (tfm fp32)" \
+        "train base 10240+10240 (tfm bf16)" "train big 10240+10240 (tfm fp32)" \
+        "train big 10240+10240 (tfm bf16)" "$FLASH" && return
+    torch_ready
+    for m in base big; do
+        if ! time_for train 60 "train $m 10240+10240 (tfm fp32)" "train $m 10240+10240 (tfm bf16)"; then
+            continue
+        fi
+        run 75 "$TMP/train-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 fp32
+        run 75 "$TMP/train16-$m" "$BUILD"/bench/train_step "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 bf16
+        : > "$TMP/torch-$m-eager"
+        : > "$TMP/torch-$m-compile"
+        if [ "$TORCH" = 1 ]; then
+            for mode in eager compile; do
+                run $([ $mode = compile ] && echo 120 || echo 60) "$TMP/torch-$m-$mode" \
+                    env TORCH_DEVICE=cuda TORCH_MODE=$mode "$PY" tests/bench/torch_train.py \
+                    "configs/$m.conf" $B $S $T "$STEPS" "$(nproc)"
+            done
+        fi
         t=$(kv "$TMP/train-$m" tokens_per_s)
         tf=$(kv "$TMP/train-$m" gflops)
         pk=$(kv "$TMP/train-$m" sgemm_gflops)
@@ -177,25 +338,36 @@ else
         [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16-$m" | tail -1)"
         add speed_row "train $m 10240+10240 (tfm bf16)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
             "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
-        if [ "$m" = big ]; then
-            # bf16 with the attention's other path (the online-softmax kernels instead of
-            # the tensor-core products, kernels/cuda_attn.cu): what the products gain
-            run 60 "$TMP/train16f-$m" env TFM_CUDA_ATTN=flash "$BUILD"/bench/train_step \
+        for f in "$TMP/train-$m" "$TMP/train16-$m" "$TMP/torch-$m-eager" "$TMP/torch-$m-compile"; do
+            echo "== $(basename "$f")"; cat "$f"
+        done >> "$BENCH"
+        # big at bf16 with the attention's other path (the online-softmax kernels instead
+        # of the tensor-core products, kernels/cuda_attn.cu): what the products gain
+        if [ "$m" = big ] && time_for train 30 "$FLASH"; then
+            run 75 "$TMP/train16f-$m" env TFM_CUDA_ATTN=flash "$BUILD"/bench/train_step \
                 "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 bf16
             t=$(kv "$TMP/train16f-$m" tokens_per_s)
             extra=""
             [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16f-$m" | tail -1)"
-            add speed_row "train $m 10240+10240 (tfm bf16, TFM_CUDA_ATTN=flash)" "$t" \
-                "$(kv "$TMP/torch-$m-eager" tokens_per_s)" "$(kv "$TMP/torch-$m-compile" tokens_per_s)" \
-                "$extra"
+            add speed_row "$FLASH" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
+                "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
             { echo "== train16f-$m"; cat "$TMP/train16f-$m"; } >> "$BENCH"
         fi
-        for f in "$TMP/train-$m" "$TMP/train16-$m" "$TMP/torch-$m-eager" "$TMP/torch-$m-compile"; do
-            echo "== $(basename "$f")"; cat "$f"
-        done >> "$BENCH"
+        assemble
     done
-    # decoding: a base model (one update from random) on real sentences, beam 4
-    D=$TMP/dec
+}
+
+# ---- decode: a base model (one update from random) on real sentences, beam 4 -----------------
+stage_decode() {
+    local BENCH=$OUT/decode.log D=$TMP/dec name="decode base beam 4 (tfm)" t tt f
+    if [ "$GPU" -eq 0 ]; then
+        echo "no GPU: not run" > "$BENCH"
+        skip_rows "no GPU" "$name"
+        return
+    fi
+    : > "$BENCH"
+    torch_ready
+    time_for decode 90 "$name" || return
     mkdir -p "$D"
     zcat data/multi30k-ende/train.en.gz | head -n 3000 > "$D/en.txt"
     zcat data/multi30k-ende/train.de.gz | head -n 3000 > "$D/de.txt"
@@ -208,33 +380,41 @@ else
         tfm-batch -q --tokens 4096 '$D/en.tfm' '$D/de.tfm' > '$D/b.tfm' &&
         tfm-train -q -c configs/base.conf --max-steps 1 --device cuda -o '$D/ck' '$D/b.tfm'"
     # 46080 positions: 128 sentences of up to 40 tokens, each with 4 beams of source + 50
-    run 60 "$TMP/decode-tfm" tfm-decode --progress --device cuda -m "$D/ck/last.tfm" --beam 4 \
+    local prep=$RC
+    run 90 "$TMP/decode-tfm" tfm-decode --progress --device cuda -m "$D/ck/last.tfm" --beam 4 \
         --tokens 46080 -o "$D/hyp.tfm" "$D/test.tfm"
-    run 90 "$TMP/decode-torch" env TORCH_DEVICE=cuda TORCH_DECODE_BUDGET=46080 "$PY" \
-        tests/bench/torch_decode.py "$D/ck/last.tfm" "$D/test.tfm" "$(nproc)" 4
+    : > "$TMP/decode-torch"
+    if [ "$TORCH" = 1 ]; then
+        run 120 "$TMP/decode-torch" env TORCH_DEVICE=cuda TORCH_DECODE_BUDGET=46080 "$PY" \
+            tests/bench/torch_decode.py "$D/ck/last.tfm" "$D/test.tfm" "$(nproc)" 4
+    fi
     t=$(decode_tps "$TMP/decode-tfm")
     tt=$(decode_tps "$TMP/decode-torch")
     if [ -n "$t" ]; then
-        add row "decode base beam 4 (tfm)" "$t tok/s" "$(ratio "$t" "$tt")x PyTorch beam search (${tt:--} tok/s); goal 30000"
+        add row "$name" "$t tok/s" "$(ratio "$t" "$tt")x PyTorch beam search (${tt:--} tok/s); goal 30000"
     else
-        add row "decode base beam 4 (tfm)" fail "$(tail -2 "$TMP/decode-tfm" | head -1)"
+        [ "$prep" = 0 ] && f=$TMP/decode-tfm || f=$TMP/decode-prep
+        add row "$name" fail "$(grep -v '^(exit\|^\$ ' "$f" | tail -1)"
     fi
     for f in "$TMP/decode-prep" "$TMP/decode-tfm" "$TMP/decode-torch"; do
         echo "== $(basename "$f")"; cat "$f"
     done >> "$BENCH"
-fi
-[ -s "$BENCH" ] || echo "no GPU: not run" > "$BENCH"
+}
 
-# ---- report.md -------------------------------------------------------------------------------
-{
-    echo "# tfm GPU report"
-    echo
-    echo "$(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs, $((($(date +%s) - START))) s."
-    echo
-    echo "| check | result | detail |"
-    echo "|---|---|---|"
-    cat "$ROWS"
-    echo
-    echo "Logs: system.log, build.log, ops.log, sanitizer.log, tools.log, bench.log."
-} > "$OUT/report.md"
+for s in $ALL; do
+    case " $STAGES " in
+    *" $s "*)
+        STAGE=$s
+        : > "$PARTS/rows-$s"
+        "stage_$s"
+        assemble ;;
+    esac
+    # The plugin this build made, by its path here: the path compiled into the library is
+    # the build directory's where it was built, wrong for a build copied from elsewhere.
+    if [ "$s" = build ] && [ -f "$BUILD/libtfm-cuda.so" ] && [ -z "${TFM_CUDA_LIB+set}" ]; then
+        TFM_CUDA_LIB=$(cd "$BUILD" && pwd)/libtfm-cuda.so
+        export TFM_CUDA_LIB
+        echo "TFM_CUDA_LIB=$TFM_CUDA_LIB" >> "$SYS"
+    fi
+done
 cat "$OUT/report.md"

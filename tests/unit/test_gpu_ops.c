@@ -627,17 +627,19 @@ static void test_gemm(void)
 
 /* ---- embeddings and layer norm ------------------------------------------------------------ */
 
-static void test_embed(void)
+/* N tokens of sentences of L positions (N need not be a multiple of L: the last sentence
+ * is cut short; N < L: a part of one) from positions pos0 on. */
+static void embed_case(int N, int L)
 {
-    NEED_GPU();
-    int V = 13, D = 24, N = 40, L = 10, P = 16, pos0 = 3;
-    int32_t ids[40];
+    int V = 13, D = 24, P = 16, pos0 = 3;
+    int32_t ids[64];
+    printf("#  N %d, L %d\n", N, L);
     for (int i = 0; i < N; i++)
         ids[i] = (i * 7) % 5 == 0 ? 2 : (i * 5) % V;       /* id 2 repeated many times */
     float *table = rnda((size_t)V * D, 1), *pos = rnda((size_t)P * D, 1);
     float *out = rnd((size_t)N * D, 1), *dout = rnda((size_t)N * D, 1);
     float *dtable = rnd((size_t)V * D, 1), *dpos = rnd((size_t)P * D, 1);
-    int32_t *did = dev(ids, sizeof ids);
+    int32_t *did = dev(ids, (size_t)N * sizeof *ids);
     float *dt = dact(table, V * D), *dp = dact(pos, P * D), *dO = dact(NULL, N * D),
           *ddo = dact(dout, N * D), *ddt = dev(dtable, V * D * 4), *ddp = dev(dpos, P * D * 4);
     for (int with_pos = 0; with_pos < 2; with_pos++) {
@@ -651,6 +653,14 @@ static void test_embed(void)
     }
     GFREE(did, dt, dp, dO, ddo, ddt, ddp);
     free(table); free(pos); free(out); free(dout); free(dtable); free(dpos);
+}
+
+static void test_embed(void)
+{
+    NEED_GPU();
+    embed_case(40, 10);
+    embed_case(43, 10);                                   /* a last sentence of 3 */
+    embed_case(7, 10);                                    /* fewer tokens than positions */
 }
 
 /* Layer norm of N rows of D, forward and backward (accumulating or not) against the CPU:
@@ -707,6 +717,7 @@ static void test_layernorm(void)
     NEED_GPU();
     layernorm_case(77, 200, 0);
     layernorm_case(5, 1000, 0);                           /* D > 256: several per thread */
+    layernorm_case(3, 7, 0);                              /* D < 32: most lanes idle */
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -872,9 +883,25 @@ static void test_attn_decode(void)
 
 /* ---- element-wise ------------------------------------------------------------------------ */
 
+/* bias_bwd alone: column sums of N rows of M (the rows in chunks, cuda_ops.cu). */
+static void bias_bwd_case(int N, int M)
+{
+    size_t n = (size_t)N * M;
+    float *y = rnda(n, 1), *db = rnd(M, 1);
+    float *gy = dact(y, n), *gdb = dev(db, M * 4);
+    printf("#  bias_bwd: N %d, M %d\n", N, M);
+    cpu->bias_bwd(cpu, db, y, N, M);
+    gpu->bias_bwd(gpu, gdb, gy, N, M);
+    near("bias gradient", gdb, db, M, sum_bound(N));
+    GFREE(gy, gdb);
+    free(y); free(db);
+}
+
 static void test_elementwise(void)
 {
     NEED_GPU();
+    bias_bwd_case(20001, 33);                             /* 254 chunks of 79 rows */
+    bias_bwd_case(1, 5);                                  /* one row, one partial tile */
     int N = 123, M = 257;
     size_t n = (size_t)N * M;
     float *x = rnda(n, 1), *y = rnda(n, 1), *b = rnda(M, 1), *db = rnd(M, 1);
@@ -1100,6 +1127,9 @@ static void test_xent(void)
 {
     NEED_GPU();
     xent_case(37, 1000, 0);
+    xent_case(9, 5, 0);                                   /* V < 32: most lanes idle */
+    xent_case(10, 257, 0);                                /* one column past the block */
+    xent_case(1, 1000, 0);
 }
 
 /* Sum of squares and an Adam step over n elements.  sumsq: both in double, in other
@@ -1541,11 +1571,13 @@ static void test_big_fused(void)
     fused_case(999, BF + 1, 300, 100, 0.1f, 1);
 }
 
-/* 2048 rows of the 37000 logits (the rows only set the size of the grid). */
+/* The logits of a whole batch: 10240 rows of 37000, 379 million elements, 1.5 GB at fp32:
+ * element offsets past 2^28 and byte offsets past 2^31 (an index or a byte count computed
+ * in 32 bits would show here, and at no smaller shape). */
 static void test_big_xent(void)
 {
     NEED_BIG();
-    xent_case(2048, BV, 1);
+    xent_case(BN, BV, 1);
 }
 
 /* 50 million parameters: a quarter of the big model's. */
@@ -2061,7 +2093,7 @@ int main(void)
         test_big_attention);
     run("cuda big: bias, ReLU, dropout on 10240 x 4096", test_big_elementwise);
     run("cuda big: fused ops on 10240 x 4096, 10240 x 1024 and 999 x 4097", test_big_fused);
-    run("cuda big: cross-entropy and log-softmax over 37000 classes", test_big_xent);
+    run("cuda big: cross-entropy and log-softmax of 10240 rows of 37000 classes", test_big_xent);
     run("cuda big: sumsq and Adam on 50 million elements", test_big_optimizer);
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
         test_big_model);
