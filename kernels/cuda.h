@@ -22,6 +22,7 @@
 #ifndef TFM_KERNELS_CUDA_H
 #define TFM_KERNELS_CUDA_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -31,12 +32,17 @@ extern "C" {
 }
 
 struct tfm_nccl;
+struct tfm_lt_plan;             // a gemm_bias shape's cuBLASLt plan (backend_cuda.cu)
 
 struct tfm_cuda {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_work;        // cuBLAS's workspace (BLAS_WORK_BYTES), set on the handle
+                            // and handed to every cublasLtMatmul
+    cublasLtHandle_t lt;    // cuBLASLt: gemm_bias's products with their epilogues
+    struct tfm_lt_plan *plans;  // their plans, one per shape (LT_PLANS, reused in turn)
+    int next_plan;          // the plan a new shape takes when none is free
     void *work;             // workspace (tfm_cuda_work), grows only
     size_t work_bytes;
     int max_tq, max_tk;     // attention sizes promised by reserve()
