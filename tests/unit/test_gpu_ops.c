@@ -540,6 +540,63 @@ static void test_gemm(void)
     gemm_case(1, 1, 0, 9, 11, 0, 0.5f);
 }
 
+/* gemm_bias (backend.h): C = act(op(A) op(B) + bias), against the CPU's.  The CUDA backend
+ * runs it on cuBLASLt with the bias (and ReLU) in the epilogue when every pointer is
+ * 16-byte aligned and every leading dimension a multiple of 16 bytes, and falls back to
+ * gather + gemm + ReLU otherwise (or when cuBLASLt has no algorithm).  pad elements are
+ * added to every leading dimension and off > 0 moves A, B, C and the bias by off elements:
+ * with M, N, K and pad multiples of 8 every leading dimension is a multiple of 8 elements
+ * (16 bytes at bf16, 32 at fp32), the cuBLASLt path; an odd dimension, an odd pad or an
+ * offset of 1 takes the fallback.  C's padding is set
+ * to NaN on the GPU and must stay NaN (not written); C itself is NaN before (not read).
+ * Bound: gemm's (TOL + tc_extra(K)) plus, at bf16, one unit for the one rounding of the
+ * stored value (SAME_ACT): the bias is one more fp32 addition (2^-24 relative, inside
+ * TOL) and the ReLU is exact and moves no two values further apart. */
+static void gemm_bias_case(int ta, int tb, int M, int N, int K, int relu, int off, int pad)
+{
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+           nc = (size_t)M * ldc;
+    float *A = rnda(na, 1), *Bm = rnda(nb, 1), *bias = rnda((size_t)N, 1), *C = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++)
+        C[i] = NAN;
+    float *dA = dact(NULL, na + off), *dB = dact(NULL, nb + off),
+          *db = dact(NULL, (size_t)N + off), *dC = dact(NULL, nc + off);
+    gpu->upload_act(gpu, gact(dA, off), A, na);
+    gpu->upload_act(gpu, gact(dB, off), Bm, nb);
+    gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
+    gpu->upload_act(gpu, gact(dC, off), C, nc);
+    cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
+    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                   gact(db, off), relu, gact(dC, off), ldc);
+    printf("#   gemm_bias (%d,%d,%d)%s%s%s, offset %d, padding %d\n", M, N, K,
+           ta ? " ta" : "", tb ? " tb" : "", relu ? " relu" : "", off, pad);
+    SAME_ACT(gact(dC, off), C, nc, TOL + tc_extra(K));
+    GFREE(dA, dB, db, dC);
+    free(A);
+    free(Bm);
+    free(bias);
+    free(C);
+}
+
+static void test_gemm_bias(void)
+{
+    NEED_GPU();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int relu = 0; relu < 2; relu++) {
+                gemm_bias_case(ta, tb, 64, 96, 128, relu, 0, 0);     /* cuBLASLt */
+                gemm_bias_case(ta, tb, 40, 48, 296, relu, 0, 8);     /* padded, aligned */
+                gemm_bias_case(ta, tb, 37, 53, 129, relu, 0, 0);     /* odd: fallback */
+                gemm_bias_case(ta, tb, 64, 96, 128, relu, 1, 0);     /* misaligned */
+                gemm_bias_case(ta, tb, 64, 96, 128, relu, 0, 3);     /* odd ld */
+            }
+    /* the model's shapes, small: one row (a decoding step), K = 0 (the bias alone) */
+    gemm_bias_case(0, 0, 1, 256, 64, 1, 0, 0);
+    gemm_bias_case(0, 0, 9, 16, 0, 1, 0, 0);
+    gemm_bias_case(0, 0, 9, 16, 0, 0, 0, 0);
+}
+
 /* ---- embeddings and layer norm ------------------------------------------------------------ */
 
 static void test_embed(void)
@@ -1308,6 +1365,66 @@ static void test_big_gemm(void)
     big_gemm_case("embedding gradient (gemm_grad)", 1, 1, 0, BV, BD, 1024, 1);
 }
 
+/* gemm_bias at the big model's shapes (10240 rows; the products of linear() and of the
+ * FFN's first layer with its ReLU), with the operands of big_gemm_case and its bound
+ * (sum_bound(K) + tc_extra(K), + ulp16 for the bf16 C, gemm_bias_case's reasons); the
+ * bias in [-1, 1], the size of the sums.  off and pad as gemm_bias_case's: the fallback. */
+static void big_gemm_bias_case(const char *what, int ta, int tb, int M, int N, int K, int relu,
+                               int off, int pad)
+{
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+           nc = (size_t)M * ldc;
+    float *A = rnda(na, 1), *Bm = rnda(nb, sqrtf(3.0f / (float)K)), *bias = rnda((size_t)N, 1),
+          *C = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++)
+        C[i] = NAN;
+    float *dA = dact(NULL, na + off), *dB = dact(NULL, nb + off),
+          *db = dact(NULL, (size_t)N + off), *dC = dact(NULL, nc + off);
+    gpu->upload_act(gpu, gact(dA, off), A, na);
+    gpu->upload_act(gpu, gact(dB, off), Bm, nb);
+    gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
+    gpu->upload_act(gpu, gact(dC, off), C, nc);
+    double t0 = now();
+    cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
+    double t1 = now();
+    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                   gact(db, off), relu, gact(dC, off), ldc);
+    gpu->sync(gpu);
+    double t2 = now();
+    /* a second call: the plan is made; the product alone */
+    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                   gact(db, off), relu, gact(dC, off), ldc);
+    gpu->sync(gpu);
+    double t3 = now();
+    char w[200];
+    snprintf(w, sizeof w, "%s: (%d,%d) = %s(%d,%d) %s(%d,%d) + bias%s, offset %d, padding %d, "
+             "cpu %.2f s, gpu %.4f s (first call %.4f s)", what, M, N, ta ? "T" : "",
+             ta ? K : M, ta ? M : K, tb ? "T" : "", tb ? N : K, tb ? K : N,
+             relu ? ", ReLU" : "", off, pad, t1 - t0, t3 - t2, t2 - t1);
+    near_act(w, gact(dC, off), C, nc, sum_bound(K) + tc_extra(K));
+    GFREE(dA, dB, db, dC);
+    free(A);
+    free(Bm);
+    free(bias);
+    free(C);
+}
+
+static void test_big_gemm_bias(void)
+{
+    NEED_BIG();
+    big_gemm_bias_case("QKV projection", 0, 0, BN, 3 * BD, BD, 0, 0, 0);
+    big_gemm_bias_case("attention output", 0, 0, BN, BD, BD, 0, 0, 0);
+    big_gemm_bias_case("FFN in", 0, 0, BN, BF, BD, 1, 0, 0);
+    big_gemm_bias_case("FFN out", 0, 0, BN, BD, BF, 0, 0, 0);
+    /* the other transposes (the op allows them; the model uses none) */
+    big_gemm_bias_case("FFN in, A^T", 1, 0, BN, BF, BD, 1, 0, 0);
+    big_gemm_bias_case("FFN in, B^T", 0, 1, BN, BF, BD, 1, 0, 0);
+    /* the fallback: misaligned operands, odd leading dimensions */
+    big_gemm_bias_case("FFN in, misaligned (fallback)", 0, 0, BN, BF, BD, 1, 1, 0);
+    big_gemm_bias_case("QKV projection, odd ld (fallback)", 0, 0, BN, 3 * BD, BD, 0, 0, 1);
+}
+
 /* Embeddings of 10240 tokens (40 sentences of 256 positions) from 37000 x 1024, scale 32.
  * Some ids repeat 256, 257, 300, 513 and 1000 times (the GPU's backward finds a run of
  * equal ids in windows of 256; the largest id ends the sorted ids).  Forward: one product
@@ -1895,6 +2012,7 @@ int main(void)
     run("the comparisons: NaN-ness, not NaN bits; relative to the typical size", test_compare);
     run("cuda: alloc, upload, download, copy, zero", test_memory);
     run("cuda: gemm against the CPU", test_gemm);
+    run("cuda: gemm_bias (cuBLASLt epilogues, the fallback) against the CPU", test_gemm_bias);
     run("cuda: embedding forward and backward against the CPU", test_embed);
     run("cuda: layer norm forward and backward against the CPU", test_layernorm);
     run("cuda: attention forward and backward against the CPU, every kernel form", test_attention);
@@ -1909,6 +2027,8 @@ int main(void)
     run("cuda: the step's statistics (loss sums, norm, clipping, Adam) against the CPU",
         test_step);
     run("cuda big: gemm at the big model's shapes", test_big_gemm);
+    run("cuda big: gemm_bias at the big model's shapes, with and without ReLU, the fallback",
+        test_big_gemm_bias);
     run("cuda big: embeddings of 10240 tokens, 37000 x 1024, ids repeated 256 to 1000 times",
         test_big_embed);
     run("cuda big: layer norm of 10240 x 1024 and 999 x 4097", test_big_layernorm);
