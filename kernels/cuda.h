@@ -2,7 +2,10 @@
 // sees only the table of src/cuda_plugin.h, which plugin.cu fills).
 //
 //   plugin.cu        the entry point of libtfm-cuda.so and the probe of the GPUs
-//   backend_cuda.cu  the table: memory, gemm (cuBLAS), sync, reserve, lifetime, workspace
+//   backend_cuda.cu  the table: memory, gemm (cuBLAS), gemm_bias (cuBLASLt with the bias
+//                    and ReLU epilogues, plans per shape, a fallback; new: compiled at fp32
+//                    and bf16, never yet run on a GPU: test_gpu_ops's "gemm_bias" tests
+//                    are its first run), sync, reserve, lifetime, workspace
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
 //   cuda_attn.cu     attention: forward, backward, incremental decoding

@@ -539,7 +539,7 @@ const char *tfm_precision_name(enum tfm_precision p);
  * Free with be->destroy(be).  NULL with err on failure. */
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
 
-/* The CUDA backend on GPU `device` (kernels/backend_cuda.cu): fp32, cuBLAS, one stream.
+/* The CUDA backend on GPU `device` (kernels/backend_cuda.cu): cuBLAS and cuBLASLt, one stream.
  * Every op as described above, tested op by op against the CPU (make check-gpu).  NULL with
  * err in a build without CUDA or when the device cannot be used. */
 struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
