@@ -1229,24 +1229,31 @@ static void attn_twice(int dk)
 /* A product twice on the GPU (gemm or gemm_grad): the same bits.  A long K and few
  * output tiles, where a library would split K across blocks (cuBLAS does so without
  * atomics, and the math mode forbids reducing in bf16). */
+/* grad 0: gemm; 1: gemm_grad; 2: gemm_bias with ReLU (cuBLASLt: the plan's algorithm both
+ * times). */
 static void gemm_twice(int grad)
 {
     int M = 96, N = 80, K = 8192;
-    float *A = rnda((size_t)M * K, 1), *Bm = rnda((size_t)K * N, 1);
-    float *dA = dact(A, (size_t)M * K), *dB = dact(Bm, (size_t)K * N);
+    float *A = rnda((size_t)M * K, 1), *Bm = rnda((size_t)K * N, 1), *bias = rnda((size_t)N, 1);
+    float *dA = dact(A, (size_t)M * K), *dB = dact(Bm, (size_t)K * N), *db = dact(bias, N);
     float *out[2];
+    static const char *const name[] = {"gemm", "gemm_grad", "gemm_bias"};
     for (int run = 0; run < 2; run++) {
-        float *dC = grad ? dev(NULL, (size_t)M * N * 4) : dact(NULL, (size_t)M * N);
-        (grad ? gpu->gemm_grad : gpu->gemm)(gpu, 0, 0, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
-        out[run] = grad ? host(dC, (size_t)M * N) : hact(dC, (size_t)M * N);
+        float *dC = grad == 1 ? dev(NULL, (size_t)M * N * 4) : dact(NULL, (size_t)M * N);
+        if (grad == 2)
+            gpu->gemm_bias(gpu, 0, 0, M, N, K, dA, K, dB, N, db, 1, dC, N);
+        else
+            (grad ? gpu->gemm_grad : gpu->gemm)(gpu, 0, 0, M, N, K, 1.0f, dA, K, dB, N, 0.0f,
+                                                dC, N);
+        out[run] = grad == 1 ? host(dC, (size_t)M * N) : hact(dC, (size_t)M * N);
         gpu->free(gpu, dC);
     }
     size_t i = first_diff(out[0], out[1], (size_t)M * N);
     if (i < (size_t)M * N)
-        printf("#   %s: element %zu differs between runs\n", grad ? "gemm_grad" : "gemm", i);
+        printf("#   %s: element %zu differs between runs\n", name[grad], i);
     CHECK(i == (size_t)M * N);
-    GFREE(dA, dB);
-    free(A); free(Bm); free(out[0]); free(out[1]);
+    GFREE(dA, dB, db);
+    free(A); free(Bm); free(bias); free(out[0]); free(out[1]);
 }
 
 static void test_determinism(void)
@@ -1285,6 +1292,7 @@ static void test_determinism(void)
     attn_twice(257);                                       /* rows */
     gemm_twice(0);
     gemm_twice(1);
+    gemm_twice(2);
 }
 
 /* ---- a whole model: one training batch on the GPU and on the CPU ------------------------- */
