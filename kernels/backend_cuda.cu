@@ -15,17 +15,22 @@
 //
 // Precision (src/backend.h, "precision"; tfm-config(5), precision): bf16 by default
 // (auto), fp32 when asked.
-//   fp32: cublasSgemm in the handle's default math mode (no TF32), so a product differs
-//     from the CPU's only in the order of its sums: the reference the bf16 paths are
-//     tested against, as it is tested against the CPU.
+//   fp32: cublasSgemm in the handle's default math mode (no TF32), and gemm_bias's
+//     cublasLtMatmul in CUBLAS_COMPUTE_32F (not ..._FAST_TF32), so a product differs from
+//     the CPU's only in the order of its sums: the reference the bf16 paths are tested
+//     against, as it is tested against the CPU.
 //   bf16: activations are stored as bf16 (act_size 2).  Products are cublasGemmEx on the
 //     tensor cores: bf16 A and B, fp32 accumulation (CUBLAS_COMPUTE_32F), C bf16 for gemm
-//     (read as bf16 when beta != 0, rounded once when written) and fp32 for gemm_grad.
-//     The handle forbids reductions in the output type
-//     (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a split-K product adds its
-//     partial sums in fp32, never in bf16.
+//     (read as bf16 when beta != 0, rounded once when written) and fp32 for gemm_grad;
+//     gemm_bias's cublasLtMatmul likewise, its bias bf16 too and C rounded once after the
+//     bias and ReLU.  The handle forbids reductions in the output type
+//     (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION), and gemm_bias's plans allow only
+//     the compute type's (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE): a split-K product adds
+//     its partial sums in fp32, never in bf16.
 // cuBLAS gets a workspace of its own (BLAS_WORK_BYTES, set once on the handle), so it never
-// allocates inside an op and picks its kernels from the same workspace on every run.
+// allocates inside an op and picks its kernels from the same workspace on every run;
+// cuBLASLt gets the same one (its plans are chosen for it, and every cublasLtMatmul is
+// handed it: one stream, so cuBLAS and cuBLASLt never use it at once).
 #include "cuda.h"
 
 #include <stdio.h>
@@ -353,12 +358,16 @@ void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
 // 16-byte aligned and lda, ldb, ldc are multiples of 16 bytes.  Otherwise, or when the
 // heuristic has no algorithm, the same result by other ops: the bias gathered into C's
 // rows, gemm with beta 1 (the sums and the bias rounded once), then the ReLU (exact).
-// Not here: the bias gradients.  cuBLASLt's BGRADA and BGRADB epilogues (and DRELU_BGRAD)
-// write the column sums of an operand into the bias pointer, overwriting it, while tfm's
-// gradients accumulate (db += colsum dy, backend.h: over the batches of a step and the
-// ranks' buckets); a fused bias gradient would need a scratch vector and an add after each
-// product, which bias_bwd's one pass over dy already is.  So linear layers' backward stays
-// gemm_grad + bias_bwd.
+// Not here: the bias gradients.  The one product that reads dy along the right dimension
+// is the weight gradient, dW += x^T dy (gemm_grad, K = the rows), where BGRADB would sum
+// dy's columns on the way.  But the BGRAD epilogues (BGRADA, BGRADB, DRELU_BGRAD) write
+// those sums into the bias pointer, overwriting it, while beta 1 accumulates only into C;
+// tfm's gradients accumulate (db += colsum dy, backend.h: the batches of a step add up
+// before an update), so a fused bias gradient would need a scratch vector and an add
+// after each product, one more op where bias_bwd's one pass over dy is already all it
+// takes.  And the epilogue's sums would run in whatever order the algorithm splits K,
+// where bias_bwd adds the rows in order.  So a linear layer's backward stays gemm_grad +
+// bias_bwd.
 
 enum { LT_PLANS = 64, LT_KEY = 10 };
 
@@ -392,7 +401,8 @@ static void lt_plan_free(tfm_lt_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-#define LT_SET(desc, attr, v) BLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &(v), sizeof(v)))
+#define LT_SET(desc, attr, v)                                                            \
+    BLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &(v), sizeof(v)))
 #define LT_PREF(pref, attr, v)                                                           \
     BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &(v), sizeof(v)))
 
@@ -437,8 +447,8 @@ static void lt_plan_make(struct tfm_backend *be, tfm_lt_plan *p, const int *key)
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref,
-                                                      1, &r, &found);
+    cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &r, &found);
     lt_release("cublasLtMatmulPreferenceDestroy", cublasLtMatmulPreferenceDestroy(pref));
     // NOT_SUPPORTED: no heuristic for this configuration; INVALID_VALUE: one cuBLASLt does
     // not take.  Either way the fallback computes it; anything else is a failure.
@@ -482,9 +492,9 @@ void cuda_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
         return;
     const bool h = tfm_cuda_bf16(be);
     const size_t size = h ? sizeof(bf16) : sizeof(float);
-    const bool fits = K > 0 && aligned16(A) && aligned16(B) && aligned16(C) && aligned16(bias) &&
-                      (size_t)lda * size % 16 == 0 && (size_t)ldb * size % 16 == 0 &&
-                      (size_t)ldc * size % 16 == 0;
+    const bool fits = K > 0 && aligned16(A) && aligned16(B) && aligned16(C) &&
+                      aligned16(bias) && (size_t)lda * size % 16 == 0 &&
+                      (size_t)ldb * size % 16 == 0 && (size_t)ldc * size % 16 == 0;
     if (fits) {
         const int key[LT_KEY] = {M, N, K, ta != 0, tb != 0, lda, ldb, ldc, relu != 0, h};
         tfm_lt_plan *p = lt_plan(be, key);
@@ -499,12 +509,13 @@ void cuda_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
             return;
         }
     }
+    // the fallback: the bias in C's rows, the product added to it (one rounding), the ReLU
     cuda_gather(be, C, ldc, bias, 0, NULL, M, N);
     cuda_gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
     if (relu) {
-        const unsigned threads = 256;
-        BY_ACT_TYPE(be, relu_rows<T><<<tfm_cuda_blocks((size_t)M * (size_t)N, threads), threads, 0,
-                                       STREAM(be)>>>(act_ptr<T>(C), ldc, M, N);
+        const unsigned threads = 256, blocks = tfm_cuda_blocks((size_t)M * (size_t)N, threads);
+        BY_ACT_TYPE(be, relu_rows<T><<<blocks, threads, 0, STREAM(be)>>>(act_ptr<T>(C), ldc,
+                                                                          M, N);
                         LAUNCH_CHECK(););
     }
 }

@@ -168,8 +168,9 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
 }
 
 // ---- the ops: cuda_<name> for each X of TFM_BACKEND_OPS (src/backend.h), with its
-// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, loss_sum,
-// grad_clip and adam_scaled in cuda_step.cu, the rest in cuda_ops.cu.
+// parameters; cuda_gemm, cuda_gemm_grad, cuda_gemm_bias and cuda_weights_copy in
+// backend_cuda.cu, attention in cuda_attn.cu, loss_sum, grad_clip and adam_scaled in
+// cuda_step.cu, the rest in cuda_ops.cu.
 #define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
 TFM_BACKEND_OPS(TFM_CUDA_DECL)
 #undef TFM_CUDA_DECL
