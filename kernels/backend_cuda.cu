@@ -1,4 +1,5 @@
-// backend_cuda.cu: the CUDA backend's table (src/backend.h): device memory, matrix
+// backend_cuda.cu: the CUDA backend's table (src/backend.h): device memory, copies through
+// a pinned staging ring (never a synchronization the caller did not ask for), matrix
 // products through cuBLAS and cuBLASLt, one stream that every op is issued on, the
 // workspace shared by the ops, and the constructor.  The ops themselves are in cuda_ops.cu,
 // cuda_attn.cu and cuda_topk.cu.
@@ -106,20 +107,80 @@ static void cu_free(struct tfm_backend *be, void *p)
         CUDA_CHECK(cudaFree(p));
 }
 
-// From pageable host memory the call returns once the data is staged, so the caller may
-// reuse `host` at once; the copy itself is ordered on the stream like any op.
-static void cu_upload(struct tfm_backend *be, void *dst, const void *host, size_t bytes)
+// ---- staging ------------------------------------------------------------------------------
+//
+// A copy from pageable host memory is staged by the driver, which may wait for the stream
+// before it returns (the CUDA runtime's "API synchronization behavior"): an upload in the
+// middle of a training step (the ids of an update's second batch) would wait for the GPU
+// to drain, and the GPU would then wait for the host to queue the next ops.  So copies go
+// through pinned memory of the backend's own: a ring of STAGE_SEGS segments of
+// STAGE_SEG_BYTES.  An upload copies the host's bytes into the ring and queues the copy to
+// the device from there, and returns: the caller may reuse its memory at once, and nothing
+// waits.  A segment is written again only after the copies out of it are done: done[s] is
+// recorded on the stream when the ring moves on from s and waited for when it comes back
+// to s, STAGE_SEGS - 1 segments later (long done by then, unless uploads outrun the GPU
+// by a whole ring).  Copies larger than the ring (weights at load, once) go from pageable
+// memory, as do all copies when the pinned allocation failed.
+
+static const size_t STAGE_SEG_BYTES = (size_t)2 << 20;
+
+// n <= stage_seg free bytes of the ring; the caller queues its copy before the next take.
+static unsigned char *stage_take(tfm_cuda *c, size_t n)
 {
-    if (bytes)
-        CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, STREAM(be)));
+    if (c->stage_used + n > c->stage_seg) {
+        CUDA_CHECK(cudaEventRecord(c->stage_done[c->stage_at], c->stream));
+        c->stage_at = (c->stage_at + 1) % STAGE_SEGS;
+        // an event never recorded (the ring's first round) is complete
+        CUDA_CHECK(cudaEventSynchronize(c->stage_done[c->stage_at]));
+        c->stage_used = 0;
+    }
+    unsigned char *p = c->stage + (size_t)c->stage_at * c->stage_seg + c->stage_used;
+    c->stage_used += (n + 255) / 256 * 256;
+    return p;
 }
 
-static void cu_download(struct tfm_backend *be, void *host, const void *src, size_t bytes)
+static bool staged(const tfm_cuda *c, size_t bytes)
 {
+    return c->stage && bytes <= (size_t)STAGE_SEGS * c->stage_seg;
+}
+
+// Returns once host may be reused; the copy itself is ordered on the stream like any op.
+static void cu_upload(struct tfm_backend *be, void *dst, const void *host, size_t bytes)
+{
+    tfm_cuda *c = CU(be);
     if (!bytes)
         return;
-    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, STREAM(be)));
+    if (!staged(c, bytes)) {   // pageable: returns once the driver has staged the bytes
+        CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, STREAM(be)));
+        return;
+    }
+    const unsigned char *h = static_cast<const unsigned char *>(host);
+    unsigned char *d = static_cast<unsigned char *>(dst);
+    for (size_t i = 0; i < bytes; i += c->stage_seg) {
+        size_t m = bytes - i < c->stage_seg ? bytes - i : c->stage_seg;
+        unsigned char *s = stage_take(c, m);
+        memcpy(s, h + i, m);
+        CUDA_CHECK(cudaMemcpyAsync(d + i, s, m, cudaMemcpyHostToDevice, STREAM(be)));
+    }
+}
+
+// Waits for the stream (every op queued before it), then copies.  Up to a segment through
+// the ring (a pinned copy, then memcpy: the step's statistics, a search step's best
+// tokens), larger ones straight into pageable memory.
+static void cu_download(struct tfm_backend *be, void *host, const void *src, size_t bytes)
+{
+    tfm_cuda *c = CU(be);
+    if (!bytes)
+        return;
+    if (!c->stage || bytes > c->stage_seg) {
+        CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, STREAM(be)));
+        CUDA_CHECK(cudaStreamSynchronize(STREAM(be)));
+        return;
+    }
+    unsigned char *s = stage_take(c, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(s, src, bytes, cudaMemcpyDeviceToHost, STREAM(be)));
     CUDA_CHECK(cudaStreamSynchronize(STREAM(be)));
+    memcpy(host, s, bytes);
 }
 
 static void cu_copy(struct tfm_backend *be, void *dst, const void *src, size_t bytes)
@@ -149,24 +210,42 @@ static void cu_download_act(struct tfm_backend *be, float *host, const void *src
 }
 
 // At bf16 the host floats are rounded on the host by tfm_bf16_bits (the CPU's upload_act
-// rounds with the same function: the same bits, NaN included) a chunk at a time; each
-// chunk's copy returns once the driver has staged it (pageable memory), so the chunk
-// buffer is free again when cudaMemcpyAsync returns.
+// rounds with the same function: the same bits, NaN included), straight into the staging
+// ring a segment at a time; without the ring, into a chunk on the stack, each chunk's copy
+// returning once the driver has staged it (pageable memory), so the chunk is free again.
 enum { UPLOAD_CHUNK = 16384 };
+
+static void round_bf16(uint16_t *dst, const float *src, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        dst[k] = tfm_bf16_bits(src[k]);
+}
 
 static void cu_upload_act(struct tfm_backend *be, void *dst, const float *host, size_t n)
 {
+    tfm_cuda *c = CU(be);
     if (!tfm_cuda_bf16(be)) {
         cu_upload(be, dst, host, n * sizeof(float));
+        return;
+    }
+    char *d = static_cast<char *>(dst);
+    if (staged(c, n * sizeof(uint16_t))) {
+        const size_t seg = c->stage_seg / sizeof(uint16_t);
+        for (size_t i = 0; i < n; i += seg) {
+            size_t m = n - i < seg ? n - i : seg;
+            uint16_t *s = reinterpret_cast<uint16_t *>(stage_take(c, m * sizeof(uint16_t)));
+            round_bf16(s, host + i, m);
+            CUDA_CHECK(cudaMemcpyAsync(d + i * sizeof(uint16_t), s, m * sizeof(uint16_t),
+                                       cudaMemcpyHostToDevice, STREAM(be)));
+        }
         return;
     }
     uint16_t chunk[UPLOAD_CHUNK];
     for (size_t i = 0; i < n; i += UPLOAD_CHUNK) {
         size_t m = n - i < UPLOAD_CHUNK ? n - i : UPLOAD_CHUNK;
-        for (size_t k = 0; k < m; k++)
-            chunk[k] = tfm_bf16_bits(host[i + k]);
-        cu_upload(be, static_cast<char *>(dst) + i * sizeof(uint16_t), chunk,
-                  m * sizeof(uint16_t));
+        round_bf16(chunk, host + i, m);
+        CUDA_CHECK(cudaMemcpyAsync(d + i * sizeof(uint16_t), chunk, m * sizeof(uint16_t),
+                                   cudaMemcpyHostToDevice, STREAM(be)));
     }
 }
 
@@ -573,6 +652,11 @@ static void cu_destroy(struct tfm_backend *be)
             teardown("cudaFree", cudaFree(c->work));
         if (c->blas_work)
             teardown("cudaFree", cudaFree(c->blas_work));
+        for (int i = 0; i < STAGE_SEGS; i++)
+            if (c->stage_done[i])
+                teardown("cudaEventDestroy", cudaEventDestroy(c->stage_done[i]));
+        if (c->stage)
+            teardown("cudaFreeHost", cudaFreeHost(c->stage));
         if (c->stream)
             teardown("cudaStreamDestroy", cudaStreamDestroy(c->stream));
         free(c);
@@ -630,6 +714,10 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     }
     be->impl = c;
     c->device = device;
+    if ((c->attn = tfm_cuda_attn_choice(getenv("TFM_CUDA_ATTN"), err)) < 0) {
+        cu_destroy(be);
+        return NULL;
+    }
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         c->stream = NULL;
         open_failed(err, device, "cudaStreamCreateWithFlags", e);
@@ -660,6 +748,24 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
         blas_failed(err, device, "cublasSetWorkspace", s);
         cu_destroy(be);
         return NULL;
+    }
+    for (int i = 0; i < STAGE_SEGS; i++)
+        if ((e = cudaEventCreateWithFlags(&c->stage_done[i], cudaEventDisableTiming)) !=
+            cudaSuccess) {
+            c->stage_done[i] = NULL;
+            open_failed(err, device, "cudaEventCreateWithFlags (staging)", e);
+            cu_destroy(be);
+            return NULL;
+        }
+    // Pinned memory is a limited resource: without it copies still work, from pageable
+    // memory (synchronous as the driver stages them), so a failure here is not fatal.
+    void *stage = NULL;
+    if (cudaHostAlloc(&stage, (size_t)STAGE_SEGS * STAGE_SEG_BYTES, cudaHostAllocDefault) ==
+        cudaSuccess) {
+        c->stage = static_cast<unsigned char *>(stage);
+        c->stage_seg = STAGE_SEG_BYTES;
+    } else {
+        cudaGetLastError();
     }
     // The default math mode: no TF32 for fp32 (the reference), tensor cores for bf16; and
     // no reduction in a product's output type (a split-K bf16 product adds in fp32).  Read

@@ -8,7 +8,10 @@
 //                    are its first run), sync, reserve, lifetime, workspace
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
-//   cuda_attn.cu     attention: forward, backward, incremental decoding
+//   cuda_attn.cu     attention: forward, backward (online softmax on CUDA cores; picks the
+//                    path), incremental decoding
+//   cuda_attn_mm.cu  attention forward and backward through batched tensor-core products
+//                    and a row softmax (the default at bf16; compiled, never yet run)
 //   cuda_step.cu     the step's statistics on the device: loss sums, gradient norm and
 //                    clipping, Adam with its scale read there
 //   cuda_topk.cu     log_softmax_top: a search step's k best tokens per row, selected on
@@ -37,6 +40,8 @@ extern "C" {
 struct tfm_nccl;
 struct tfm_lt_plan;             // a gemm_bias shape's cuBLASLt plan (backend_cuda.cu)
 
+enum { STAGE_SEGS = 4 };    // segments of the pinned staging ring (struct tfm_cuda)
+
 struct tfm_cuda {
     int device;
     cudaStream_t stream;
@@ -49,7 +54,24 @@ struct tfm_cuda {
     void *work;             // workspace (tfm_cuda_work), grows only
     size_t work_bytes;
     int max_tq, max_tk;     // attention sizes promised by reserve()
+    int attn;               // enum tfm_cuda_attn: TFM_CUDA_ATTN, read when opened
+    // Pinned staging for uploads and small downloads (backend_cuda.cu, "staging"): NULL
+    // when cudaHostAlloc failed (then the copies go from pageable memory, correct but
+    // synchronous).  STAGE_SEGS segments of stage_seg bytes, filled in turn; done[s] is
+    // recorded on the stream when the copies out of segment s have all been issued.
+    unsigned char *stage;
+    size_t stage_seg, stage_used;
+    int stage_at;
+    cudaEvent_t stage_done[STAGE_SEGS];
 };
+
+// Which attention forward and backward run (cuda_attn.cu's header): AUTO, the products
+// (cuda_attn_mm.cu) at bf16 and the online-softmax kernels (cuda_attn.cu) at fp32; FLASH
+// or MM, that one at every precision (TFM_CUDA_ATTN=flash or mm; tfm-train(1)).  Fixed
+// for the backend's life, so a forward and its backward take the same path.
+enum tfm_cuda_attn { TFM_CUDA_ATTN_AUTO = 0, TFM_CUDA_ATTN_FLASH, TFM_CUDA_ATTN_MM };
+// The path TFM_CUDA_ATTN's value names (NULL or empty: AUTO); -1 with err for another.
+int tfm_cuda_attn_choice(const char *value, struct tfm_error *err);
 
 static inline tfm_cuda *CU(struct tfm_backend *be) { return (tfm_cuda *)be->impl; }
 static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->stream; }
@@ -70,8 +92,10 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // TFM_GPU_OPS_PRECISION=bf16 (make gpu-report) is their first test.  So have the fused
 // ops' kernels (cuda_ops.cu: bias_act_dropout, embed_fwd_dropout, add_dropout_layernorm,
 // layernorm_bwd_dropout) at both types: test_gpu_ops's "fused" tests are their first.
-// So have the step's statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and
-// the workspace sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
+// So has the pinned staging ring of upload, download and upload_act (backend_cuda.cu,
+// "staging"): test_gpu_ops's memory test sends 72 MB through it.  So have the step's
+// statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and the workspace
+// sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
 // growth).
 typedef __nv_bfloat16 bf16;
 
@@ -145,6 +169,18 @@ void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
 // (cuda_step.cu) need 8 KiB, below either.
 size_t tfm_cuda_ops_step_work(int64_t rows, int width, int D, int V);
 size_t tfm_cuda_attn_step_work(struct tfm_backend *be, int64_t rows, int H, int dk);
+
+// The products path (cuda_attn_mm.cu): attn_fwd and attn_bwd's semantics (attn_bwd
+// without o, which it does not read), and its workspace for a training step (as
+// tfm_cuda_attn_step_work; keys up to reserve's max_tk).
+void tfm_cuda_attn_mm_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
+                          int ldq, const float *k, int ldk, const float *v, int ldv, float *o,
+                          int ldo, float *lse);
+void tfm_cuda_attn_mm_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
+                          int ldq, const float *k, int ldk, const float *v, int ldv,
+                          const float *lse, const float *dout, int lddo, float *dq, int lddq,
+                          float *dk, int lddk, float *dv, int lddv);
+size_t tfm_cuda_attn_mm_work(struct tfm_backend *be, int64_t rows, int H);
 
 // A CUDA or cuBLAS call that fails inside an op is a lost device or a bug (ops do not
 // fail, backend.h): print the op (the function it failed in), the call, the error's name

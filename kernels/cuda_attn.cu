@@ -3,6 +3,16 @@
 // (semantics: struct tfm_attn in src/backend.h; reference: attn_*_heads in
 // src/backend_cpu.c).
 //
+// Paths.  attn_fwd and attn_bwd take one of two paths, fixed when the backend opens
+// (struct tfm_cuda's attn), so a forward and its backward always agree:
+//   mm: batched tensor-core products and a row softmax (cuda_attn_mm.cu), the default at
+//     bf16: it rounds the weights P' and dS to bf16 for its products, and the CPU's bf16
+//     emulation rounds them at the same places.
+//   flash: the online-softmax kernels below, on CUDA cores, the default at fp32 (the
+//     reference; at bf16 it keeps P' and dS in fp32).
+// TFM_CUDA_ATTN=flash or mm in the environment picks one at every precision.
+// attn_decode always runs here.
+//
 // Design.  Every kernel gives one warp one row: a query row (b,h,i) or a key row (b,h,j).
 // Blocks are ROWS warps on ROWS consecutive rows of one head (b,h), so that the rows of the
 // other side (keys for a query row, queries for a key row) can be shared in shared memory.
@@ -52,6 +62,7 @@
 #include "cuda.h"
 
 #include <math.h>
+#include <string.h>
 #include <type_traits>
 
 namespace {
@@ -908,10 +919,35 @@ void attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale, cons
 
 }   // namespace
 
+// ---- the path (the header) ----------------------------------------------------------------
+
+int tfm_cuda_attn_choice(const char *value, struct tfm_error *err)
+{
+    if (!value || !*value)
+        return TFM_CUDA_ATTN_AUTO;
+    if (strcmp(value, "flash") == 0)
+        return TFM_CUDA_ATTN_FLASH;
+    if (strcmp(value, "mm") == 0)
+        return TFM_CUDA_ATTN_MM;
+    return tfm_fail(err, "TFM_CUDA_ATTN=%s: flash or mm", value);
+}
+
+// Whether attn_fwd and attn_bwd run the products (cuda_attn_mm.cu): asked for, or bf16
+// unless the kernels here are asked for.
+static bool by_products(struct tfm_backend *be)
+{
+    int p = CU(be)->attn;
+    return p == TFM_CUDA_ATTN_MM || (p == TFM_CUDA_ATTN_AUTO && tfm_cuda_bf16(be));
+}
+
 void cuda_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const float *q, int ldq,
                    const float *k, int ldk, const float *v, int ldv, float *o, int ldo,
                    float *lse)
 {
+    if (by_products(be)) {
+        tfm_cuda_attn_mm_fwd(be, a, q, ldq, k, ldk, v, ldv, o, ldo, lse);
+        return;
+    }
     Shape s = make_shape(a);
     if ((int64_t)s.B * s.H * s.Tq <= 0 || s.dk <= 0)
         return;
@@ -926,6 +962,11 @@ void cuda_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const float
 {
     (void)o;   // D_i is recomputed from P and dO.v, as on the CPU, not taken as dO_i . o_i
     (void)ldo;
+    if (by_products(be)) {
+        tfm_cuda_attn_mm_bwd(be, a, q, ldq, k, ldk, v, ldv, lse, dout, lddo, dq, lddq, dk, lddk,
+                             dv, lddv);
+        return;
+    }
     Shape s = make_shape(a);
     if ((int64_t)s.B * s.H <= 0 || s.dk <= 0)
         return;
@@ -949,12 +990,15 @@ void cuda_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
 // ---- the workspace of a training step (backend_cuda.cu: reserve_step) -------------------
 
 // The most workspace attn_fwd and attn_bwd ask for when B * Tq and B * Tk are at most
-// `rows`, with H heads of dk: the backward's D (B,H,Tq) and, at bf16 past the tiled
-// kernels' dk, the rows form's fp32 accumulators (one forward, three backward).
+// `rows`, with H heads of dk: on the products path, tfm_cuda_attn_mm_work's; here the
+// backward's D (B,H,Tq) and, at bf16 past the tiled kernels' dk, the rows form's fp32
+// accumulators (one forward, three backward).
 size_t tfm_cuda_attn_step_work(struct tfm_backend *be, int64_t rows, int H, int dk)
 {
     if (rows <= 0 || H <= 0 || dk <= 0)
         return 0;
+    if (by_products(be))
+        return tfm_cuda_attn_mm_work(be, rows, H);
     size_t hr = (size_t)rows * (size_t)H;
     size_t dbytes = (sizeof(float) * (hr + 1) + 255) / 256 * 256;
     size_t acc = 0;

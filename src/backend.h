@@ -503,11 +503,13 @@ struct tfm_backend {
  * dxd, dy; xent's logits; log_softmax; log_softmax_top's x; out_logits' and out_top's x and
  * y) is an activation.
  *
- * fp32: every op as described above.  bf16: the same ops, with every activation an op writes
- * (gemm's and gemm_bias's C, embeddings, layer-norm and attention outputs, the element-wise
- * ops' outputs, activation gradients, the cross-entropy's logit gradients, log-softmax)
- * rounded to bf16 (8 significant bits, round to nearest even) where it is stored, the
- * products taking bf16 inputs with fp32 accumulation; statistics (layer-norm mean and rstd,
+ * fp32: every op as described above.  bf16: the same ops, with every activation an op
+ * writes (gemm's and gemm_bias's C, embeddings, layer-norm and attention outputs, the
+ * element-wise ops' outputs, activation gradients, the cross-entropy's logit gradients,
+ * log-softmax) rounded to bf16 (8 significant bits, round to nearest even) where it is
+ * stored, the products taking bf16 inputs with fp32 accumulation (attn_fwd and attn_bwd
+ * also round their weights P' and, backward, dS = dL/dscore to bf16 before the products
+ * that read them: scores, softmax and D stay fp32); statistics (layer-norm mean and rstd,
  * the attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
  * and db, bias_bwd), sumsq, Adam and the step's statistics stay fp32 (doubles for the
  * statistics), and the weights the ops read are the bf16 compute copy (weights_copy) of the

@@ -558,6 +558,11 @@ static int attn_keys(const struct tfm_attn *a, int b, int i)
 struct attn_job {
     struct cpu *c;
     const struct tfm_attn *a;
+    /* The bf16 emulation's roundings inside the op (be->precision is bf16 only under
+     * precision.c's emulation): P' rounded to bf16 before P'V and dV, dS before dQ and dK,
+     * where the CUDA backend's default bf16 attention (kernels/cuda_attn_mm.cu) stores
+     * them for its products.  0 at fp32: the bits as ever. */
+    int round;
     const float *q, *k, *v, *o, *lse_in, *dout;
     int ldq, ldk, ldv, ldo, lddo, lddq, lddk, lddv;
     float *out, *lse, *dq, *dk, *dv;
@@ -608,6 +613,9 @@ SIMD_CLONES static void attn_fwd_heads(void *ctx, int64_t bh0, int64_t bh1, int 
                 for (int t = 0; t < n; t++)
                     s[t] = tfm_dropout_keep(a->key, e0 + t, p) ? s[t] * inv : 0;
             }
+            if (j->round)
+                for (int t = 0; t < n; t++)
+                    s[t] = tfm_bf16_round(s[t]);
         }
         sgemm1(0, 0, Tq, dk, Tk, 1, S, Tk, vb, j->ldv, 0, ob, j->ldo);
     }
@@ -618,7 +626,8 @@ static void cpu_attn_fwd(struct tfm_backend *be, const struct tfm_attn *a, const
                          int ldo, float *lse)
 {
     struct attn_job j = {.c = CPU(be), .a = a, .q = q, .k = k, .v = v, .ldq = ldq, .ldk = ldk,
-                         .ldv = ldv, .ldo = ldo, .out = o, .lse = lse};
+                         .ldv = ldv, .ldo = ldo, .out = o, .lse = lse,
+                         .round = be->precision == TFM_PRECISION_BF16};
     par(be, (int64_t)a->B * a->H, (double)a->B * a->H * a->Tq * a->Tk * a->dk,
         attn_fwd_heads, &j);
 }
@@ -671,6 +680,11 @@ SIMD_CLONES static void attn_bwd_heads(void *ctx, int64_t bh0, int64_t bh1, int 
                     pr[t] = tfm_dropout_keep(a->key, e0 + t, p) ? pj * inv : 0;
                 }
             }
+            if (j->round)
+                for (int t = 0; t < n; t++) {
+                    pr[t] = tfm_bf16_round(pr[t]);
+                    dpr[t] = tfm_bf16_round(dpr[t]);
+                }
             for (int t = n; t < Tk; t++)
                 pr[t] = dpr[t] = 0;
         }
@@ -694,7 +708,7 @@ static void cpu_attn_bwd(struct tfm_backend *be, const struct tfm_attn *a, const
     struct attn_job j = {.c = CPU(be), .a = a, .q = q, .k = k, .v = v, .lse_in = lse,
                          .dout = dout, .ldq = ldq, .ldk = ldk, .ldv = ldv, .lddo = lddo,
                          .lddq = lddq, .lddk = lddk, .lddv = lddv, .dq = dq, .dk = dk,
-                         .dv = dv};
+                         .dv = dv, .round = be->precision == TFM_PRECISION_BF16};
     par(be, (int64_t)a->B * a->H, (double)a->B * a->H * a->Tq * a->Tk * a->dk,
         attn_bwd_heads, &j);
 }

@@ -7,7 +7,10 @@
  * outputs (statistics, parameter gradients, Adam) are left alone.  Inputs need no
  * rounding: every activation an op reads was written by an op, and the weights it reads
  * are the compute copy (weights_copy, rounded here).  Products of bf16 inputs summed in
- * fp32 are what tensor cores compute, up to the order of the sums.
+ * fp32 are what tensor cores compute, up to the order of the sums.  One op also rounds
+ * inside: attention at bf16 (backend_cpu.c, seeing be->precision) rounds its weights P'
+ * and their gradient dS to bf16 before the products that read them, where the CUDA
+ * backend's default bf16 attention stores them (kernels/cuda_attn_mm.cu).
  * Not here: the ops themselves (backend_cpu.c), the CUDA kernels (kernels/).
  */
 #include "backend.h"

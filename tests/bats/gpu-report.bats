@@ -75,7 +75,8 @@ setup() {
         "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
         "tools on the GPU (tools.sh)" "train base 10240+10240 (tfm fp32)" \
         "train big 10240+10240 (tfm fp32)" "train base 10240+10240 (tfm bf16)" \
-        "train big 10240+10240 (tfm bf16)" "decode base beam 4 (tfm)"; do
+        "train big 10240+10240 (tfm bf16)" \
+        "train big 10240+10240 (tfm bf16, TFM_CUDA_ATTN=flash)" "decode base beam 4 (tfm)"; do
         assert_output --partial "| $r | not run | no GPU |"
     done
     refute_output --partial "| pass |"

@@ -5,7 +5,7 @@
 # paper-sized shapes; again with both backends in bf16); compute-sanitizer memcheck and
 # racecheck on its quick set (memcheck again at bf16); the tools on the GPU against the
 # CPU (tests/gpu/tools.sh); the training step of base and big at 10240+10240 tokens at fp32 and at bf16 (tokens/s,
-# TFLOP/s, the time of each op); decoding base, beam
+# TFLOP/s, the time of each op; big at bf16 again with TFM_CUDA_ATTN=flash); decoding base, beam
 # 4, about 128 sentences a batch; the same benchmarks in PyTorch on the same GPU (bf16
 # autocast + SDPA, eager and torch.compile; a cached beam search).
 # Writes $GPU_REPORT_DIR (default gpu-report/): report.md, one table of every check and
@@ -150,6 +150,7 @@ if [ "$GPU" -eq 0 ]; then
     for m in base big; do
         for p in fp32 bf16; do nogpu "train $m 10240+10240 (tfm $p)"; done
     done
+    nogpu "train big 10240+10240 (tfm bf16, TFM_CUDA_ATTN=flash)"
     nogpu "decode base beam 4 (tfm)"
 else
     for m in base big; do
@@ -176,6 +177,19 @@ else
         [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16-$m" | tail -1)"
         add speed_row "train $m 10240+10240 (tfm bf16)" "$t" "$(kv "$TMP/torch-$m-eager" tokens_per_s)" \
             "$(kv "$TMP/torch-$m-compile" tokens_per_s)" "$extra"
+        if [ "$m" = big ]; then
+            # bf16 with the attention's other path (the online-softmax kernels instead of
+            # the tensor-core products, kernels/cuda_attn.cu): what the products gain
+            run 60 "$TMP/train16f-$m" env TFM_CUDA_ATTN=flash "$BUILD"/bench/train_step \
+                "configs/$m.conf" $B $S $T "$STEPS" 0 cuda 3 bf16
+            t=$(kv "$TMP/train16f-$m" tokens_per_s)
+            extra=""
+            [ -z "$t" ] && extra="$(grep -v '^(exit\|^\$ ' "$TMP/train16f-$m" | tail -1)"
+            add speed_row "train $m 10240+10240 (tfm bf16, TFM_CUDA_ATTN=flash)" "$t" \
+                "$(kv "$TMP/torch-$m-eager" tokens_per_s)" "$(kv "$TMP/torch-$m-compile" tokens_per_s)" \
+                "$extra"
+            { echo "== train16f-$m"; cat "$TMP/train16f-$m"; } >> "$BENCH"
+        fi
         for f in "$TMP/train-$m" "$TMP/train16-$m" "$TMP/torch-$m-eager" "$TMP/torch-$m-compile"; do
             echo "== $(basename "$f")"; cat "$f"
         done >> "$BENCH"

@@ -18,7 +18,9 @@
  *                           "precision"); bounds below; the model-level tests skip (they
  *                           compare against fp32)
  *
- * Attention kernels (kernels/cuda_attn.cu picks the form by the head size dk: tiled with
+ * Attention runs on both paths (kernels/cuda_attn.cu: flash, the online-softmax kernels,
+ * and mm, the batched products of cuda_attn_mm.cu), at every shape below.  The flash
+ * kernels' forms (cuda_attn.cu picks the form by the head size dk: tiled with
  * C = 1, 2, 4, 8 columns per lane for dk <= 32, 64, 128, 256; the rows form above 256):
  *   C = 1: small dk 8, 16, 32;  C = 2: small dk 64, big dk 64 (16 heads);
  *   C = 4: small dk 100, big dk 128 (8 heads);  C = 8: small dk 200, big dk 256 (4 heads);
@@ -69,6 +71,23 @@
  *  - Outputs one op computes from another's (layer-norm dx accumulating into the dx of the
  *    call before) are given the CPU's input first, so that a unit of difference is not
  *    counted twice.
+ *  - Attention runs on both of the CUDA backend's paths (kernels/cuda_attn.cu), each
+ *    opened with its TFM_CUDA_ATTN: mm (the products, the default at bf16) and flash (the
+ *    online-softmax kernels, the default at fp32).  At fp32 both have the bounds above.
+ *    At bf16 the CPU's emulation rounds the weights P' and their gradients dS to bf16
+ *    where mm does (backend.h, precision), so:
+ *    mm: + 2 ulp16 on o, dq, dk, dv.  The two sides' fp32 scores differ by the order of
+ *      their sums, so now and then a P' or dS lies near a rounding boundary and rounds to
+ *      neighbouring bf16 values on the two sides: one term of a weighted sum off by one
+ *      unit of that weight, at most 2^-7 of the term, at most about the typical size of
+ *      the sum in a sharp row (one weight near 1); two such terms in one row is room.
+ *    flash: + 4 ulp16 (2^-5).  It does not round P' nor dS, the CPU does: every weight
+ *      differs by its rounding error, at most 2^-8 of it, of either sign.  A weighted sum
+ *      of n terms is then off by at most 2^-8 of the sum of the terms' sizes: 2^-8 of the
+ *      result in a sharp row, and in a diffuse row (errors independent of the values) a
+ *      random walk, about 2^-8 / sqrt(3) = 2.3e-3 of the result's typical size a standard
+ *      deviation; 2^-5 is 8 times the first and 14 deviations of the second.  A wrong
+ *      kernel shows at fp32 and on mm, whose bounds are tight.
  */
 #include "check.h"
 
@@ -92,6 +111,16 @@ static int quick;               /* TFM_GPU_OPS_QUICK */
 /* TFM_GPU_OPS_PRECISION=bf16: 2^-7, one bf16 unit in the last place relative to the
  * value (the header), added to the bound of every activation an op stores; 0 at fp32. */
 static double ulp16;
+
+/* The attention paths (kernels/cuda_attn.cu): a CUDA backend opened with each value of
+ * TFM_CUDA_ATTN, flash and mm, at the precision under test (the sim device: itself, the
+ * one path); extra is what the path adds to the attention bounds at bf16 (the header). */
+static struct attn_path {
+    struct tfm_backend *be;
+    const char *name;
+    double extra;
+} path[2];
+static int npaths;
 
 static uint64_t rs = 4242;
 static float frand(void)
@@ -393,6 +422,20 @@ static void test_create(void)
         CHECK(gpu->precision == (ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32));
         CHECK(tfm_backend_cuda(1 << 20, &err) == NULL);
         CHECK(strstr(err.msg, "no such device") != NULL);
+        /* an attention path that does not exist: no backend, a reason */
+        char *was = getenv("TFM_CUDA_ATTN") ? strdup(getenv("TFM_CUDA_ATTN")) : NULL;
+        setenv("TFM_CUDA_ATTN", "fast", 1);
+        struct tfm_backend *bad = tfm_backend_cuda(0, &err);
+        CHECK(bad == NULL);
+        if (bad)
+            bad->destroy(bad);
+        else
+            CHECK(strstr(err.msg, "TFM_CUDA_ATTN=fast") != NULL);
+        if (was)
+            setenv("TFM_CUDA_ATTN", was, 1);
+        else
+            unsetenv("TFM_CUDA_ATTN");
+        free(was);
         return;
     }
     /* no GPU: a clear reason, no crash */
@@ -433,6 +476,47 @@ static void test_compare(void)
     CHECK_NEAR(rms(y, 3), sqrt((1e-6 + 1e4 + 2500) / 3), 1e-6);
     CHECK_NEAR(sum_bound(10240), 32 * 0x1p-24 * sqrt(10240.0), 1e-12);
     CHECK(sum_bound(1) == TOL);
+}
+
+/* Uploads and downloads through the CUDA backend's pinned staging ring (4 segments of 2
+ * MiB; backend_cuda.cu, "staging"): 60 uploads of 1 to 600000 floats, 72 MB in all, nine
+ * times round the ring, each host buffer overwritten as soon as upload returns (the
+ * device must hold what was there when it was called); uploads of more than a segment
+ * (split) and more than the ring (from pageable memory); small downloads between them
+ * (through the ring) and large ones (not).  Any segment reused before its copies finished,
+ * or a copy queued from the wrong place, shows as a wrong value. */
+static void test_staging(void)
+{
+    enum { PIECES = 60 };
+    size_t len[PIECES + 2], off[PIECES + 3], total = 0;
+    for (int p = 0; p < PIECES; p++)
+        len[p] = 1 + (size_t)p * 7919u * 13u % 600000u;
+    len[PIECES] = 700001;                 /* 2.8 MB: two segments and a piece */
+    len[PIECES + 1] = 2500003;            /* 10 MB: more than the ring */
+    for (int p = 0; p < PIECES + 2; p++) {
+        off[p] = total;
+        total += len[p];
+    }
+    off[PIECES + 2] = total;
+    float *d = dev(NULL, total * sizeof(float));
+    float *want = malloc(total * sizeof(float)), *h = malloc(len[PIECES + 1] * sizeof(float));
+    float small[1000];
+    for (int p = 0; p < PIECES + 2; p++) {
+        for (size_t i = 0; i < len[p]; i++)
+            h[i] = (float)(p + 1) * 1e-3f + (float)i;
+        memcpy(want + off[p], h, len[p] * sizeof(float));
+        gpu->upload(gpu, (float *)d + off[p], h, len[p] * sizeof(float));
+        for (size_t i = 0; i < len[p]; i++)
+            h[i] = NAN;
+        if (p % 7 == 3 && len[p] >= 1000) {     /* a small download through the ring */
+            gpu->download(gpu, small, (float *)d + off[p] + len[p] - 1000, sizeof small);
+            exact_host("staged download", small, want + off[p] + len[p] - 1000, 1000);
+        }
+    }
+    EXACT(d, want, total);
+    free(want);
+    free(h);
+    GFREE(d);
 }
 
 static void test_memory(void)
@@ -483,6 +567,7 @@ static void test_memory(void)
     GFREE(z, y, wc, ac);
     free(x);
     free(zeros);
+    test_staging();
 }
 
 /* ---- gemm ---------------------------------------------------------------------------------- */
@@ -689,10 +774,11 @@ static void test_layernorm(void)
 /* ---- attention ------------------------------------------------------------------------------ */
 
 /* Attention forward and backward of B sentences, H heads of dk, Tq queries, Tk keys
- * (klen: keys per sentence or NULL; causal; dropout on the weights) against the CPU.  q
- * has gaps between rows (ldq), k and v are the halves of one (Tk, 2D) matrix as in the
- * model.  big 0: the small shapes' bound; big 1: sum_bound over the longest chain of
- * sums (dk for a score or dO.v, Tk for the weighted sum and D_i, Tq for dk, dv).  qs
+ * (klen: keys per sentence or NULL; causal; dropout on the weights) against the CPU, on
+ * each attention path (the header; the CPU's once).  q has gaps between rows (ldq), k and
+ * v are the halves of one (Tk, 2D) matrix as in the model.  big 0: the small shapes'
+ * bound; big 1: sum_bound over the longest chain of sums (dk for a score or dO.v, Tk for
+ * the weighted sum and D_i, Tq for dk, dv); both plus the path's extra at bf16.  qs
  * scales q (sharper softmax rows for qs > 1). */
 static void attn_case(int B, int H, int Tq, int Tk, int dk, const int32_t *klen, int causal,
                       float dropout, int big, float qs)
@@ -705,9 +791,6 @@ static void attn_case(int B, int H, int Tq, int Tk, int dk, const int32_t *klen,
     float *q = rnda(nq, qs), *kv = rnda(nk, 1), *dout = rnda(no, 1);
     float *o = malloc(no * 4), *lse = malloc(nl * 4);
     float *dq = calloc(nq, 4), *dkv = calloc(nk, 4);
-    int32_t *dlen = klen ? dev(klen, B * sizeof(int32_t)) : NULL;
-    float *gq = dact(q, nq), *gkv = dact(kv, nk), *gout = dact(dout, no), *go = dact(NULL, no),
-          *glse = dev(NULL, nl * 4), *gdq = dact(NULL, nq), *gdkv = dact(NULL, nk);
     if (big)
         printf("#  B %d, H %d, Tq %d, Tk %d, dk %d, %s%s, dropout %g\n", B, H, Tq, Tk, dk,
                klen ? "padding" : "no padding", causal ? ", causal" : "", dropout);
@@ -718,51 +801,68 @@ static void attn_case(int B, int H, int Tq, int Tk, int dk, const int32_t *klen,
     cpu->attn_bwd(cpu, &a, q, ldq, kv, ldk, kv + D, ldk, o, ldo, lse, dout, ldo, dq, ldq, dkv,
                   ldk, dkv + D, ldk);
     double t1 = now();
-    a.klen = dlen;
-    gpu->reserve(gpu, Tq, Tk, NULL);
-    gpu->attn_fwd(gpu, &a, gq, ldq, gkv, ldk, gact(gkv, D), ldk, go, ldo, glse);
-    gpu->attn_bwd(gpu, &a, gq, ldq, gkv, ldk, gact(gkv, D), ldk, go, ldo, glse, gout, ldo, gdq,
-                  ldq, gdkv, ldk, gact(gdkv, D), ldk);
-    gpu->sync(gpu);
-    double t2 = now();
-    /* dq: the head columns only (the padding of ldq is not written) */
-    float *hq = hact(gdq, nq), *hkv = hact(gdkv, nk);
-    if (big) {
-        double bound = sum_bound((double)dk + Tk + Tq);
-        printf("#   cpu %.2f s, gpu %.3f s\n", t1 - t0, t2 - t1);
-        near_act("o", go, o, no, bound);
-        near("lse", glse, lse, nl, bound);
-        size_t nr = (size_t)B * Tq * D;
-        float *pg = malloc(nr * 4), *pc = malloc(nr * 4);
-        for (size_t r = 0; r < (size_t)B * Tq; r++) {
-            memcpy(pg + r * D, hq + r * ldq, (size_t)D * 4);
-            memcpy(pc + r * D, dq + r * ldq, (size_t)D * 4);
+    if (big)
+        printf("#   cpu %.2f s\n", t1 - t0);
+    struct tfm_backend *home = gpu;
+    for (int p = 0; p < npaths; p++) {
+        gpu = path[p].be;
+        double extra = path[p].extra;
+        int32_t *dlen = klen ? dev(klen, B * sizeof(int32_t)) : NULL;
+        float *gq = dact(q, nq), *gkv = dact(kv, nk), *gout = dact(dout, no),
+              *go = dact(NULL, no), *glse = dev(NULL, nl * 4), *gdq = dact(NULL, nq),
+              *gdkv = dact(NULL, nk);
+        a.klen = dlen;
+        gpu->reserve(gpu, Tq, Tk, NULL);
+        gpu->sync(gpu);
+        t1 = now();
+        gpu->attn_fwd(gpu, &a, gq, ldq, gkv, ldk, gact(gkv, D), ldk, go, ldo, glse);
+        gpu->attn_bwd(gpu, &a, gq, ldq, gkv, ldk, gact(gkv, D), ldk, go, ldo, glse, gout, ldo,
+                      gdq, ldq, gdkv, ldk, gact(gdkv, D), ldk);
+        gpu->sync(gpu);
+        double t2 = now();
+        /* dq: the head columns only (the padding of ldq is not written) */
+        float *hq = hact(gdq, nq), *hkv = hact(gdkv, nk);
+        if (big) {
+            double bound = sum_bound((double)dk + Tk + Tq) + extra;
+            printf("#   %s: gpu %.3f s\n", path[p].name, t2 - t1);
+            near_act("o", go, o, no, bound);
+            near("lse", glse, lse, nl, sum_bound((double)dk + Tk + Tq));
+            size_t nr = (size_t)B * Tq * D;
+            float *pg = malloc(nr * 4), *pc = malloc(nr * 4);
+            for (size_t r = 0; r < (size_t)B * Tq; r++) {
+                memcpy(pg + r * D, hq + r * ldq, (size_t)D * 4);
+                memcpy(pc + r * D, dq + r * ldq, (size_t)D * 4);
+            }
+            near_host("dq", pg, pc, nr, bound + ulp16);
+            near_host("dk, dv", hkv, dkv, nk, bound + ulp16);
+            free(pg);
+            free(pc);
+        } else {
+            SAME_ACT(go, o, no, TOL + extra);
+            SAME(glse, lse, nl, TOL);
+            double e = 0;
+            for (int r = 0; r < B * Tq; r++) {
+                double x = maxerr(hq + (size_t)r * ldq, dq + (size_t)r * ldq, D);
+                e = isnan(x) || x > e ? x : e;
+            }
+            for (int r = 0; r < B * Tk; r++) {
+                double x = maxerr(hkv + (size_t)r * ldk, dkv + (size_t)r * ldk, 2 * D);
+                e = isnan(x) || x > e ? x : e;
+            }
+            if (!(e <= TOL + ulp16 + extra))
+                printf("#   attention (%s) B=%d H=%d Tq=%d Tk=%d dk=%d causal=%d dropout=%g: "
+                       "gradients differ by %.3g\n", path[p].name, B, H, Tq, Tk, dk, causal,
+                       dropout, e);
+            CHECK(e <= TOL + ulp16 + extra);
         }
-        near_host("dq", pg, pc, nr, bound + ulp16);
-        near_host("dk, dv", hkv, dkv, nk, bound + ulp16);
-        free(pg);
-        free(pc);
-    } else {
-        SAME_ACT(go, o, no, TOL);
-        SAME(glse, lse, nl, TOL);
-        double e = 0;
-        for (int r = 0; r < B * Tq; r++) {
-            double x = maxerr(hq + (size_t)r * ldq, dq + (size_t)r * ldq, D);
-            e = isnan(x) || x > e ? x : e;
-        }
-        for (int r = 0; r < B * Tk; r++) {
-            double x = maxerr(hkv + (size_t)r * ldk, dkv + (size_t)r * ldk, 2 * D);
-            e = isnan(x) || x > e ? x : e;
-        }
-        if (!(e <= TOL + ulp16))
-            printf("#   attention B=%d H=%d Tq=%d Tk=%d dk=%d causal=%d dropout=%g: gradients "
-                   "differ by %.3g\n", B, H, Tq, Tk, dk, causal, dropout, e);
-        CHECK(e <= TOL + ulp16);
+        GFREE(gq, gkv, gout, go, glse, gdq, gdkv);
+        if (dlen)
+            gpu->free(gpu, dlen);
+        free(hq);
+        free(hkv);
+        gpu = home;
     }
-    GFREE(gq, gkv, gout, go, glse, gdq, gdkv);
-    if (dlen)
-        gpu->free(gpu, dlen);
-    free(q); free(kv); free(dout); free(o); free(lse); free(dq); free(dkv); free(hq); free(hkv);
+    free(q); free(kv); free(dout); free(o); free(lse); free(dq); free(dkv);
 }
 
 static void test_attention(void)
@@ -1192,8 +1292,9 @@ static void test_big_step(void)
 
 /* ---- determinism: the reductions give the same bits twice ------------------------------- */
 
-/* Attention forward and backward twice on the GPU: the same bits (dk picks the form). */
-static void attn_twice(int dk)
+/* Attention forward and backward twice on the GPU: the same bits, on each path (dk picks
+ * the form of the online-softmax kernels). */
+static void attn_twice_on(int dk, const char *name)
 {
     int B = 2, H = 2, T = 70, D = H * dk;
     int32_t klen[2] = {70, 41};
@@ -1222,13 +1323,24 @@ static void attn_twice(int dk)
         size_t n = k == 1 ? nl : nx;
         size_t i = first_diff(out[0][k], out[1][k], n);
         if (i < n)
-            printf("#   attention dk %d, output %d: element %zu differs between runs\n", dk, k, i);
+            printf("#   attention (%s) dk %d, output %d: element %zu differs between runs\n",
+                   name, dk, k, i);
         CHECK(i == n);
         free(out[0][k]);
         free(out[1][k]);
     }
     GFREE(gx, gl);
     free(x);
+}
+
+static void attn_twice(int dk)
+{
+    struct tfm_backend *home = gpu;
+    for (int p = 0; p < npaths; p++) {
+        gpu = path[p].be;
+        attn_twice_on(dk, path[p].name);
+        gpu = home;
+    }
 }
 
 /* A product twice on the GPU (gemm or gemm_grad): the same bits.  A long K and few
@@ -1498,6 +1610,14 @@ static void test_big_attention(void)
     attn_case(BB, 4, BT, BT, 256, klen, 0, 0.1f, 1, 2);   /* tiled, 8 columns */
     attn_case(BB, 4, BT, BT, 320, klen, 1, 0, 1, 2);      /* rows */
     attn_case(BB, 4, 100, BT, 320, klen, 0, 0.1f, 1, 2);  /* rows, cross */
+    /* the big model at translation lengths: 96 sentences of up to 107 tokens (10272 a
+     * side), 16 heads of 64; encoder, decoder (causal) and cross attention */
+    int32_t tlen[96];
+    for (int b = 0; b < 96; b++)
+        tlen[b] = b == 0 ? 0 : b == 1 ? 1 : b % 7 == 0 ? 107 : 107 - (b * 29) % 80;
+    attn_case(96, 16, 107, 107, 64, tlen, 0, 0.1f, 1, 2);
+    attn_case(96, 16, 100, 100, 64, tlen, 1, 0.1f, 1, 2);
+    attn_case(96, 16, 100, 107, 64, tlen, 0, 0.1f, 1, 2);
     /* decoding: 64 rows (16 sentences x beam 4) over caches of up to 256 keys */
     int32_t len[64];
     for (int r = 0; r < 64; r++)
@@ -2021,6 +2141,30 @@ int main(void)
     }
     if (gpu && gpu->bind)
         gpu->bind(gpu);
+    if (gpu && sim) {
+        path[npaths++] = (struct attn_path){gpu, "sim", 0};
+    } else if (gpu) {
+        /* a backend per attention path, chosen when it opens (TFM_CUDA_ATTN) */
+        const char *names[2] = {"flash", "mm"};
+        char *was = getenv("TFM_CUDA_ATTN") ? strdup(getenv("TFM_CUDA_ATTN")) : NULL;
+        for (int p = 0; p < 2; p++) {
+            setenv("TFM_CUDA_ATTN", names[p], 1);
+            struct tfm_backend *be = tfm_backend_cuda(0, &err);
+            if (!be || tfm_backend_set_precision(be, gpu->precision, &err) < 0) {
+                printf("# attention path %s: %s\n", names[p], err.msg);
+                return 1;
+            }
+            if (be->bind)
+                be->bind(be);
+            double extra = ulp16 > 0 ? (p == 0 ? 4 : 2) * ulp16 : 0;
+            path[npaths++] = (struct attn_path){be, names[p], extra};
+        }
+        if (was)
+            setenv("TFM_CUDA_ATTN", was, 1);
+        else
+            unsetenv("TFM_CUDA_ATTN");
+        free(was);
+    }
     run("the CUDA backend starts on a GPU, or says why not", test_create);
     run("the comparisons: NaN-ness, not NaN bits; relative to the typical size", test_compare);
     run("cuda: alloc, upload, download, copy, zero", test_memory);
@@ -2045,7 +2189,8 @@ int main(void)
     run("cuda big: embeddings of 10240 tokens, 37000 x 1024, ids repeated 256 to 1000 times",
         test_big_embed);
     run("cuda big: layer norm of 10240 x 1024 and 999 x 4097", test_big_layernorm);
-    run("cuda big: attention at dk 64, 128, 256, 320 over 40 x 256 tokens, and decoding",
+    run("cuda big: attention at dk 64, 128, 256, 320 over 40 x 256 tokens and 96 x 107, and "
+        "decoding",
         test_big_attention);
     run("cuda big: bias, ReLU, dropout on 10240 x 4096", test_big_elementwise);
     run("cuda big: fused ops on 10240 x 4096, 10240 x 1024 and 999 x 4097", test_big_fused);
@@ -2056,6 +2201,9 @@ int main(void)
     run("cuda big: the step's statistics over 50 million elements", test_big_step);
     run("cuda: log_softmax_top (the k best tokens on the GPU) = log_softmax, then the host's "
         "selection", test_log_softmax_top);
+    for (int p = 0; p < npaths; p++)
+        if (path[p].be != gpu)
+            path[p].be->destroy(path[p].be);
     if (gpu)
         gpu->destroy(gpu);
     cpu->destroy(cpu);

@@ -16,6 +16,9 @@
  *    within 2% (relative rounding up to 2^-8 per stored value, a dozen roundings on a
  *    path: a few 1e-3; measured 5e-4), and differs from it (the emulation is on); the
  *    gradient within 10% in norm (see there); the sim backend gives the CPU's bits.
+ *  - Attention's own roundings at bf16 (P' and dS, where the GPU's default attention
+ *    stores them): the emulation against the op written out here with them, within a
+ *    unit, and several units from it without them; exactly 0 where only they make it so.
  * Convergence of a trained model at bf16 against fp32 is in tests/bats/tfm-train.bats.
  */
 #include "check.h"
@@ -552,6 +555,208 @@ static void test_fp32_is_auto(void)
     b->destroy(b);
 }
 
+/* ---- attention's own roundings at bf16 -----------------------------------------------
+ * At bf16 the attention rounds its weights P' (forward: before P'V; backward: before dV =
+ * P'^T dO) and its score gradients dS (before dQ and dK) to bf16, where the CUDA
+ * backend's default bf16 attention stores them (backend.h, precision).  attn_ref is the
+ * op written out in double, one sum at a time, with those roundings (inner 1) or without
+ * (inner 0: what the op computed before it rounded inside), its outputs rounded to bf16
+ * either way.  q, k, v, dout: rows of H*dk, B*Tq or B*Tk of them. */
+static void attn_ref(const struct tfm_attn *a, const float *q, const float *k, const float *v,
+                     const float *dout, int inner, float *o, float *dq, float *dk, float *dv)
+{
+    int H = a->H, Tq = a->Tq, Tk = a->Tk, d = a->dk, D = H * d;
+    double *P = malloc(sizeof(double) * Tq * Tk), *dS = malloc(sizeof(double) * Tq * Tk);
+    double *s = malloc(sizeof(double) * Tk), *g = malloc(sizeof(double) * Tk);
+    float inv = tfm_dropout_scale(a->dropout);
+    for (int b = 0; b < a->B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *qb = q + (size_t)b * Tq * D + h * d, *kb = k + (size_t)b * Tk * D + h * d;
+            const float *vb = v + (size_t)b * Tk * D + h * d;
+            const float *gb = dout + (size_t)b * Tq * D + h * d;
+            for (int i = 0; i < Tq; i++) {
+                int n = a->klen ? a->klen[b] : Tk;
+                n = n > Tk ? Tk : n;
+                n = a->causal && i + 1 < n ? i + 1 : n;
+                double mx = -INFINITY, sum = 0, Dsum = 0;
+                for (int j = 0; j < n; j++) {
+                    double x = 0, y = 0;
+                    for (int c = 0; c < d; c++) {
+                        x += (double)qb[(size_t)i * D + c] * kb[(size_t)j * D + c];
+                        y += (double)gb[(size_t)i * D + c] * vb[(size_t)j * D + c];
+                    }
+                    s[j] = a->scale * x;
+                    uint64_t e = (((uint64_t)b * H + h) * Tq + i) * Tk + j;
+                    g[j] = a->dropout > 0 ? (tfm_dropout_keep(a->key, e, a->dropout) ? y * inv
+                                                                                   : 0)
+                                          : y;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j < n; j++)
+                    sum += exp(s[j] - mx);
+                for (int j = 0; j < n; j++)
+                    Dsum += exp(s[j] - mx) / sum * g[j];
+                for (int j = 0; j < Tk; j++) {
+                    double pj = j < n ? exp(s[j] - mx) / sum : 0, pd = pj;
+                    uint64_t e = (((uint64_t)b * H + h) * Tq + i) * Tk + j;
+                    if (j < n && a->dropout > 0)
+                        pd = tfm_dropout_keep(a->key, e, a->dropout) ? pj * inv : 0;
+                    double ds = j < n ? pj * (g[j] - Dsum) : 0;
+                    P[(size_t)i * Tk + j] = inner ? tfm_bf16_round((float)pd) : pd;
+                    dS[(size_t)i * Tk + j] = inner ? tfm_bf16_round((float)ds) : ds;
+                }
+            }
+            for (int i = 0; i < Tq; i++)
+                for (int c = 0; c < d; c++) {
+                    double x = 0, y = 0;
+                    for (int j = 0; j < Tk; j++) {
+                        x += P[(size_t)i * Tk + j] * vb[(size_t)j * D + c];
+                        y += dS[(size_t)i * Tk + j] * kb[(size_t)j * D + c];
+                    }
+                    o[((size_t)b * Tq + i) * D + h * d + c] = tfm_bf16_round((float)x);
+                    dq[((size_t)b * Tq + i) * D + h * d + c] =
+                        tfm_bf16_round((float)(a->scale * y));
+                }
+            for (int j = 0; j < Tk; j++)
+                for (int c = 0; c < d; c++) {
+                    double x = 0, y = 0;
+                    for (int i = 0; i < Tq; i++) {
+                        x += P[(size_t)i * Tk + j] * gb[(size_t)i * D + c];
+                        y += dS[(size_t)i * Tk + j] * qb[(size_t)i * D + c];
+                    }
+                    dv[((size_t)b * Tk + j) * D + h * d + c] = tfm_bf16_round((float)x);
+                    dk[((size_t)b * Tk + j) * D + h * d + c] =
+                        tfm_bf16_round((float)(a->scale * y));
+                }
+        }
+    free(P);
+    free(dS);
+    free(s);
+    free(g);
+}
+
+/* The largest |x - r| in units of 2^-7 |r| + 1e-6 (one bf16 unit of r, which two values
+ * rounded to bf16 from nearly the same number may differ by, plus room for a zero). */
+static double units(const float *x, const float *r, size_t n)
+{
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double u = fabs((double)x[i] - r[i]) / (0x1p-7 * fabs(r[i]) + 1e-6);
+        w = u > w ? u : w;
+    }
+    return w;
+}
+
+/* The emulated op's o, dq, dk, dv (dq: out[1], ...) against attn_ref's with inner; the
+ * worst of the four in units. */
+static double attn_units(const struct tfm_attn *a, float *const out[4], const float *q,
+                         const float *k, const float *v, const float *dout, int inner)
+{
+    size_t nq = (size_t)a->B * a->Tq * a->H * a->dk, nk = (size_t)a->B * a->Tk * a->H * a->dk;
+    float *r[4] = {malloc(nq * 4), malloc(nq * 4), malloc(nk * 4), malloc(nk * 4)};
+    attn_ref(a, q, k, v, dout, inner, r[0], r[1], r[2], r[3]);
+    double w = 0;
+    for (int t = 0; t < 4; t++) {
+        double u = units(out[t], r[t], t < 2 ? nq : nk);
+        w = u > w ? u : w;
+        free(r[t]);
+    }
+    return w;
+}
+
+/* Run the bf16 emulation's attn_fwd and attn_bwd on be (ld H*dk everywhere) into out. */
+static void attn_emulated(struct tfm_backend *be, const struct tfm_attn *a, const float *q,
+                          const float *k, const float *v, const float *dout, float *const out[4])
+{
+    int D = a->H * a->dk;
+    float *lse = malloc(sizeof(float) * a->B * a->H * a->Tq);
+    be->reserve(be, a->Tq, a->Tk, NULL);
+    be->attn_fwd(be, a, q, D, k, D, v, D, out[0], D, lse);
+    be->attn_bwd(be, a, q, D, k, D, v, D, out[0], D, lse, dout, D, out[1], D, out[2], D,
+                 out[3], D);
+    free(lse);
+}
+
+static float rnd16(uint64_t *st, float scale)
+{
+    *st = *st * 6364136223846793005ULL + 1442695040888963407ULL;
+    return tfm_bf16_round(scale * (float)((*st >> 40) / 16777216.0 * 2.0 - 1.0));
+}
+
+/* Random inputs (padding, a sentence with no key, causal, dropout): the emulation is
+ * attn_ref with the roundings, within a unit, and several units from attn_ref without
+ * them.  A made-up case where P' decides: two weights 1/2 +- 2^-11 that round to 1/2 and
+ * values of opposite sign, so o and dv are exactly 0 with the roundings and 2^-10, 2^-11
+ * without (as at fp32). */
+static void test_attn_rounding(void)
+{
+    struct tfm_error err;
+    struct tfm_backend *be = tfm_backend_cpu(1, &err);
+    CHECK(be && tfm_backend_set_precision(be, TFM_PRECISION_BF16, &err) == 0);
+    if (!be)
+        return;
+    int32_t klen[3] = {6, 0, 4};
+    double far[4] = {0, 0, 0, 0};
+    for (int c = 0; c < 3; c++) {
+        struct tfm_attn a = {3, 2, 5, 6, 8, klen, c > 0, 1.0f / sqrtf(8.0f), c == 2 ? 0.3f : 0,
+                             tfm_rng_key(9, 8, 7)};
+        int D = a.H * a.dk;
+        size_t nq = (size_t)a.B * a.Tq * D, nk = (size_t)a.B * a.Tk * D;
+        float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4),
+              *g = malloc(nq * 4);
+        float *out[4] = {malloc(nq * 4), malloc(nq * 4), malloc(nk * 4), malloc(nk * 4)};
+        uint64_t st = 1234 + (uint64_t)c;
+        for (size_t i = 0; i < nq; i++) {
+            q[i] = rnd16(&st, 2);
+            g[i] = rnd16(&st, 1);
+        }
+        for (size_t i = 0; i < nk; i++) {
+            k[i] = rnd16(&st, 1);
+            v[i] = rnd16(&st, 1);
+        }
+        attn_emulated(be, &a, q, k, v, g, out);
+        double w = attn_units(&a, out, q, k, v, g, 1);
+        if (!(w <= 1))
+            printf("#   random case %d: %.3g units from the reference\n", c, w);
+        CHECK(w <= 1);
+        /* and how far it is from the op unrounded inside, output by output */
+        size_t nn[4] = {nq, nq, nk, nk};
+        float *r0[4] = {malloc(nq * 4), malloc(nq * 4), malloc(nk * 4), malloc(nk * 4)};
+        attn_ref(&a, q, k, v, g, 0, r0[0], r0[1], r0[2], r0[3]);
+        for (int t = 0; t < 4; t++) {
+            double u = units(out[t], r0[t], nn[t]);
+            far[t] = u > far[t] ? u : far[t];
+            free(r0[t]);
+        }
+        free(q); free(k); free(v); free(g);
+        for (int t = 0; t < 4; t++)
+            free(out[t]);
+    }
+    /* o and dv (P' rounded) and dq and dk (dS rounded) each more than a unit away from
+     * the op unrounded inside (measured: 111, 13, 36, 14 units) */
+    printf("#   random cases from the op unrounded inside: o %.3g, dq %.3g, dk %.3g, dv %.3g "
+           "units\n", far[0], far[1], far[2], far[3]);
+    for (int t = 0; t < 4; t++)
+        CHECK(far[t] > 3);
+    /* the made-up case: scores (2^-9, 0) and (0, 0) */
+    struct tfm_attn a = {1, 1, 2, 2, 2, NULL, 0, 1.0f, 0, 0};
+    float q[4] = {1, 0, 0, 0}, k[4] = {0x1p-9f, 1, 0, 1 + 0x1p-7f}, v[4] = {1, 0, -1, 0},
+          g[4] = {1, 0, -1, 0};
+    float o[4], dq[4], dk[4], dv[4], *out[4] = {o, dq, dk, dv};
+    attn_emulated(be, &a, q, k, v, g, out);
+    CHECK(attn_units(&a, out, q, k, v, g, 1) <= 1);
+    double w = attn_units(&a, out, q, k, v, g, 0);
+    printf("#   the made-up case: o %g, dv %g; %.3g units from the op unrounded inside\n", o[0],
+           dv[0], w);
+    CHECK(o[0] == 0 && dv[0] == 0);
+    CHECK(w > 50);
+    /* at fp32 nothing is rounded: o = 2^-10 and dv = 2^-11, nearly */
+    CHECK(tfm_backend_set_precision(be, TFM_PRECISION_FP32, &err) == 0);
+    attn_emulated(be, &a, q, k, v, g, out);
+    CHECK(fabs(o[0] - 0x1p-10) < 1e-7 && fabs(dv[0] - 0x1p-11) < 1e-7);
+    be->destroy(be);
+}
+
 int main(void)
 {
     t_run("bf16 rounding: known bits, ties to even, NaN, inf, subnormals", test_round);
@@ -561,5 +766,6 @@ int main(void)
     t_run("the checker finds unrounded values at fp32", test_checker_fails_on_fp32);
     t_run("bf16 near fp32 (2%); sim = CPU bits at bf16", test_bf16_near_fp32_and_sim);
     t_run("fp32 = auto on the CPU, bit for bit", test_fp32_is_auto);
+    t_run("bf16 attention rounds P' and dS where the GPU stores them", test_attn_rounding);
     return t_done();
 }
