@@ -61,13 +61,14 @@
  *    gemm_grad, embed_bwd, dg, db, bias_bwd; sumsq and Adam; the step's statistics,
  *    doubles): its fp32 bound alone; the
  *    inputs are the same bf16 values on both sides, and nothing is rounded to bf16.
- *  - Products (gemm, gemm_grad): tensor cores with bf16 inputs multiply exactly (8 x 8
- *    significant bits fit in fp32) and accumulate in fp32, but align the products of a
- *    step to the largest exponent and truncate rather than round (Fasi, Higham, Mikaitis,
- *    Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): up to one fp32
- *    unit of the partial sum an addition, all of one sign in the worst case, so K 2^-24
- *    on top of sum_bound(K) (tc_extra; 6e-4 for K = 10240, against the 1e-2 of one
- *    missing term of 10240).
+ *  - Products (gemm, gemm_grad, gemm_bias): tensor cores with bf16 inputs multiply exactly
+ *    (8 x 8 significant bits fit in fp32) and accumulate in fp32, but align the products
+ *    of a step to the largest exponent and truncate rather than round (Fasi, Higham,
+ *    Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): up
+ *    to one fp32 unit of the partial sum an addition, all of one sign in the worst case,
+ *    so K 2^-24 on top of sum_bound(K) (tc_extra; 6e-4 for K = 10240, against the 1e-2
+ *    of one missing term of 10240).  gemm_bias's bias and ReLU add nothing to that
+ *    (gemm_bias_case says why).
  *  - Outputs one op computes from another's (layer-norm dx accumulating into the dx of the
  *    call before) are given the CPU's input first, so that a unit of difference is not
  *    counted twice.
