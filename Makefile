@@ -37,9 +37,10 @@ VERSION  := $(shell cat VERSION)
 CPPFLAGS += -DTFM_VERSION='"$(VERSION)"'
 
 # CUDA is built when nvcc is on PATH, unless CUDA=0.  kernels/*.cu become one shared
-# object, libtfm-cuda.so, linked against the CUDA runtime, cuBLAS and NCCL; the tools are
-# not: they load it with dlopen only once the driver reports a GPU (src/cuda_plugin.h), so a
-# binary built with CUDA starts, and uses the CPU saying why, on any machine.
+# object, libtfm-cuda.so, linked against the CUDA runtime, cuBLAS, cuBLASLt and NCCL; the
+# tools are not: they load it with dlopen only once the driver reports a GPU
+# (src/cuda_plugin.h), so a binary built with CUDA starts, and uses the CPU saying why, on
+# any machine.
 NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 CUDA     ?= $(if $(NVCC),1,0)
 CUDA_PLUGIN :=
@@ -61,7 +62,7 @@ endif
 CUDA_PLUGIN := $(BUILD)/libtfm-cuda.so
 CPPFLAGS   += -DTFM_CUDA
 KERNEL_OBJ := $(patsubst kernels/%.cu,$(BUILD)/kernels/%.o,$(wildcard kernels/*.cu))
-CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublas -lcudart
+CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcublas -lcudart
 $(BUILD)/src/cuda_load.o: CPPFLAGS += -DTFM_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"' \
                                       -DTFM_CUDA_TOOLKIT_VERSION=$(CUDA_TOOLKIT_VERSION)
 # Those two are compiled into cuda_load.o: it is rebuilt when either changes (a build copied

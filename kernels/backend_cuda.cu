@@ -1,22 +1,37 @@
 // backend_cuda.cu: the CUDA backend's table (src/backend.h): device memory, copies through
 // a pinned staging ring (never a synchronization the caller did not ask for), matrix
-// products through cuBLAS, one stream that every op is issued on, the workspace shared by
-// the ops, and the constructor.  The ops themselves are in cuda_ops.cu, cuda_attn.cu and
-// cuda_topk.cu.
+// products through cuBLAS and cuBLASLt, one stream that every op is issued on, the
+// workspace shared by the ops, and the constructor.  The ops themselves are in cuda_ops.cu,
+// cuda_attn.cu and cuda_topk.cu.
+//
+// Which product goes where: gemm and gemm_grad through cuBLAS (below); gemm_bias, the
+// products with a bias (every linear layer's forward, and the FFN's first layer with its
+// ReLU when no dropout follows it: src/model.c), through cuBLASLt with the bias and the
+// ReLU in the product's epilogue (CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU_BIAS), so
+// that the product's output is written once, biased and activated, instead of being
+// written, read and written again by a bias pass.  A shape cuBLASLt has no algorithm for,
+// or misaligned operands, fall back to gather + gemm + ReLU (same result).  The bias
+// gradients stay bias_bwd: cuBLASLt's BGRAD epilogues overwrite where tfm accumulates
+// ("products with their bias and ReLU" below says why).
 //
 // Precision (src/backend.h, "precision"; tfm-config(5), precision): bf16 by default
 // (auto), fp32 when asked.
-//   fp32: cublasSgemm in the handle's default math mode (no TF32), so a product differs
-//     from the CPU's only in the order of its sums: the reference the bf16 paths are
-//     tested against, as it is tested against the CPU.
+//   fp32: cublasSgemm in the handle's default math mode (no TF32), and gemm_bias's
+//     cublasLtMatmul in CUBLAS_COMPUTE_32F (not ..._FAST_TF32), so a product differs from
+//     the CPU's only in the order of its sums: the reference the bf16 paths are tested
+//     against, as it is tested against the CPU.
 //   bf16: activations are stored as bf16 (act_size 2).  Products are cublasGemmEx on the
 //     tensor cores: bf16 A and B, fp32 accumulation (CUBLAS_COMPUTE_32F), C bf16 for gemm
-//     (read as bf16 when beta != 0, rounded once when written) and fp32 for gemm_grad.
-//     The handle forbids reductions in the output type
-//     (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION): a split-K product adds its
-//     partial sums in fp32, never in bf16.
+//     (read as bf16 when beta != 0, rounded once when written) and fp32 for gemm_grad;
+//     gemm_bias's cublasLtMatmul likewise, its bias bf16 too and C rounded once after the
+//     bias and ReLU.  The handle forbids reductions in the output type
+//     (CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION), and gemm_bias's plans allow only
+//     the compute type's (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE): a split-K product adds
+//     its partial sums in fp32, never in bf16.
 // cuBLAS gets a workspace of its own (BLAS_WORK_BYTES, set once on the handle), so it never
-// allocates inside an op and picks its kernels from the same workspace on every run.
+// allocates inside an op and picks its kernels from the same workspace on every run;
+// cuBLASLt gets the same one (its plans are chosen for it, and every cublasLtMatmul is
+// handed it: one stream, so cuBLAS and cuBLASLt never use it at once).
 #include "cuda.h"
 
 #include <stdio.h>
@@ -310,6 +325,21 @@ __global__ void scale_bf16(bf16 *C, int64_t ldc, int M, int N, float beta)
     }
 }
 
+// C (M,N) = relu(C) in place, ldc apart: gemm_bias's fallback, after the biased product
+// (rounded once at bf16; a bf16 value's ReLU is a bf16 value: no second rounding).  As the
+// CPU's bias_act: not (x > 0), NaN included, gives +0.
+template <typename T> __global__ void relu_rows(T *C, int64_t ldc, int M, int N)
+{
+    size_t total = (size_t)M * (size_t)N;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        int64_t i = (int64_t)(e / (size_t)N), j = (int64_t)(e % (size_t)N);
+        T *c = C + i * ldc + j;
+        float v = act_load(c);
+        act_store(c, v > 0 ? v : 0.0f);
+    }
+}
+
 // fp32 master weights to bf16, rounded to nearest even.
 __global__ void to_bf16(bf16 *dst, const float *src, size_t n)
 {
@@ -384,6 +414,191 @@ void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
                                &beta, C, ldc));
 }
 
+// ---- products with their bias and ReLU: cuBLASLt ------------------------------------------
+//
+// gemm_bias (backend.h) is one cublasLtMatmul with the bias (and the ReLU) in its epilogue
+// (CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_RELU_BIAS): the fp32 sums, plus the bias, then
+// the ReLU, rounded once when stored.  Operands swapped as in cuda_gemm: cuBLASLt computes
+// the column-major D = C^T (N rows, M columns, ld ldc) = op(B)^T op(A)^T.  Its bias vector
+// has one value per row of D (cuBLASLt's documentation, CUBLASLT_EPILOGUE_BIAS: its length
+// is D's row count, broadcast over D's columns), and a row of D is a column of C: one value
+// per column of C, the same for every row, as gemm_bias asks.
+//   bf16: A, B, C and the bias bf16, CUBLAS_COMPUTE_32F (fp32 products and sums on the
+//     tensor cores), and only split-K reductions in the compute type
+//     (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), as the cuBLAS handle forbids reductions in
+//     bf16 for gemm.
+//   fp32: everything fp32, CUBLAS_COMPUTE_32F without TF32: the reference.
+// The heuristic's choice is kept per shape (M, N, K, ta, tb, lda, ldb, ldc, relu, precision)
+// with its descriptors, in LT_PLANS plans: the query runs once per shape while the shape
+// stays in the table (a training run's batches have many row counts M; a new shape takes
+// a free plan, or the plans in turn).  The algorithm is asked for 16-byte alignment of
+// every pointer (the bias's too: the query sees an address aligned to 16 and no more) and
+// cuBLAS's workspace; the call takes the cuBLASLt path only when A, B, C and the bias are
+// 16-byte aligned and lda, ldb, ldc are multiples of 16 bytes.  Otherwise, or when the
+// heuristic has no algorithm, the same result by other ops: the bias gathered into C's
+// rows, gemm with beta 1 (the sums and the bias rounded once), then the ReLU (exact).
+// Not here: the bias gradients.  The one product that reads dy along the right dimension
+// is the weight gradient, dW += x^T dy (gemm_grad, K = the rows), where BGRADB would sum
+// dy's columns on the way.  But the BGRAD epilogues (BGRADA, BGRADB, DRELU_BGRAD) write
+// those sums into the bias pointer, overwriting it, while beta 1 accumulates only into C;
+// tfm's gradients accumulate (db += colsum dy, backend.h: the batches of a step add up
+// before an update), so a fused bias gradient would need a scratch vector and an add
+// after each product, one more op where bias_bwd's one pass over dy is already all it
+// takes.  And the epilogue's sums would run in whatever order the algorithm splits K,
+// where bias_bwd adds the rows in order.  So a linear layer's backward stays gemm_grad +
+// bias_bwd.
+
+enum { LT_PLANS = 64, LT_KEY = 10 };
+
+struct tfm_lt_plan {
+    int key[LT_KEY];            // M, N, K, ta, tb, lda, ldb, ldc, relu, bf16
+    bool used;                  // key is a shape (its descriptors exist)
+    bool ok;                    // the heuristic found an algorithm: algo
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, d;     // cuBLASLt's A (our B), B (our A), C = D (our C)
+    cublasLtMatmulAlgo_t algo;
+};
+
+// Release a plan's descriptors (teardown: a failure is said, the rest still released).
+static void lt_release(const char *call, cublasStatus_t s)
+{
+    if (s != CUBLAS_STATUS_SUCCESS)
+        fprintf(stderr, "tfm: CUDA backend: releasing: %s failed: %s: %s\n", call,
+                cublasGetStatusName(s), cublasGetStatusString(s));
+}
+
+static void lt_plan_free(tfm_lt_plan *p)
+{
+    if (p->op)
+        lt_release("cublasLtMatmulDescDestroy", cublasLtMatmulDescDestroy(p->op));
+    if (p->a)
+        lt_release("cublasLtMatrixLayoutDestroy", cublasLtMatrixLayoutDestroy(p->a));
+    if (p->b)
+        lt_release("cublasLtMatrixLayoutDestroy", cublasLtMatrixLayoutDestroy(p->b));
+    if (p->d)
+        lt_release("cublasLtMatrixLayoutDestroy", cublasLtMatrixLayoutDestroy(p->d));
+    memset(p, 0, sizeof *p);
+}
+
+#define LT_SET(desc, attr, v)                                                            \
+    BLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &(v), sizeof(v)))
+#define LT_PREF(pref, attr, v)                                                           \
+    BLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &(v), sizeof(v)))
+
+// The descriptors of shape key and the heuristic's best algorithm for them (p->ok), or none
+// (p->ok false: the caller falls back).  Descriptors that cannot be made are fatal, as any
+// failed call inside an op.
+static void lt_plan_make(struct tfm_backend *be, tfm_lt_plan *p, const int *key)
+{
+    tfm_cuda *c = CU(be);
+    const int M = key[0], N = key[1], K = key[2], ta = key[3], tb = key[4], lda = key[5],
+              ldb = key[6], ldc = key[7], relu = key[8];
+    const cudaDataType_t t = key[9] ? CUDA_R_16BF : CUDA_R_32F;
+    memcpy(p->key, key, sizeof p->key);
+    p->used = true;
+    p->ok = false;
+    BLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t opa = op(tb), opb = op(ta), bias_type = t;
+    const uint32_t epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    // the query reads no bias, only its address's alignment: 16 bytes, the least we call with
+    const void *probe = reinterpret_cast<const void *>(uintptr_t{16});
+    LT_SET(p->op, CUBLASLT_MATMUL_DESC_TRANSA, opa);
+    LT_SET(p->op, CUBLASLT_MATMUL_DESC_TRANSB, opb);
+    LT_SET(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    LT_SET(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, bias_type);
+    LT_SET(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, probe);
+    // column-major: a row-major (r, c) matrix with row stride ld is the (c, r) one, ld ld
+    BLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, t, tb ? K : N, tb ? N : K, ldb));
+    BLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, t, ta ? M : K, ta ? K : M, lda));
+    BLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, t, N, M, ldc));
+
+    cublasLtMatmulPreference_t pref;
+    BLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t work = BLAS_WORK_BYTES;
+    const uint32_t align = 16, schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    LT_PREF(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, work);
+    LT_PREF(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align);
+    LT_PREF(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align);
+    LT_PREF(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align);
+    LT_PREF(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align);
+    if (t == CUDA_R_16BF)
+        LT_PREF(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, schemes);
+    cublasLtMatmulHeuristicResult_t r;
+    memset(&r, 0, sizeof r);
+    int found = 0;
+    cublasStatus_t s =
+        cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->a, p->b, p->d, p->d, pref, 1, &r, &found);
+    lt_release("cublasLtMatmulPreferenceDestroy", cublasLtMatmulPreferenceDestroy(pref));
+    // NOT_SUPPORTED: no heuristic for this configuration; INVALID_VALUE: one cuBLASLt does
+    // not take.  Either way the fallback computes it; anything else is a failure.
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
+        return;
+    BLAS_CHECK(s);
+    if (found > 0 && r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= BLAS_WORK_BYTES) {
+        p->algo = r.algo;
+        p->ok = true;
+    }
+}
+
+// The plan for shape key: the one made before, or a new one in a free plan or the next in
+// turn.
+static tfm_lt_plan *lt_plan(struct tfm_backend *be, const int *key)
+{
+    tfm_cuda *c = CU(be);
+    for (int i = 0; i < LT_PLANS; i++)
+        if (c->plans[i].used && memcmp(c->plans[i].key, key, sizeof c->plans[i].key) == 0)
+            return &c->plans[i];
+    tfm_lt_plan *p = NULL;
+    for (int i = 0; i < LT_PLANS && !p; i++)
+        if (!c->plans[i].used)
+            p = &c->plans[i];
+    if (!p) {
+        p = &c->plans[c->next_plan];
+        c->next_plan = (c->next_plan + 1) % LT_PLANS;
+        lt_plan_free(p);
+    }
+    lt_plan_make(be, p, key);
+    return p;
+}
+
+static bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void cuda_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K, const float *A,
+                    int lda, const float *B, int ldb, const float *bias, int relu, float *C,
+                    int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    const bool h = tfm_cuda_bf16(be);
+    const size_t size = h ? sizeof(bf16) : sizeof(float);
+    const bool fits = K > 0 && aligned16(A) && aligned16(B) && aligned16(C) &&
+                      aligned16(bias) && (size_t)lda * size % 16 == 0 &&
+                      (size_t)ldb * size % 16 == 0 && (size_t)ldc * size % 16 == 0;
+    if (fits) {
+        const int key[LT_KEY] = {M, N, K, ta != 0, tb != 0, lda, ldb, ldc, relu != 0, h};
+        tfm_lt_plan *p = lt_plan(be, key);
+        if (p->ok) {
+            tfm_cuda *c = CU(be);
+            const float one = 1, zero = 0;
+            const void *bp = bias;
+            LT_SET(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bp);
+            BLAS_CHECK(cublasLtMatmul(c->lt, p->op, &one, B, p->a, A, p->b, &zero, C, p->d, C,
+                                      p->d, &p->algo, c->blas_work, BLAS_WORK_BYTES,
+                                      STREAM(be)));
+            return;
+        }
+    }
+    // the fallback: the bias in C's rows, the product added to it (one rounding), the ReLU
+    cuda_gather(be, C, ldc, bias, 0, NULL, M, N);
+    cuda_gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+    if (relu) {
+        const unsigned threads = 256, blocks = tfm_cuda_blocks((size_t)M * (size_t)N, threads);
+        BY_ACT_TYPE(be, relu_rows<T><<<blocks, threads, 0, STREAM(be)>>>(act_ptr<T>(C), ldc,
+                                                                          M, N);
+                        LAUNCH_CHECK(););
+    }
+}
+
 // The compute copy of the weights: at fp32, the same bits; at bf16, rounded.
 void cuda_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
 {
@@ -427,6 +642,12 @@ static void cu_destroy(struct tfm_backend *be)
                 fprintf(stderr, "tfm: CUDA backend: releasing: cublasDestroy failed: %s\n",
                         cublasGetStatusString(s));
         }
+        if (c->plans)
+            for (int i = 0; i < LT_PLANS; i++)
+                lt_plan_free(&c->plans[i]);
+        free(c->plans);
+        if (c->lt)
+            lt_release("cublasLtDestroy", cublasLtDestroy(c->lt));
         if (c->work)
             teardown("cudaFree", cudaFree(c->work));
         if (c->blas_work)
@@ -561,6 +782,18 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     if (got != mode) {
         tfm_fail(err, "GPU %d: cuBLAS math mode is 0x%x after setting 0x%x", device,
                  (unsigned)got, (unsigned)mode);
+        cu_destroy(be);
+        return NULL;
+    }
+
+    if ((s = cublasLtCreate(&c->lt)) != CUBLAS_STATUS_SUCCESS) {
+        c->lt = NULL;
+        blas_failed(err, device, "cublasLtCreate", s);
+        cu_destroy(be);
+        return NULL;
+    }
+    if (!(c->plans = static_cast<tfm_lt_plan *>(calloc(LT_PLANS, sizeof *c->plans)))) {
+        tfm_fail(err, "out of memory");
         cu_destroy(be);
         return NULL;
     }

@@ -2,7 +2,10 @@
 // sees only the table of src/cuda_plugin.h, which plugin.cu fills).
 //
 //   plugin.cu        the entry point of libtfm-cuda.so and the probe of the GPUs
-//   backend_cuda.cu  the table: memory, gemm (cuBLAS), sync, reserve, lifetime, workspace
+//   backend_cuda.cu  the table: memory, gemm (cuBLAS), gemm_bias (cuBLASLt with the bias
+//                    and ReLU epilogues, plans per shape, a fallback; new: compiled at fp32
+//                    and bf16, never yet run on a GPU: test_gpu_ops's "gemm_bias" tests
+//                    are its first run), sync, reserve, lifetime, workspace
 //   cuda_ops.cu      embeddings, layer norm, element-wise ops, cross-entropy, log-softmax,
 //                    sumsq, Adam
 //   cuda_attn.cu     attention: forward, backward (online softmax on CUDA cores; picks the
@@ -25,6 +28,7 @@
 #ifndef TFM_KERNELS_CUDA_H
 #define TFM_KERNELS_CUDA_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -34,6 +38,7 @@ extern "C" {
 }
 
 struct tfm_nccl;
+struct tfm_lt_plan;             // a gemm_bias shape's cuBLASLt plan (backend_cuda.cu)
 
 enum { STAGE_SEGS = 4 };    // segments of the pinned staging ring (struct tfm_cuda)
 
@@ -42,6 +47,10 @@ struct tfm_cuda {
     cudaStream_t stream;
     cublasHandle_t blas;
     void *blas_work;        // cuBLAS's workspace (BLAS_WORK_BYTES), set on the handle
+                            // and handed to every cublasLtMatmul
+    cublasLtHandle_t lt;    // cuBLASLt: gemm_bias's products with their epilogues
+    struct tfm_lt_plan *plans;  // their plans, one per shape (LT_PLANS, reused in turn)
+    int next_plan;          // the plan a new shape takes when none is free
     void *work;             // workspace (tfm_cuda_work), grows only
     size_t work_bytes;
     int max_tq, max_tk;     // attention sizes promised by reserve()
@@ -195,8 +204,9 @@ static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)
 }
 
 // ---- the ops: cuda_<name> for each X of TFM_BACKEND_OPS (src/backend.h), with its
-// parameters; cuda_gemm in backend_cuda.cu, attention in cuda_attn.cu, loss_sum,
-// grad_clip and adam_scaled in cuda_step.cu, the rest in cuda_ops.cu.
+// parameters; cuda_gemm, cuda_gemm_grad, cuda_gemm_bias and cuda_weights_copy in
+// backend_cuda.cu, attention in cuda_attn.cu, loss_sum, grad_clip and adam_scaled in
+// cuda_step.cu, the rest in cuda_ops.cu.
 #define TFM_CUDA_DECL(ret, name, params, args, devs) ret cuda_##name params;
 TFM_BACKEND_OPS(TFM_CUDA_DECL)
 #undef TFM_CUDA_DECL

@@ -182,6 +182,20 @@ struct tfm_step_stats {
       (struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,             \
        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc),     \
       (be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), (A, B, C))                 \
+    /* A product with its bias and activation: C (M,N) = act(op(A) op(B) + bias), bias (N)   \
+     * (a weight: the compute copy) broadcast over the rows, act = ReLU when relu != 0,      \
+     * else none; all in fp32, then stored once (at bf16: rounded once, to nearest even).    \
+     * ta, tb, A, B as gemm's; alpha is 1 and beta 0: C is not read; any ldc >= N.  A        \
+     * linear layer (relu 0) and the FFN's first layer (relu 1) in one op, so that a GPU     \
+     * adds the bias and the ReLU in its product's epilogue.  The CPU's way, which keeps     \
+     * the bits of the sequences the model ran before the op was there: relu == 0, gather    \
+     * the bias into C's rows, then gemm with beta 1 (the bias enters the sums first);       \
+     * relu != 0, gemm with beta 0, then bias_act (the bias added to the rounded sums).      \
+     * The same value up to the order of fp32 roundings; other backends may pick either. */  \
+    X(void, gemm_bias,                                                                       \
+      (struct tfm_backend *be, int ta, int tb, int M, int N, int K, const float *A, int lda, \
+       const float *B, int ldb, const float *bias, int relu, float *C, int ldc),             \
+      (be, ta, tb, M, N, K, A, lda, B, ldb, bias, relu, C, ldc), (A, B, bias, C))            \
     /* The compute copy of the weights: dst (n) = src (n, fp32 master weights) in the        \
      * backend's precision (bf16: rounded to nearest even; fp32: copied). */                 \
     X(void, weights_copy, (struct tfm_backend *be, float *dst, const float *src, size_t n),  \
@@ -482,26 +496,27 @@ struct tfm_backend {
  *   pointer of adam and of adam_scaled; loss_sum's loss and nll; grad_clip's g; the step's
  *   statistics (struct tfm_step_stats, doubles); out_pack's `packed` (the backend's own
  *   layout).
- * Everything else (gemm's A, B, C; gemm_grad's A and B; weights_copy's dst; embed_fwd's
- * out, table and pos; layer-norm x, y, g, b, dx, dy; attention q, k, v, o, dout, dq, dk,
- * dv; bias_act; bias_bwd's dy; relu_bwd; dropout; add_dropout; axpy; gather; the fused
- * ops' x, b, out, table, pos, y, r, a, g, bias, dx, dxd, dy; xent's logits; log_softmax; log_softmax_top's x; out_logits' and out_top's x and y) is an
- * activation.
+ * Everything else (gemm's A, B, C; gemm_bias's A, B, bias, C; gemm_grad's A and B;
+ * weights_copy's dst; embed_fwd's out, table and pos; layer-norm x, y, g, b, dx, dy;
+ * attention q, k, v, o, dout, dq, dk, dv; bias_act; bias_bwd's dy; relu_bwd; dropout;
+ * add_dropout; axpy; gather; the fused ops' x, b, out, table, pos, y, r, a, g, bias, dx,
+ * dxd, dy; xent's logits; log_softmax; log_softmax_top's x; out_logits' and out_top's x and
+ * y) is an activation.
  *
  * fp32: every op as described above.  bf16: the same ops, with every activation an op
- * writes (gemm's C, embeddings, layer-norm and attention outputs, the element-wise ops'
- * outputs, activation gradients, the cross-entropy's logit gradients, log-softmax) rounded
- * to bf16 (8 significant bits, round to nearest even) where it is stored, the products
- * taking bf16 inputs with fp32 accumulation (attn_fwd and attn_bwd also round their
- * weights P' and, backward, dS = dL/dscore to bf16 before the products that read them:
- * scores, softmax and D stay fp32); statistics (layer-norm mean and rstd, the
- * attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
+ * writes (gemm's and gemm_bias's C, embeddings, layer-norm and attention outputs, the
+ * element-wise ops' outputs, activation gradients, the cross-entropy's logit gradients,
+ * log-softmax) rounded to bf16 (8 significant bits, round to nearest even) where it is
+ * stored, the products taking bf16 inputs with fp32 accumulation (attn_fwd and attn_bwd
+ * also round their weights P' and, backward, dS = dL/dscore to bf16 before the products
+ * that read them: scores, softmax and D stay fp32); statistics (layer-norm mean and rstd,
+ * the attention lse, losses), parameter gradients (gemm_grad, embed_bwd, layernorm_bwd's dg
  * and db, bias_bwd), sumsq, Adam and the step's statistics stay fp32 (doubles for the
- * statistics), and the weights the ops read are the bf16
- * compute copy (weights_copy) of the fp32 master weights.  The CPU backend emulates it
- * exactly (bf16 values kept in fp32 words), to test the mixed-precision logic anywhere;
- * the sim backend stores the same values in 2 bytes, to test that host code sizes and
- * steps through activations by act_size (tests/unit/test_packed.c).
+ * statistics), and the weights the ops read are the bf16 compute copy (weights_copy) of the
+ * fp32 master weights.  The CPU backend emulates it exactly (bf16 values kept in fp32
+ * words), to test the mixed-precision logic anywhere; the sim backend stores the same
+ * values in 2 bytes, to test that host code sizes and steps through activations by act_size
+ * (tests/unit/test_packed.c).
  *
  * Set the precision (AUTO: be->auto_precision) while no model lives on be: 0, or -1 with
  * err naming the backend when it cannot compute in bf16 or models live on it with another
@@ -526,7 +541,7 @@ const char *tfm_precision_name(enum tfm_precision p);
  * Free with be->destroy(be).  NULL with err on failure. */
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
 
-/* The CUDA backend on GPU `device` (kernels/backend_cuda.cu): fp32, cuBLAS, one stream.
+/* The CUDA backend on GPU `device` (kernels/backend_cuda.cu): cuBLAS and cuBLASLt, one stream.
  * Every op as described above, tested op by op against the CPU (make check-gpu).  NULL with
  * err in a build without CUDA or when the device cannot be used. */
 struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);

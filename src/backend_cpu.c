@@ -338,6 +338,30 @@ static void cpu_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, 
     cpu_gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* gemm_bias (backend.h), as the model computed a biased product before the op existed, so
+ * that fp32 results keep their bits: relu == 0, the bias gathered into C's rows and the
+ * product added to it (gemm with beta 1); relu != 0, the product (beta 0), then bias_act
+ * on each row.  bias_act_ld and cpu_gather are defined with the element-wise ops below. */
+static void bias_act_ld(struct tfm_backend *be, float *C, int64_t ldc, const float *b, int M,
+                        int N, int relu);
+static void cpu_gather(struct tfm_backend *be, float *dst, int64_t dstride, const float *src,
+                       int64_t sstride, const int32_t *idx, int n, int64_t len);
+
+static void cpu_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          const float *A, int lda, const float *B, int ldb, const float *bias,
+                          int relu, float *C, int ldc)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (!relu) {
+        cpu_gather(be, C, ldc, bias, 0, NULL, M, N);
+        cpu_gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
+    } else {
+        cpu_gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
+        bias_act_ld(be, C, ldc, bias, M, N, relu);
+    }
+}
+
 /* At fp32 the compute copy is the weights' bits (precision.c rounds it for bf16). */
 static void cpu_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
 {
@@ -794,6 +818,30 @@ static void cpu_bias_act(struct tfm_backend *be, float *x, const float *b, int N
 {
     struct ew_job j = {.y = x, .b = b, .M = M, .relu = relu};
     par(be, N, (double)N * M, bias_act_rows, &j);
+}
+
+/* bias_act on M rows of N floats, ldc apart: each row as bias_act does it (its bits). */
+struct bias_ld_job {
+    float *C;
+    const float *b;
+    int64_t ldc, N;
+    int relu;
+};
+
+static void bias_act_ld_rows(void *ctx, int64_t i0, int64_t i1, int thread)
+{
+    const struct bias_ld_job *j = ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        struct ew_job r = {.y = j->C + i * j->ldc, .b = j->b, .M = j->N, .relu = j->relu};
+        bias_act_rows(&r, 0, 1, thread);
+    }
+}
+
+static void bias_act_ld(struct tfm_backend *be, float *C, int64_t ldc, const float *b, int M,
+                        int N, int relu)
+{
+    struct bias_ld_job j = {C, b, ldc, N, relu};
+    par(be, M, (double)M * N, bias_act_ld_rows, &j);
 }
 
 /* Columns [c0, c1) of db: each adds its rows in row order. */

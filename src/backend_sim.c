@@ -384,6 +384,19 @@ static void pk_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
     PK_END();
 }
 
+/* The CPU's op writes C without reading it (beta 0), then rounds it once (its emulation). */
+static void pk_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                         const float *A, int lda, const float *B, int ldb, const float *bias,
+                         int relu, float *C, int ldc)
+{
+    PK_BEGIN((A, B, bias, C));
+    const float *a = IN(A, ta ? K : M, ta ? M : K, lda), *b = IN(B, tb ? N : K, tb ? K : N, ldb);
+    const float *bs = IN(bias, 1, N, N);
+    inner_->gemm_bias(inner_, ta, tb, M, N, K, a, lda, b, ldb, bs, relu, OUT(C, M, N, ldc),
+                      ldc);
+    PK_END();
+}
+
 static void pk_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
                          float alpha, const float *A, int lda, const float *B, int ldb,
                          float beta, float *C, int ldc)
@@ -646,7 +659,7 @@ static void pk_out_logits(struct tfm_backend *be, float *y, const float *x, int 
     X(layernorm_bwd) X(attn_fwd) X(attn_bwd) X(attn_decode) X(bias_act) X(bias_bwd)         \
     X(relu_bwd) X(dropout) X(add_dropout) X(axpy) X(gather) X(bias_act_dropout)             \
     X(embed_fwd_dropout) X(add_dropout_layernorm) X(layernorm_bwd_dropout) X(xent)          \
-    X(log_softmax)
+    X(log_softmax) X(gemm_bias)
 
 /* The CPU backend doing the work emulates bf16; packed (act_size 2, the pk_ ops) unless
  * TFM_SIM_PACKED=0 said otherwise when the backend was made. */

@@ -721,19 +721,19 @@ static int check_batch(struct tfm_model *m, int B, int S, int T, struct tfm_erro
  * losses, gradients and master weights are fp32 arrays and are indexed as such. */
 #define ACT(p, n) tfm_act(be, (p), (n))
 
-/* y (n,out) = x (n,in) W (in,out) + b.  The bias is copied into y first and the product
- * added to it (beta 1): one pass over y fewer than a product and then a bias pass. */
+/* y (n,out), rows ldy apart, = x (n,in) W (in,out) + b (b NULL: no bias).  With a bias,
+ * one gemm_bias (backend.h): the bias added in the product's epilogue on a GPU, and on the
+ * CPU copied into y first and the product added to it, one pass over y fewer than a
+ * product and then a bias pass. */
 static void linear(struct tfm_model *m, float *y, int ldy, const float *x, int ldx, int n,
                    const struct tfm_param *w, const struct tfm_param *b)
 {
     struct tfm_backend *be = m->be;
     int in = (int)w->dims[0], out = (int)w->dims[1];
-    float beta = 0.0f;
-    if (b && ldy == out) {
-        be->gather(be, y, ldy, DATA(b), 0, NULL, n, out);
-        beta = 1.0f;
-    }
-    be->gemm(be, 0, 0, n, out, in, 1.0f, x, ldx, DATA(w), out, beta, y, ldy);
+    if (b)
+        be->gemm_bias(be, 0, 0, n, out, in, x, ldx, DATA(w), out, DATA(b), 0, y, ldy);
+    else
+        be->gemm(be, 0, 0, n, out, in, 1.0f, x, ldx, DATA(w), out, 0.0f, y, ldy);
 }
 
 /* Backward of linear (dense y, ldy == out): dW += x^T dy; db += colsum dy;
@@ -804,9 +804,14 @@ static void ffn_fwd(struct tfm_model *m, const struct fwd *f, const struct ffn_p
                     const float *u, int n, float *h, float *out, uint64_t s)
 {
     struct tfm_backend *be = m->be;
-    be->gemm(be, 0, 0, n, m->F, m->D, 1.0f, u, m->D, DATA(p->w1), m->F, 0.0f, h, m->F);
-    be->bias_act_dropout(be, h, DATA(p->b1), n, m->F, 1, pdrop(f, m->cfg.relu_dropout),
-                         key(m, f, s));
+    float pr = pdrop(f, m->cfg.relu_dropout);
+    if (pr > 0) {       /* the product, then bias, ReLU and dropout in one pass */
+        be->gemm(be, 0, 0, n, m->F, m->D, 1.0f, u, m->D, DATA(p->w1), m->F, 0.0f, h, m->F);
+        be->bias_act_dropout(be, h, DATA(p->b1), n, m->F, 1, pr, key(m, f, s));
+    } else {            /* no dropout (eval, or relu_dropout 0): bias and ReLU in the product */
+        be->gemm_bias(be, 0, 0, n, m->F, m->D, u, m->D, DATA(p->w1), m->F, DATA(p->b1), 1, h,
+                      m->F);
+    }
     linear(m, out, m->D, h, m->F, n, p->w2, p->b2);
 }
 
@@ -1609,8 +1614,8 @@ static int dec_hidden(struct tfm_decoder *d, int nrows, const int32_t *last_tok,
         dstep_out(d, &P->ln2, R);
         /* FFN */
         u = dstep_in(d, &P->ln3, R);
-        be->gemm(be, 0, 0, R, m->F, D, 1.0f, u, D, DATA(P->ffn.w1), m->F, 0.0f, d->h, m->F);
-        be->bias_act(be, d->h, DATA(P->ffn.b1), R, m->F, 1);
+        be->gemm_bias(be, 0, 0, R, m->F, D, u, D, DATA(P->ffn.w1), m->F, DATA(P->ffn.b1), 1,
+                      d->h, m->F);
         linear(m, d->tmp, D, d->h, m->F, R, P->ffn.w2, P->ffn.b2);
         dstep_out(d, &P->ln3, R);
     }

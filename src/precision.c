@@ -79,6 +79,17 @@ static void emu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     round_rows(C, M, N, ldc);
 }
 
+/* The fp32 op (its bias and ReLU added to the unrounded sums), then C rounded once: what a
+ * GPU's epilogue stores.  (Not gemm and then bias_act at bf16, which would round the sums
+ * first and the biased values again.) */
+static void emu_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          const float *A, int lda, const float *B, int ldb, const float *bias,
+                          int relu, float *C, int ldc)
+{
+    F32(be)->gemm_bias(be, ta, tb, M, N, K, A, lda, B, ldb, bias, relu, C, ldc);
+    round_rows(C, M, N, ldc);
+}
+
 static void emu_weights_copy(struct tfm_backend *be, float *dst, const float *src, size_t n)
 {
     F32(be)->weights_copy(be, dst, src, n);
@@ -250,7 +261,7 @@ static void emu_destroy(struct tfm_backend *be)
     X(gemm) X(weights_copy) X(embed_fwd) X(layernorm_fwd) X(layernorm_bwd) X(attn_fwd)      \
     X(attn_bwd) X(attn_decode) X(bias_act) X(relu_bwd) X(dropout) X(add_dropout) X(axpy)    \
     X(bias_act_dropout) X(embed_fwd_dropout) X(add_dropout_layernorm)                       \
-    X(layernorm_bwd_dropout) X(xent) X(log_softmax)
+    X(layernorm_bwd_dropout) X(xent) X(log_softmax) X(gemm_bias)
 
 int tfm_backend_emulate_bf16(struct tfm_backend *be, int on, struct tfm_error *err)
 {

@@ -61,6 +61,14 @@ static void bad_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     if (M > 8 && N > 8)
         C[(size_t)5 * ldc + 7] += 0.01f;
 }
+static void bad_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          const float *A, int lda, const float *B, int ldb, const float *bias,
+                          int relu, float *C, int ldc)
+{
+    real.gemm_bias(be, ta, tb, M, N, K, A, lda, B, ldb, bias, relu, C, ldc);
+    if (M > 8 && N > 8)
+        C[(size_t)5 * ldc + 7] += 0.01f;
+}
 static void bad_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v,
                      size_t n, float lr, float b1, float b2, float eps, float gscale,
                      int64_t step)
@@ -105,7 +113,8 @@ static void test_check(void)
         const char *op, *want;
     } cases[] = {
         {"upload", "parameters differ from the CPU's after upload and download"},
-        {"gemm", "cpu: the loss of a training batch is "},
+        {"gemm_bias", "cpu: the loss of a training batch is "},
+        {"gemm", "cpu: the gradient of "},      /* the forward's products are gemm_bias */
         {"bias_bwd", "cpu: the gradient of "},
         {"adam", "after an Adam step differ from the CPU's"},
         {"attn_decode", "decoding step 1: log-probabilities differ"},
@@ -114,6 +123,8 @@ static void test_check(void)
         *be = real;
         if (!strcmp(cases[i].op, "upload"))
             be->upload = bad_upload;
+        else if (!strcmp(cases[i].op, "gemm_bias"))
+            be->gemm_bias = bad_gemm_bias;
         else if (!strcmp(cases[i].op, "gemm"))
             be->gemm = bad_gemm;
         else if (!strcmp(cases[i].op, "bias_bwd"))

@@ -61,13 +61,14 @@
  *    gemm_grad, embed_bwd, dg, db, bias_bwd; sumsq and Adam; the step's statistics,
  *    doubles): its fp32 bound alone; the
  *    inputs are the same bf16 values on both sides, and nothing is rounded to bf16.
- *  - Products (gemm, gemm_grad): tensor cores with bf16 inputs multiply exactly (8 x 8
- *    significant bits fit in fp32) and accumulate in fp32, but align the products of a
- *    step to the largest exponent and truncate rather than round (Fasi, Higham, Mikaitis,
- *    Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): up to one fp32
- *    unit of the partial sum an addition, all of one sign in the worst case, so K 2^-24
- *    on top of sum_bound(K) (tc_extra; 6e-4 for K = 10240, against the 1e-2 of one
- *    missing term of 10240).
+ *  - Products (gemm, gemm_grad, gemm_bias): tensor cores with bf16 inputs multiply exactly
+ *    (8 x 8 significant bits fit in fp32) and accumulate in fp32, but align the products
+ *    of a step to the largest exponent and truncate rather than round (Fasi, Higham,
+ *    Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021): up
+ *    to one fp32 unit of the partial sum an addition, all of one sign in the worst case,
+ *    so K 2^-24 on top of sum_bound(K) (tc_extra; 6e-4 for K = 10240, against the 1e-2
+ *    of one missing term of 10240).  gemm_bias's bias and ReLU add nothing to that
+ *    (gemm_bias_case says why).
  *  - Outputs one op computes from another's (layer-norm dx accumulating into the dx of the
  *    call before) are given the CPU's input first, so that a unit of difference is not
  *    counted twice.
@@ -623,6 +624,68 @@ static void test_gemm(void)
     gemm_case(0, 0, 0, 9, 11, 0, 0);
     gemm_case(0, 0, 1, 9, 11, 0, 0.5f);
     gemm_case(1, 1, 0, 9, 11, 0, 0.5f);
+}
+
+/* gemm_bias (backend.h): C = act(op(A) op(B) + bias), against the CPU's.  The CUDA backend
+ * runs it on cuBLASLt with the bias (and ReLU) in the epilogue when every pointer is
+ * 16-byte aligned and every leading dimension a multiple of 16 bytes, and falls back to
+ * gather + gemm + ReLU otherwise (or when cuBLASLt has no algorithm).  pad elements are
+ * added to every leading dimension and off > 0 moves A, B, C and the bias by off elements:
+ * with M, N, K and pad multiples of 8 every leading dimension is a multiple of 8 elements
+ * (16 bytes at bf16, 32 at fp32), the cuBLASLt path; an odd dimension, an odd pad or an
+ * offset of 1 takes the fallback.  C's padding is set
+ * to NaN on the GPU and must stay NaN (not written); C itself is NaN before (not read).
+ * Bound: gemm's (TOL + tc_extra(K)) plus, at bf16, one unit for the one rounding of the
+ * stored value (ulp16): the bias is one more fp32 addition (2^-24 relative, inside
+ * TOL) and the ReLU is exact and moves no two values further apart. */
+static void gemm_bias_case(int ta, int tb, int M, int N, int K, int relu, int off, int pad)
+{
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+           nc = (size_t)M * ldc;
+    float *A = rnda(na, 1), *Bm = rnda(nb, 1), *bias = rnda((size_t)N, 1), *C = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++)
+        C[i] = NAN;
+    float *dA = dact(NULL, na + off), *dB = dact(NULL, nb + off),
+          *db = dact(NULL, (size_t)N + off), *dC = dact(NULL, nc + off);
+    gpu->upload_act(gpu, gact(dA, off), A, na);
+    gpu->upload_act(gpu, gact(dB, off), Bm, nb);
+    gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
+    gpu->upload_act(gpu, gact(dC, off), C, nc);
+    cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
+    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                   gact(db, off), relu, gact(dC, off), ldc);
+    float *h = hact(gact(dC, off), nc);
+    double e = maxerr(h, C, nc), bound = TOL + tc_extra(K) + ulp16;
+    if (!(e <= bound))
+        printf("#   gemm_bias (%d,%d,%d)%s%s%s, offset %d, padding %d: max relative "
+               "difference %.3g (bound %g)\n", M, N, K, ta ? " ta" : "", tb ? " tb" : "",
+               relu ? " relu" : "", off, pad, e, bound);
+    CHECK(e <= bound);
+    free(h);
+    GFREE(dA, dB, db, dC);
+    free(A);
+    free(Bm);
+    free(bias);
+    free(C);
+}
+
+static void test_gemm_bias(void)
+{
+    NEED_GPU();
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int relu = 0; relu < 2; relu++) {
+                gemm_bias_case(ta, tb, 64, 96, 128, relu, 0, 0);     /* cuBLASLt */
+                gemm_bias_case(ta, tb, 40, 48, 296, relu, 0, 8);     /* padded, aligned */
+                gemm_bias_case(ta, tb, 37, 53, 129, relu, 0, 0);     /* odd: fallback */
+                gemm_bias_case(ta, tb, 64, 96, 128, relu, 1, 0);     /* misaligned */
+                gemm_bias_case(ta, tb, 64, 96, 128, relu, 0, 3);     /* odd ld */
+            }
+    /* the model's shapes, small: one row (a decoding step), K = 0 (the bias alone) */
+    gemm_bias_case(0, 0, 1, 256, 64, 1, 0, 0);
+    gemm_bias_case(0, 0, 9, 16, 0, 1, 0, 0);
+    gemm_bias_case(0, 0, 9, 16, 0, 0, 0, 0);
 }
 
 /* ---- embeddings and layer norm ------------------------------------------------------------ */
@@ -1314,24 +1377,31 @@ static void attn_twice(int dk)
 /* A product twice on the GPU (gemm or gemm_grad): the same bits.  A long K and few
  * output tiles, where a library would split K across blocks (cuBLAS does so without
  * atomics, and the math mode forbids reducing in bf16). */
+/* grad 0: gemm; 1: gemm_grad; 2: gemm_bias with ReLU (cuBLASLt: the plan's algorithm both
+ * times). */
 static void gemm_twice(int grad)
 {
     int M = 96, N = 80, K = 8192;
-    float *A = rnda((size_t)M * K, 1), *Bm = rnda((size_t)K * N, 1);
-    float *dA = dact(A, (size_t)M * K), *dB = dact(Bm, (size_t)K * N);
+    float *A = rnda((size_t)M * K, 1), *Bm = rnda((size_t)K * N, 1), *bias = rnda((size_t)N, 1);
+    float *dA = dact(A, (size_t)M * K), *dB = dact(Bm, (size_t)K * N), *db = dact(bias, N);
     float *out[2];
+    static const char *const name[] = {"gemm", "gemm_grad", "gemm_bias"};
     for (int run = 0; run < 2; run++) {
-        float *dC = grad ? dev(NULL, (size_t)M * N * 4) : dact(NULL, (size_t)M * N);
-        (grad ? gpu->gemm_grad : gpu->gemm)(gpu, 0, 0, M, N, K, 1.0f, dA, K, dB, N, 0.0f, dC, N);
-        out[run] = grad ? host(dC, (size_t)M * N) : hact(dC, (size_t)M * N);
+        float *dC = grad == 1 ? dev(NULL, (size_t)M * N * 4) : dact(NULL, (size_t)M * N);
+        if (grad == 2)
+            gpu->gemm_bias(gpu, 0, 0, M, N, K, dA, K, dB, N, db, 1, dC, N);
+        else
+            (grad ? gpu->gemm_grad : gpu->gemm)(gpu, 0, 0, M, N, K, 1.0f, dA, K, dB, N, 0.0f,
+                                                dC, N);
+        out[run] = grad == 1 ? host(dC, (size_t)M * N) : hact(dC, (size_t)M * N);
         gpu->free(gpu, dC);
     }
     size_t i = first_diff(out[0], out[1], (size_t)M * N);
     if (i < (size_t)M * N)
-        printf("#   %s: element %zu differs between runs\n", grad ? "gemm_grad" : "gemm", i);
+        printf("#   %s: element %zu differs between runs\n", name[grad], i);
     CHECK(i == (size_t)M * N);
-    GFREE(dA, dB);
-    free(A); free(Bm); free(out[0]); free(out[1]);
+    GFREE(dA, dB, db);
+    free(A); free(Bm); free(bias); free(out[0]); free(out[1]);
 }
 
 static void test_determinism(void)
@@ -1370,6 +1440,7 @@ static void test_determinism(void)
     attn_twice(257);                                       /* rows */
     gemm_twice(0);
     gemm_twice(1);
+    gemm_twice(2);
 }
 
 /* ---- a whole model: one training batch on the GPU and on the CPU ------------------------- */
@@ -1448,6 +1519,66 @@ static void test_big_gemm(void)
     /* the output layer for 1024 of the tokens (the rows only set the size of the grid) */
     big_gemm_case("logits", 0, 0, 1, 1024, BV, BD, 0);
     big_gemm_case("embedding gradient (gemm_grad)", 1, 1, 0, BV, BD, 1024, 1);
+}
+
+/* gemm_bias at the big model's shapes (10240 rows; the products of linear() and of the
+ * FFN's first layer with its ReLU), with the operands of big_gemm_case and its bound
+ * (sum_bound(K) + tc_extra(K), + ulp16 for the bf16 C, gemm_bias_case's reasons); the
+ * bias in [-1, 1], the size of the sums.  off and pad as gemm_bias_case's: the fallback. */
+static void big_gemm_bias_case(const char *what, int ta, int tb, int M, int N, int K, int relu,
+                               int off, int pad)
+{
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+           nc = (size_t)M * ldc;
+    float *A = rnda(na, 1), *Bm = rnda(nb, sqrtf(3.0f / (float)K)), *bias = rnda((size_t)N, 1),
+          *C = malloc(nc * 4);
+    for (size_t i = 0; i < nc; i++)
+        C[i] = NAN;
+    float *dA = dact(NULL, na + off), *dB = dact(NULL, nb + off),
+          *db = dact(NULL, (size_t)N + off), *dC = dact(NULL, nc + off);
+    gpu->upload_act(gpu, gact(dA, off), A, na);
+    gpu->upload_act(gpu, gact(dB, off), Bm, nb);
+    gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
+    gpu->upload_act(gpu, gact(dC, off), C, nc);
+    double t0 = now();
+    cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
+    double t1 = now();
+    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                   gact(db, off), relu, gact(dC, off), ldc);
+    gpu->sync(gpu);
+    double t2 = now();
+    /* a second call: the plan is made; the product alone */
+    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                   gact(db, off), relu, gact(dC, off), ldc);
+    gpu->sync(gpu);
+    double t3 = now();
+    char w[200];
+    snprintf(w, sizeof w, "%s: (%d,%d) = %s(%d,%d) %s(%d,%d) + bias%s, offset %d, padding %d, "
+             "cpu %.2f s, gpu %.4f s (first call %.4f s)", what, M, N, ta ? "T" : "",
+             ta ? K : M, ta ? M : K, tb ? "T" : "", tb ? N : K, tb ? K : N,
+             relu ? ", ReLU" : "", off, pad, t1 - t0, t3 - t2, t2 - t1);
+    near_act(w, gact(dC, off), C, nc, sum_bound(K) + tc_extra(K));
+    GFREE(dA, dB, db, dC);
+    free(A);
+    free(Bm);
+    free(bias);
+    free(C);
+}
+
+static void test_big_gemm_bias(void)
+{
+    NEED_BIG();
+    big_gemm_bias_case("QKV projection", 0, 0, BN, 3 * BD, BD, 0, 0, 0);
+    big_gemm_bias_case("attention output", 0, 0, BN, BD, BD, 0, 0, 0);
+    big_gemm_bias_case("FFN in", 0, 0, BN, BF, BD, 1, 0, 0);
+    big_gemm_bias_case("FFN out", 0, 0, BN, BD, BF, 0, 0, 0);
+    /* the other transposes (the op allows them; the model uses none) */
+    big_gemm_bias_case("FFN in, A^T", 1, 0, BN, BF, BD, 1, 0, 0);
+    big_gemm_bias_case("FFN in, B^T", 0, 1, BN, BF, BD, 1, 0, 0);
+    /* the fallback: misaligned operands, odd leading dimensions */
+    big_gemm_bias_case("FFN in, misaligned (fallback)", 0, 0, BN, BF, BD, 1, 1, 0);
+    big_gemm_bias_case("QKV projection, odd ld (fallback)", 0, 0, BN, 3 * BD, BD, 0, 0, 1);
 }
 
 /* Embeddings of 10240 tokens (40 sentences of 256 positions) from 37000 x 1024, scale 32.
@@ -2071,6 +2202,7 @@ int main(void)
     run("the comparisons: NaN-ness, not NaN bits; relative to the typical size", test_compare);
     run("cuda: alloc, upload, download, copy, zero", test_memory);
     run("cuda: gemm against the CPU", test_gemm);
+    run("cuda: gemm_bias (cuBLASLt epilogues, the fallback) against the CPU", test_gemm_bias);
     run("cuda: embedding forward and backward against the CPU", test_embed);
     run("cuda: layer norm forward and backward against the CPU", test_layernorm);
     run("cuda: attention forward and backward against the CPU, every kernel form", test_attention);
@@ -2085,6 +2217,8 @@ int main(void)
     run("cuda: the step's statistics (loss sums, norm, clipping, Adam) against the CPU",
         test_step);
     run("cuda big: gemm at the big model's shapes", test_big_gemm);
+    run("cuda big: gemm_bias at the big model's shapes, with and without ReLU, the fallback",
+        test_big_gemm_bias);
     run("cuda big: embeddings of 10240 tokens, 37000 x 1024, ids repeated 256 to 1000 times",
         test_big_embed);
     run("cuda big: layer norm of 10240 x 1024 and 999 x 4097", test_big_layernorm);

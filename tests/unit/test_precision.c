@@ -208,6 +208,17 @@ static void chk_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     saved.gemm(be, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
 }
 
+static void chk_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          const float *A, int lda, const float *Bm, int ldb, const float *bias,
+                          int relu, float *C, int ldc)
+{
+    chk(A, ta ? K : M, ta ? M : K, lda, "gemm_bias A");
+    chk(Bm, tb ? N : K, tb ? K : N, ldb, "gemm_bias B");
+    chk(bias, 1, N, N, "gemm_bias bias");
+    saved.gemm_bias(be, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
+    chk(C, M, N, ldc, "gemm_bias C (stored once)");
+}
+
 static void chk_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
                           float alpha, const float *A, int lda, const float *Bm, int ldb,
                           float beta, float *C, int ldc)
@@ -366,7 +377,7 @@ static void chk_log_softmax(struct tfm_backend *be, float *y, const float *x, in
 #define CHK_OPS(X)                                                                          \
     X(gemm) X(gemm_grad) X(embed_fwd) X(embed_bwd) X(layernorm_fwd) X(layernorm_bwd)        \
     X(attn_fwd) X(attn_bwd) X(attn_decode) X(bias_act) X(bias_bwd) X(relu_bwd) X(dropout)   \
-    X(add_dropout) X(axpy) X(gather) X(xent) X(log_softmax)
+    X(add_dropout) X(axpy) X(gather) X(xent) X(log_softmax) X(gemm_bias)
 
 static void checker(struct tfm_backend *be)
 {
