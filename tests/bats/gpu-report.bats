@@ -12,6 +12,19 @@ setup() {
     S="$TFM_ROOT/tests/gpu/samples"
 }
 
+# A stand-in nvidia-smi in $BATS_TEST_TMPDIR/fake that lists one H100 (and nothing else of
+# NVIDIA's): the test is skipped on a machine with NVIDIA software, which would not let the
+# stand-in be alone.
+fake_gpu() {
+    if command -v nvidia-smi > /dev/null || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+        skip "this machine has NVIDIA software: the stand-in would not be alone"
+    fi
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)"\nexit 0\n' \
+        > "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    chmod +x "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+}
+
 @test "TAP logs: counts, the first failure, skips, time-outs, exits" {
     run tap_counts "$S/ops-gpu.tap"
     assert_output "5 1 0"
@@ -164,13 +177,7 @@ setup() {
 }
 
 @test "no time left: a stage's rows say so and how to run it; PyTorch absent is one row" {
-    if command -v nvidia-smi > /dev/null || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
-        skip "this machine has NVIDIA software: the stand-in would not be alone"
-    fi
-    mkdir -p "$BATS_TEST_TMPDIR/fake"
-    printf '#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)"\nexit 0\n' \
-        > "$BATS_TEST_TMPDIR/fake/nvidia-smi"
-    chmod +x "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    fake_gpu
     export PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0
     REPORT_SECONDS=20 run "$TFM_ROOT/tests/gpu/report.sh" ops tools
     assert_success
@@ -185,13 +192,7 @@ setup() {
 }
 
 @test "a GPU listed but unusable: every GPU row fails, none passes" {
-    if command -v nvidia-smi > /dev/null || ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
-        skip "this machine has NVIDIA software: the stand-in would not be alone"
-    fi
-    mkdir -p "$BATS_TEST_TMPDIR/fake"
-    printf '#!/bin/sh\n[ "$1" = -L ] && echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-x)"\nexit 0\n' \
-        > "$BATS_TEST_TMPDIR/fake/nvidia-smi"
-    chmod +x "$BATS_TEST_TMPDIR/fake/nvidia-smi"
+    fake_gpu
     PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 \
         BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
