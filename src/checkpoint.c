@@ -395,6 +395,9 @@ static int64_t first_bad(const float *x, int64_t n, int nonneg)
     for (int64_t i = 0; i < n; i += 4096) {
         int64_t e = n - i < 4096 ? n : i + 4096;
         uint32_t bad = 0;
+        /* a reduction the compiler vectorizes only when told: 16 lanes of AVX-512 instead
+         * of one, a tenth of a base model's load time */
+#pragma omp simd reduction(| : bad)
         for (int64_t j = i; j < e; j++) {
             uint32_t b;
             memcpy(&b, &x[j], sizeof b);

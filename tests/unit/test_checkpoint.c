@@ -326,8 +326,9 @@ static const char MODEL2[] = "layers = 2\nd_model = 8\nd_ff = 16\nheads = 2\nvoc
 
 /* What write_model changes in an otherwise good checkpoint of a model. */
 struct edit {
-    const char *poison;     /* this tensor gets value bad at element 3 */
+    const char *poison;     /* this tensor gets value bad at element 3 (or at) */
     float bad;
+    int at;                 /* > 0: the poisoned element instead of 3 */
     const char *drop;       /* this tensor is left out */
     const char *extra;      /* a tensor of this name is added (shape 2) */
     const char *reshape;    /* this rank-2 tensor is written with its dims swapped */
@@ -367,7 +368,7 @@ static int write_model(const char *path, const char *layout, const char *config,
             for (int64_t j = 0; j < p[i].count; j++)
                 v[j] = base + (float)(j % 7);
             if (e->poison && strcmp(name, e->poison) == 0)
-                v[3] = e->bad;
+                v[e->at > 0 ? e->at : 3] = e->bad;
             int64_t dims[2] = {p[i].dims[0], p[i].dims[1]};
             if (e->reshape && strcmp(name, e->reshape) == 0) {
                 dims[0] = p[i].dims[1];
@@ -428,6 +429,13 @@ static void test_model_check(void)
     e = (struct edit){.poison = "param.emb", .bad = -INFINITY};
     CHECK_STR(check_msg("inf.tfm", MODEL1, MODEL1, &e, 0, 0),
               "inf.tfm: tensor param.emb: element 3 is Inf");
+    /* the scan's vector lanes and its tail: the last of emb's 64, the 17th of w1's 128 */
+    e = (struct edit){.poison = "param.emb", .bad = INFINITY, .at = 63};
+    CHECK_STR(check_msg("inf63.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "inf63.tfm: tensor param.emb: element 63 is Inf");
+    e = (struct edit){.poison = "param.enc.0.ffn.w1", .bad = NAN, .at = 16};
+    CHECK_STR(check_msg("nan16.tfm", MODEL1, MODEL1, &e, 0, 0),
+              "nan16.tfm: tensor param.enc.0.ffn.w1: element 16 is NaN");
     e = (struct edit){.poison = "adam.m.dec.0.cross.wkv", .bad = NAN, .adam = 1};
     CHECK_STR(check_msg("mnan.tfm", MODEL1, MODEL1, &e, 0, 1),
               "mnan.tfm: tensor adam.m.dec.0.cross.wkv: element 3 is NaN");
