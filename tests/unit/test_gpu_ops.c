@@ -787,17 +787,19 @@ static void test_layernorm(void)
 
 /* Attention forward and backward of B sentences, H heads of dk, Tq queries, Tk keys
  * (klen: keys per sentence or NULL; causal; dropout on the weights) against the CPU, on
- * each attention path (the header; the CPU's once).  q has gaps between rows (ldq), k and
- * v are the halves of one (Tk, 2D) matrix as in the model.  big 0: the small shapes'
- * bound; big 1: sum_bound over the longest chain of sums (dk for a score or dO.v, Tk for
- * the weighted sum and D_i, Tq for dk, dv); both plus the path's extra at bf16.  qs
- * scales q (sharper softmax rows for qs > 1). */
+ * each attention path (the header; the CPU's once).  q's rows are D + qpad apart (qpad 5:
+ * gaps the kernels must skip, and rows that are not 16-byte aligned, so that mm's products
+ * of Q and dQ take its per-head strided calls; qpad 0: all its products the pointer
+ * arrays, as the model's), k and v are the halves of one (Tk, 2D) matrix as in the model.
+ * big 0: the small shapes' bound; big 1: sum_bound over the longest chain of sums (dk
+ * for a score or dO.v, Tk for the weighted sum and D_i, Tq for dk, dv); both plus the
+ * path's extra at bf16.  qs scales q (sharper softmax rows for qs > 1). */
 static void attn_case(int B, int H, int Tq, int Tk, int dk, const int32_t *klen, int causal,
-                      float dropout, int big, float qs)
+                      float dropout, int big, float qs, int qpad)
 {
     struct tfm_attn a = {B, H, Tq, Tk, dk, NULL, causal, 1.0f / sqrtf((float)dk), dropout,
                          tfm_rng_key(3, 4, 5)};
-    int D = H * dk, ldq = D + 5, ldk = 2 * D, ldo = D;
+    int D = H * dk, ldq = D + qpad, ldk = 2 * D, ldo = D;
     size_t nq = (size_t)B * Tq * ldq, nk = (size_t)B * Tk * ldk, no = (size_t)B * Tq * ldo,
            nl = (size_t)B * H * Tq;
     float *q = rnda(nq, qs), *kv = rnda(nk, 1), *dout = rnda(no, 1);
@@ -881,19 +883,25 @@ static void test_attention(void)
 {
     NEED_GPU();
     int32_t klen[3] = {7, 0, 3};                          /* sentence 1: every key masked */
-    attn_case(3, 2, 7, 7, 8, klen, 0, 0, 0, 1);           /* padding */
-    attn_case(3, 2, 7, 7, 8, klen, 1, 0, 0, 1);           /* padding + causal */
-    attn_case(2, 4, 5, 9, 16, NULL, 0, 0, 0, 1);          /* cross: Tq != Tk */
-    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1);        /* attention dropout */
-    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1);        /* tiled, 2 columns a lane */
+    attn_case(3, 2, 7, 7, 8, klen, 0, 0, 0, 1, 5);           /* padding */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0, 0, 1, 5);           /* padding + causal */
+    attn_case(2, 4, 5, 9, 16, NULL, 0, 0, 0, 1, 5);          /* cross: Tq != Tk */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1, 5);        /* attention dropout */
+    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1, 5);        /* tiled, 2 columns a lane */
     int32_t long_len[2] = {300, 129};
-    attn_case(2, 2, 300, 300, 32, long_len, 0, 0.1f, 0, 1); /* rows longer than a warp */
+    attn_case(2, 2, 300, 300, 32, long_len, 0, 0.1f, 0, 1, 5); /* rows longer than a warp */
     /* every other form, each dk off the multiples of 32 (the column guards) */
     int32_t len2[2] = {45, 17};
-    attn_case(2, 2, 40, 45, 100, len2, 0, 0.1f, 0, 1);    /* tiled, 4 columns a lane */
-    attn_case(2, 2, 40, 40, 200, len2, 1, 0, 0, 1);       /* tiled, 8 columns, > 48 KiB */
-    attn_case(2, 2, 40, 45, 257, len2, 0, 0.1f, 0, 1);    /* the rows form */
-    attn_case(2, 1, 40, 40, 257, len2, 1, 0, 0, 1);       /* the rows form, causal */
+    attn_case(2, 2, 40, 45, 100, len2, 0, 0.1f, 0, 1, 5);    /* tiled, 4 columns a lane */
+    attn_case(2, 2, 40, 40, 200, len2, 1, 0, 0, 1, 5);       /* tiled, 8 columns, > 48 KiB */
+    attn_case(2, 2, 40, 45, 257, len2, 0, 0.1f, 0, 1, 5);    /* the rows form */
+    attn_case(2, 1, 40, 40, 257, len2, 1, 0, 0, 1, 5);       /* the rows form, causal */
+    /* q's rows 16-byte aligned (qpad 0): mm's every product through its pointer arrays
+     * (with qpad 5 those reading Q, dQ take one strided call per head); Tk 7, 45: score
+     * rows padded to 8, 48 */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1, 0);
+    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1, 0);
+    attn_case(2, 2, 40, 45, 32, len2, 0, 0.1f, 0, 1, 0);
 }
 
 /* Incremental attention: R rows of H heads of dk, each with len[r] keys found through
@@ -1635,20 +1643,21 @@ static void test_big_attention(void)
     int32_t klen[BB];
     for (int b = 0; b < BB; b++)
         klen[b] = b == 0 ? 0 : b == 1 ? 1 : b % 5 == 0 ? BT : BT - (b * 37) % 57;
-    attn_case(BB, 16, BT, BT, 64, klen, 0, 0.1f, 1, 2);   /* tiled, 2 columns a lane */
-    attn_case(BB, 16, BT, BT, 64, klen, 1, 0, 1, 2);
-    attn_case(BB, 8, BT, BT, 128, klen, 1, 0.1f, 1, 2);   /* tiled, 4 columns */
-    attn_case(BB, 4, BT, BT, 256, klen, 0, 0.1f, 1, 2);   /* tiled, 8 columns */
-    attn_case(BB, 4, BT, BT, 320, klen, 1, 0, 1, 2);      /* rows */
-    attn_case(BB, 4, 100, BT, 320, klen, 0, 0.1f, 1, 2);  /* rows, cross */
+    attn_case(BB, 16, BT, BT, 64, klen, 0, 0.1f, 1, 2, 5);   /* tiled, 2 columns a lane */
+    attn_case(BB, 16, BT, BT, 64, klen, 1, 0, 1, 2, 5);
+    attn_case(BB, 8, BT, BT, 128, klen, 1, 0.1f, 1, 2, 5);   /* tiled, 4 columns */
+    attn_case(BB, 4, BT, BT, 256, klen, 0, 0.1f, 1, 2, 5);   /* tiled, 8 columns */
+    attn_case(BB, 4, BT, BT, 320, klen, 1, 0, 1, 2, 5);      /* rows */
+    attn_case(BB, 4, 100, BT, 320, klen, 0, 0.1f, 1, 2, 5);  /* rows, cross */
     /* the big model at translation lengths: 96 sentences of up to 107 tokens (10272 a
-     * side), 16 heads of 64; encoder, decoder (causal) and cross attention */
+     * side), 16 heads of 64; encoder, decoder (causal) and cross attention; q's rows D
+     * apart as the model's (qpad 0: every product of mm through its pointer arrays) */
     int32_t tlen[96];
     for (int b = 0; b < 96; b++)
         tlen[b] = b == 0 ? 0 : b == 1 ? 1 : b % 7 == 0 ? 107 : 107 - (b * 29) % 80;
-    attn_case(96, 16, 107, 107, 64, tlen, 0, 0.1f, 1, 2);
-    attn_case(96, 16, 100, 100, 64, tlen, 1, 0.1f, 1, 2);
-    attn_case(96, 16, 100, 107, 64, tlen, 0, 0.1f, 1, 2);
+    attn_case(96, 16, 107, 107, 64, tlen, 0, 0.1f, 1, 2, 0);
+    attn_case(96, 16, 100, 100, 64, tlen, 1, 0.1f, 1, 2, 0);
+    attn_case(96, 16, 100, 107, 64, tlen, 0, 0.1f, 1, 2, 0);
     /* decoding: 64 rows (16 sentences x beam 4) over caches of up to 256 keys */
     int32_t len[64];
     for (int r = 0; r < 64; r++)
