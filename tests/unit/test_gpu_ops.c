@@ -98,6 +98,8 @@
 #include "beam.h"
 #include "decode.h"
 #include "model.h"
+#include "optim.h"
+#include "cuda_plugin.h"
 #include "topk.h"
 
 #include <stdint.h>
@@ -1727,6 +1729,173 @@ static void test_big_optimizer(void)
     optimizer_case(50000017, 1);
 }
 
+/* ---- the workspace: a training step allocates nothing after reserve_step -------------------- */
+
+/* A CUDA backend with the attention path `attn` (TFM_CUDA_ATTN), at the precision under
+ * test, bound to this thread; NULL with err. */
+static struct tfm_backend *open_cuda(const char *attn, struct tfm_error *err)
+{
+    char *was = getenv("TFM_CUDA_ATTN") ? strdup(getenv("TFM_CUDA_ATTN")) : NULL;
+    setenv("TFM_CUDA_ATTN", attn, 1);
+    struct tfm_backend *be = tfm_backend_cuda(0, err);
+    if (was)
+        setenv("TFM_CUDA_ATTN", was, 1);
+    else
+        unsetenv("TFM_CUDA_ATTN");
+    free(was);
+    enum tfm_precision p = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
+    if (be && tfm_backend_set_precision(be, p, err) < 0) {
+        be->destroy(be);
+        return NULL;
+    }
+    if (be && be->bind)
+        be->bind(be);
+    return be;
+}
+
+/* One attention forward and backward (causal, dropout) of B sentences of T tokens, H
+ * heads of dk, on be, its inputs zeros: only the workspace it asks for matters here. */
+static void attn_on(struct tfm_backend *be, int B, int H, int T, int dk)
+{
+    struct tfm_backend *home = gpu;
+    gpu = be;
+    struct tfm_attn a = {B, H, T, T, dk, NULL, 1, 1.0f / sqrtf((float)dk), 0.1f,
+                         tfm_rng_key(1, 2, 3)};
+    int D = H * dk;
+    size_t n = (size_t)B * T * D;
+    float *q = dact(NULL, n), *k = dact(NULL, n), *v = dact(NULL, n), *o = dact(NULL, n),
+          *dout = dact(NULL, n), *dq = dact(NULL, n), *dk_ = dact(NULL, n),
+          *dv = dact(NULL, n), *lse = dev(NULL, (size_t)B * H * T * sizeof(float));
+    be->attn_fwd(be, &a, q, D, k, D, v, D, o, D, lse);
+    be->attn_bwd(be, &a, q, D, k, D, v, D, o, D, lse, dout, D, dq, D, dk_, D, dv, D);
+    be->sync(be);
+    GFREE(q, k, v, o, dout, dq, dk_, dv, lse);
+    gpu = home;
+}
+
+/* The count of tfm_backend_cuda_work_grows: -1 where there is no CUDA backend; on a GPU,
+ * a fresh backend of each attention path counts the workspace growing (attention with
+ * nothing reserved), not a call that fits, and after reserve_step (512 rows a side, 2
+ * heads of 8) no attention of a shape it allows (the longest sentences, the most
+ * sentences, one in between) grows it: tfm_cuda_attn_step_work covers both paths. */
+static void test_work_grows(void)
+{
+    CHECK(tfm_backend_cuda_work_grows(NULL) == -1);
+    CHECK(tfm_backend_cuda_work_grows(cpu) == -1);
+    if (gpu && sim) {
+        CHECK(tfm_backend_cuda_work_grows(gpu) == -1);
+        return;
+    }
+    NEED_GPU();
+    CHECK(tfm_backend_cuda_work_grows(gpu) >= 0);
+    const char *names[2] = {"flash", "mm"};
+    for (int p = 0; p < 2; p++) {
+        struct tfm_error err;
+        struct tfm_backend *be = open_cuda(names[p], &err);
+        if (!be) {
+            printf("#   %s: %s\n", names[p], err.msg);
+            CHECK(!"backend opened");
+            continue;
+        }
+        CHECK(tfm_backend_cuda_work_grows(be) == 0);
+        CHECK(be->reserve(be, 64, 64, &err) == 0);
+        attn_on(be, 2, 2, 16, 8);                         /* nothing reserved: grows */
+        long g = tfm_backend_cuda_work_grows(be);
+        CHECK(g >= 1);
+        attn_on(be, 2, 2, 16, 8);                         /* the same shape: fits */
+        CHECK(tfm_backend_cuda_work_grows(be) == g);
+        CHECK(be->reserve_step(be, 512, 16, 64, 2, 100, &err) == 0);
+        attn_on(be, 8, 2, 64, 8);                         /* 8 x 64: the longest */
+        attn_on(be, 512, 2, 1, 8);                        /* 512 x 1: the most */
+        attn_on(be, 21, 2, 24, 8);                        /* 504 rows, Tk 24 */
+        long g2 = tfm_backend_cuda_work_grows(be);
+        if (g2 != g)
+            printf("#   %s: the workspace grew %ld times after reserve_step\n", names[p],
+                   g2 - g);
+        CHECK(g2 == g);
+        be->destroy(be);
+    }
+}
+
+/* A training step of the big model (one layer: d_model 1024, 16 heads, d_ff 4096,
+ * vocabulary 37000; 10240 tokens a side, max_len 256), on a fresh backend of each
+ * attention path at the precision under test: after tfm_model_create (reserve_step),
+ * batches of the longest sentences (40 x 256), of the most (320 x 32) and of sources
+ * longer than targets (64 x 160 / 100), then the optimizer's step, must not grow the
+ * workspace (backend.h, reserve_step: no step allocates). */
+static void test_big_step_work(void)
+{
+    NEED_BIG();
+    if (sim) {
+        t_skip("the sim backend has no workspace");
+        return;
+    }
+    enum { L = 256 };
+    struct tfm_config c;
+    tfm_config_defaults(&c);
+    c.layers = 1;
+    c.d_model = BD;
+    c.heads = 16;
+    c.d_ff = BF;
+    c.vocab = BV;
+    c.max_len = L;
+    c.tokens = BN;
+    c.dropout = 0.1;
+    c.attn_dropout = 0.1;
+    c.relu_dropout = 0.1;
+    c.label_smoothing = 0.1;
+    c.seed = 5;
+    c.precision = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
+    const int shapes[3][3] = {{BN / L, L, L}, {BN / 32, 32, 32}, {BN / 160, 160, 100}};
+    int32_t *src = malloc((size_t)BN * 4), *tgt = malloc((size_t)BN * 4);
+    for (int i = 0; i < BN; i++) {
+        src[i] = 4 + irand(BV - 4);
+        tgt[i] = 4 + irand(BV - 4);
+    }
+    const char *names[2] = {"flash", "mm"};
+    for (int p = 0; p < 2; p++) {
+        struct tfm_error err;
+        struct tfm_backend *be = open_cuda(names[p], &err);
+        struct tfm_model *m = be ? tfm_model_create(&c, be, 0, &err) : NULL;
+        if (!m) {
+            printf("#   %s: %s\n", names[p], err.msg);
+            CHECK(!"model created");
+            if (be)
+                be->destroy(be);
+            continue;
+        }
+        long g0 = tfm_backend_cuda_work_grows(be);
+        CHECK(g0 >= 0);
+        int64_t tokens = 0;
+        int ok = 1;
+        double t0 = now();
+        for (int s = 0; s < 3 && ok; s++) {
+            struct tfm_loss loss;
+            if (tfm_model_train_batch_dev(m, shapes[s][0], shapes[s][1], shapes[s][2], src,
+                                          tgt, (uint64_t)s + 1, &loss, &err)) {
+                printf("#   %s: batch %d x %d / %d: %s\n", names[p], shapes[s][0],
+                       shapes[s][1], shapes[s][2], err.msg);
+                ok = 0;
+            }
+            tokens += loss.tokens;
+        }
+        struct tfm_optim_stats st;
+        if (ok && tfm_optim_step(m, 1, tokens, &st, &err)) {
+            printf("#   %s: optimizer step: %s\n", names[p], err.msg);
+            ok = 0;
+        }
+        CHECK(ok);
+        long g1 = tfm_backend_cuda_work_grows(be);
+        printf("#   %s: 3 batches and a step in %.2f s; the workspace grew %ld times in "
+               "them\n", names[p], now() - t0, g1 - g0);
+        CHECK(g1 == g0);
+        tfm_model_free(m);
+        be->destroy(be);
+    }
+    free(src);
+    free(tgt);
+}
+
 /* One training batch of a whole 6-layer model of the big shapes (dropout 0.1 on the
  * sub-layers, the attention weights and the ReLU outputs; label smoothing 0.1): 8
  * sentence pairs of up to 256 tokens a side (2048 padded tokens, a fifth of a 10k batch,
@@ -2188,24 +2357,15 @@ int main(void)
     } else if (gpu) {
         /* a backend per attention path, chosen when it opens (TFM_CUDA_ATTN) */
         const char *names[2] = {"flash", "mm"};
-        char *was = getenv("TFM_CUDA_ATTN") ? strdup(getenv("TFM_CUDA_ATTN")) : NULL;
         for (int p = 0; p < 2; p++) {
-            setenv("TFM_CUDA_ATTN", names[p], 1);
-            struct tfm_backend *be = tfm_backend_cuda(0, &err);
-            if (!be || tfm_backend_set_precision(be, gpu->precision, &err) < 0) {
+            struct tfm_backend *be = open_cuda(names[p], &err);
+            if (!be) {
                 printf("# attention path %s: %s\n", names[p], err.msg);
                 return 1;
             }
-            if (be->bind)
-                be->bind(be);
             double extra = ulp16 > 0 ? (p == 0 ? 4 : 2) * ulp16 : 0;
             path[npaths++] = (struct attn_path){be, names[p], extra};
         }
-        if (was)
-            setenv("TFM_CUDA_ATTN", was, 1);
-        else
-            unsetenv("TFM_CUDA_ATTN");
-        free(was);
     }
     run("the CUDA backend starts on a GPU, or says why not", test_create);
     run("the comparisons: NaN-ness, not NaN bits; relative to the typical size", test_compare);
@@ -2225,6 +2385,8 @@ int main(void)
     run("cuda: a model's training batch, Adam step and decoding against the CPU", test_model);
     run("cuda: the step's statistics (loss sums, norm, clipping, Adam) against the CPU",
         test_step);
+    run("cuda: workspace growth is counted; none after reserve_step, both attention paths",
+        test_work_grows);
     run("cuda big: gemm at the big model's shapes", test_big_gemm);
     run("cuda big: gemm_bias at the big model's shapes, with and without ReLU, the fallback",
         test_big_gemm_bias);
@@ -2241,6 +2403,8 @@ int main(void)
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
         test_big_model);
     run("cuda big: the step's statistics over 50 million elements", test_big_step);
+    run("cuda big: a training step of the big model allocates no workspace after "
+        "reserve_step, both attention paths", test_big_step_work);
     run("cuda: log_softmax_top (the k best tokens on the GPU) = log_softmax, then the host's "
         "selection", test_log_softmax_top);
     for (int p = 0; p < npaths; p++)
