@@ -277,6 +277,12 @@ const void *mat_at(const Call &c, int k, int64_t b, int64_t h)
     return (const char *)m.base + (b * m.bstride + h * m.hstride) * c.ms.size[k];
 }
 
+// Problems per cuBLAS call: a batched kernel may put the batch in a grid dimension that
+// holds at most 65535 blocks, and cuBLAS versions have differed in splitting larger
+// batches themselves; B*H passes it with short sentences (5000 sentences of 5 tokens, 16
+// heads: 80000), so the calls take it in slices that never ask.
+constexpr int64_t MAX_BATCH = 65535;
+
 // For each of the B*H problems: C (M,N) = alpha op(A) op(B) (beta 0: C overwritten, not
 // read), row-major as backend.h's gemm; A, B, C matrices ia, ib, ic of the call with rows
 // lda, ldb, ldc apart.  cuBLAS is column-major: the operands swap places (backend_cuda.cu,
@@ -290,19 +296,26 @@ void product(struct tfm_backend *be, const Call &c, int ta, int tb, int M, int N
     if (mat_aligned(c.ms.m[ia], c.ms.size[ia], lda, B, H) &&
         mat_aligned(c.ms.m[ib], c.ms.size[ib], ldb, B, H) &&
         mat_aligned(c.ms.m[ic], c.ms.size[ic], ldc, B, H)) {
-        BLAS_CHECK(cublasGemmBatchedEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha,
-                                       c.arr + ib * bh, c.type[ib], ldb, c.arr + ia * bh,
-                                       c.type[ia], lda, &beta,
-                                       (void *const *)(c.arr + ic * bh), c.type[ic], ldc,
-                                       (int)bh, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        for (int64_t at = 0; at < bh; at += MAX_BATCH) {
+            const int n = (int)(bh - at < MAX_BATCH ? bh - at : MAX_BATCH);
+            BLAS_CHECK(cublasGemmBatchedEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha,
+                                           c.arr + ib * bh + at, c.type[ib], ldb,
+                                           c.arr + ia * bh + at, c.type[ia], lda, &beta,
+                                           (void *const *)(c.arr + ic * bh + at), c.type[ic],
+                                           ldc, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
         return;
     }
     for (int h = 0; h < H; h++)
-        BLAS_CHECK(cublasGemmStridedBatchedEx(
-            CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, mat_at(c, ib, 0, h), c.type[ib],
-            ldb, (long long)c.ms.m[ib].bstride, mat_at(c, ia, 0, h), c.type[ia], lda,
-            (long long)c.ms.m[ia].bstride, &beta, (void *)mat_at(c, ic, 0, h), c.type[ic],
-            ldc, (long long)c.ms.m[ic].bstride, B, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        for (int64_t b = 0; b < B; b += MAX_BATCH) {
+            const int n = (int)(B - b < MAX_BATCH ? B - b : MAX_BATCH);
+            BLAS_CHECK(cublasGemmStridedBatchedEx(
+                CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, mat_at(c, ib, b, h),
+                c.type[ib], ldb, (long long)c.ms.m[ib].bstride, mat_at(c, ia, b, h),
+                c.type[ia], lda, (long long)c.ms.m[ia].bstride, &beta,
+                (void *)mat_at(c, ic, b, h), c.type[ic], ldc, (long long)c.ms.m[ic].bstride, n,
+                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
 }
 
 // rows x cols elements of `size` bytes, ld apart, set to 0 (an output whose products

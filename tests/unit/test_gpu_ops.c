@@ -904,6 +904,10 @@ static void test_attention(void)
     attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1, 0);
     attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1, 0);
     attn_case(2, 2, 40, 45, 32, len2, 0, 0.1f, 0, 1, 0);
+    /* more than 65535 problems in a product: mm's calls take them in slices (B*H = 67200
+     * through the pointer arrays; B = 70000 sentences a head, strided) */
+    attn_case(4200, 16, 2, 3, 8, NULL, 0, 0.1f, 0, 1, 0);
+    attn_case(70000, 1, 1, 2, 8, NULL, 1, 0, 0, 1, 5);
 }
 
 /* Incremental attention: R rows of H heads of dk, each with len[r] keys found through
