@@ -114,7 +114,8 @@ __device__ __forceinline__ float dropped(const Rows &s, uint64_t e, float x)
 
 // Forward, one block per score row r = (b*H + h)*Tq + i: lse_r = the log-sum-exp of its
 // valid scores (row_log_sum_exp), P'_rj = dropout(exp(S_rj - lse_r)) for valid j, 0 for
-// the rest (and the whole row when no key is valid: lse = -inf).
+// the rest (and the whole row when no key is valid: lse = -inf), the row's padding past Tk
+// included (a product's kernel may load it with the valid keys, and must load zeros).
 template <typename T>
 __global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
 {
@@ -125,7 +126,7 @@ __global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
     T *pr = P + r * s.ld;
     const float L = n > 0 ? row_log_sum_exp(sr, n) : -INFINITY;
     const uint64_t e0 = (uint64_t)r * (uint64_t)s.Tk;
-    for (int j = threadIdx.x; j < s.Tk; j += blockDim.x)
+    for (int j = threadIdx.x; j < s.ld; j += blockDim.x)
         act_store(pr + j, j < n ? dropped(s, e0 + j, expf(sr[j] - L)) : 0.0f);
     if (threadIdx.x == 0)
         lse[r] = L;
@@ -134,7 +135,7 @@ __global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
 // Backward, one block per score row r: from S and dP' (fp32) and the forward's lse,
 // P_j = exp(S_j - lse), g_j = dP'_j through the dropout, D = sum_j P_j g_j (valid j,
 // each thread its strided j in order, then block_sum); stores P'_j (T) and dS_j = P_j
-// (g_j - D) (T, without the scale), 0 past the valid keys.
+// (g_j - D) (T, without the scale), 0 past the valid keys and in the padding.
 template <typename T>
 __global__ void softmax_bwd(Rows s, const float *S, const float *dP, const float *lse, T *P,
                             T *dS)
@@ -150,7 +151,7 @@ __global__ void softmax_bwd(Rows s, const float *S, const float *dP, const float
     for (int j = threadIdx.x; j < n; j += blockDim.x)
         d += expf(sr[j] - L) * dropped(s, e0 + j, gr[j]);
     d = block_sum(d);
-    for (int j = threadIdx.x; j < s.Tk; j += blockDim.x) {
+    for (int j = threadIdx.x; j < s.ld; j += blockDim.x) {
         float pj = 0, ds = 0;
         if (j < n) {
             float P0 = expf(sr[j] - L);
@@ -173,8 +174,9 @@ unsigned row_threads(int Tk)
 
 // Score rows lie ld_scores(Tk) elements apart in the workspace: Tk rounded up to a multiple
 // of 8, so that every score matrix and every row of one starts 32 bytes apart at fp32 and
-// 16 at bf16 whatever Tk is (see "alignment" below).  The columns past Tk are never
-// written nor read (the products' K and M stop at Tk).
+// 16 at bf16 whatever Tk is (see "alignment" below).  The products' K and M stop at Tk;
+// the row kernels still write P' and dS's padding, zeros, as a kernel may load a vector
+// that reaches into it (never S's nor dP', which only cuBLAS writes and only up to Tk).
 constexpr int SCORE_ALIGN = 8;
 
 int64_t ld_scores(int tk) { return ((int64_t)tk + SCORE_ALIGN - 1) / SCORE_ALIGN * SCORE_ALIGN; }
