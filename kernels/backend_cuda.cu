@@ -81,13 +81,9 @@ void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
     return c->work;
 }
 
-// The plugin's second export (src/cuda_plugin.h): how many times be's ops grew the
-// workspace (struct tfm_cuda's work_grows).  A read of a host counter: no synchronization.
-extern "C" __attribute__((visibility("default"))) long
-tfm_cuda_plugin_work_grows(struct tfm_backend *be)
-{
-    return CU(be)->work_grows;
-}
+// The plugin's work_grows (src/cuda_plugin.h): how many times be's ops grew the workspace
+// (struct tfm_cuda's work_grows).  A read of a host counter: no synchronization.
+long tfm_cuda_work_grows(struct tfm_backend *be) { return CU(be)->work_grows; }
 
 // ---- memory ----------------------------------------------------------------------------
 

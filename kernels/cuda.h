@@ -166,9 +166,10 @@ void tfm_cuda_nccl_free(struct tfm_nccl *c);
 // sizes seen in the first training step are the only allocations.  A failed allocation
 // is fatal (ops do not fail, backend.h): the message names the size.  Each growth is
 // counted (work_grows), so that a test can see a training step allocate after
-// reserve_step: the plugin exports the count (tfm_cuda_plugin_work_grows, read by
+// reserve_step: tfm_cuda_work_grows returns the count (the plugin's work_grows, read by
 // src/cuda_load.c's tfm_backend_cuda_work_grows).
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
+long tfm_cuda_work_grows(struct tfm_backend *be);
 // What the ops of a training step ask of it at most (reserve_step, backend_cuda.cu):
 // cuda_ops.cu's (embeddings, layer norm, biases) and cuda_attn.cu's; the step's statistics
 // (cuda_step.cu) need 8 KiB, below either.

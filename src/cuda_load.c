@@ -29,7 +29,6 @@ typedef int (*cu_error_name_fn)(int code, const char **name);
 static struct {
     pthread_once_t once;
     const struct tfm_cuda_plugin *plugin;
-    long (*work_grows)(struct tfm_backend *be);     /* the optional export, or NULL */
     char why[512];
 } loaded = {.once = PTHREAD_ONCE_INIT};
 
@@ -146,7 +145,6 @@ static void load(void)
         return;
     }
     loaded.plugin = p;   /* h stays open for the life of the process */
-    *(void **)&loaded.work_grows = dlsym(h, "tfm_cuda_plugin_work_grows");
 }
 
 const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
@@ -162,9 +160,9 @@ long tfm_backend_cuda_work_grows(const struct tfm_backend *be)
     if (!be || be->kind != TFM_BACKEND_CUDA)
         return -1;
     pthread_once(&loaded.once, load);   /* done: a CUDA backend came from the plugin */
-    if (!loaded.plugin || !loaded.work_grows)
+    if (!loaded.plugin)
         return -1;
-    return loaded.work_grows((struct tfm_backend *)be);
+    return loaded.plugin->work_grows((struct tfm_backend *)be);
 }
 
 #else

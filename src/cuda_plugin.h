@@ -7,11 +7,8 @@
  * driver, with a driver too old for the toolkit, without the CUDA libraries, or under an
  * address-space limit the CUDA libraries do not fit in (they map close to 1 GB).
  *
- * The object exports tfm_cuda_plugin_entry, returning the table below; the table's abi
- * must equal TFM_CUDA_PLUGIN_ABI (a table of another build is refused).  And, for tests,
- * tfm_cuda_plugin_work_grows (long (struct tfm_backend *)): what
- * tfm_backend_cuda_work_grows below returns; looked up by name, so a plugin without it
- * still loads (the count is then -1).
+ * The object exports one symbol, tfm_cuda_plugin_entry, returning the table below; the
+ * table's abi must equal TFM_CUDA_PLUGIN_ABI (a table of another build is refused).
  *
  * Where the object is looked for, first found wins:
  *   $TFM_CUDA_LIB                       (a path; set to an empty string: never load CUDA)
@@ -28,7 +25,7 @@
 
 #include "error.h"
 
-#define TFM_CUDA_PLUGIN_ABI 5
+#define TFM_CUDA_PLUGIN_ABI 6
 #define TFM_CUDA_PLUGIN_NAME "libtfm-cuda.so"
 
 struct tfm_backend;
@@ -50,6 +47,9 @@ struct tfm_cuda_plugin {
     int (*nccl_wait)(struct tfm_nccl *c, double timeout, int (*stop)(void *), void *ctx,
                      struct tfm_error *err);
     void (*nccl_free)(struct tfm_nccl *c);
+    /* For tests: how many times the ops of backend be (one of this plugin's) have grown
+     * its device workspace (tfm_backend_cuda_work_grows below). */
+    long (*work_grows)(struct tfm_backend *be);
 };
 
 /* The plugin, loaded on first call (thread-safe); NULL when CUDA cannot be used here, with
@@ -60,9 +60,9 @@ const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why, size_t n);
 
 /* How many times the ops of CUDA backend be have grown its device workspace (a cudaFree
  * and cudaMalloc inside an op, which waits for the device) since it was opened, not
- * counting reserve_step's allocation: 0 for as long as the ops of a training step fit in
- * what reserve_step set aside (backend.h, reserve_step).  -1 for another backend or when
- * the plugin does not export the count.  For tests (test_gpu_ops); no synchronization. */
+ * counting reserve_step's allocation: it stays put for as long as the ops of a training
+ * step fit in what reserve_step set aside (backend.h, reserve_step).  -1 for another
+ * backend.  For tests (test_gpu_ops); no synchronization. */
 long tfm_backend_cuda_work_grows(const struct tfm_backend *be);
 
 #endif
