@@ -97,8 +97,8 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // So has the pinned staging ring of upload, download and upload_act (backend_cuda.cu,
 // "staging"): test_gpu_ops's memory test sends 72 MB through it.  So have the step's
 // statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and the workspace
-// sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
-// growth).
+// sizes of reserve_step (backend_cuda.cu; test_gpu_ops's "workspace" tests count the
+// workspace's growths after it, tfm_cuda_work below).
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)

@@ -1,9 +1,11 @@
 /* test_gpu_ops.c: every op of the CUDA backend against the CPU backend (the reference) on
  * random inputs, at small shapes and at the big model's (d_model 1024, 16 heads, d_ff 4096,
  * vocabulary 37000, batches of 10240 tokens); the CUDA ops' determinism (the same bits on a
- * second run); the check the tools run before using a GPU (tfm_device_check); and one
- * training batch of a whole 6-layer model of the big shapes against the CPU; and the
- * optional log_softmax_top against the GPU's own log_softmax plus the host's selection.
+ * second run); that no training step grows the workspace after reserve_step
+ * (tfm_backend_cuda_work_grows); the check the tools run before using a GPU
+ * (tfm_device_check); one training batch of a whole 6-layer model of the big shapes
+ * against the CPU; and the optional log_softmax_top against the GPU's own log_softmax
+ * plus the host's selection.
  * `make check-gpu` runs it.  Without a GPU (this machine, CI) every test that needs one
  * skips itself; the first checks that asking for the CUDA backend there fails with a
  * reason, the second checks this file's own comparisons.
