@@ -77,8 +77,13 @@ void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
         tfm_cuda_fail(__func__, "cudaMalloc", cudaGetErrorName(e), m, __FILE__, __LINE__);
     }
     c->work_bytes = want;
+    c->work_grows++;
     return c->work;
 }
+
+// The plugin's work_grows (src/cuda_plugin.h): how many times be's ops grew the workspace
+// (struct tfm_cuda's work_grows).  A read of a host counter: no synchronization.
+long tfm_cuda_work_grows(struct tfm_backend *be) { return CU(be)->work_grows; }
 
 // ---- memory ----------------------------------------------------------------------------
 

@@ -53,6 +53,8 @@ struct tfm_cuda {
     int next_plan;          // the plan a new shape takes when none is free
     void *work;             // workspace (tfm_cuda_work), grows only
     size_t work_bytes;
+    long work_grows;        // times an op found it too small and it was allocated again
+                            // (not reserve_step's allocation): tfm_backend_cuda_work_grows
     int max_tq, max_tk;     // attention sizes promised by reserve()
     int attn;               // enum tfm_cuda_attn: TFM_CUDA_ATTN, read when opened
     // Pinned staging for uploads and small downloads (backend_cuda.cu, "staging"): NULL
@@ -95,8 +97,8 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // So has the pinned staging ring of upload, download and upload_act (backend_cuda.cu,
 // "staging"): test_gpu_ops's memory test sends 72 MB through it.  So have the step's
 // statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and the workspace
-// sizes of reserve_step (backend_cuda.cu; no test yet counts the workspace's
-// growth).
+// sizes of reserve_step (backend_cuda.cu; test_gpu_ops's "workspace" tests count the
+// workspace's growths after it, tfm_cuda_work below).
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)
@@ -162,8 +164,12 @@ void tfm_cuda_nccl_free(struct tfm_nccl *c);
 // Device workspace of at least `bytes` (256-byte aligned), for use by one op: the next op
 // may reuse it.  Grows with cudaMalloc when too small (which waits for earlier ops), so
 // sizes seen in the first training step are the only allocations.  A failed allocation
-// is fatal (ops do not fail, backend.h): the message names the size.
+// is fatal (ops do not fail, backend.h): the message names the size.  Each growth is
+// counted (work_grows), so that a test can see a training step allocate after
+// reserve_step: tfm_cuda_work_grows returns the count (the plugin's work_grows, read by
+// src/cuda_load.c's tfm_backend_cuda_work_grows).
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
+long tfm_cuda_work_grows(struct tfm_backend *be);
 // What the ops of a training step ask of it at most (reserve_step, backend_cuda.cu):
 // cuda_ops.cu's (embeddings, layer norm, biases) and cuda_attn.cu's; the step's statistics
 // (cuda_step.cu) need 8 KiB, below either.

@@ -31,7 +31,8 @@
 //
 // One cublasGemmBatchedEx per product over all B*H heads, its pointer arrays written
 // into the workspace by one small kernel (ptr_arrays) on the stream: no upload, no
-// synchronization.  Not cublasGemmStridedBatchedEx: a head's matrix lies at b*T*ld +
+// synchronization; when a product's matrices are not all 16-byte aligned, one strided
+// call per head instead ("alignment" below).  Not cublasGemmStridedBatchedEx: a head's matrix lies at b*T*ld +
 // h*dk, which is no single stride over (b,h), so that would take one call per head (H
 // calls a product, 16 for the big model, 7 products a layer); the pointer arrays make
 // each product one call of B*H problems.
@@ -86,6 +87,7 @@ __global__ void ptr_arrays(const void **arr, Mats ms, int B, int H)
 // The attention shape as the row kernels see it.
 struct Rows {
     int H, Tq, Tk;
+    int ld;                // elements between score rows in the workspace (ldS)
     const int32_t *klen;   // (B) device, or NULL
     int causal;
     float p, inv;          // dropout and its scale (tfm_dropout_scale)
@@ -112,18 +114,19 @@ __device__ __forceinline__ float dropped(const Rows &s, uint64_t e, float x)
 
 // Forward, one block per score row r = (b*H + h)*Tq + i: lse_r = the log-sum-exp of its
 // valid scores (row_log_sum_exp), P'_rj = dropout(exp(S_rj - lse_r)) for valid j, 0 for
-// the rest (and the whole row when no key is valid: lse = -inf).
+// the rest (and the whole row when no key is valid: lse = -inf), the row's padding past Tk
+// included (a product's kernel may load it with the valid keys, and must load zeros).
 template <typename T>
 __global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
 {
     const int64_t r = blockIdx.x;
     const int b = (int)(r / ((int64_t)s.H * s.Tq)), i = (int)(r % s.Tq);
     const int n = valid_keys(s, b, i);
-    const float *sr = S + r * s.Tk;
-    T *pr = P + r * s.Tk;
+    const float *sr = S + r * s.ld;
+    T *pr = P + r * s.ld;
     const float L = n > 0 ? row_log_sum_exp(sr, n) : -INFINITY;
     const uint64_t e0 = (uint64_t)r * (uint64_t)s.Tk;
-    for (int j = threadIdx.x; j < s.Tk; j += blockDim.x)
+    for (int j = threadIdx.x; j < s.ld; j += blockDim.x)
         act_store(pr + j, j < n ? dropped(s, e0 + j, expf(sr[j] - L)) : 0.0f);
     if (threadIdx.x == 0)
         lse[r] = L;
@@ -132,7 +135,7 @@ __global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
 // Backward, one block per score row r: from S and dP' (fp32) and the forward's lse,
 // P_j = exp(S_j - lse), g_j = dP'_j through the dropout, D = sum_j P_j g_j (valid j,
 // each thread its strided j in order, then block_sum); stores P'_j (T) and dS_j = P_j
-// (g_j - D) (T, without the scale), 0 past the valid keys.
+// (g_j - D) (T, without the scale), 0 past the valid keys and in the padding.
 template <typename T>
 __global__ void softmax_bwd(Rows s, const float *S, const float *dP, const float *lse, T *P,
                             T *dS)
@@ -140,15 +143,15 @@ __global__ void softmax_bwd(Rows s, const float *S, const float *dP, const float
     const int64_t r = blockIdx.x;
     const int b = (int)(r / ((int64_t)s.H * s.Tq)), i = (int)(r % s.Tq);
     const int n = valid_keys(s, b, i);
-    const float *sr = S + r * s.Tk, *gr = dP + r * s.Tk;
-    T *pr = P + r * s.Tk, *dr = dS + r * s.Tk;
+    const float *sr = S + r * s.ld, *gr = dP + r * s.ld;
+    T *pr = P + r * s.ld, *dr = dS + r * s.ld;
     const float L = n > 0 ? lse[r] : 0.0f;   // finite when n > 0
     const uint64_t e0 = (uint64_t)r * (uint64_t)s.Tk;
     float d = 0;
     for (int j = threadIdx.x; j < n; j += blockDim.x)
         d += expf(sr[j] - L) * dropped(s, e0 + j, gr[j]);
     d = block_sum(d);
-    for (int j = threadIdx.x; j < s.Tk; j += blockDim.x) {
+    for (int j = threadIdx.x; j < s.ld; j += blockDim.x) {
         float pj = 0, ds = 0;
         if (j < n) {
             float P0 = expf(sr[j] - L);
@@ -169,12 +172,22 @@ unsigned row_threads(int Tk)
     return t < 32 ? 32 : t > 256 ? 256 : t;
 }
 
+// Score rows lie ld_scores(Tk) elements apart in the workspace: Tk rounded up to a multiple
+// of 8, so that every score matrix and every row of one starts 32 bytes apart at fp32 and
+// 16 at bf16 whatever Tk is (see "alignment" below).  The products' K and M stop at Tk;
+// the row kernels still write P' and dS's padding, zeros, as a kernel may load a vector
+// that reaches into it (never S's nor dP', which only cuBLAS writes and only up to Tk).
+constexpr int SCORE_ALIGN = 8;
+
+int64_t ld_scores(int tk) { return ((int64_t)tk + SCORE_ALIGN - 1) / SCORE_ALIGN * SCORE_ALIGN; }
+
 Rows make_rows(const struct tfm_attn *a)
 {
     Rows s;
     s.H = a->H;
     s.Tq = a->Tq;
     s.Tk = a->Tk;
+    s.ld = (int)ld_scores(a->Tk);
     s.klen = a->klen;
     s.causal = a->causal;
     s.p = a->dropout;
@@ -188,15 +201,16 @@ Rows make_rows(const struct tfm_attn *a)
 size_t round256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Where things lie in the workspace of one call: the pointer arrays (MAX_MATS x bh), then
-// S (fp32) and P' (act bytes an element), bh*Tq*Tk elements each; the backward's dP'
-// (fp32) and dS (act) after them.  (The forward's is the backward's first part.)
+// S (fp32) and P' (act bytes an element), bh*Tq rows of ld_scores(Tk) elements each; the
+// backward's dP' (fp32) and dS (act) after them.  (The forward's is the backward's first
+// part.)
 struct Layout {
     size_t ptrs, S, P, dP, dS, fwd, total;
 };
 
-Layout layout(int64_t bh, int64_t tq, int64_t tk, size_t act)
+Layout layout(int64_t bh, int64_t tq, int tk, size_t act)
 {
-    const size_t n = (size_t)bh * (size_t)tq * (size_t)tk;
+    const size_t n = (size_t)bh * (size_t)tq * (size_t)ld_scores(tk);
     Layout l;
     l.ptrs = 0;
     l.S = round256((size_t)MAX_MATS * (size_t)bh * sizeof(void *));
@@ -209,6 +223,19 @@ Layout layout(int64_t bh, int64_t tq, int64_t tk, size_t act)
 }
 
 // ---- the products ----------------------------------------------------------------------------
+//
+// Alignment.  cuBLAS reads the pointer arrays of cublasGemmBatchedEx on the device, so it
+// cannot see the matrices' addresses when it picks a kernel; its documentation asks that,
+// with 16-bit operands (or a fast compute type), the matrices themselves be aligned, at
+// best to 16 bytes, or it may fault with a misaligned address.  A head's matrix lies at
+// base + (b*T*ld + h*dk) elements, aligned for every (b,h) only when the base, the row
+// stride ld and the head width dk are (the model's: dk 64, ld a multiple of d_model; not
+// an odd dk nor a test's odd ld).  So a product takes the pointer arrays only when every
+// matrix it names (its A, B and C for every head) and every ld is 16-byte aligned, and
+// otherwise H calls of cublasGemmStridedBatchedEx, one per head over the B sentences
+// (stride T*ld; the score matrices' stride H*Tq*ld_scores), whose addresses and strides
+// cuBLAS sees on the host and picks its kernels for.  Same products, same sums; the check
+// is the same at fp32 (where cuBLAS asks nothing) so that both ways run at both precisions.
 
 #define BLAS_CHECK(x)                                                                    \
     do {                                                                                 \
@@ -220,18 +247,77 @@ Layout layout(int64_t bh, int64_t tq, int64_t tk, size_t act)
 
 cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-// For each of the count problems: C (M,N) = alpha op(A) op(B) (beta 0: C overwritten, not
-// read), row-major as backend.h's gemm, A, B, C the pointer arrays; at, bt, ct their
-// types.  cuBLAS is column-major: the operands swap places (backend_cuda.cu, "matrix
-// products").  K == 0: C = 0, row by row (cuBLAS is not asked to define that case).
-void batched(struct tfm_backend *be, int ta, int tb, int M, int N, int K, float alpha,
-             const void *const *A, cudaDataType_t at, int lda, const void *const *B,
-             cudaDataType_t bt, int ldb, void *const *C, cudaDataType_t ct, int ldc, int count)
+bool aligned16(int64_t bytes) { return bytes % 16 == 0; }
+
+// Whether every (b,h) matrix of m, with rows ld apart, is 16-byte aligned.
+bool mat_aligned(const Mat &m, int size, int ld, int B, int H)
+{
+    return aligned16((int64_t)(uintptr_t)m.base) && aligned16((int64_t)ld * size) &&
+           (B == 1 || aligned16(m.bstride * size)) && (H == 1 || aligned16(m.hstride * size));
+}
+
+// One call's matrices and their pointer arrays (written when `arrays`).
+struct Call {
+    Mats ms;
+    cudaDataType_t type[MAX_MATS];
+    const void **arr;   // arr + k*bh: matrix k's array
+    int B, H;
+};
+
+void add(Call &c, Mat m, size_t size, cudaDataType_t type)
+{
+    c.ms.m[c.ms.count] = m;
+    c.ms.size[c.ms.count] = (int)size;
+    c.type[c.ms.count] = type;
+    c.ms.count++;
+}
+
+// The address of matrix k for (b,h) on the host, for the per-head calls.
+const void *mat_at(const Call &c, int k, int64_t b, int64_t h)
+{
+    const Mat &m = c.ms.m[k];
+    return (const char *)m.base + (b * m.bstride + h * m.hstride) * c.ms.size[k];
+}
+
+// Problems per cuBLAS call: a batched kernel may put the batch in a grid dimension that
+// holds at most 65535 blocks, and cuBLAS versions have differed in splitting larger
+// batches themselves; B*H passes it with short sentences (5000 sentences of 5 tokens, 16
+// heads: 80000), so the calls take it in slices that never ask.
+constexpr int64_t MAX_BATCH = 65535;
+
+// For each of the B*H problems: C (M,N) = alpha op(A) op(B) (beta 0: C overwritten, not
+// read), row-major as backend.h's gemm; A, B, C matrices ia, ib, ic of the call with rows
+// lda, ldb, ldc apart.  cuBLAS is column-major: the operands swap places (backend_cuda.cu,
+// "matrix products").  K > 0 (the callers handle K == 0).
+void product(struct tfm_backend *be, const Call &c, int ta, int tb, int M, int N, int K,
+             float alpha, int ia, int lda, int ib, int ldb, int ic, int ldc)
 {
     const float beta = 0;
-    BLAS_CHECK(cublasGemmBatchedEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, bt, ldb,
-                                   A, at, lda, &beta, C, ct, ldc, count, CUBLAS_COMPUTE_32F,
-                                   CUBLAS_GEMM_DEFAULT));
+    const int B = c.B, H = c.H;
+    const int64_t bh = (int64_t)B * H;
+    if (mat_aligned(c.ms.m[ia], c.ms.size[ia], lda, B, H) &&
+        mat_aligned(c.ms.m[ib], c.ms.size[ib], ldb, B, H) &&
+        mat_aligned(c.ms.m[ic], c.ms.size[ic], ldc, B, H)) {
+        for (int64_t at = 0; at < bh; at += MAX_BATCH) {
+            const int n = (int)(bh - at < MAX_BATCH ? bh - at : MAX_BATCH);
+            BLAS_CHECK(cublasGemmBatchedEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha,
+                                           c.arr + ib * bh + at, c.type[ib], ldb,
+                                           c.arr + ia * bh + at, c.type[ia], lda, &beta,
+                                           (void *const *)(c.arr + ic * bh + at), c.type[ic],
+                                           ldc, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
+        return;
+    }
+    for (int h = 0; h < H; h++)
+        for (int64_t b = 0; b < B; b += MAX_BATCH) {
+            const int n = (int)(B - b < MAX_BATCH ? B - b : MAX_BATCH);
+            BLAS_CHECK(cublasGemmStridedBatchedEx(
+                CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, mat_at(c, ib, b, h),
+                c.type[ib], ldb, (long long)c.ms.m[ib].bstride, mat_at(c, ia, b, h),
+                c.type[ia], lda, (long long)c.ms.m[ia].bstride, &beta,
+                (void *)mat_at(c, ic, b, h), c.type[ic], ldc, (long long)c.ms.m[ic].bstride, n,
+                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        }
 }
 
 // rows x cols elements of `size` bytes, ld apart, set to 0 (an output whose products
@@ -243,13 +329,14 @@ void zero_rows(struct tfm_backend *be, void *x, int64_t rows, int cols, int ld, 
                                      (size_t)rows, STREAM(be)));
 }
 
-// The pointer arrays of ms into the workspace at arr (count * bh pointers); array k at
-// arr + k*bh.
-void write_ptrs(struct tfm_backend *be, const void **arr, const Mats &ms, int B, int H)
+// The pointer arrays of the call's matrices into the workspace at c.arr (count * bh
+// pointers); array k at arr + k*bh.  Written whether or not a product uses them: one
+// small launch.
+void write_ptrs(struct tfm_backend *be, const Call &c)
 {
-    size_t total = (size_t)ms.count * (size_t)B * (size_t)H;
-    ptr_arrays<<<tfm_cuda_blocks(total, PTR_THREADS), PTR_THREADS, 0, STREAM(be)>>>(arr, ms,
-                                                                                     B, H);
+    size_t total = (size_t)c.ms.count * (size_t)c.B * (size_t)c.H;
+    ptr_arrays<<<tfm_cuda_blocks(total, PTR_THREADS), PTR_THREADS, 0, STREAM(be)>>>(
+        c.arr, c.ms, c.B, c.H);
     LAUNCH_CHECK();
 }
 
@@ -259,17 +346,12 @@ Mat head(const void *x, int T, int ld, int dk)
     return Mat{x, (int64_t)T * ld, (int64_t)dk};
 }
 
-// A (Tq,Tk) score matrix per (b,h) in the workspace, (B,H,Tq,Tk) contiguous.
+// A (Tq,Tk) score matrix per (b,h) in the workspace, rows ld_scores(Tk) apart, (B,H,Tq)
+// rows in order.
 Mat score(const void *x, int H, int Tq, int Tk)
 {
-    return Mat{x, (int64_t)H * Tq * Tk, (int64_t)Tq * Tk};
-}
-
-void add(Mats &ms, Mat m, size_t size)
-{
-    ms.m[ms.count] = m;
-    ms.size[ms.count] = (int)size;
-    ms.count++;
+    const int64_t ld = ld_scores(Tk);
+    return Mat{x, (int64_t)H * Tq * ld, (int64_t)Tq * ld};
 }
 
 template <typename T> cudaDataType_t dtype()
@@ -281,34 +363,34 @@ template <typename T>
 void fwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, const T *k,
          int ldk, const T *v, int ldv, T *o, int ldo, float *lse)
 {
-    const int B = a->B, H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk, bh = B * H;
+    const int B = a->B, H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk;
+    const int64_t bh = (int64_t)B * H;
+    const int lds = (int)ld_scores(Tk);
     const size_t ts = sizeof(T);
     const cudaDataType_t tt = dtype<T>();
     Layout l = layout(bh, Tq, Tk, ts);
     char *w = (char *)tfm_cuda_work(be, l.fwd);
     float *S = (float *)(w + l.S);
     T *P = (T *)(w + l.P);
-    Mats ms = {};
-    add(ms, head(q, Tq, ldq, dk), ts);                    // 0 Q
-    add(ms, head(k, Tk, ldk, dk), ts);                    // 1 K
-    add(ms, head(v, Tk, ldv, dk), ts);                    // 2 V
-    add(ms, head(o, Tq, ldo, dk), ts);                    // 3 O
-    add(ms, score(S, H, Tq, Tk), sizeof(float));          // 4 S
-    add(ms, score(P, H, Tq, Tk), ts);                     // 5 P'
-    const void **arr = (const void **)(w + l.ptrs);
-    write_ptrs(be, arr, ms, B, H);
-    auto at = [&](int i) { return arr + (size_t)i * bh; };
-    auto out = [&](int i) { return (void *const *)(arr + (size_t)i * bh); };
-
-    if (Tk > 0)
-        batched(be, 0, 1, Tq, Tk, dk, a->scale, at(0), tt, ldq, at(1), tt, ldk, out(4),
-                CUDA_R_32F, Tk, bh);
+    Call c = {};
+    c.B = B;
+    c.H = H;
+    c.arr = (const void **)(w + l.ptrs);
+    add(c, head(q, Tq, ldq, dk), ts, tt);                     // 0 Q
+    add(c, head(k, Tk, ldk, dk), ts, tt);                     // 1 K
+    add(c, head(v, Tk, ldv, dk), ts, tt);                     // 2 V
+    add(c, head(o, Tq, ldo, dk), ts, tt);                     // 3 O
+    add(c, score(S, H, Tq, Tk), sizeof(float), CUDA_R_32F);   // 4 S
+    add(c, score(P, H, Tq, Tk), ts, tt);                      // 5 P'
+    if (Tk > 0) {
+        write_ptrs(be, c);
+        product(be, c, 0, 1, Tq, Tk, dk, a->scale, 0, ldq, 1, ldk, 4, lds);   // S = s Q K^T
+    }
     Rows s = make_rows(a);
-    softmax_fwd<T><<<(unsigned)((int64_t)bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(s, S, P,
-                                                                                     lse);
+    softmax_fwd<T><<<(unsigned)(bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(s, S, P, lse);
     LAUNCH_CHECK();
     if (Tk > 0)
-        batched(be, 0, 0, Tq, dk, Tk, 1.0f, at(5), tt, Tk, at(2), tt, ldv, out(3), tt, ldo, bh);
+        product(be, c, 0, 0, Tq, dk, Tk, 1.0f, 5, lds, 2, ldv, 3, ldo);       // O = P' V
     else
         zero_rows(be, o, (int64_t)B * Tq, H * dk, ldo, ts);
 }
@@ -318,7 +400,9 @@ void bwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
          int ldk, const T *v, int ldv, const float *lse, const T *dout, int lddo, T *dq,
          int lddq, T *dk_, int lddk, T *dv, int lddv)
 {
-    const int B = a->B, H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk, bh = B * H;
+    const int B = a->B, H = a->H, Tq = a->Tq, Tk = a->Tk, dk = a->dk;
+    const int64_t bh = (int64_t)B * H;
+    const int lds = (int)ld_scores(Tk);
     const size_t ts = sizeof(T);
     const cudaDataType_t tt = dtype<T>();
     if (Tq == 0 || Tk == 0) {   // no score at all: every gradient is 0
@@ -331,43 +415,40 @@ void bwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
     char *w = (char *)tfm_cuda_work(be, l.total);
     float *S = (float *)(w + l.S), *dP = (float *)(w + l.dP);
     T *P = (T *)(w + l.P), *dS = (T *)(w + l.dS);
-    Mats ms = {};
-    add(ms, head(q, Tq, ldq, dk), ts);                    // 0 Q
-    add(ms, head(k, Tk, ldk, dk), ts);                    // 1 K
-    add(ms, head(v, Tk, ldv, dk), ts);                    // 2 V
-    add(ms, head(dout, Tq, lddo, dk), ts);                // 3 dO
-    add(ms, head(dq, Tq, lddq, dk), ts);                  // 4 dQ
-    add(ms, head(dk_, Tk, lddk, dk), ts);                 // 5 dK
-    add(ms, head(dv, Tk, lddv, dk), ts);                  // 6 dV
-    add(ms, score(S, H, Tq, Tk), sizeof(float));          // 7 S
-    add(ms, score(dP, H, Tq, Tk), sizeof(float));         // 8 dP'
-    add(ms, score(P, H, Tq, Tk), ts);                     // 9 P'
-    add(ms, score(dS, H, Tq, Tk), ts);                    // 10 dS
-    const void **arr = (const void **)(w + l.ptrs);
-    write_ptrs(be, arr, ms, B, H);
-    auto at = [&](int i) { return arr + (size_t)i * bh; };
-    auto out = [&](int i) { return (void *const *)(arr + (size_t)i * bh); };
+    Call c = {};
+    c.B = B;
+    c.H = H;
+    c.arr = (const void **)(w + l.ptrs);
+    add(c, head(q, Tq, ldq, dk), ts, tt);                     // 0 Q
+    add(c, head(k, Tk, ldk, dk), ts, tt);                     // 1 K
+    add(c, head(v, Tk, ldv, dk), ts, tt);                     // 2 V
+    add(c, head(dout, Tq, lddo, dk), ts, tt);                 // 3 dO
+    add(c, head(dq, Tq, lddq, dk), ts, tt);                   // 4 dQ
+    add(c, head(dk_, Tk, lddk, dk), ts, tt);                  // 5 dK
+    add(c, head(dv, Tk, lddv, dk), ts, tt);                   // 6 dV
+    add(c, score(S, H, Tq, Tk), sizeof(float), CUDA_R_32F);   // 7 S
+    add(c, score(dP, H, Tq, Tk), sizeof(float), CUDA_R_32F);  // 8 dP'
+    add(c, score(P, H, Tq, Tk), ts, tt);                      // 9 P'
+    add(c, score(dS, H, Tq, Tk), ts, tt);                     // 10 dS
+    write_ptrs(be, c);
 
-    batched(be, 0, 1, Tq, Tk, dk, a->scale, at(0), tt, ldq, at(1), tt, ldk, out(7), CUDA_R_32F,
-            Tk, bh);                                                        // S = scale Q K^T
-    batched(be, 0, 1, Tq, Tk, dk, 1.0f, at(3), tt, lddo, at(2), tt, ldv, out(8), CUDA_R_32F,
-            Tk, bh);                                                        // dP' = dO V^T
+    product(be, c, 0, 1, Tq, Tk, dk, a->scale, 0, ldq, 1, ldk, 7, lds);      // S = s Q K^T
+    product(be, c, 0, 1, Tq, Tk, dk, 1.0f, 3, lddo, 2, ldv, 8, lds);         // dP' = dO V^T
     Rows s = make_rows(a);
-    softmax_bwd<T><<<(unsigned)((int64_t)bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(s, S, dP,
-                                                                                     lse, P, dS);
+    softmax_bwd<T><<<(unsigned)(bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(s, S, dP, lse, P,
+                                                                             dS);
     LAUNCH_CHECK();
-    batched(be, 1, 0, Tk, dk, Tq, 1.0f, at(9), tt, Tk, at(3), tt, lddo, out(6), tt, lddv,
-            bh);                                                            // dV = P'^T dO
-    batched(be, 0, 0, Tq, dk, Tk, a->scale, at(10), tt, Tk, at(1), tt, ldk, out(4), tt, lddq,
-            bh);                                                            // dQ = scale dS K
-    batched(be, 1, 0, Tk, dk, Tq, a->scale, at(10), tt, Tk, at(0), tt, ldq, out(5), tt, lddk,
-            bh);                                                            // dK = scale dS^T Q
+    product(be, c, 1, 0, Tk, dk, Tq, 1.0f, 9, lds, 3, lddo, 6, lddv);        // dV = P'^T dO
+    product(be, c, 0, 0, Tq, dk, Tk, a->scale, 10, lds, 1, ldk, 4, lddq);    // dQ = s dS K
+    product(be, c, 1, 0, Tk, dk, Tq, a->scale, 10, lds, 0, ldq, 5, lddk);    // dK = s dS^T Q
 }
 
-// The launches above give each score row a block: at most 2^31 - 1 of them.
+// The launches above give each score row a block: at most 2^31 - 1 of them; cuBLAS takes
+// the B*H problems and the score rows' ld as ints.
 bool fits(const struct tfm_attn *a)
 {
-    return (int64_t)a->B * a->H * a->Tq <= 2147483647 && (int64_t)a->B * a->H <= 2147483647;
+    return (int64_t)a->B * a->H * a->Tq <= 2147483647 && (int64_t)a->B * a->H <= 2147483647 &&
+           ld_scores(a->Tk) <= 2147483647;
 }
 
 }   // namespace
@@ -401,8 +482,8 @@ void tfm_cuda_attn_mm_bwd(struct tfm_backend *be, const struct tfm_attn *a, cons
 }
 
 // The backward's workspace (the forward's is within it) when B*Tq <= rows (so B <= rows)
-// and Tk <= max_tk (reserve): S, dP', P', dS of rows*H*max_tk elements, pointer arrays of
-// rows*H heads.
+// and Tk <= max_tk (reserve): S, dP', P', dS of rows*H*ld_scores(max_tk) elements (B*H*Tq
+// score rows of ld_scores(Tk) <= ld_scores(max_tk)), pointer arrays of rows*H heads.
 size_t tfm_cuda_attn_mm_work(struct tfm_backend *be, int64_t rows, int H)
 {
     int tk = CU(be)->max_tk;

@@ -74,6 +74,7 @@ static const struct tfm_cuda_plugin table = {
     tfm_cuda_nccl_sum,
     tfm_cuda_nccl_wait,
     tfm_cuda_nccl_free,
+    tfm_cuda_work_grows,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct tfm_cuda_plugin *

@@ -155,7 +155,23 @@ const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
     return loaded.plugin;
 }
 
+long tfm_backend_cuda_work_grows(const struct tfm_backend *be)
+{
+    if (!be || be->kind != TFM_BACKEND_CUDA)
+        return -1;
+    pthread_once(&loaded.once, load);   /* done: a CUDA backend came from the plugin */
+    if (!loaded.plugin)
+        return -1;
+    return loaded.plugin->work_grows((struct tfm_backend *)be);
+}
+
 #else
+
+long tfm_backend_cuda_work_grows(const struct tfm_backend *be)
+{
+    (void)be;
+    return -1;
+}
 
 const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
 {

@@ -25,7 +25,7 @@
 
 #include "error.h"
 
-#define TFM_CUDA_PLUGIN_ABI 5
+#define TFM_CUDA_PLUGIN_ABI 6
 #define TFM_CUDA_PLUGIN_NAME "libtfm-cuda.so"
 
 struct tfm_backend;
@@ -47,6 +47,9 @@ struct tfm_cuda_plugin {
     int (*nccl_wait)(struct tfm_nccl *c, double timeout, int (*stop)(void *), void *ctx,
                      struct tfm_error *err);
     void (*nccl_free)(struct tfm_nccl *c);
+    /* For tests: how many times the ops of backend be (one of this plugin's) have grown
+     * its device workspace (tfm_backend_cuda_work_grows below). */
+    long (*work_grows)(struct tfm_backend *be);
 };
 
 /* The plugin, loaded on first call (thread-safe); NULL when CUDA cannot be used here, with
@@ -54,5 +57,12 @@ struct tfm_cuda_plugin {
  * supports CUDA 12.4; this build needs 13.0 or newer", "no GPU", "cannot load ...": one
  * phrase, no program name).  The answer is computed once and kept. */
 const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why, size_t n);
+
+/* How many times the ops of CUDA backend be have grown its device workspace (a cudaFree
+ * and cudaMalloc inside an op, which waits for the device) since it was opened, not
+ * counting reserve_step's allocation: it stays put for as long as the ops of a training
+ * step fit in what reserve_step set aside (backend.h, reserve_step).  -1 for another
+ * backend.  For tests (test_gpu_ops); no synchronization. */
+long tfm_backend_cuda_work_grows(const struct tfm_backend *be);
 
 #endif

@@ -4,7 +4,8 @@
  * default; cuda: GPU 0, checked against the CPU first as the tools do; sim), trains STEPS
  * updates (forward, backward, Adam) on one random batch of B x S source and B x T target
  * tokens after one warm-up update, and prints
- *   tokens_per_s=X step_s=X cpu_s=X gflops=X sgemm_gflops=X memory_mib=X loss=X device=D
+ *   tokens_per_s=X step_s=X cpu_s=X gflops=X sgemm_gflops=X peak_precision=P memory_mib=X
+ *   loss=X device=D
  * PRECISION (auto, fp32, bf16; default: the config's) is tfm-config(5)'s precision; the
  * line ends with precision=P, the one the device computed in.
  * With SPLIT 1, SPLIT more updates follow with every op timed (op_timer.h), one line each:
@@ -12,9 +13,12 @@
  * step_s is wall-clock seconds per update, cpu_s the process CPU seconds per update (all
  * threads: on a loaded machine the steadier number; cpu_s / step_s near THREADS means
  * the threads did not wait).  gflops counts the matrix products of forward and backward
- * (3x the forward's 2*m*n*k); sgemm_gflops is the best 2048^3 sgemm on the same number
- * of threads, either split by the backend or threaded by OpenBLAS itself (the peak the
- * ops are held to).
+ * (3x the forward's 2*m*n*k); sgemm_gflops is the best n^3 product (n 2048 on the CPU,
+ * 8192 on a GPU) of the backend's gemm in the precision the model computed in, which
+ * peak_precision names: fp32, the backend's split or OpenBLAS's own threads on the same
+ * number of threads; bf16, bf16 operands (rounded, act_size bytes each) with fp32
+ * accumulation, the backend's gemm only (OpenBLAS has no bf16).  The peak the ops are held
+ * to; the key keeps its name for the scripts that read it.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -118,30 +122,36 @@ int main(int argc, char **argv)
                       2 * 2 * nt * T * D + 2 * 2 * nt * S * D) +
                  nt * 2 * D * V;
     double flops = 3 * fwd;
-    /* the product peak on the same device: OpenBLAS and the backend's split on the CPU,
-     * the backend's gemm on device memory elsewhere */
+    /* the product peak on the same device in the model's precision: OpenBLAS and the
+     * backend's split on the CPU (fp32), the backend's gemm on device memory elsewhere.
+     * gemm reads activations (backend.h, precision): at bf16, 2-byte bf16 values on a
+     * GPU (upload_act rounds and packs them; fp32 bytes read as bf16 would be other
+     * numbers, and half of them), bf16 values in fp32 words on the CPU's emulation. */
+    const int h = be->precision == TFM_PRECISION_BF16;
     int n = be->kind == TFM_BACKEND_CUDA ? 8192 : 2048;
     size_t nn = (size_t)n * n;
     float *a = malloc(sizeof(float) * nn), *b = malloc(sizeof(float) * nn),
           *cc = malloc(sizeof(float) * nn);
-    for (size_t i = 0; i < nn; i++)
-        a[i] = b[i] = 0.001f * (float)(i % 1000);
+    for (size_t i = 0; i < nn; i++) {
+        float x = 0.001f * (float)(i % 1000);
+        a[i] = b[i] = h ? tfm_bf16_round(x) : x;
+    }
     float *da = a, *db = b, *dc_ = cc;
     if (!be->host_memory) {
-        da = be->alloc(be, nn * sizeof(float), &err);
-        db = da ? be->alloc(be, nn * sizeof(float), &err) : NULL;
-        dc_ = db ? be->alloc(be, nn * sizeof(float), &err) : NULL;
+        da = be->alloc(be, nn * be->act_size, &err);
+        db = da ? be->alloc(be, nn * be->act_size, &err) : NULL;
+        dc_ = db ? be->alloc(be, nn * be->act_size, &err) : NULL;
         if (!dc_) {
             fprintf(stderr, "train_step: %s\n", err.msg);
             return 1;
         }
-        be->upload(be, da, a, nn * sizeof(float));
-        be->upload(be, db, b, nn * sizeof(float));
+        be->upload_act(be, da, a, nn);
+        be->upload_act(be, db, b, nn);
     }
     double best = 1e30;
     for (int k = 0; k < 8; k++) {
-        /* alternate: the backend's split, OpenBLAS's own threads */
-        int blas = k % 2 && be->host_memory;
+        /* alternate: the backend's split, OpenBLAS's own threads (fp32 only) */
+        int blas = k % 2 && be->host_memory && !h;
         if (blas)
             openblas_set_num_threads(be->threads);
         be->sync(be);
@@ -162,8 +172,9 @@ int main(int argc, char **argv)
         be->free(be, dc_);
     }
     printf("tokens_per_s=%.1f step_s=%.4f cpu_s=%.4f gflops=%.1f sgemm_gflops=%.1f "
-           "memory_mib=%.1f loss=%.4f device=%s precision=%s\n",
+           "peak_precision=%s memory_mib=%.1f loss=%.4f device=%s precision=%s\n",
            nt / dt, dt, dc, flops / dt * 1e-9, 2.0 * n * n * n / best * 1e-9,
+           tfm_precision_name(h ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32),
            tfm_model_memory(&c, budget) / 1048576.0, st.loss / l.tokens, be->name,
            tfm_precision_name(be->precision));
     if (split > 0) {

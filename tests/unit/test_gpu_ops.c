@@ -1,9 +1,11 @@
 /* test_gpu_ops.c: every op of the CUDA backend against the CPU backend (the reference) on
  * random inputs, at small shapes and at the big model's (d_model 1024, 16 heads, d_ff 4096,
  * vocabulary 37000, batches of 10240 tokens); the CUDA ops' determinism (the same bits on a
- * second run); the check the tools run before using a GPU (tfm_device_check); and one
- * training batch of a whole 6-layer model of the big shapes against the CPU; and the
- * optional log_softmax_top against the GPU's own log_softmax plus the host's selection.
+ * second run); that no training step grows the workspace after reserve_step
+ * (tfm_backend_cuda_work_grows); the check the tools run before using a GPU
+ * (tfm_device_check); one training batch of a whole 6-layer model of the big shapes
+ * against the CPU; and the optional log_softmax_top against the GPU's own log_softmax
+ * plus the host's selection.
  * `make check-gpu` runs it.  Without a GPU (this machine, CI) every test that needs one
  * skips itself; the first checks that asking for the CUDA backend there fails with a
  * reason, the second checks this file's own comparisons.
@@ -98,6 +100,8 @@
 #include "beam.h"
 #include "decode.h"
 #include "model.h"
+#include "optim.h"
+#include "cuda_plugin.h"
 #include "topk.h"
 
 #include <stdint.h>
@@ -787,17 +791,19 @@ static void test_layernorm(void)
 
 /* Attention forward and backward of B sentences, H heads of dk, Tq queries, Tk keys
  * (klen: keys per sentence or NULL; causal; dropout on the weights) against the CPU, on
- * each attention path (the header; the CPU's once).  q has gaps between rows (ldq), k and
- * v are the halves of one (Tk, 2D) matrix as in the model.  big 0: the small shapes'
- * bound; big 1: sum_bound over the longest chain of sums (dk for a score or dO.v, Tk for
- * the weighted sum and D_i, Tq for dk, dv); both plus the path's extra at bf16.  qs
- * scales q (sharper softmax rows for qs > 1). */
+ * each attention path (the header; the CPU's once).  q's rows are D + qpad apart (qpad 5:
+ * gaps the kernels must skip, and rows that are not 16-byte aligned, so that mm's products
+ * of Q and dQ take its per-head strided calls; qpad 0: all its products the pointer
+ * arrays, as the model's), k and v are the halves of one (Tk, 2D) matrix as in the model.
+ * big 0: the small shapes' bound; big 1: sum_bound over the longest chain of sums (dk
+ * for a score or dO.v, Tk for the weighted sum and D_i, Tq for dk, dv); both plus the
+ * path's extra at bf16.  qs scales q (sharper softmax rows for qs > 1). */
 static void attn_case(int B, int H, int Tq, int Tk, int dk, const int32_t *klen, int causal,
-                      float dropout, int big, float qs)
+                      float dropout, int big, float qs, int qpad)
 {
     struct tfm_attn a = {B, H, Tq, Tk, dk, NULL, causal, 1.0f / sqrtf((float)dk), dropout,
                          tfm_rng_key(3, 4, 5)};
-    int D = H * dk, ldq = D + 5, ldk = 2 * D, ldo = D;
+    int D = H * dk, ldq = D + qpad, ldk = 2 * D, ldo = D;
     size_t nq = (size_t)B * Tq * ldq, nk = (size_t)B * Tk * ldk, no = (size_t)B * Tq * ldo,
            nl = (size_t)B * H * Tq;
     float *q = rnda(nq, qs), *kv = rnda(nk, 1), *dout = rnda(no, 1);
@@ -881,19 +887,29 @@ static void test_attention(void)
 {
     NEED_GPU();
     int32_t klen[3] = {7, 0, 3};                          /* sentence 1: every key masked */
-    attn_case(3, 2, 7, 7, 8, klen, 0, 0, 0, 1);           /* padding */
-    attn_case(3, 2, 7, 7, 8, klen, 1, 0, 0, 1);           /* padding + causal */
-    attn_case(2, 4, 5, 9, 16, NULL, 0, 0, 0, 1);          /* cross: Tq != Tk */
-    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1);        /* attention dropout */
-    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1);        /* tiled, 2 columns a lane */
+    attn_case(3, 2, 7, 7, 8, klen, 0, 0, 0, 1, 5);           /* padding */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0, 0, 1, 5);           /* padding + causal */
+    attn_case(2, 4, 5, 9, 16, NULL, 0, 0, 0, 1, 5);          /* cross: Tq != Tk */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1, 5);        /* attention dropout */
+    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1, 5);        /* tiled, 2 columns a lane */
     int32_t long_len[2] = {300, 129};
-    attn_case(2, 2, 300, 300, 32, long_len, 0, 0.1f, 0, 1); /* rows longer than a warp */
+    attn_case(2, 2, 300, 300, 32, long_len, 0, 0.1f, 0, 1, 5); /* rows longer than a warp */
     /* every other form, each dk off the multiples of 32 (the column guards) */
     int32_t len2[2] = {45, 17};
-    attn_case(2, 2, 40, 45, 100, len2, 0, 0.1f, 0, 1);    /* tiled, 4 columns a lane */
-    attn_case(2, 2, 40, 40, 200, len2, 1, 0, 0, 1);       /* tiled, 8 columns, > 48 KiB */
-    attn_case(2, 2, 40, 45, 257, len2, 0, 0.1f, 0, 1);    /* the rows form */
-    attn_case(2, 1, 40, 40, 257, len2, 1, 0, 0, 1);       /* the rows form, causal */
+    attn_case(2, 2, 40, 45, 100, len2, 0, 0.1f, 0, 1, 5);    /* tiled, 4 columns a lane */
+    attn_case(2, 2, 40, 40, 200, len2, 1, 0, 0, 1, 5);       /* tiled, 8 columns, > 48 KiB */
+    attn_case(2, 2, 40, 45, 257, len2, 0, 0.1f, 0, 1, 5);    /* the rows form */
+    attn_case(2, 1, 40, 40, 257, len2, 1, 0, 0, 1, 5);       /* the rows form, causal */
+    /* q's rows 16-byte aligned (qpad 0): mm's every product through its pointer arrays
+     * (with qpad 5 those reading Q, dQ take one strided call per head); Tk 7, 45: score
+     * rows padded to 8, 48 */
+    attn_case(3, 2, 7, 7, 8, klen, 1, 0.3f, 0, 1, 0);
+    attn_case(2, 8, 64, 64, 64, NULL, 1, 0, 0, 1, 0);
+    attn_case(2, 2, 40, 45, 32, len2, 0, 0.1f, 0, 1, 0);
+    /* more than 65535 problems in a product: mm's calls take them in slices (B*H = 67200
+     * through the pointer arrays; B = 70000 sentences a head, strided) */
+    attn_case(4200, 16, 2, 3, 8, NULL, 0, 0.1f, 0, 1, 0);
+    attn_case(70000, 1, 1, 2, 8, NULL, 1, 0, 0, 1, 5);
 }
 
 /* Incremental attention: R rows of H heads of dk, each with len[r] keys found through
@@ -1516,9 +1532,14 @@ static void test_big_gemm(void)
     big_gemm_case("FFN in, gradient of x", 0, 0, 1, BN, BD, BF, 0);
     /* parameter gradients go through gemm_grad, as in the model */
     big_gemm_case("FFN in, gradient of W (accumulated, gemm_grad)", 1, 1, 0, BD, BF, BN, 1);
-    /* the output layer for 1024 of the tokens (the rows only set the size of the grid) */
-    big_gemm_case("logits", 0, 0, 1, 1024, BV, BD, 0);
-    big_gemm_case("embedding gradient (gemm_grad)", 1, 1, 0, BV, BD, 1024, 1);
+    /* the output layer over the whole batch: (10240, 37000) logits, 1.5 GB at fp32; the
+     * embedding gradient sums over the 10240 rows */
+    big_gemm_case("logits", 0, 0, 1, BN, BV, BD, 0);
+    big_gemm_case("embedding gradient (gemm_grad)", 1, 1, 0, BV, BD, BN, 1);
+    /* logits of 14600 rows: 2.16e9 bytes, C's last elements past 2^31 bytes (at fp32; at
+     * bf16 the same C is half that, so it runs at fp32 only) */
+    if (ulp16 == 0)
+        big_gemm_case("logits past 2^31 bytes", 0, 0, 1, 14600, BV, BD, 0);
 }
 
 /* gemm_bias at the big model's shapes (10240 rows; the products of linear() and of the
@@ -1635,20 +1656,21 @@ static void test_big_attention(void)
     int32_t klen[BB];
     for (int b = 0; b < BB; b++)
         klen[b] = b == 0 ? 0 : b == 1 ? 1 : b % 5 == 0 ? BT : BT - (b * 37) % 57;
-    attn_case(BB, 16, BT, BT, 64, klen, 0, 0.1f, 1, 2);   /* tiled, 2 columns a lane */
-    attn_case(BB, 16, BT, BT, 64, klen, 1, 0, 1, 2);
-    attn_case(BB, 8, BT, BT, 128, klen, 1, 0.1f, 1, 2);   /* tiled, 4 columns */
-    attn_case(BB, 4, BT, BT, 256, klen, 0, 0.1f, 1, 2);   /* tiled, 8 columns */
-    attn_case(BB, 4, BT, BT, 320, klen, 1, 0, 1, 2);      /* rows */
-    attn_case(BB, 4, 100, BT, 320, klen, 0, 0.1f, 1, 2);  /* rows, cross */
+    attn_case(BB, 16, BT, BT, 64, klen, 0, 0.1f, 1, 2, 5);   /* tiled, 2 columns a lane */
+    attn_case(BB, 16, BT, BT, 64, klen, 1, 0, 1, 2, 5);
+    attn_case(BB, 8, BT, BT, 128, klen, 1, 0.1f, 1, 2, 5);   /* tiled, 4 columns */
+    attn_case(BB, 4, BT, BT, 256, klen, 0, 0.1f, 1, 2, 5);   /* tiled, 8 columns */
+    attn_case(BB, 4, BT, BT, 320, klen, 1, 0, 1, 2, 5);      /* rows */
+    attn_case(BB, 4, 100, BT, 320, klen, 0, 0.1f, 1, 2, 5);  /* rows, cross */
     /* the big model at translation lengths: 96 sentences of up to 107 tokens (10272 a
-     * side), 16 heads of 64; encoder, decoder (causal) and cross attention */
+     * side), 16 heads of 64; encoder, decoder (causal) and cross attention; q's rows D
+     * apart as the model's (qpad 0: every product of mm through its pointer arrays) */
     int32_t tlen[96];
     for (int b = 0; b < 96; b++)
         tlen[b] = b == 0 ? 0 : b == 1 ? 1 : b % 7 == 0 ? 107 : 107 - (b * 29) % 80;
-    attn_case(96, 16, 107, 107, 64, tlen, 0, 0.1f, 1, 2);
-    attn_case(96, 16, 100, 100, 64, tlen, 1, 0.1f, 1, 2);
-    attn_case(96, 16, 100, 107, 64, tlen, 0, 0.1f, 1, 2);
+    attn_case(96, 16, 107, 107, 64, tlen, 0, 0.1f, 1, 2, 0);
+    attn_case(96, 16, 100, 100, 64, tlen, 1, 0.1f, 1, 2, 0);
+    attn_case(96, 16, 100, 107, 64, tlen, 0, 0.1f, 1, 2, 0);
     /* decoding: 64 rows (16 sentences x beam 4) over caches of up to 256 keys */
     int32_t len[64];
     for (int r = 0; r < 64; r++)
@@ -1716,6 +1738,173 @@ static void test_big_optimizer(void)
 {
     NEED_BIG();
     optimizer_case(50000017, 1);
+}
+
+/* ---- the workspace: a training step allocates nothing after reserve_step -------------------- */
+
+/* A CUDA backend with the attention path `attn` (TFM_CUDA_ATTN), at the precision under
+ * test, bound to this thread; NULL with err. */
+static struct tfm_backend *open_cuda(const char *attn, struct tfm_error *err)
+{
+    char *was = getenv("TFM_CUDA_ATTN") ? strdup(getenv("TFM_CUDA_ATTN")) : NULL;
+    setenv("TFM_CUDA_ATTN", attn, 1);
+    struct tfm_backend *be = tfm_backend_cuda(0, err);
+    if (was)
+        setenv("TFM_CUDA_ATTN", was, 1);
+    else
+        unsetenv("TFM_CUDA_ATTN");
+    free(was);
+    enum tfm_precision p = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
+    if (be && tfm_backend_set_precision(be, p, err) < 0) {
+        be->destroy(be);
+        return NULL;
+    }
+    if (be && be->bind)
+        be->bind(be);
+    return be;
+}
+
+/* One attention forward and backward (causal, dropout) of B sentences of T tokens, H
+ * heads of dk, on be, its inputs zeros: only the workspace it asks for matters here. */
+static void attn_on(struct tfm_backend *be, int B, int H, int T, int dk)
+{
+    struct tfm_backend *home = gpu;
+    gpu = be;
+    struct tfm_attn a = {B, H, T, T, dk, NULL, 1, 1.0f / sqrtf((float)dk), 0.1f,
+                         tfm_rng_key(1, 2, 3)};
+    int D = H * dk;
+    size_t n = (size_t)B * T * D;
+    float *q = dact(NULL, n), *k = dact(NULL, n), *v = dact(NULL, n), *o = dact(NULL, n),
+          *dout = dact(NULL, n), *dq = dact(NULL, n), *dk_ = dact(NULL, n),
+          *dv = dact(NULL, n), *lse = dev(NULL, (size_t)B * H * T * sizeof(float));
+    be->attn_fwd(be, &a, q, D, k, D, v, D, o, D, lse);
+    be->attn_bwd(be, &a, q, D, k, D, v, D, o, D, lse, dout, D, dq, D, dk_, D, dv, D);
+    be->sync(be);
+    GFREE(q, k, v, o, dout, dq, dk_, dv, lse);
+    gpu = home;
+}
+
+/* The count of tfm_backend_cuda_work_grows: -1 where there is no CUDA backend; on a GPU,
+ * a fresh backend of each attention path counts the workspace growing (attention with
+ * nothing reserved), not a call that fits, and after reserve_step (512 rows a side, 2
+ * heads of 8) no attention of a shape it allows (the longest sentences, the most
+ * sentences, one in between) grows it: tfm_cuda_attn_step_work covers both paths. */
+static void test_work_grows(void)
+{
+    CHECK(tfm_backend_cuda_work_grows(NULL) == -1);
+    CHECK(tfm_backend_cuda_work_grows(cpu) == -1);
+    if (gpu && sim) {
+        CHECK(tfm_backend_cuda_work_grows(gpu) == -1);
+        return;
+    }
+    NEED_GPU();
+    CHECK(tfm_backend_cuda_work_grows(gpu) >= 0);
+    const char *names[2] = {"flash", "mm"};
+    for (int p = 0; p < 2; p++) {
+        struct tfm_error err;
+        struct tfm_backend *be = open_cuda(names[p], &err);
+        if (!be) {
+            printf("#   %s: %s\n", names[p], err.msg);
+            CHECK(!"backend opened");
+            continue;
+        }
+        CHECK(tfm_backend_cuda_work_grows(be) == 0);
+        CHECK(be->reserve(be, 64, 64, &err) == 0);
+        attn_on(be, 2, 2, 16, 8);                         /* nothing reserved: grows */
+        long g = tfm_backend_cuda_work_grows(be);
+        CHECK(g >= 1);
+        attn_on(be, 2, 2, 16, 8);                         /* the same shape: fits */
+        CHECK(tfm_backend_cuda_work_grows(be) == g);
+        CHECK(be->reserve_step(be, 512, 16, 64, 2, 100, &err) == 0);
+        attn_on(be, 8, 2, 64, 8);                         /* 8 x 64: the longest */
+        attn_on(be, 512, 2, 1, 8);                        /* 512 x 1: the most */
+        attn_on(be, 21, 2, 24, 8);                        /* 504 rows, Tk 24 */
+        long g2 = tfm_backend_cuda_work_grows(be);
+        if (g2 != g)
+            printf("#   %s: the workspace grew %ld times after reserve_step\n", names[p],
+                   g2 - g);
+        CHECK(g2 == g);
+        be->destroy(be);
+    }
+}
+
+/* A training step of the big model (one layer: d_model 1024, 16 heads, d_ff 4096,
+ * vocabulary 37000; 10240 tokens a side, max_len 256), on a fresh backend of each
+ * attention path at the precision under test: after tfm_model_create (reserve_step),
+ * batches of the longest sentences (40 x 256), of the most (320 x 32) and of sources
+ * longer than targets (64 x 160 / 100), then the optimizer's step, must not grow the
+ * workspace (backend.h, reserve_step: no step allocates). */
+static void test_big_step_work(void)
+{
+    NEED_BIG();
+    if (sim) {
+        t_skip("the sim backend has no workspace");
+        return;
+    }
+    enum { L = 256 };
+    struct tfm_config c;
+    tfm_config_defaults(&c);
+    c.layers = 1;
+    c.d_model = BD;
+    c.heads = 16;
+    c.d_ff = BF;
+    c.vocab = BV;
+    c.max_len = L;
+    c.tokens = BN;
+    c.dropout = 0.1;
+    c.attn_dropout = 0.1;
+    c.relu_dropout = 0.1;
+    c.label_smoothing = 0.1;
+    c.seed = 5;
+    c.precision = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
+    const int shapes[3][3] = {{BN / L, L, L}, {BN / 32, 32, 32}, {BN / 160, 160, 100}};
+    int32_t *src = malloc((size_t)BN * 4), *tgt = malloc((size_t)BN * 4);
+    for (int i = 0; i < BN; i++) {
+        src[i] = 4 + irand(BV - 4);
+        tgt[i] = 4 + irand(BV - 4);
+    }
+    const char *names[2] = {"flash", "mm"};
+    for (int p = 0; p < 2; p++) {
+        struct tfm_error err;
+        struct tfm_backend *be = open_cuda(names[p], &err);
+        struct tfm_model *m = be ? tfm_model_create(&c, be, 0, &err) : NULL;
+        if (!m) {
+            printf("#   %s: %s\n", names[p], err.msg);
+            CHECK(!"model created");
+            if (be)
+                be->destroy(be);
+            continue;
+        }
+        long g0 = tfm_backend_cuda_work_grows(be);
+        CHECK(g0 >= 0);
+        int64_t tokens = 0;
+        int ok = 1;
+        double t0 = now();
+        for (int s = 0; s < 3 && ok; s++) {
+            struct tfm_loss loss;
+            if (tfm_model_train_batch_dev(m, shapes[s][0], shapes[s][1], shapes[s][2], src,
+                                          tgt, (uint64_t)s + 1, &loss, &err)) {
+                printf("#   %s: batch %d x %d / %d: %s\n", names[p], shapes[s][0],
+                       shapes[s][1], shapes[s][2], err.msg);
+                ok = 0;
+            }
+            tokens += loss.tokens;
+        }
+        struct tfm_optim_stats st;
+        if (ok && tfm_optim_step(m, 1, tokens, &st, &err)) {
+            printf("#   %s: optimizer step: %s\n", names[p], err.msg);
+            ok = 0;
+        }
+        CHECK(ok);
+        long g1 = tfm_backend_cuda_work_grows(be);
+        printf("#   %s: 3 batches and a step in %.2f s; the workspace grew %ld times in "
+               "them\n", names[p], now() - t0, g1 - g0);
+        CHECK(g1 == g0);
+        tfm_model_free(m);
+        be->destroy(be);
+    }
+    free(src);
+    free(tgt);
 }
 
 /* One training batch of a whole 6-layer model of the big shapes (dropout 0.1 on the
@@ -2179,24 +2368,15 @@ int main(void)
     } else if (gpu) {
         /* a backend per attention path, chosen when it opens (TFM_CUDA_ATTN) */
         const char *names[2] = {"flash", "mm"};
-        char *was = getenv("TFM_CUDA_ATTN") ? strdup(getenv("TFM_CUDA_ATTN")) : NULL;
         for (int p = 0; p < 2; p++) {
-            setenv("TFM_CUDA_ATTN", names[p], 1);
-            struct tfm_backend *be = tfm_backend_cuda(0, &err);
-            if (!be || tfm_backend_set_precision(be, gpu->precision, &err) < 0) {
+            struct tfm_backend *be = open_cuda(names[p], &err);
+            if (!be) {
                 printf("# attention path %s: %s\n", names[p], err.msg);
                 return 1;
             }
-            if (be->bind)
-                be->bind(be);
             double extra = ulp16 > 0 ? (p == 0 ? 4 : 2) * ulp16 : 0;
             path[npaths++] = (struct attn_path){be, names[p], extra};
         }
-        if (was)
-            setenv("TFM_CUDA_ATTN", was, 1);
-        else
-            unsetenv("TFM_CUDA_ATTN");
-        free(was);
     }
     run("the CUDA backend starts on a GPU, or says why not", test_create);
     run("the comparisons: NaN-ness, not NaN bits; relative to the typical size", test_compare);
@@ -2216,6 +2396,8 @@ int main(void)
     run("cuda: a model's training batch, Adam step and decoding against the CPU", test_model);
     run("cuda: the step's statistics (loss sums, norm, clipping, Adam) against the CPU",
         test_step);
+    run("cuda: workspace growth is counted; none after reserve_step, both attention paths",
+        test_work_grows);
     run("cuda big: gemm at the big model's shapes", test_big_gemm);
     run("cuda big: gemm_bias at the big model's shapes, with and without ReLU, the fallback",
         test_big_gemm_bias);
@@ -2232,6 +2414,8 @@ int main(void)
     run("cuda big: a 6-layer d_model 1024 model's training batch and decoding against the CPU",
         test_big_model);
     run("cuda big: the step's statistics over 50 million elements", test_big_step);
+    run("cuda big: a training step of the big model allocates no workspace after "
+        "reserve_step, both attention paths", test_big_step_work);
     run("cuda: log_softmax_top (the k best tokens on the GPU) = log_softmax, then the host's "
         "selection", test_log_softmax_top);
     for (int p = 0; p < npaths; p++)
