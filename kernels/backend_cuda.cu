@@ -52,14 +52,6 @@ void tfm_cuda_fail(const char *op, const char *call, const char *name, const cha
     abort();
 }
 
-#define BLAS_CHECK(x)                                                                    \
-    do {                                                                                 \
-        cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-            tfm_cuda_fail(__func__, #x, cublasGetStatusName(s_), cublasGetStatusString(s_), \
-                          __FILE__, __LINE__);                                           \
-    } while (0)
-
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
 {
     tfm_cuda *c = CU(be);
@@ -314,8 +306,6 @@ static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm
 // its transpose with the same ld; so the row-major C = op(A) op(B) is the column-major
 // C^T = op(B)^T op(A)^T: the operands swap places and keep their transpose flags.
 
-static cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 namespace {
 
 // C (M,N) = beta C at bf16 (a product with K = 0 and beta != 0, 1), in fp32, rounded.
@@ -382,7 +372,7 @@ static void gemm_bf16(struct tfm_backend *be, int ta, int tb, int M, int N, int 
                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
                       int ldc, cudaDataType_t ctype)
 {
-    BLAS_CHECK(cublasGemmEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb,
+    BLAS_CHECK(cublasGemmEx(CU(be)->blas, blas_op(tb), blas_op(ta), N, M, K, &alpha, B, CUDA_R_16BF, ldb,
                             A, CUDA_R_16BF, lda, &beta, C, ctype, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT));
 }
@@ -398,7 +388,7 @@ void cuda_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K, floa
     else if (h)
         gemm_bf16(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_16BF);
     else
-        BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda,
+        BLAS_CHECK(cublasSgemm(CU(be)->blas, blas_op(tb), blas_op(ta), N, M, K, &alpha, B, ldb, A, lda,
                                &beta, C, ldc));
 }
 
@@ -415,7 +405,7 @@ void cuda_gemm_grad(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
     else if (tfm_cuda_bf16(be))
         gemm_bf16(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, CUDA_R_32F);
     else
-        BLAS_CHECK(cublasSgemm(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, B, ldb, A, lda,
+        BLAS_CHECK(cublasSgemm(CU(be)->blas, blas_op(tb), blas_op(ta), N, M, K, &alpha, B, ldb, A, lda,
                                &beta, C, ldc));
 }
 
@@ -503,7 +493,7 @@ static void lt_plan_make(struct tfm_backend *be, tfm_lt_plan *p, const int *key)
     p->used = true;
     p->ok = false;
     BLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const int32_t opa = op(tb), opb = op(ta), bias_type = t;
+    const int32_t opa = blas_op(tb), opb = blas_op(ta), bias_type = t;
     const uint32_t epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     // the query reads no bias, only its address's alignment: 16 bytes, the least we call with
     const void *probe = reinterpret_cast<const void *>(uintptr_t{16});

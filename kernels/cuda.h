@@ -201,6 +201,17 @@ void tfm_cuda_fail(const char *op, const char *call, const char *name, const cha
                           __FILE__, __LINE__);                                           \
     } while (0)
 #define LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
+// The same for a cuBLAS or cuBLASLt call (both return cublasStatus_t).
+#define BLAS_CHECK(x)                                                                    \
+    do {                                                                                 \
+        cublasStatus_t s_ = (x);                                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            tfm_cuda_fail(__func__, #x, cublasGetStatusName(s_), cublasGetStatusString(s_), \
+                          __FILE__, __LINE__);                                           \
+    } while (0)
+
+// cuBLAS's transpose flag for a product's ta or tb (non-zero: transposed).
+static inline cublasOperation_t blas_op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 // Blocks of `threads` covering n items.
 static inline unsigned tfm_cuda_blocks(size_t n, unsigned threads)

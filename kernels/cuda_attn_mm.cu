@@ -237,16 +237,6 @@ Layout layout(int64_t bh, int64_t tq, int tk, size_t act)
 // cuBLAS sees on the host and picks its kernels for.  Same products, same sums; the check
 // is the same at fp32 (where cuBLAS asks nothing) so that both ways run at both precisions.
 
-#define BLAS_CHECK(x)                                                                    \
-    do {                                                                                 \
-        cublasStatus_t s_ = (x);                                                         \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                 \
-            tfm_cuda_fail(__func__, #x, cublasGetStatusName(s_), cublasGetStatusString(s_), \
-                          __FILE__, __LINE__);                                           \
-    } while (0)
-
-cublasOperation_t op(int t) { return t ? CUBLAS_OP_T : CUBLAS_OP_N; }
-
 bool aligned16(int64_t bytes) { return bytes % 16 == 0; }
 
 // Whether every (b,h) matrix of m, with rows ld apart, is 16-byte aligned.
@@ -300,7 +290,7 @@ void product(struct tfm_backend *be, const Call &c, int ta, int tb, int M, int N
         mat_aligned(c.ms.m[ic], c.ms.size[ic], ldc, B, H)) {
         for (int64_t at = 0; at < bh; at += MAX_BATCH) {
             const int n = (int)(bh - at < MAX_BATCH ? bh - at : MAX_BATCH);
-            BLAS_CHECK(cublasGemmBatchedEx(CU(be)->blas, op(tb), op(ta), N, M, K, &alpha,
+            BLAS_CHECK(cublasGemmBatchedEx(CU(be)->blas, blas_op(tb), blas_op(ta), N, M, K, &alpha,
                                            c.arr + ib * bh + at, c.type[ib], ldb,
                                            c.arr + ia * bh + at, c.type[ia], lda, &beta,
                                            (void *const *)(c.arr + ic * bh + at), c.type[ic],
@@ -312,7 +302,7 @@ void product(struct tfm_backend *be, const Call &c, int ta, int tb, int M, int N
         for (int64_t b = 0; b < B; b += MAX_BATCH) {
             const int n = (int)(B - b < MAX_BATCH ? B - b : MAX_BATCH);
             BLAS_CHECK(cublasGemmStridedBatchedEx(
-                CU(be)->blas, op(tb), op(ta), N, M, K, &alpha, mat_at(c, ib, b, h),
+                CU(be)->blas, blas_op(tb), blas_op(ta), N, M, K, &alpha, mat_at(c, ib, b, h),
                 c.type[ib], ldb, (long long)c.ms.m[ib].bstride, mat_at(c, ia, b, h),
                 c.type[ia], lda, (long long)c.ms.m[ia].bstride, &beta,
                 (void *)mat_at(c, ic, b, h), c.type[ic], ldc, (long long)c.ms.m[ic].bstride, n,
