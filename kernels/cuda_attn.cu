@@ -95,7 +95,7 @@ Shape make_shape(const struct tfm_attn *a)
     s.causal = a->causal;
     s.scale = a->scale;
     s.p = a->dropout;
-    s.inv = a->dropout > 0 ? 1.0f / (1.0f - a->dropout) : 1.0f;   // as on the CPU, in float
+    s.inv = tfm_dropout_scale(a->dropout);   // as on the CPU
     s.key = a->key;
     return s;
 }

@@ -823,7 +823,7 @@ static void ffn_bwd(struct tfm_model *m, const struct fwd *f, const struct ffn_p
     float *df = m->a.df;
     linear_bwd(m, df, 0.0f, dout, h, n, p->w2, p->b2);
     float pr = pdrop(f, m->cfg.relu_dropout);
-    be->relu_bwd(be, df, df, h, (size_t)n * m->F, pr > 0 ? 1.0f / (1.0f - pr) : 1.0f);
+    be->relu_bwd(be, df, df, h, (size_t)n * m->F, tfm_dropout_scale(pr));
     linear_bwd(m, du, beta, df, u, n, p->w1, p->b1);
 }
 
