@@ -15,8 +15,8 @@
 //   cuda_xent, cuda_log_softmax           a block per row
 //   cuda_sumsq, cuda_adam                 the optimizer's
 //
-// Memory (cuda.h, "16-byte vectors"): every kernel here but the embeddings' backward and
-// gather moves groups of VW<T> elements (8 at bf16, 4 at fp32) as one 16-byte load or
+// Memory (cuda.h, "16-byte vectors"): every kernel here but gather and the column sums'
+// second pass moves groups of VW<T> elements (8 at bf16, 4 at fp32) as one 16-byte load or
 // store where the arrays' addresses allow, element by element where they do not (odd
 // rows, offset pointers, tails); which thread takes which element, and the order of every
 // sum, is the same on both paths.
@@ -258,17 +258,64 @@ __global__ void embed_elems(T *out, const T *table, const int32_t *ids, size_t t
     }
 }
 
-// dpos[pos0 + l] += dout[l] + dout[l + L] + ... in row order: block l owns position row l.
+// W (a multiple of 4) consecutive fp32 words at p into f, as W / 4 float4 loads when vec
+// and the group is whole, else the first cnt one by one (the others 0); and back.  The
+// embeddings' gradients (fp32) in the groups of their activations' VW<T>.
+template <int W>
+__device__ __forceinline__ void f32_load(float (&f)[W], const float *p, int cnt, bool vec)
+{
+    if (vec && cnt == W) {
+#pragma unroll
+        for (int k = 0; k < W / 4; k++) {
+            float4 u = reinterpret_cast<const float4 *>(p)[k];
+            f[4 * k] = u.x;
+            f[4 * k + 1] = u.y;
+            f[4 * k + 2] = u.z;
+            f[4 * k + 3] = u.w;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            f[e] = e < cnt ? p[e] : 0.0f;
+    }
+}
+template <int W>
+__device__ __forceinline__ void f32_store(float *p, const float (&f)[W], int cnt, bool vec)
+{
+    if (vec && cnt == W) {
+#pragma unroll
+        for (int k = 0; k < W / 4; k++)
+            reinterpret_cast<float4 *>(p)[k] =
+                make_float4(f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt)
+                p[e] = f[e];
+    }
+}
+
+// dpos[pos0 + l] += dout[l] + dout[l + L] + ... in row order: block l owns position row l;
+// each thread a group of VW<T> columns at a time (vectors when D is a multiple of VW<T> and
+// both arrays 16-byte aligned), each column's rows added in order.
 template <typename T>
 __global__ void embed_bwd_pos(float *dpos, const T *dout, int N, int D, int L, int pos0)
 {
+    constexpr int W = VW<T>;
+    const bool vec = D % W == 0 && vec_aligned(dpos) && vec_aligned(dout);
     int l = blockIdx.x;
     float *row = dpos + (size_t)(pos0 + l) * D;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float acc = row[c];
-        for (int64_t n = l; n < N; n += L)
-            acc = __fadd_rn(acc, act_load(dout + (size_t)n * D + c));
-        row[c] = acc;
+    float acc[W], d[W];
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        f32_load(acc, row + c0, cnt, vec);
+        for (int64_t n = l; n < N; n += L) {
+            group_load(d, dout + (size_t)n * D + c0, cnt, vec);
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                acc[e] = __fadd_rn(acc[e], d[e]);
+        }
+        f32_store(row + c0, acc, cnt, vec);
     }
 }
 
@@ -296,22 +343,31 @@ __device__ int64_t run_end(const uint32_t *keys, int64_t s, int N, uint32_t key)
 
 // Block s handles sorted position s when it starts a run of equal ids: table row keys[s]
 // adds scale * dout[order[k]] for k over the run, in order (order is the stable sort's
-// permutation, so token order): the CPU's operations in the CPU's order.
+// permutation, so token order): the CPU's operations in the CPU's order.  Each thread a
+// group of VW<T> columns at a time, as embed_bwd_pos.
 template <typename T>
 __global__ void embed_bwd_runs(float *dtable, const T *dout, const uint32_t *keys,
                                const int32_t *order, int N, int D, float scale)
 {
+    constexpr int W = VW<T>;
     int64_t s = blockIdx.x;
     uint32_t id = keys[s];
     if (s > 0 && keys[s - 1] == id)
         return;                         // inside a run: its first block does it
     int64_t e = run_end(keys, s, N, id);
+    const bool vec = D % W == 0 && vec_aligned(dtable) && vec_aligned(dout);
     float *row = dtable + (size_t)id * D;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float acc = row[c];
-        for (int64_t k = s; k < e; k++)
-            acc = __fadd_rn(acc, __fmul_rn(scale, act_load(dout + (size_t)order[k] * D + c)));
-        row[c] = acc;
+    float acc[W], d[W];
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        f32_load(acc, row + c0, cnt, vec);
+        for (int64_t k = s; k < e; k++) {
+            group_load(d, dout + (size_t)order[k] * D + c0, cnt, vec);
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                acc[j] = __fadd_rn(acc[j], __fmul_rn(scale, d[j]));
+        }
+        f32_store(row + c0, acc, cnt, vec);
     }
 }
 
@@ -754,9 +810,9 @@ void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, cons
     );
 }
 
-// dpos: a block per position row.  dtable: the ids are sorted with their token numbers
-// (stable, so equal ids keep token order), then the first block of each run of equal ids
-// adds the run's rows to its table row.  Workspace: sorted ids, token numbers before and
+// dpos: a block (row_threads) per position row.  dtable: the ids are sorted with their
+// token numbers (stable, so equal ids keep token order), then the first block of each run
+// of equal ids adds the run's rows to its table row.  Workspace: sorted ids, token numbers before and
 // after the sort, CUB's temporary storage.  dtable and dpos are fp32 at every precision,
 // dout an activation.
 void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
@@ -767,7 +823,7 @@ void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const fl
     cudaStream_t s = STREAM(be);
     if (dpos && L > 0)
         BY_ACT_TYPE(be,
-            embed_bwd_pos<T><<<(unsigned)(N < L ? N : L), THREADS, 0, s>>>(
+            embed_bwd_pos<T><<<(unsigned)(N < L ? N : L), row_threads<T>(D), 0, s>>>(
                 dpos, act_ptr<T>(dout), N, D, L, pos0);
             LAUNCH_CHECK();
         );
@@ -786,8 +842,8 @@ void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const fl
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w + 3 * arr, temp, keys_in, keys, order_in,
                                                order, N, 0, bits, s));
     BY_ACT_TYPE(be,
-        embed_bwd_runs<T><<<(unsigned)N, THREADS, 0, s>>>(dtable, act_ptr<T>(dout), keys, order,
-                                                          N, D, scale);
+        embed_bwd_runs<T><<<(unsigned)N, row_threads<T>(D), 0, s>>>(
+            dtable, act_ptr<T>(dout), keys, order, N, D, scale);
         LAUNCH_CHECK();
     );
 }

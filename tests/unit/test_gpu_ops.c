@@ -704,20 +704,25 @@ static void test_gemm_bias(void)
 /* ---- embeddings and layer norm ------------------------------------------------------------ */
 
 /* N tokens of sentences of L positions (N need not be a multiple of L: the last sentence
- * is cut short; N < L: a part of one) from positions pos0 on. */
-static void embed_case(int N, int L)
+ * is cut short; N < L: a part of one) from positions pos0 on, rows of D.  The table, the
+ * output and the table's gradient start off elements into their buffers (dact_off; the
+ * gradient off floats), the positions and dout at their start. */
+static void embed_case(int N, int L, int D, int off)
 {
-    int V = 13, D = 24, P = 16, pos0 = 3;
+    int V = 13, P = 16, pos0 = 3;
     int32_t ids[64];
-    printf("#  N %d, L %d\n", N, L);
+    printf("#  N %d, L %d, D %d, offset %d\n", N, L, D, off);
     for (int i = 0; i < N; i++)
         ids[i] = (i * 7) % 5 == 0 ? 2 : (i * 5) % V;       /* id 2 repeated many times */
     float *table = rnda((size_t)V * D, 1), *pos = rnda((size_t)P * D, 1);
     float *out = rnd((size_t)N * D, 1), *dout = rnda((size_t)N * D, 1);
     float *dtable = rnd((size_t)V * D, 1), *dpos = rnd((size_t)P * D, 1);
     int32_t *did = dev(ids, (size_t)N * sizeof *ids);
-    float *dt = dact(table, V * D), *dp = dact(pos, P * D), *dO = dact(NULL, N * D),
-          *ddo = dact(dout, N * D), *ddt = dev(dtable, V * D * 4), *ddp = dev(dpos, P * D * 4);
+    void *bT, *bO;
+    float *dt = dact_off(table, V * D, off, &bT), *dp = dact(pos, P * D),
+          *dO = dact_off(NULL, N * D, off, &bO), *ddo = dact(dout, N * D),
+          *bdt = dev(NULL, (V * D + off) * 4), *ddt = bdt + off, *ddp = dev(dpos, P * D * 4);
+    gpu->upload(gpu, ddt, dtable, V * D * 4);
     for (int with_pos = 0; with_pos < 2; with_pos++) {
         cpu->embed_fwd(cpu, out, table, ids, N, D, 2.5f, with_pos ? pos : NULL, L, pos0);
         gpu->embed_fwd(gpu, dO, dt, did, N, D, 2.5f, with_pos ? dp : NULL, L, pos0);
@@ -727,16 +732,22 @@ static void embed_case(int N, int L)
         SAME(ddt, dtable, (size_t)V * D, TOL);
         SAME(ddp, dpos, (size_t)P * D, TOL);
     }
-    GFREE(did, dt, dp, dO, ddo, ddt, ddp);
+    GFREE(did, bT, dp, bO, ddo, bdt, ddp);
     free(table); free(pos); free(out); free(dout); free(dtable); free(dpos);
 }
 
 static void test_embed(void)
 {
     NEED_GPU();
-    embed_case(40, 10);
-    embed_case(43, 10);                                   /* a last sentence of 3 */
-    embed_case(7, 10);                                    /* fewer tokens than positions */
+    embed_case(40, 10, 24, 0);
+    embed_case(43, 10, 24, 0);                            /* a last sentence of 3 */
+    embed_case(7, 10, 24, 0);                             /* fewer tokens than positions */
+    /* the vector paths (kernels/cuda.h): rows of whole vectors, off the boundary, rows
+     * that end in a partial group */
+    embed_case(40, 10, 1024, 0);
+    embed_case(40, 10, 1024, 1);
+    embed_case(43, 10, 1023, 0);
+    embed_case(9, 10, 7, 1);
 }
 
 /* Layer norm of N rows of D, forward and backward (accumulating or not) against the CPU:
