@@ -122,8 +122,9 @@ __device__ __forceinline__ void act_store(bf16 *p, float v) { *p = __float2bfloa
 // rows start off the boundary, a tail of fewer than VW<T> elements) its elements go one
 // by one (group_load, group_store).  The kernels test the addresses themselves
 // (vec_aligned), per array or per row, so no caller has to promise anything.
-// Which elements a thread handles, and the order in which it adds them, is the same on
-// both paths (groups of VW<T> consecutive elements, group g to thread g mod the threads):
+// In every sum, which elements a thread adds, and in which order, is the same on both
+// paths (groups of VW<T> consecutive elements, group g to thread g mod the threads, each
+// thread's groups in order), and an element-wise result is its own element's operations:
 // whether a group moves as a vector changes no result's bits.
 // Status: compiled, never yet run on a GPU (test_gpu_ops's cases with odd lengths and
 // pointers one element off the boundary are its first run).

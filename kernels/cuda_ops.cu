@@ -82,9 +82,10 @@ template <typename T> __device__ __forceinline__ int group_cnt(int D, int c0)
     return D - c0 < VW<T> ? D - c0 : VW<T>;
 }
 
-// The threads of a block that handles a row of D (the layer norms): one per group of
-// VW<T> columns, rounded up to whole warps, at most THREADS.  A function of D and T only,
-// so a fused op and the sequence it stands for sum a row with the same threads.
+// The threads of a block that handles a row of D (the layer norms, the embeddings'
+// gradients): one per group of VW<T> columns, rounded up to whole warps, at most THREADS.
+// A function of D and T only, so a fused op and the sequence it stands for sum a row with
+// the same threads.
 template <typename T> unsigned row_threads(int D)
 {
     int64_t groups = ((int64_t)D + VW<T> - 1) / VW<T>;
