@@ -1375,11 +1375,15 @@ static void test_optimizer(void)
  * device's own sumsq, bit for bit; clip and scale follow
  * the norm (1e-12 too), and each case clips or not as the CPU does.  adam_scaled, handed
  * the CPU's statistics: the CPU's adam with that scale (the same fp32 operations, 1e-6 as
- * test_optimizer), and nothing at all when the norm is not finite. */
-static void step_case(size_t n, int rows, int big)
+ * test_optimizer), and nothing at all when the norm is not finite.  The gradient and m
+ * start off floats into their buffers (the CUDA kernels' element-by-element path when off
+ * is not a multiple of 4: kernels/cuda.h). */
+static void step_case(size_t n, int rows, int big, int off)
 {
     float *g = rnd(n, 1), *loss = rnd((size_t)rows, 3), *nll = rnd((size_t)rows, 2);
-    float *gg = dev(g, n * 4), *gl = dev(loss, (size_t)rows * 4), *gn = dev(nll, (size_t)rows * 4);
+    float *bg = dev(NULL, (n + off) * 4), *gg = bg + off, *gl = dev(loss, (size_t)rows * 4),
+          *gn = dev(nll, (size_t)rows * 4);
+    gpu->upload(gpu, gg, g, n * 4);
     struct tfm_step_stats c = {1.5, 2.5, 0, 0, 0}, h, h2;
     struct tfm_step_stats *gst = dev(&c, sizeof c);
     for (int k = 0; k < 2; k++) {                       /* the sums add up */
@@ -1413,7 +1417,9 @@ static void step_case(size_t n, int rows, int big)
     float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
-    float *gp = dev(p, n * 4), *gm = dev(m, n * 4), *gv = dev(v, n * 4);
+    float *gp = dev(p, n * 4), *bm = dev(NULL, (n + off) * 4), *gm = bm + off,
+          *gv = dev(v, n * 4);
+    gpu->upload(gpu, gm, m, n * 4);
     float *zeros = calloc(n, 4);
     /* a norm that is not finite: nothing changes */
     struct tfm_step_stats bad = c;
@@ -1438,21 +1444,22 @@ static void step_case(size_t n, int rows, int big)
         SAME(gv, v, n, 1e-6);
     }
     EXACT(gg, zeros, n);                                   /* the gradient is cleared */
-    GFREE(gg, gl, gn, gst, gp, gm, gv);
+    GFREE(bg, gl, gn, gst, gp, bm, gv);
     free(g); free(loss); free(nll); free(p); free(m); free(v); free(zeros);
 }
 
 static void test_step(void)
 {
     NEED_GPU();
-    step_case(3000017, 2049, 0);
-    step_case(5, 1, 0);
+    step_case(3000017, 2049, 0, 0);
+    step_case(5, 1, 0, 0);
+    step_case(100003, 7, 0, 1);                           /* off the 16-byte boundary */
 }
 
 static void test_big_step(void)
 {
     NEED_BIG();
-    step_case(50000017, 10240, 1);
+    step_case(50000017, 10240, 1, 0);
 }
 
 /* ---- determinism: the reductions give the same bits twice ------------------------------- */
