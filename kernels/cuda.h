@@ -32,6 +32,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 extern "C" {
 #include "backend.h"
@@ -98,7 +99,9 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // "staging"): test_gpu_ops's memory test sends 72 MB through it.  So have the step's
 // statistics (cuda_step.cu: test_gpu_ops, "the step's statistics") and the workspace
 // sizes of reserve_step (backend_cuda.cu; test_gpu_ops's "workspace" tests count the
-// workspace's growths after it, tfm_cuda_work below).
+// workspace's growths after it, tfm_cuda_work below).  So have the 16-byte vector paths
+// below (every kernel of cuda_ops.cu and cuda_step.cu that moves activations, statistics
+// or optimizer state in bulk).
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)
@@ -111,21 +114,135 @@ __device__ __forceinline__ float act_load(const bf16 *p) { return __bfloat162flo
 __device__ __forceinline__ void act_store(float *p, float v) { *p = v; }
 __device__ __forceinline__ void act_store(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
-// Adam on element i (backend.h, adam), operation for operation as the CPU's adam_range
-// (a1, a2: the bias corrections): both Adam kernels (cuda_ops.cu, cuda_step.cu) call it.
-__device__ __forceinline__ void adam_elem(float *p, float *grad, float *m, float *v, size_t i,
-                                          float lr, float b1, float b2, float eps,
-                                          float gscale, float a1, float a2)
+// ---- 16-byte vectors ----------------------------------------------------------------------
+//
+// The memory-bound kernels (cuda_ops.cu, cuda_step.cu, reduce.cuh) move 16 bytes a load or
+// store where the data allows: a group of VW<T> elements, 4 at fp32 and 8 at bf16, loaded
+// as one uint4 (vec_load, vec_store: the same widening and rounding as act_load,
+// act_store, element by element).  The rule: a group goes as a vector when its address is
+// a multiple of 16 bytes and it is whole; otherwise (a pointer offset from a 16-byte
+// boundary, a row length or leading dimension that is not a multiple of VW<T>, so that
+// rows start off the boundary, a tail of fewer than VW<T> elements) its elements go one
+// by one (group_load, group_store).  The kernels test the addresses themselves
+// (vec_aligned), per array or per row, so no caller has to promise anything.
+// In every sum, which elements a thread adds, and in which order, is the same on both
+// paths (groups of VW<T> consecutive elements, group g to thread g mod the threads, each
+// thread's groups in order), and an element-wise result is its own element's operations:
+// whether a group moves as a vector changes no result's bits.
+// Status: compiled, never yet run on a GPU (test_gpu_ops's cases with odd lengths and
+// pointers one element off the boundary are its first run).
+template <typename T> constexpr int VW = 16 / (int)sizeof(T);
+
+__host__ __device__ __forceinline__ bool vec_aligned(const void *p)
 {
-    float g = __fmul_rn(gscale, grad[i]);
-    grad[i] = 0;
-    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, g));
-    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
-    m[i] = mi;
-    v[i] = vi;
+    return ((uintptr_t)p & 15) == 0;
+}
+
+__device__ __forceinline__ void vec_load(float (&f)[4], const float *p)
+{
+    float4 u = *reinterpret_cast<const float4 *>(p);
+    f[0] = u.x;
+    f[1] = u.y;
+    f[2] = u.z;
+    f[3] = u.w;
+}
+// Each 32-bit word holds two bf16, the lower address in the low half; a bf16 is the upper
+// half of its fp32 value, so widening is a shift (exact, as __bfloat162float).
+__device__ __forceinline__ void vec_load(float (&f)[8], const bf16 *p)
+{
+    uint4 u = *reinterpret_cast<const uint4 *>(p);
+    unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        f[2 * k] = __uint_as_float(w[k] << 16);
+        f[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void vec_store(float *p, const float (&f)[4])
+{
+    *reinterpret_cast<float4 *>(p) = make_float4(f[0], f[1], f[2], f[3]);
+}
+__device__ __forceinline__ void vec_store(bf16 *p, const float (&f)[8])
+{
+    unsigned w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+        w[k] = (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k])) |
+               (unsigned)__bfloat16_as_ushort(__float2bfloat16_rn(f[2 * k + 1])) << 16;
+    *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The first cnt (<= VW<T>) elements at p into f, as one vector when vec and the group is
+// whole, else one by one; f's other entries 0.
+template <typename T>
+__device__ __forceinline__ void group_load(float (&f)[VW<T>], const T *p, int cnt, bool vec)
+{
+    if (vec && cnt == VW<T>) {
+        vec_load(f, p);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VW<T>; e++)
+            f[e] = e < cnt ? act_load(p + e) : 0.0f;
+    }
+}
+// f's first cnt entries to p, the same way.
+template <typename T>
+__device__ __forceinline__ void group_store(T *p, const float (&f)[VW<T>], int cnt, bool vec)
+{
+    if (vec && cnt == VW<T>) {
+        vec_store(p, f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < VW<T>; e++)
+            if (e < cnt)
+                act_store(p + e, f[e]);
+    }
+}
+
+// Adam on one element (backend.h, adam), operation for operation as the CPU's adam_range
+// (a1, a2: the bias corrections): p, g (the gradient, cleared), m, v updated in place.
+__device__ __forceinline__ void adam_val(float &p, float &grad, float &m, float &v, float lr,
+                                         float b1, float b2, float eps, float gscale, float a1,
+                                         float a2)
+{
+    float g = __fmul_rn(gscale, grad);
+    grad = 0;
+    float mi = __fadd_rn(__fmul_rn(b1, m), __fmul_rn(1.0f - b1, g));
+    float vi = __fadd_rn(__fmul_rn(b2, v), __fmul_rn(__fmul_rn(1.0f - b2, g), g));
+    m = mi;
+    v = vi;
     float num = __fmul_rn(lr, __fmul_rn(mi, a1));
     float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, a2)), eps);
-    p[i] = __fsub_rn(p[i], __fdiv_rn(num, den));
+    p = __fsub_rn(p, __fdiv_rn(num, den));
+}
+
+// adam_val over elements [0, n) in a grid-stride loop: float4 groups when the four arrays
+// are 16-byte aligned (each element's operations are its own, so the path changes no
+// bits), the tail and unaligned arrays one element at a time.  Both Adam kernels
+// (cuda_ops.cu, cuda_step.cu) call it; launch about n / 4 threads.
+__device__ __forceinline__ void adam_range(float *p, float *grad, float *m, float *v, size_t n,
+                                           float lr, float b1, float b2, float eps,
+                                           float gscale, float a1, float a2)
+{
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t stride = (size_t)gridDim.x * blockDim.x, i0 = 0;
+    if (vec_aligned(p) && vec_aligned(grad) && vec_aligned(m) && vec_aligned(v)) {
+        for (size_t k = t; k < n / 4; k += stride) {
+            float4 pp = reinterpret_cast<float4 *>(p)[k], gg = reinterpret_cast<float4 *>(grad)[k];
+            float4 mm = reinterpret_cast<float4 *>(m)[k], vv = reinterpret_cast<float4 *>(v)[k];
+            adam_val(pp.x, gg.x, mm.x, vv.x, lr, b1, b2, eps, gscale, a1, a2);
+            adam_val(pp.y, gg.y, mm.y, vv.y, lr, b1, b2, eps, gscale, a1, a2);
+            adam_val(pp.z, gg.z, mm.z, vv.z, lr, b1, b2, eps, gscale, a1, a2);
+            adam_val(pp.w, gg.w, mm.w, vv.w, lr, b1, b2, eps, gscale, a1, a2);
+            reinterpret_cast<float4 *>(p)[k] = pp;
+            reinterpret_cast<float4 *>(grad)[k] = gg;
+            reinterpret_cast<float4 *>(m)[k] = mm;
+            reinterpret_cast<float4 *>(v)[k] = vv;
+        }
+        i0 = n / 4 * 4;
+    }
+    for (size_t i = i0 + t; i < n; i += stride)
+        adam_val(p[i], grad[i], m[i], v[i], lr, b1, b2, eps, gscale, a1, a2);
 }
 
 // The statements in ... with T the backend's activation type: the one place an op chooses

@@ -8,19 +8,28 @@
 //   cuda_layernorm_fwd, _bwd              a block per row; dg, db by column sums
 //   cuda_bias_act, cuda_bias_bwd          bias (+ ReLU); its gradient by column sums
 //   cuda_relu_bwd, cuda_dropout, cuda_add_dropout, cuda_axpy, cuda_gather
-//                                         element-wise, grid-stride loops
+//                                         element-wise, grid-stride loops (map_elems)
 //   cuda_bias_act_dropout, cuda_embed_fwd_dropout, cuda_add_dropout_layernorm,
 //   cuda_layernorm_bwd_dropout            the fused sequences (backend.h): the element-wise
 //                                         ones grid-stride, the layer norms a block per row
 //   cuda_xent, cuda_log_softmax           a block per row
 //   cuda_sumsq, cuda_adam                 the optimizer's
 //
+// Memory (cuda.h, "16-byte vectors"): every kernel here but gather and the column sums'
+// second pass moves groups of VW<T> elements (8 at bf16, 4 at fp32) as one 16-byte load or
+// store where the arrays' addresses allow, element by element where they do not (odd
+// rows, offset pointers, tails); which thread takes which element, and the order of every
+// sum, is the same on both paths.
+//
 // Determinism (no atomics, a fixed order for every sum):
-//  - sums along a row: each thread adds its strided elements in order, then block_reduce
-//    combines the threads in a fixed tree;
-//  - sums down columns (bias, layer-norm gains): fixed chunks of rows, each summed by a
-//    block in a fixed tree into a partial row of the workspace, then one thread per column
-//    adds the partials in chunk order (colsum_*);
+//  - sums along a row: thread t takes the groups of VW<T> columns t, t + blockDim.x, ...
+//    and adds its columns in order, then block_reduce combines the threads in a fixed
+//    tree; the layer norms' blocks have row_threads(D) threads, a function of D and T, so
+//    that a fused op sums as its sequence does;
+//  - sums down columns (bias, layer-norm gains): fixed chunks of rows, each column's rows
+//    of a chunk summed in a fixed order (col_width: a thread takes 1 or VW<T> columns,
+//    which changes no column's order) and tree into a partial row of the workspace, then
+//    one thread per column adds the partials in chunk order (colsum_*);
 //  - embedding gradients: each table row (and each position row) is owned by one block,
 //    which adds its tokens in token order: the CPU's order, so the CPU's bits.
 // Element-wise ops that have no sum write their products and sums with __fmul_rn,
@@ -60,12 +69,73 @@ __device__ __forceinline__ size_t thread_count() { return (size_t)gridDim.x * bl
 
 #include "reduce.cuh"
 
+// Blocks for a grid-stride loop over n elements in groups of VW<T> (cuda.h, "16-byte
+// vectors"): a thread a group.  The unaligned path walks the same loop one element a step.
+template <typename T> unsigned vec_blocks(size_t n)
+{
+    return tfm_cuda_blocks((n + VW<T> - 1) / VW<T>, THREADS);
+}
+
+// The columns of a group that starts at column c0 of a row of D: VW<T>, fewer at the end.
+template <typename T> __device__ __forceinline__ int group_cnt(int D, int c0)
+{
+    return D - c0 < VW<T> ? D - c0 : VW<T>;
+}
+
+// The threads of a block that handles a row of D (the layer norms, the embeddings'
+// gradients): one per group of VW<T> columns, rounded up to whole warps, at most THREADS.
+// A function of D and T only, so a fused op and the sequence it stands for sum a row with
+// the same threads.
+template <typename T> unsigned row_threads(int D)
+{
+    int64_t groups = ((int64_t)D + VW<T> - 1) / VW<T>;
+    int64_t t = (groups + 31) / 32 * 32;
+    return (unsigned)(t < (int64_t)THREADS ? t : (int64_t)THREADS);
+}
+
+// W consecutive elements at p into f: one vector (W = VW<T>, p 16-byte aligned) or, for
+// W = 1, one element.
+template <int W, typename T> __device__ __forceinline__ void load_w(float (&f)[W], const T *p)
+{
+    if constexpr (W == 1)
+        f[0] = act_load(p);
+    else
+        vec_load(f, p);
+}
+
+// y[i] = f(i, x0[i], x1[i]) for i < n (x1 may be NULL: f gets 0 for it), in the groups of
+// VW<T> elements of cuda.h: one vector load or store each when y, x0 and x1 are all
+// 16-byte aligned, else (and for the tail) element by element.  y may equal x0 or x1:
+// each element is read before it is written, by the same thread.
+template <typename T, typename F>
+__device__ __forceinline__ void map_elems(T *y, const T *x0, const T *x1, size_t n, F f)
+{
+    constexpr int W = VW<T>;
+    const bool vec = vec_aligned(y) && vec_aligned(x0) && (!x1 || vec_aligned(x1));
+    const size_t w = vec ? W : 1;
+    float a[W], b[W];
+    for (size_t i = thread_index() * w; i < n; i += thread_count() * w) {
+        int cnt = n - i < w ? (int)(n - i) : (int)w;
+        group_load(a, x0 + i, cnt, vec);
+        if (x1)
+            group_load(b, x1 + i, cnt, vec);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt)
+                a[e] = f(i + e, a[e], x1 ? b[e] : 0.0f);
+        group_store(y + i, a, cnt, vec);
+    }
+}
+
 // ---- column sums: out (M) += sums over the rows of an (N,M) matrix -----------------------
 //
-// Pass 1: a block of COL_TILE columns x COL_ROWS threads per column sums one chunk of rows
-// (thread y takes rows y, y + COL_ROWS, ... of the chunk; then a tree over y) into row
-// `chunk` of a (chunks, M) workspace.  Pass 2 (colsum_finish): one thread per column adds
-// the chunks in order.  The chunks depend on N only.
+// Pass 1: a block of COL_TILE x W columns, COL_ROWS threads per column, sums one chunk of
+// rows (thread (x, y) takes the W columns from (tile x + x) W and rows y, y + COL_ROWS, ...
+// of the chunk, adding each column's rows in order; then a tree over y) into row `chunk`
+// of a (chunks, M) workspace.  W is VW<T> when the rows allow vector loads (M a multiple
+// of it, the matrices 16-byte aligned: col_width) and 1 otherwise; each column's sum is
+// the same either way.  Pass 2 (colsum_finish): one thread per column adds the chunks in
+// order.  The chunks depend on N only.
 
 constexpr int COL_TILE = 32, COL_ROWS = 8;
 constexpr int COL_MAX_CHUNKS = 256, COL_MIN_ROWS = 64;
@@ -83,23 +153,37 @@ col_plan plan_columns(int N)
     return {(int)rows, (int)((N + rows - 1) / rows)};
 }
 
-dim3 col_grid(int M, const col_plan &pl)
+dim3 col_grid(int M, const col_plan &pl, int W)
 {
-    return dim3((unsigned)(((int64_t)M + COL_TILE - 1) / COL_TILE), (unsigned)pl.chunks);
+    int64_t tile = (int64_t)COL_TILE * W;
+    return dim3((unsigned)(((int64_t)M + tile - 1) / tile), (unsigned)pl.chunks);
 }
 
-// Sum of v over threadIdx.y in a fixed tree, valid where threadIdx.y == 0.
-__device__ float column_tree(float v, float (*sh)[COL_TILE])
+// The columns a pass-1 thread takes for (N,M) activations at a and b (b may be NULL).
+template <typename T> int col_width(int M, const void *a, const void *b)
+{
+    return M % VW<T> == 0 && vec_aligned(a) && (!b || vec_aligned(b)) ? VW<T> : 1;
+}
+
+// Sums of v[e] over threadIdx.y in a fixed tree (the same for every W), valid where
+// threadIdx.y == 0; sh holds COL_ROWS rows of COL_TILE * W.
+template <int W> __device__ void column_tree(float (&v)[W], float (*sh)[COL_TILE * W])
 {
     unsigned x = threadIdx.x, y = threadIdx.y;
-    sh[y][x] = v;
+#pragma unroll
+    for (int e = 0; e < W; e++)
+        sh[y][e * COL_TILE + x] = v[e];
     __syncthreads();
     for (unsigned h = COL_ROWS / 2; h > 0; h /= 2) {
         if (y < h)
-            sh[y][x] += sh[y + h][x];
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                sh[y][e * COL_TILE + x] += sh[y + h][e * COL_TILE + x];
         __syncthreads();
     }
-    return sh[0][x];
+#pragma unroll
+    for (int e = 0; e < W; e++)
+        v[e] = sh[0][e * COL_TILE + x];
 }
 
 // out[c] += part[0][c] + part[1][c] + ... (chunks rows of M), in order.
@@ -121,33 +205,118 @@ void launch_colsum_finish(struct tfm_backend *be, float *out, const float *part,
     LAUNCH_CHECK();
 }
 
+// Dropout's multiplier for element i, as the CPU's dropout_mul: inv when kept (its 24 random
+// bits >= thr, thr = tfm_dropout_threshold(p); thr 0 keeps all without hashing), else 0.
+// The element's index, never its group's: a vector computes each element's own.
+__device__ __forceinline__ float dropout_mul(uint64_t key, size_t i, uint32_t thr, float inv)
+{
+    return thr == 0 || tfm_rng_bits24(key, i) >= thr ? inv : 0.0f;
+}
+
+// v as the activation type holds it: v at fp32; v rounded to nearest even at bf16.  Where
+// a fused op's sequence stores a value between its ops, act_round rounds it as act_store
+// would, so that the result is the sequence's at bf16 too (backend.h, "fused").
+__device__ __forceinline__ float act_round(float v, const float *) { return v; }
+__device__ __forceinline__ float act_round(float v, const bf16 *)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 // ---- embeddings ----------------------------------------------------------------------------
 
-// out[n][c] = scale * table[ids[n]][c] (+ pos[pos0 + n % L][c]).
+// out[n][c] = scale * table[ids[n]][c] (+ pos[pos0 + n % L][c]), then dropout (thr 0: kept
+// as is, embed_fwd itself; else rounded as embed_fwd stores it, then dropout_elems's
+// operations: embed_fwd_dropout).  Groups of VW<T> when D is a multiple of it and the
+// three arrays are 16-byte aligned (every group then lies in one row), else one element a
+// step.
 template <typename T>
-__global__ void embed_fwd_elems(T *out, const T *table, const int32_t *ids, size_t total, int D,
-                                float scale, const T *pos, int L, int pos0)
+__global__ void embed_elems(T *out, const T *table, const int32_t *ids, size_t total, int D,
+                            float scale, const T *pos, int L, int pos0, uint32_t thr,
+                            float inv, uint64_t key)
 {
-    for (size_t i = thread_index(); i < total; i += thread_count()) {
+    constexpr int W = VW<T>;
+    const bool vec = D % W == 0 && vec_aligned(out) && vec_aligned(table) &&
+                     (!pos || vec_aligned(pos));
+    const size_t w = vec ? W : 1;
+    float e[W], q[W];
+    for (size_t i = thread_index() * w; i < total; i += thread_count() * w) {
+        int cnt = total - i < w ? (int)(total - i) : (int)w;
         size_t n = i / (size_t)D, c = i - n * (size_t)D;
-        float e = __fmul_rn(scale, act_load(table + (size_t)ids[n] * D + c));
+        group_load(e, table + (size_t)ids[n] * D + c, cnt, vec);
         if (pos)
-            e = __fadd_rn(e, act_load(pos + (size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c));
-        act_store(out + i, e);
+            group_load(q, pos + (size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c, cnt, vec);
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            if (k < cnt) {
+                float v = __fmul_rn(scale, e[k]);
+                if (pos)
+                    v = __fadd_rn(v, q[k]);
+                v = act_round(v, out);
+                float mul = dropout_mul(key, i + k, thr, inv);
+                e[k] = thr == 0 ? v : mul > 0 ? __fmul_rn(v, mul) : 0.0f;
+            }
+        group_store(out + i, e, cnt, vec);
     }
 }
 
-// dpos[pos0 + l] += dout[l] + dout[l + L] + ... in row order: block l owns position row l.
+// W (a multiple of 4) consecutive fp32 words at p into f, as W / 4 float4 loads when vec
+// and the group is whole, else the first cnt one by one (the others 0); and back.  The
+// embeddings' gradients (fp32) in the groups of their activations' VW<T>.
+template <int W>
+__device__ __forceinline__ void f32_load(float (&f)[W], const float *p, int cnt, bool vec)
+{
+    if (vec && cnt == W) {
+#pragma unroll
+        for (int k = 0; k < W / 4; k++) {
+            float4 u = reinterpret_cast<const float4 *>(p)[k];
+            f[4 * k] = u.x;
+            f[4 * k + 1] = u.y;
+            f[4 * k + 2] = u.z;
+            f[4 * k + 3] = u.w;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            f[e] = e < cnt ? p[e] : 0.0f;
+    }
+}
+template <int W>
+__device__ __forceinline__ void f32_store(float *p, const float (&f)[W], int cnt, bool vec)
+{
+    if (vec && cnt == W) {
+#pragma unroll
+        for (int k = 0; k < W / 4; k++)
+            reinterpret_cast<float4 *>(p)[k] =
+                make_float4(f[4 * k], f[4 * k + 1], f[4 * k + 2], f[4 * k + 3]);
+    } else {
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt)
+                p[e] = f[e];
+    }
+}
+
+// dpos[pos0 + l] += dout[l] + dout[l + L] + ... in row order: block l owns position row l;
+// each thread a group of VW<T> columns at a time (vectors when D is a multiple of VW<T> and
+// both arrays 16-byte aligned), each column's rows added in order.
 template <typename T>
 __global__ void embed_bwd_pos(float *dpos, const T *dout, int N, int D, int L, int pos0)
 {
+    constexpr int W = VW<T>;
+    const bool vec = D % W == 0 && vec_aligned(dpos) && vec_aligned(dout);
     int l = blockIdx.x;
     float *row = dpos + (size_t)(pos0 + l) * D;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float acc = row[c];
-        for (int64_t n = l; n < N; n += L)
-            acc = __fadd_rn(acc, act_load(dout + (size_t)n * D + c));
-        row[c] = acc;
+    float acc[W], d[W];
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        f32_load(acc, row + c0, cnt, vec);
+        for (int64_t n = l; n < N; n += L) {
+            group_load(d, dout + (size_t)n * D + c0, cnt, vec);
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                acc[e] = __fadd_rn(acc[e], d[e]);
+        }
+        f32_store(row + c0, acc, cnt, vec);
     }
 }
 
@@ -175,22 +344,31 @@ __device__ int64_t run_end(const uint32_t *keys, int64_t s, int N, uint32_t key)
 
 // Block s handles sorted position s when it starts a run of equal ids: table row keys[s]
 // adds scale * dout[order[k]] for k over the run, in order (order is the stable sort's
-// permutation, so token order): the CPU's operations in the CPU's order.
+// permutation, so token order): the CPU's operations in the CPU's order.  Each thread a
+// group of VW<T> columns at a time, as embed_bwd_pos.
 template <typename T>
 __global__ void embed_bwd_runs(float *dtable, const T *dout, const uint32_t *keys,
                                const int32_t *order, int N, int D, float scale)
 {
+    constexpr int W = VW<T>;
     int64_t s = blockIdx.x;
     uint32_t id = keys[s];
     if (s > 0 && keys[s - 1] == id)
         return;                         // inside a run: its first block does it
     int64_t e = run_end(keys, s, N, id);
+    const bool vec = D % W == 0 && vec_aligned(dtable) && vec_aligned(dout);
     float *row = dtable + (size_t)id * D;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float acc = row[c];
-        for (int64_t k = s; k < e; k++)
-            acc = __fadd_rn(acc, __fmul_rn(scale, act_load(dout + (size_t)order[k] * D + c)));
-        row[c] = acc;
+    float acc[W], d[W];
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        f32_load(acc, row + c0, cnt, vec);
+        for (int64_t k = s; k < e; k++) {
+            group_load(d, dout + (size_t)order[k] * D + c0, cnt, vec);
+#pragma unroll
+            for (int j = 0; j < W; j++)
+                acc[j] = __fadd_rn(acc[j], __fmul_rn(scale, d[j]));
+        }
+        f32_store(row + c0, acc, cnt, vec);
     }
 }
 
@@ -206,28 +384,49 @@ int id_bits(int V)
 size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // ---- layer norm ---------------------------------------------------------------------------
+// A block of row_threads(D) per row; thread t takes the groups of VW<T> columns t, t +
+// blockDim.x, ... (cuda.h, "16-byte vectors": one load or store each where the row's
+// array is 16-byte aligned) and adds its columns in order; then block_sum's fixed tree.
 
-// The rest of a row's layer norm once each thread has summed its strided columns of the
-// row xr into s: the mean (the block tree of s), the biased variance (a strided sum per
-// thread, then the tree), *mean, *rstd (thread 0), yr = (x - mean) * rstd * g + b.  Each
+// The rest of a row's layer norm once each thread has summed its columns of the row xr
+// into s: the mean (the block tree of s), the biased variance (each thread's columns in
+// order, then the tree), *mean, *rstd (thread 0), yr = (x - mean) * rstd * g + b.  Each
 // thread reads and writes only its own columns, so yr may equal xr.
 template <typename T>
 __device__ void ln_row_finish(T *yr, float *mean, float *rstd, const T *xr, float s,
                               const T *g, const T *b, int D, float eps)
 {
+    constexpr int W = VW<T>;
+    const bool vx = vec_aligned(xr), vy = vec_aligned(yr), vg = vec_aligned(g),
+               vb = vec_aligned(b);
+    float f[W], gg[W], bb[W];
     float mu = block_sum(s) / D;
     float v = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float d = act_load(xr + c) - mu;
-        v += d * d;
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        group_load(f, xr + c0, cnt, vx);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt) {
+                float d = f[e] - mu;
+                v += d * d;
+            }
     }
     float rs = 1.0f / sqrtf(block_sum(v) / D + eps);
     if (threadIdx.x == 0) {
         *mean = mu;
         *rstd = rs;
     }
-    for (int c = threadIdx.x; c < D; c += blockDim.x)
-        act_store(yr + c, (act_load(xr + c) - mu) * rs * act_load(g + c) + act_load(b + c));
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        group_load(f, xr + c0, cnt, vx);
+        group_load(gg, g + c0, cnt, vg);
+        group_load(bb, b + c0, cnt, vb);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            f[e] = (f[e] - mu) * rs * gg[e] + bb[e];
+        group_store(yr + c0, f, cnt, vy);
+    }
 }
 
 // Block n normalizes row n (ln_row_finish); y may equal x.
@@ -235,106 +434,145 @@ template <typename T>
 __global__ void ln_fwd_rows(T *y, float *mean, float *rstd, const T *x, const T *g, const T *b,
                             int D, float eps)
 {
+    constexpr int W = VW<T>;
     size_t n = blockIdx.x;
     const T *xr = x + n * D;
-    float s = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x)
-        s += act_load(xr + c);
+    const bool vx = vec_aligned(xr);
+    float f[W], s = 0;
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        group_load(f, xr + c0, cnt, vx);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt)
+                s += f[e];
+    }
     ln_row_finish(y + n * D, mean + n, rstd + n, xr, s, g, b, D, eps);
 }
 
-// Pass 1 of dg += sum_n dy * xhat and db += sum_n dy (column sums above).
-template <typename T>
+// Pass 1 of dg += sum_n dy * xhat and db += sum_n dy (column sums above; W: col_width).
+template <typename T, int W>
 __global__ void ln_bwd_partial(float *part_g, float *part_b, const T *dy, const T *x,
                                const float *mean, const float *rstd, int N, int D, int rows)
 {
-    __shared__ float sh_g[COL_ROWS][COL_TILE], sh_b[COL_ROWS][COL_TILE];
-    int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
+    __shared__ float sh_g[COL_ROWS][COL_TILE * W], sh_b[COL_ROWS][COL_TILE * W];
+    int64_t c = ((int64_t)blockIdx.x * COL_TILE + threadIdx.x) * W;
     int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
-    float sg = 0, sb = 0;
+    float sg[W], sb[W], d[W], xv[W];
+#pragma unroll
+    for (int e = 0; e < W; e++)
+        sg[e] = sb[e] = 0;
     if (c < D)
         for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS) {
-            float d = act_load(dy + r * D + c);
-            sg += d * (act_load(x + r * D + c) - mean[r]) * rstd[r];
-            sb += d;
+            load_w(d, dy + r * D + c);
+            load_w(xv, x + r * D + c);
+            float mu = mean[r], rs = rstd[r];
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                sg[e] += d[e] * (xv[e] - mu) * rs;
+                sb[e] += d[e];
+            }
         }
-    sg = column_tree(sg, sh_g);
-    sb = column_tree(sb, sh_b);
-    if (threadIdx.y == 0 && c < D) {
-        part_g[(size_t)blockIdx.y * D + c] = sg;
-        part_b[(size_t)blockIdx.y * D + c] = sb;
-    }
+    column_tree(sg, sh_g);
+    column_tree(sb, sh_b);
+    if (threadIdx.y == 0 && c < D)
+#pragma unroll
+        for (int e = 0; e < W; e++) {
+            part_g[(size_t)blockIdx.y * D + c + e] = sg[e];
+            part_b[(size_t)blockIdx.y * D + c + e] = sb[e];
+        }
 }
 
 // ---- element-wise ---------------------------------------------------------------------------
+// Grid-stride loops over the groups of map_elems (VW<T> elements a vector where the
+// arrays allow); the operations on each element are its own, so the path changes no bits.
 
-// x[n][c] += b[c]; then relu.
+// x[n][c] += b[c]; then relu (or not); then, unless thr is 0, dropout_elems's operations
+// on the value bias_act stores (bias_act_dropout; thr 0: bias_act itself).  Groups of
+// VW<T> when M is a multiple of it and x and b are 16-byte aligned (a group then lies in
+// one row, and its bias is a group of b), else one element a step.
 template <typename T>
-__global__ void bias_act_elems(T *x, const T *b, size_t total, int M, int relu)
+__global__ void bias_act_dropout_elems(T *x, const T *b, size_t total, int M, int relu,
+                                       uint32_t thr, float inv, uint64_t key)
 {
-    for (size_t i = thread_index(); i < total; i += thread_count()) {
-        float t = __fadd_rn(act_load(x + i), act_load(b + i % (size_t)M));
-        act_store(x + i, relu ? (t > 0 ? t : 0.0f) : t);
+    constexpr int W = VW<T>;
+    const bool vec = M % W == 0 && vec_aligned(x) && vec_aligned(b);
+    const size_t w = vec ? W : 1;
+    float f[W], bb[W];
+    for (size_t i = thread_index() * w; i < total; i += thread_count() * w) {
+        int cnt = total - i < w ? (int)(total - i) : (int)w;
+        group_load(f, x + i, cnt, vec);
+        group_load(bb, b + i % (size_t)M, cnt, vec);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt) {
+                float t = __fadd_rn(f[e], bb[e]);
+                t = act_round(relu ? (t > 0 ? t : 0.0f) : t, x);
+                float mul = dropout_mul(key, i + e, thr, inv);
+                f[e] = thr == 0 ? t : mul > 0 ? __fmul_rn(t, mul) : 0.0f;
+            }
+        group_store(x + i, f, cnt, vec);
     }
 }
 
-// Pass 1 of db += column sums of dy.
-template <typename T>
+// Pass 1 of db += column sums of dy (W: col_width).
+template <typename T, int W>
 __global__ void bias_bwd_partial(float *part, const T *dy, int N, int M, int rows)
 {
-    __shared__ float sh[COL_ROWS][COL_TILE];
-    int64_t c = (int64_t)blockIdx.x * COL_TILE + threadIdx.x;
+    __shared__ float sh[COL_ROWS][COL_TILE * W];
+    int64_t c = ((int64_t)blockIdx.x * COL_TILE + threadIdx.x) * W;
     int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
-    float s = 0;
+    float s[W], d[W];
+#pragma unroll
+    for (int e = 0; e < W; e++)
+        s[e] = 0;
     if (c < M)
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS)
-            s += act_load(dy + r * M + c);
-    s = column_tree(s, sh);
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += COL_ROWS) {
+            load_w(d, dy + r * M + c);
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                s[e] += d[e];
+        }
+    column_tree(s, sh);
     if (threadIdx.y == 0 && c < M)
-        part[(size_t)blockIdx.y * M + c] = s;
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            part[(size_t)blockIdx.y * M + c + e] = s[e];
 }
 
 template <typename T>
 __global__ void relu_bwd_elems(T *dx, const T *dy, const T *y, size_t n, float scale)
 {
-    for (size_t i = thread_index(); i < n; i += thread_count()) {
-        float g = __fmul_rn(act_load(dy + i), scale);
-        act_store(dx + i, act_load(y + i) > 0 ? g : 0.0f);
-    }
-}
-
-// Dropout's multiplier for element i, as the CPU's dropout_mul: inv when kept (its 24 random
-// bits >= thr, thr = tfm_dropout_threshold(p); thr 0 keeps all without hashing), else 0.
-__device__ __forceinline__ float dropout_mul(uint64_t key, size_t i, uint32_t thr, float inv)
-{
-    return thr == 0 || tfm_rng_bits24(key, i) >= thr ? inv : 0.0f;
+    map_elems(dx, dy, y, n, [=](size_t, float d, float yv) {
+        float g = __fmul_rn(d, scale);
+        return yv > 0 ? g : 0.0f;
+    });
 }
 
 // y = x * mul; a dropped element is +0 even when x is Inf or NaN.
 template <typename T>
 __global__ void dropout_elems(T *y, const T *x, size_t n, uint32_t thr, float inv, uint64_t key)
 {
-    for (size_t i = thread_index(); i < n; i += thread_count()) {
+    map_elems(y, x, (const T *)nullptr, n, [=](size_t i, float xv, float) {
         float mul = dropout_mul(key, i, thr, inv);
-        act_store(y + i, mul > 0 ? __fmul_rn(act_load(x + i), mul) : 0.0f);
-    }
+        return mul > 0 ? __fmul_rn(xv, mul) : 0.0f;
+    });
 }
 
 template <typename T>
 __global__ void add_dropout_elems(T *y, const T *a, const T *b, size_t n, uint32_t thr,
                                   float inv, uint64_t key)
 {
-    for (size_t i = thread_index(); i < n; i += thread_count()) {
+    map_elems(y, a, b, n, [=](size_t i, float av, float bv) {
         float mul = dropout_mul(key, i, thr, inv);
-        act_store(y + i,
-                  __fadd_rn(act_load(a + i), mul > 0 ? __fmul_rn(act_load(b + i), mul) : 0.0f));
-    }
+        return __fadd_rn(av, mul > 0 ? __fmul_rn(bv, mul) : 0.0f);
+    });
 }
 
 template <typename T> __global__ void axpy_elems(T *y, float alpha, const T *x, size_t n)
 {
-    for (size_t i = thread_index(); i < n; i += thread_count())
-        act_store(y + i, __fadd_rn(act_load(y + i), __fmul_rn(alpha, act_load(x + i))));
+    map_elems(y, (const T *)y, x, n,
+              [=](size_t, float yv, float xv) { return __fadd_rn(yv, __fmul_rn(alpha, xv)); });
 }
 
 // Element c of row i: dst[i*dstride + c] = src[(idx ? idx[i] : i)*sstride + c]: a copy of
@@ -350,101 +588,106 @@ __global__ void gather_elems(T *dst, int64_t dstride, const T *src, int64_t sstr
     }
 }
 
+
 // ---- fused ops -------------------------------------------------------------------------------
-// The sequences of the ops above in one kernel each, with the sequences' operations: where
-// the sequence stores a value between its ops, act_round rounds it as act_store would, so
-// that the result is the sequence's at bf16 too (backend.h, "fused").
+// The sequences of the ops above in one kernel each, with the sequences' operations and, for
+// the row sums, the sequences' threads and orders (the same row_threads, the same groups):
+// bias_act_dropout_elems and embed_elems above; the layer norms here.
 
-// v as the activation type holds it: v at fp32; v rounded to nearest even at bf16.
-__device__ __forceinline__ float act_round(float v, const float *) { return v; }
-__device__ __forceinline__ float act_round(float v, const bf16 *)
-{
-    return __bfloat162float(__float2bfloat16_rn(v));
-}
-
-// bias_act_elems, then dropout_elems (thr 0: a copy, as dropout with p <= 0).
-template <typename T>
-__global__ void bias_act_dropout_elems(T *x, const T *b, size_t total, int M, int relu,
-                                       uint32_t thr, float inv, uint64_t key)
-{
-    for (size_t i = thread_index(); i < total; i += thread_count()) {
-        float t = __fadd_rn(act_load(x + i), act_load(b + i % (size_t)M));
-        t = act_round(relu ? (t > 0 ? t : 0.0f) : t, x);
-        float mul = dropout_mul(key, i, thr, inv);
-        act_store(x + i, thr == 0 ? t : mul > 0 ? __fmul_rn(t, mul) : 0.0f);
-    }
-}
-
-// embed_fwd_elems, then dropout_elems.
-template <typename T>
-__global__ void embed_dropout_elems(T *out, const T *table, const int32_t *ids, size_t total,
-                                    int D, float scale, const T *pos, int L, int pos0,
-                                    uint32_t thr, float inv, uint64_t key)
-{
-    for (size_t i = thread_index(); i < total; i += thread_count()) {
-        size_t n = i / (size_t)D, c = i - n * (size_t)D;
-        float e = __fmul_rn(scale, act_load(table + (size_t)ids[n] * D + c));
-        if (pos)
-            e = __fadd_rn(e, act_load(pos + (size_t)(pos0 + (int64_t)(n % (size_t)L)) * D + c));
-        e = act_round(e, out);
-        float mul = dropout_mul(key, i, thr, inv);
-        act_store(out + i, thr == 0 ? e : mul > 0 ? __fmul_rn(e, mul) : 0.0f);
-    }
-}
-
-// Block n: row n of r = a + dropout(b) (add_dropout_elems), then ln_row_finish on it.  Each
-// thread reads back only the columns it stored itself, so no barrier is needed between the
-// two (block_sum's barriers come after).  r may equal a or b (each element is read before
-// it is written, by the same thread); y aliases none of them.
+// Block n: row n of r = a + dropout(b) (add_dropout_elems), then ln_row_finish on it: the
+// sum s is layernorm_fwd's, the stored values of r added in the same groups and order.
+// Each thread reads back only the columns it stored itself, so no barrier is needed
+// between the two (block_sum's barriers come after).  r may equal a or b (each element is
+// read before it is written, by the same thread); y aliases none of them.
 template <typename T>
 __global__ void add_dropout_ln_rows(T *y, float *mean, float *rstd, T *r, const T *a,
                                     const T *b, const T *g, const T *bias, int D, float eps,
                                     uint32_t thr, float inv, uint64_t key)
 {
+    constexpr int W = VW<T>;
     size_t n = blockIdx.x, row = n * D;
-    float s = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        size_t i = row + c;
-        float mul = dropout_mul(key, i, thr, inv);
-        float v = __fadd_rn(act_load(a + i), mul > 0 ? __fmul_rn(act_load(b + i), mul) : 0.0f);
-        act_store(r + i, v);
-        s += act_round(v, r);
+    const bool vr = vec_aligned(r + row), va = vec_aligned(a + row), vb = vec_aligned(b + row);
+    float fa[W], fb[W], s = 0;
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        size_t i = row + c0;
+        group_load(fa, a + i, cnt, va);
+        group_load(fb, b + i, cnt, vb);
+#pragma unroll
+        for (int e = 0; e < W; e++) {
+            float mul = e < cnt ? dropout_mul(key, i + e, thr, inv) : 0.0f;
+            fa[e] = __fadd_rn(fa[e], mul > 0 ? __fmul_rn(fb[e], mul) : 0.0f);
+        }
+        group_store(r + i, fa, cnt, vr);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt)
+                s += act_round(fa[e], r);
     }
     ln_row_finish(y + row, mean + n, rstd + n, (const T *)r + row, s, g, bias, D, eps);
 }
 
 // Block n: dx row n = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)), added to dx
 // when accumulate; then, when dxd is given, dxd = dropout(dx) from the value dx stores
-// (dropout_elems; thr 0: a copy).
+// (dropout_elems; thr 0: a copy).  The two row sums: each thread's columns in order (its
+// groups), then block_sum's tree.
 template <typename T>
 __global__ void ln_bwd_dropout_rows(T *dx, T *dxd, const T *dy, const T *x, const float *mean,
                                     const float *rstd, const T *g, int D, int accumulate,
                                     uint32_t thr, float inv, uint64_t key)
 {
+    constexpr int W = VW<T>;
     size_t n = blockIdx.x, row = n * D;
     const T *xr = x + row, *dyr = dy + row;
     T *dxr = dx + row, *dxdr = dxd ? dxd + row : nullptr;
+    const bool vx = vec_aligned(xr), vdy = vec_aligned(dyr), vg = vec_aligned(g),
+               vdx = vec_aligned(dxr), vdxd = vec_aligned(dxdr);
+    float fx[W], fdy[W], fg[W], fo[W];
     float mu = mean[n], rs = rstd[n], a = 0, bsum = 0;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float dh = act_load(dyr + c) * act_load(g + c);
-        a += dh;
-        bsum += dh * (act_load(xr + c) - mu) * rs;
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        group_load(fdy, dyr + c0, cnt, vdy);
+        group_load(fg, g + c0, cnt, vg);
+        group_load(fx, xr + c0, cnt, vx);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt) {
+                float dh = fdy[e] * fg[e];
+                a += dh;
+                bsum += dh * (fx[e] - mu) * rs;
+            }
     }
     a = block_sum(a) / D;
     bsum = block_sum(bsum) / D;
-    for (int c = threadIdx.x; c < D; c += blockDim.x) {
-        float xh = (act_load(xr + c) - mu) * rs;
-        float v = rs * (act_load(dyr + c) * act_load(g + c) - a - xh * bsum);
-        v = act_round(accumulate ? act_load(dxr + c) + v : v, dxr);
-        act_store(dxr + c, v);
+    for (int c0 = (int)threadIdx.x * W; c0 < D; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(D, c0);
+        group_load(fdy, dyr + c0, cnt, vdy);
+        group_load(fg, g + c0, cnt, vg);
+        group_load(fx, xr + c0, cnt, vx);
+        if (accumulate)
+            group_load(fo, dxr + c0, cnt, vdx);
+#pragma unroll
+        for (int e = 0; e < W; e++) {
+            float xh = (fx[e] - mu) * rs;
+            float v = rs * (fdy[e] * fg[e] - a - xh * bsum);
+            fo[e] = act_round(accumulate ? fo[e] + v : v, dxr);
+        }
+        group_store(dxr + c0, fo, cnt, vdx);
         if (dxd) {
-            float mul = dropout_mul(key, row + c, thr, inv);
-            act_store(dxdr + c, thr == 0 ? v : mul > 0 ? __fmul_rn(v, mul) : 0.0f);
+#pragma unroll
+            for (int e = 0; e < W; e++) {
+                float mul = e < cnt ? dropout_mul(key, row + c0 + e, thr, inv) : 0.0f;
+                fo[e] = thr == 0 ? fo[e] : mul > 0 ? __fmul_rn(fo[e], mul) : 0.0f;
+            }
+            group_store(dxdr + c0, fo, cnt, vdxd);
         }
     }
 }
 
 // ---- output layer ------------------------------------------------------------------------
+// A block of THREADS per row; thread t takes the groups of VW<T> columns t, t + THREADS, ...
+// (one load or store each when the row is 16-byte aligned: V a multiple of VW<T>) and adds
+// its columns in order.
 
 // Block n: the row's maximum; the sums of exp(z - max) and of z, in float per thread and
 // in double across threads (the CPU: float within blocks, double across); then the
@@ -454,27 +697,45 @@ template <typename T>
 __global__ void xent_rows(T *logits, const int32_t *labels, int V, float eps, int ignore,
                           float *loss, float *nll, float grad_scale)
 {
+    constexpr int W = VW<T>;
     size_t n = blockIdx.x;
     T *z = logits + n * V;
+    const bool vz = vec_aligned(z);
+    float f[W];
     int y = labels[n];
     if (y == ignore) {
         if (threadIdx.x == 0)
             loss[n] = nll[n] = 0;
-        if (grad_scale != 0)
-            for (int c = threadIdx.x; c < V; c += blockDim.x)
-                act_store(z + c, 0.0f);
+        if (grad_scale != 0) {
+#pragma unroll
+            for (int e = 0; e < W; e++)
+                f[e] = 0;
+            for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W)
+                group_store(z + c0, f, group_cnt<T>(V, c0), vz);
+        }
         return;
     }
     float zy = act_load(z + y);
     float mx = -INFINITY;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        mx = fmaxf(mx, act_load(z + c));
+    for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(V, c0);
+        group_load(f, z + c0, cnt, vz);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt)
+                mx = fmaxf(mx, f[e]);
+    }
     mx = block_max(mx);
     float se = 0, sz = 0;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        float zc = act_load(z + c);
-        se += expf(zc - mx);
-        sz += zc;
+    for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(V, c0);
+        group_load(f, z + c0, cnt, vz);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            if (e < cnt) {
+                se += expf(f[e] - mx);
+                sz += f[e];
+            }
     }
     double sum_e = block_sum((double)se), sum_z = block_sum((double)sz);
     double lse = mx + log(sum_e);
@@ -485,33 +746,50 @@ __global__ void xent_rows(T *logits, const int32_t *labels, int V, float eps, in
     if (grad_scale == 0)
         return;
     float u = eps / V, l = (float)lse;
-    for (int c = threadIdx.x; c < V; c += blockDim.x) {
-        float d = grad_scale * (expf(act_load(z + c) - l) - u);
-        if (c == y)
-            d -= grad_scale * (1.0f - eps);
-        act_store(z + c, d);
+    for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(V, c0);
+        group_load(f, z + c0, cnt, vz);
+#pragma unroll
+        for (int e = 0; e < W; e++) {
+            float d = grad_scale * (expf(f[e] - l) - u);
+            if (c0 + e == y)
+                d -= grad_scale * (1.0f - eps);
+            f[e] = d;
+        }
+        group_store(z + c0, f, cnt, vz);
     }
 }
 
-// Block n: y = z - (max + log sum exp(z - max)), sums as in xent_rows.  y may equal x.
+// Block n: y = z - (max + log sum exp(z - max)) (row_log_sum_exp, reduce.cuh: the groups
+// and orders above).  y may equal x: every read of the row comes before block_sum's
+// last barrier, every write after it.
 template <typename T> __global__ void log_softmax_rows(T *y, const T *x, int V)
 {
+    constexpr int W = VW<T>;
     size_t n = blockIdx.x;
     const T *z = x + n * V;
     T *o = y + n * V;
+    const bool vz = vec_aligned(z), vo = vec_aligned(o);
     float l = row_log_sum_exp(z, V);
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        act_store(o + c, act_load(z + c) - l);
+    float f[W];
+    for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
+        int cnt = group_cnt<T>(V, c0);
+        group_load(f, z + c0, cnt, vz);
+#pragma unroll
+        for (int e = 0; e < W; e++)
+            f[e] = f[e] - l;
+        group_store(o + c0, f, cnt, vo);
+    }
 }
 
 // ---- optimizer --------------------------------------------------------------------------
 
-// The CPU's adam_range, operation for operation (a1, a2: the bias corrections).
+// The CPU's adam_range, operation for operation (a1, a2: the bias corrections), float4
+// groups where the arrays allow (adam_range, cuda.h).
 __global__ void adam_elems(float *p, float *grad, float *m, float *v, size_t n, float lr,
                            float b1, float b2, float eps, float gscale, float a1, float a2)
 {
-    for (size_t i = thread_index(); i < n; i += thread_count())
-        adam_elem(p, grad, m, v, i, lr, b1, b2, eps, gscale, a1, a2);
+    adam_range(p, grad, m, v, n, lr, b1, b2, eps, gscale, a1, a2);
 }
 
 } // namespace
@@ -526,15 +804,16 @@ void cuda_embed_fwd(struct tfm_backend *be, float *out, const float *table, cons
     if (total == 0)
         return;
     BY_ACT_TYPE(be,
-        embed_fwd_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
-            act_ptr<T>(out), act_ptr<T>(table), ids, total, D, scale, act_ptr<T>(pos), L, pos0);
+        embed_elems<T><<<vec_blocks<T>(total), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(out), act_ptr<T>(table), ids, total, D, scale, act_ptr<T>(pos), L, pos0,
+            0, 1.0f, 0);
         LAUNCH_CHECK();
     );
 }
 
-// dpos: a block per position row.  dtable: the ids are sorted with their token numbers
-// (stable, so equal ids keep token order), then the first block of each run of equal ids
-// adds the run's rows to its table row.  Workspace: sorted ids, token numbers before and
+// dpos: a block (row_threads) per position row.  dtable: the ids are sorted with their
+// token numbers (stable, so equal ids keep token order), then the first block of each run
+// of equal ids adds the run's rows to its table row.  Workspace: sorted ids, token numbers before and
 // after the sort, CUB's temporary storage.  dtable and dpos are fp32 at every precision,
 // dout an activation.
 void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const float *dout,
@@ -545,7 +824,7 @@ void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const fl
     cudaStream_t s = STREAM(be);
     if (dpos && L > 0)
         BY_ACT_TYPE(be,
-            embed_bwd_pos<T><<<(unsigned)(N < L ? N : L), THREADS, 0, s>>>(
+            embed_bwd_pos<T><<<(unsigned)(N < L ? N : L), row_threads<T>(D), 0, s>>>(
                 dpos, act_ptr<T>(dout), N, D, L, pos0);
             LAUNCH_CHECK();
         );
@@ -564,8 +843,8 @@ void cuda_embed_bwd(struct tfm_backend *be, float *dtable, float *dpos, const fl
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w + 3 * arr, temp, keys_in, keys, order_in,
                                                order, N, 0, bits, s));
     BY_ACT_TYPE(be,
-        embed_bwd_runs<T><<<(unsigned)N, THREADS, 0, s>>>(dtable, act_ptr<T>(dout), keys, order,
-                                                          N, D, scale);
+        embed_bwd_runs<T><<<(unsigned)N, row_threads<T>(D), 0, s>>>(
+            dtable, act_ptr<T>(dout), keys, order, N, D, scale);
         LAUNCH_CHECK();
     );
 }
@@ -577,7 +856,7 @@ void cuda_layernorm_fwd(struct tfm_backend *be, float *y, float *mean, float *rs
     if (N <= 0 || D <= 0)
         return;
     BY_ACT_TYPE(be,
-        ln_fwd_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(
+        ln_fwd_rows<T><<<(unsigned)N, row_threads<T>(D), 0, STREAM(be)>>>(
             act_ptr<T>(y), mean, rstd, act_ptr<T>(x), act_ptr<T>(g), act_ptr<T>(b), D, eps);
         LAUNCH_CHECK();
     );
@@ -598,8 +877,8 @@ void cuda_bias_act(struct tfm_backend *be, float *x, const float *b, int N, int 
     if (total == 0)
         return;
     BY_ACT_TYPE(be,
-        bias_act_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
-            act_ptr<T>(x), act_ptr<T>(b), total, M, relu);
+        bias_act_dropout_elems<T><<<vec_blocks<T>(total), THREADS, 0, STREAM(be)>>>(
+            act_ptr<T>(x), act_ptr<T>(b), total, M, relu, 0, 1.0f, 0);
         LAUNCH_CHECK();
     );
 }
@@ -611,9 +890,14 @@ void cuda_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, in
         return;
     col_plan pl = plan_columns(N);
     float *part = (float *)tfm_cuda_work(be, (size_t)pl.chunks * M * sizeof(float));
+    dim3 block(COL_TILE, COL_ROWS);
     BY_ACT_TYPE(be,
-        bias_bwd_partial<T><<<col_grid(M, pl), dim3(COL_TILE, COL_ROWS), 0, STREAM(be)>>>(
-            part, act_ptr<T>(dy), N, M, pl.rows);
+        if (col_width<T>(M, dy, NULL) > 1)
+            bias_bwd_partial<T, VW<T>><<<col_grid(M, pl, VW<T>), block, 0, STREAM(be)>>>(
+                part, act_ptr<T>(dy), N, M, pl.rows);
+        else
+            bias_bwd_partial<T, 1><<<col_grid(M, pl, 1), block, 0, STREAM(be)>>>(
+                part, act_ptr<T>(dy), N, M, pl.rows);
         LAUNCH_CHECK();
     );
     launch_colsum_finish(be, db, part, pl.chunks, M);
@@ -625,7 +909,7 @@ void cuda_relu_bwd(struct tfm_backend *be, float *dx, const float *dy, const flo
     if (n == 0)
         return;
     BY_ACT_TYPE(be,
-        relu_bwd_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        relu_bwd_elems<T><<<vec_blocks<T>(n), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(dx), act_ptr<T>(dy), act_ptr<T>(y), n, scale);
         LAUNCH_CHECK();
     );
@@ -644,7 +928,7 @@ void cuda_dropout(struct tfm_backend *be, float *y, const float *x, size_t n, fl
         return;
     }
     BY_ACT_TYPE(be,
-        dropout_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        dropout_elems<T><<<vec_blocks<T>(n), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(y), act_ptr<T>(x), n, tfm_dropout_threshold(p), tfm_dropout_scale(p), key);
         LAUNCH_CHECK();
     );
@@ -658,7 +942,7 @@ void cuda_add_dropout(struct tfm_backend *be, float *y, const float *a, const fl
         return;
     float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
-        add_dropout_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        add_dropout_elems<T><<<vec_blocks<T>(n), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(y), act_ptr<T>(a), act_ptr<T>(b), n, tfm_dropout_threshold(p), inv, key);
         LAUNCH_CHECK();
     );
@@ -669,7 +953,7 @@ void cuda_axpy(struct tfm_backend *be, float *y, float alpha, const float *x, si
     if (n == 0)
         return;
     BY_ACT_TYPE(be,
-        axpy_elems<T><<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+        axpy_elems<T><<<vec_blocks<T>(n), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(y), alpha, act_ptr<T>(x), n);
         LAUNCH_CHECK();
     );
@@ -699,7 +983,7 @@ void cuda_bias_act_dropout(struct tfm_backend *be, float *x, const float *b, int
         return;
     float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
-        bias_act_dropout_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+        bias_act_dropout_elems<T><<<vec_blocks<T>(total), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(x), act_ptr<T>(b), total, M, relu, tfm_dropout_threshold(p), inv, key);
         LAUNCH_CHECK();
     );
@@ -714,7 +998,7 @@ void cuda_embed_fwd_dropout(struct tfm_backend *be, float *out, const float *tab
         return;
     float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
-        embed_dropout_elems<T><<<tfm_cuda_blocks(total, THREADS), THREADS, 0, STREAM(be)>>>(
+        embed_elems<T><<<vec_blocks<T>(total), THREADS, 0, STREAM(be)>>>(
             act_ptr<T>(out), act_ptr<T>(table), ids, total, D, scale, act_ptr<T>(pos), L, pos0,
             tfm_dropout_threshold(p), inv, key);
         LAUNCH_CHECK();
@@ -731,7 +1015,7 @@ void cuda_add_dropout_layernorm(struct tfm_backend *be, float *y, float *mean, f
         return;
     float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
-        add_dropout_ln_rows<T><<<(unsigned)N, THREADS, 0, STREAM(be)>>>(
+        add_dropout_ln_rows<T><<<(unsigned)N, row_threads<T>(D), 0, STREAM(be)>>>(
             act_ptr<T>(y), mean, rstd, act_ptr<T>(r), act_ptr<T>(a), act_ptr<T>(b),
             act_ptr<T>(g), act_ptr<T>(bias), D, eps, tfm_dropout_threshold(p), inv, key);
         LAUNCH_CHECK();
@@ -750,16 +1034,21 @@ void cuda_layernorm_bwd_dropout(struct tfm_backend *be, float *dx, float *dxd, f
     col_plan pl = plan_columns(N);
     size_t part_n = (size_t)pl.chunks * D;
     float *part = (float *)tfm_cuda_work(be, 2 * part_n * sizeof(float));
+    dim3 block(COL_TILE, COL_ROWS);
     BY_ACT_TYPE(be,
-        ln_bwd_partial<T><<<col_grid(D, pl), dim3(COL_TILE, COL_ROWS), 0, s>>>(
-            part, part + part_n, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd, N, D, pl.rows);
+        if (col_width<T>(D, dy, x) > 1)
+            ln_bwd_partial<T, VW<T>><<<col_grid(D, pl, VW<T>), block, 0, s>>>(
+                part, part + part_n, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd, N, D, pl.rows);
+        else
+            ln_bwd_partial<T, 1><<<col_grid(D, pl, 1), block, 0, s>>>(
+                part, part + part_n, act_ptr<T>(dy), act_ptr<T>(x), mean, rstd, N, D, pl.rows);
         LAUNCH_CHECK();
     );
     launch_colsum_finish(be, dg, part, pl.chunks, D);
     launch_colsum_finish(be, db, part + part_n, pl.chunks, D);
     float inv = tfm_dropout_scale(p);
     BY_ACT_TYPE(be,
-        ln_bwd_dropout_rows<T><<<(unsigned)N, THREADS, 0, s>>>(
+        ln_bwd_dropout_rows<T><<<(unsigned)N, row_threads<T>(D), 0, s>>>(
             act_ptr<T>(dx), act_ptr<T>(dxd), act_ptr<T>(dy), act_ptr<T>(x), mean, rstd,
             act_ptr<T>(g), D, accumulate, tfm_dropout_threshold(p), inv, key);
         LAUNCH_CHECK();
@@ -817,7 +1106,7 @@ void cuda_adam(struct tfm_backend *be, float *p, float *grad, float *m, float *v
 {
     if (n == 0)
         return;
-    adam_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+    adam_elems<<<tfm_cuda_blocks((n + 3) / 4, THREADS), THREADS, 0, STREAM(be)>>>(
         p, grad, m, v, n, lr, b1, b2, eps, gscale, tfm_adam_correction(b1, step),
         tfm_adam_correction(b2, step));
     LAUNCH_CHECK();

@@ -7,7 +7,8 @@
 //
 // The CPU backend's twins (backend_cpu.c) are the reference.  Deterministic: no atomics;
 // each sum is a fixed tree over threads that add their strided elements in order (the
-// losses: block_sum2 below; the gradient: reduce.cuh's sumsq_parts, cuda_sumsq's own), and
+// losses: block_sum2 below; the gradient: reduce.cuh's sumsq_parts, cuda_sumsq's own, a
+// thread's float4 groups in order), and
 // the gradient's parts add up in order, as cuda_sumsq's do on the host: the norm is
 // cuda_sumsq's sum, bit for bit (backend.h, grad_clip).  Every kernel runs on the
 // backend's stream, so the statistics are ready for the next op without a
@@ -74,18 +75,16 @@ __global__ void clip_finish(tfm_step_stats *st, const double *part, unsigned par
     st->scale = __dmul_rn(gscale, clip);
 }
 
-// cuda_ops.cu's adam_elems (the CPU's adam_range, operation for operation) with the
-// gradient scale from st; every thread returns at once when the norm is not finite.
+// cuda_ops.cu's adam_elems (adam_range, cuda.h: the CPU's adam_range, operation for
+// operation) with the gradient scale from st; every thread returns at once when the norm
+// is not finite.
 __global__ void adam_scaled_elems(float *p, float *grad, float *m, float *v, size_t n,
                                   float lr, float b1, float b2, float eps,
                                   const tfm_step_stats *st, float a1, float a2)
 {
     if (!isfinite(st->grad_norm))
         return;
-    float gscale = (float)st->scale;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        adam_elem(p, grad, m, v, i, lr, b1, b2, eps, gscale, a1, a2);
+    adam_range(p, grad, m, v, n, lr, b1, b2, eps, (float)st->scale, a1, a2);
 }
 
 } // namespace
@@ -124,7 +123,7 @@ void cuda_adam_scaled(struct tfm_backend *be, float *p, float *grad, float *m, f
 {
     if (n == 0)
         return;
-    adam_scaled_elems<<<tfm_cuda_blocks(n, THREADS), THREADS, 0, STREAM(be)>>>(
+    adam_scaled_elems<<<tfm_cuda_blocks((n + 3) / 4, THREADS), THREADS, 0, STREAM(be)>>>(
         p, grad, m, v, n, lr, b1, b2, eps, st, tfm_adam_correction(b1, step),
         tfm_adam_correction(b2, step));
     LAUNCH_CHECK();

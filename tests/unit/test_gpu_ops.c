@@ -234,6 +234,19 @@ static float *hact(const void *d, size_t n)
 /* The GPU activation n elements past d. */
 static void *gact(const void *d, int64_t n) { return tfm_act(gpu, d, n); }
 
+/* n activations from h (NULL: zeros) `off` elements into a fresh buffer of n + off, which
+ * *base keeps for freeing.  off 1 puts every element off the 16-byte boundaries that the
+ * CUDA kernels' vector loads need (kernels/cuda.h, "16-byte vectors"), so they take their
+ * element-by-element path; off 0 is dact. */
+static void *dact_off(const float *h, size_t n, int off, void **base)
+{
+    *base = dact(NULL, n + (size_t)off);
+    void *d = gact(*base, off);
+    if (h)
+        gpu->upload_act(gpu, d, h, n);
+    return d;
+}
+
 /* Free device buffers. */
 static void gfree(void **p, size_t n)
 {
@@ -695,20 +708,25 @@ static void test_gemm_bias(void)
 /* ---- embeddings and layer norm ------------------------------------------------------------ */
 
 /* N tokens of sentences of L positions (N need not be a multiple of L: the last sentence
- * is cut short; N < L: a part of one) from positions pos0 on. */
-static void embed_case(int N, int L)
+ * is cut short; N < L: a part of one) from positions pos0 on, rows of D.  The table, the
+ * output and the table's gradient start off elements into their buffers (dact_off; the
+ * gradient off floats), the positions and dout at their start. */
+static void embed_case(int N, int L, int D, int off)
 {
-    int V = 13, D = 24, P = 16, pos0 = 3;
+    int V = 13, P = 16, pos0 = 3;
     int32_t ids[64];
-    printf("#  N %d, L %d\n", N, L);
+    printf("#  N %d, L %d, D %d, offset %d\n", N, L, D, off);
     for (int i = 0; i < N; i++)
         ids[i] = (i * 7) % 5 == 0 ? 2 : (i * 5) % V;       /* id 2 repeated many times */
     float *table = rnda((size_t)V * D, 1), *pos = rnda((size_t)P * D, 1);
     float *out = rnd((size_t)N * D, 1), *dout = rnda((size_t)N * D, 1);
     float *dtable = rnd((size_t)V * D, 1), *dpos = rnd((size_t)P * D, 1);
     int32_t *did = dev(ids, (size_t)N * sizeof *ids);
-    float *dt = dact(table, V * D), *dp = dact(pos, P * D), *dO = dact(NULL, N * D),
-          *ddo = dact(dout, N * D), *ddt = dev(dtable, V * D * 4), *ddp = dev(dpos, P * D * 4);
+    void *bT, *bO;
+    float *dt = dact_off(table, V * D, off, &bT), *dp = dact(pos, P * D),
+          *dO = dact_off(NULL, N * D, off, &bO), *ddo = dact(dout, N * D),
+          *bdt = dev(NULL, (V * D + off) * 4), *ddt = bdt + off, *ddp = dev(dpos, P * D * 4);
+    gpu->upload(gpu, ddt, dtable, V * D * 4);
     for (int with_pos = 0; with_pos < 2; with_pos++) {
         cpu->embed_fwd(cpu, out, table, ids, N, D, 2.5f, with_pos ? pos : NULL, L, pos0);
         gpu->embed_fwd(gpu, dO, dt, did, N, D, 2.5f, with_pos ? dp : NULL, L, pos0);
@@ -718,33 +736,43 @@ static void embed_case(int N, int L)
         SAME(ddt, dtable, (size_t)V * D, TOL);
         SAME(ddp, dpos, (size_t)P * D, TOL);
     }
-    GFREE(did, dt, dp, dO, ddo, ddt, ddp);
+    GFREE(did, bT, dp, bO, ddo, bdt, ddp);
     free(table); free(pos); free(out); free(dout); free(dtable); free(dpos);
 }
 
 static void test_embed(void)
 {
     NEED_GPU();
-    embed_case(40, 10);
-    embed_case(43, 10);                                   /* a last sentence of 3 */
-    embed_case(7, 10);                                    /* fewer tokens than positions */
+    embed_case(40, 10, 24, 0);
+    embed_case(43, 10, 24, 0);                            /* a last sentence of 3 */
+    embed_case(7, 10, 24, 0);                             /* fewer tokens than positions */
+    /* the vector paths (kernels/cuda.h): rows of whole vectors, off the boundary, rows
+     * that end in a partial group */
+    embed_case(40, 10, 1024, 0);
+    embed_case(40, 10, 1024, 1);
+    embed_case(43, 10, 1023, 0);
+    embed_case(9, 10, 7, 1);
 }
 
 /* Layer norm of N rows of D, forward and backward (accumulating or not) against the CPU:
  * big 0 with the small shapes' bound; big 1 with sum_bound: sums over D along rows (mean,
- * variance, dx), over N down columns (dg, db). */
-static void layernorm_case(int N, int D, int big)
+ * variance, dx), over N down columns (dg, db).  x, g, y and dy start off elements into
+ * their buffers (dact_off; b, dx at the start: some arrays on the vector path, some off
+ * it). */
+static void layernorm_case(int N, int D, int big, int off)
 {
     size_t nd = (size_t)N * D;
     float *x = rnda(nd, 2), *g = rnda(D, 1), *b = rnda(D, 1), *dy = rnda(nd, 1);
     float *y = malloc(nd * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
     float *dx = rnda(nd, 1), *dg = rnd(D, 1), *db = rnd(D, 1);
-    float *dX = dact(x, nd), *dG = dact(g, D), *dB = dact(b, D), *dY = dact(NULL, nd),
-          *dM = dev(NULL, N * 4), *dR = dev(NULL, N * 4), *dDY = dact(dy, nd),
-          *dDX = dact(dx, nd), *dDG = dev(dg, D * 4), *dDB = dev(db, D * 4);
+    void *bX, *bG, *bY, *bDY;
+    float *dX = dact_off(x, nd, off, &bX), *dG = dact_off(g, D, off, &bG), *dB = dact(b, D),
+          *dY = dact_off(NULL, nd, off, &bY), *dM = dev(NULL, N * 4), *dR = dev(NULL, N * 4),
+          *dDY = dact_off(dy, nd, off, &bDY), *dDX = dact(dx, nd), *dDG = dev(dg, D * 4),
+          *dDB = dev(db, D * 4);
     double rows = big ? sum_bound(D) : TOL, cols = big ? sum_bound(N) : TOL;
     char w[64];
-    printf("#  N %d, D %d\n", N, D);
+    printf("#  N %d, D %d, offset %d\n", N, D, off);
     cpu->layernorm_fwd(cpu, y, mean, rstd, x, g, b, N, D, 1e-5f);
     gpu->layernorm_fwd(gpu, dY, dM, dR, dX, dG, dB, N, D, 1e-5f);
     if (big) {
@@ -774,7 +802,7 @@ static void layernorm_case(int N, int D, int big)
             SAME(dDB, db, D, TOL);
         }
     }
-    GFREE(dX, dG, dB, dY, dM, dR, dDY, dDX, dDG, dDB);
+    GFREE(bX, bG, dB, bY, dM, dR, bDY, dDX, dDG, dDB);
     free(x); free(g); free(b); free(dy); free(y); free(mean); free(rstd); free(dx); free(dg);
     free(db);
 }
@@ -782,9 +810,16 @@ static void layernorm_case(int N, int D, int big)
 static void test_layernorm(void)
 {
     NEED_GPU();
-    layernorm_case(77, 200, 0);
-    layernorm_case(5, 1000, 0);                           /* D > 256: several per thread */
-    layernorm_case(3, 7, 0);                              /* D < 32: most lanes idle */
+    layernorm_case(77, 200, 0, 0);
+    layernorm_case(5, 1000, 0, 0);                        /* D > 256: several per thread */
+    layernorm_case(3, 7, 0, 0);                           /* D < 32: most lanes idle */
+    /* the vector paths (kernels/cuda.h): whole rows of vectors; rows that start off the
+     * 16-byte boundary and end in a partial group; arrays offset by one element */
+    layernorm_case(6, 1024, 0, 0);
+    layernorm_case(5, 1023, 0, 0);
+    layernorm_case(4, 1025, 0, 0);
+    layernorm_case(6, 1024, 0, 1);
+    layernorm_case(3, 7, 0, 1);
 }
 
 /* ---- attention ------------------------------------------------------------------------------ */
@@ -976,11 +1011,54 @@ static void bias_bwd_case(int N, int M)
     free(y); free(db);
 }
 
+/* The element-wise ops on both of the CUDA kernels' paths (kernels/cuda.h, "16-byte
+ * vectors"): N rows of M, with y, the bias and the outputs `off` elements into their
+ * buffers (dact_off), x at the start.  Bounds as test_elementwise's. */
+static void elementwise_paths_case(int N, int M, int off)
+{
+    size_t n = (size_t)N * M;
+    float *x = rnda(n, 1), *y = rnda(n, 1), *b = rnda(M, 1), *db = rnd(M, 1);
+    float *z = malloc(n * 4), *xc = malloc(n * 4);
+    void *bY, *bB, *bZ, *bR;
+    float *gx = dact(x, n), *gy = dact_off(y, n, off, &bY), *gb = dact_off(b, M, off, &bB),
+          *gz = dact_off(NULL, n, off, &bZ), *gr = dact_off(NULL, n, off, &bR),
+          *gdb = dev(db, M * 4);
+    uint64_t key = tfm_rng_key(2, 3, 4);
+    printf("#  paths: N %d, M %d, offset %d\n", N, M, off);
+    memcpy(xc, x, n * 4);
+    gpu->upload_act(gpu, gz, x, n);
+    cpu->bias_act(cpu, xc, b, N, M, 1);
+    gpu->bias_act(gpu, gz, gb, N, M, 1);
+    SAME_ACT(gz, xc, n, TOL);
+    cpu->relu_bwd(cpu, z, y, xc, n, 1.25f);
+    gpu->relu_bwd(gpu, gr, gy, gz, n, 1.25f);
+    SAME_ACT(gr, z, n, TOL);
+    cpu->bias_bwd(cpu, db, y, N, M);
+    gpu->bias_bwd(gpu, gdb, gy, N, M);
+    SAME(gdb, db, M, TOL);
+    cpu->dropout(cpu, z, y, n, 0.3f, key);
+    gpu->dropout(gpu, gz, gy, n, 0.3f, key);
+    EXACT_ACT(gz, z, n);
+    cpu->add_dropout(cpu, z, x, y, n, 0.3f, key);
+    gpu->add_dropout(gpu, gr, gx, gy, n, 0.3f, key);
+    SAME_ACT(gr, z, n, TOL);
+    memcpy(z, x, n * 4);
+    cpu->axpy(cpu, z, -0.75f, y, n);
+    gpu->axpy(gpu, gx, -0.75f, gy, n);
+    SAME_ACT(gx, z, n, TOL);
+    GFREE(gx, bY, bB, bZ, bR, gdb);
+    free(x); free(y); free(b); free(db); free(z); free(xc);
+}
+
 static void test_elementwise(void)
 {
     NEED_GPU();
     bias_bwd_case(20001, 33);                             /* 254 chunks of 79 rows */
     bias_bwd_case(1, 5);                                  /* one row, one partial tile */
+    elementwise_paths_case(40, 1024, 0);                  /* vectors, the bias's too */
+    elementwise_paths_case(40, 1024, 1);                  /* off the boundary */
+    elementwise_paths_case(9, 1023, 0);                   /* bias rows off it, a tail */
+    elementwise_paths_case(3, 5, 1);
     int N = 123, M = 257;
     size_t n = (size_t)N * M;
     float *x = rnda(n, 1), *y = rnda(n, 1), *b = rnda(M, 1), *db = rnd(M, 1);
@@ -1067,8 +1145,12 @@ static void test_elementwise(void)
  *    over N down columns when big), one bf16 unit more for the activations;
  *  - dxd = dropout(dx), from the dx each side stored: dx's bound times the same multiplier,
  *    so the same relative bound, plus at bf16 a second unit (dx's rounding, then dxd's).
- * Accumulating dx starts from the CPU's dx on both sides (the header). */
-static void fused_case(int N, int D, int F, int V, float p, int big)
+ * Accumulating dx starts from the CPU's dx on both sides (the header).  The inputs x, the
+ * table, a, r and dy start off elements into their buffers (dact_off: the CUDA kernels'
+ * element-by-element path for them, the vector path for the rest).  And on the GPU alone:
+ * add_dropout_layernorm and layernorm_bwd_dropout give their sequences' bits (backend.h,
+ * "fused"), the sequences run on fresh buffers at the start (other paths when off is 1). */
+static void fused_case(int N, int D, int F, int V, float p, int big, int off)
 {
     size_t nd = (size_t)N * D, nf = (size_t)N * F, nt = (size_t)V * D;
     int L = N < 256 ? N : 256, pos0 = 3;
@@ -1081,7 +1163,8 @@ static void fused_case(int N, int D, int F, int V, float p, int big)
     x[3] = INFINITY;
     x[4] = -INFINITY;
     x[5] = NAN;
-    float *gx = dact(NULL, nf), *gb = dact(b, F);
+    void *bX, *bT, *bA, *bR, *bDY;
+    float *gx = dact_off(NULL, nf, off, &bX), *gb = dact(b, F);
     for (int relu = 0; relu < 2; relu++) {
         memcpy(z, x, nf * 4);
         gpu->upload_act(gpu, gx, x, nf);
@@ -1090,7 +1173,7 @@ static void fused_case(int N, int D, int F, int V, float p, int big)
         snprintf(w, sizeof w, "bias%s + dropout", relu ? " + ReLU" : "");
         exact_act(w, gx, z, nf);
     }
-    GFREE(gx, gb);
+    GFREE(bX, gb);
     free(x); free(b); free(z);
     /* embedding + positions (or none) + dropout */
     int32_t *ids = malloc((size_t)N * 4);
@@ -1098,7 +1181,8 @@ static void fused_case(int N, int D, int F, int V, float p, int big)
         ids[i] = irand(V);
     float *table = rnda(nt, 1), *pos = rnda((size_t)(pos0 + L) * D, 1), *out = malloc(nd * 4);
     int32_t *gid = dev(ids, (size_t)N * 4);
-    float *gt = dact(table, nt), *gp = dact(pos, (size_t)(pos0 + L) * D), *go = dact(NULL, nd);
+    float *gt = dact_off(table, nt, off, &bT), *gp = dact(pos, (size_t)(pos0 + L) * D),
+          *go = dact(NULL, nd);
     for (int with_pos = 0; with_pos < 2; with_pos++) {
         cpu->embed_fwd_dropout(cpu, out, table, ids, N, D, 32.0f, with_pos ? pos : NULL, L,
                                pos0, p, key);
@@ -1107,17 +1191,18 @@ static void fused_case(int N, int D, int F, int V, float p, int big)
         exact_act(with_pos ? "embedding + positions + dropout" : "embedding + dropout", go,
                   out, nd);
     }
-    GFREE(gid, gt, gp, go);
+    GFREE(gid, bT, gp, go);
     free(ids); free(table); free(pos); free(out);
     /* residual + dropout + layer norm, then its backward */
     float *a = rnda(nd, 2), *s = rnda(nd, 2), *g = rnda(D, 1), *c = rnda(D, 1),
           *y = malloc(nd * 4), *r = malloc(nd * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4),
           *dy = rnda(nd, 1), *dx = rnda(nd, 1), *dxd = malloc(nd * 4), *dg = rnd(D, 1),
           *db = rnd(D, 1);
-    float *ga = dact(a, nd), *gs = dact(s, nd), *gg = dact(g, D), *gc = dact(c, D),
-          *gy = dact(NULL, nd), *gr = dact(NULL, nd), *gm = dev(NULL, N * 4),
-          *grs = dev(NULL, N * 4), *gdy = dact(dy, nd), *gdx = dact(dx, nd),
-          *gdxd = dact(NULL, nd), *gdg = dev(dg, D * 4), *gdb = dev(db, D * 4);
+    float *ga = dact_off(a, nd, off, &bA), *gs = dact(s, nd), *gg = dact(g, D),
+          *gc = dact(c, D), *gy = dact(NULL, nd), *gr = dact_off(NULL, nd, off, &bR),
+          *gm = dev(NULL, N * 4), *grs = dev(NULL, N * 4), *gdy = dact_off(dy, nd, off, &bDY),
+          *gdx = dact(dx, nd), *gdxd = dact(NULL, nd), *gdg = dev(dg, D * 4),
+          *gdb = dev(db, D * 4);
     cpu->add_dropout_layernorm(cpu, y, mean, rstd, r, a, s, g, c, N, D, 1e-5f, p, key);
     gpu->add_dropout_layernorm(gpu, gy, gm, grs, gr, ga, gs, gg, gc, N, D, 1e-5f, p, key);
     exact_act("residual + dropout", gr, r, nd);
@@ -1144,8 +1229,26 @@ static void fused_case(int N, int D, int F, int V, float p, int big)
     float *y1 = hact(gy, nd);
     gpu->add_dropout_layernorm(gpu, gy, gm, grs, gr, ga, gs, gg, gc, N, D, 1e-5f, p, key);
     exact_act("layer norm y, again", gy, y1, nd);
-    free(y1);
-    GFREE(ga, gs, gg, gc, gy, gr, gm, grs, gdy, gdx, gdxd, gdg, gdb);
+    /* the sequences, on the GPU */
+    float *r1 = hact(gr, nd), *m1 = host(gm, N), *rs1 = host(grs, N);
+    float *qr = dact(NULL, nd), *qy = dact(NULL, nd), *qm = dev(NULL, N * 4),
+          *qrs = dev(NULL, N * 4), *qdx = dact(NULL, nd), *qdxd = dact(NULL, nd),
+          *qdg = dev(dg, D * 4), *qdb = dev(db, D * 4);
+    gpu->add_dropout(gpu, qr, ga, gs, nd, p, key);
+    gpu->layernorm_fwd(gpu, qy, qm, qrs, qr, gg, gc, N, D, 1e-5f);
+    exact_act("add_dropout, layernorm_fwd: r", qr, r1, nd);
+    exact_act("add_dropout, layernorm_fwd: y", qy, y1, nd);
+    exact("add_dropout, layernorm_fwd: mean", qm, m1, N);
+    exact("add_dropout, layernorm_fwd: rstd", qrs, rs1, N);
+    gpu->layernorm_bwd_dropout(gpu, gdx, gdxd, gdg, gdb, gdy, gr, gm, grs, gg, N, D, 0, p, key);
+    gpu->layernorm_bwd(gpu, qdx, qdg, qdb, gdy, gr, gm, grs, gg, N, D, 0);
+    gpu->dropout(gpu, qdxd, qdx, nd, p, key);
+    float *dx1 = hact(gdx, nd), *dxd1 = hact(gdxd, nd);
+    exact_act("layernorm_bwd, dropout: dx", qdx, dx1, nd);
+    exact_act("layernorm_bwd, dropout: dropout(dx)", qdxd, dxd1, nd);
+    free(y1); free(r1); free(m1); free(rs1); free(dx1); free(dxd1);
+    GFREE(qr, qy, qm, qrs, qdx, qdxd, qdg, qdb);
+    GFREE(bA, gs, gg, gc, gy, bR, gm, grs, bDY, gdx, gdxd, gdg, gdb);
     free(a); free(s); free(g); free(c); free(y); free(r); free(mean); free(rstd); free(dy);
     free(dx); free(dxd); free(dg); free(db);
 }
@@ -1153,23 +1256,35 @@ static void fused_case(int N, int D, int F, int V, float p, int big)
 static void test_fused(void)
 {
     NEED_GPU();
-    fused_case(77, 200, 300, 13, 0.1f, 0);
-    fused_case(77, 200, 300, 13, 0.0f, 0);
-    fused_case(5, 1000, 257, 9, 0.3f, 0);                 /* D > 256: several per thread */
+    fused_case(77, 200, 300, 13, 0.1f, 0, 0);
+    fused_case(77, 200, 300, 13, 0.0f, 0, 0);
+    fused_case(5, 1000, 257, 9, 0.3f, 0, 0);              /* D > 256: several per thread */
+    /* the vector paths (kernels/cuda.h): whole rows of vectors, with and without offsets;
+     * rows that start off the boundary and end in a partial group */
+    fused_case(6, 1024, 4096, 9, 0.1f, 0, 0);
+    fused_case(6, 1024, 1024, 9, 0.1f, 0, 1);
+    fused_case(6, 1024, 1024, 9, 0.0f, 0, 1);
+    fused_case(5, 1023, 255, 9, 0.1f, 0, 0);
+    fused_case(4, 1025, 257, 9, 0.3f, 0, 1);
+    fused_case(3, 7, 9, 5, 0.1f, 0, 1);
 }
 
 /* ---- output layer and optimizer ------------------------------------------------------------ */
 
 /* Cross-entropy and log-softmax of N rows of V logits in [-8, 8]; every 9th (small) or
- * 16th (big) row ignored (label 0). */
-static void xent_case(int N, int V, int big)
+ * 16th (big) row ignored (label 0).  The logits start off elements into their buffer
+ * (dact_off), log_softmax's output at its start. */
+static void xent_case(int N, int V, int big, int off)
 {
     size_t n = (size_t)N * V;
     float *z = rnda(n, 8), *loss = malloc(N * 4), *nll = malloc(N * 4), *ls = malloc(n * 4);
     int32_t *lab = malloc((size_t)N * 4);
     for (int i = 0; i < N; i++)
         lab[i] = i % (big ? 16 : 9) == 4 ? 0 : big ? 1 + irand(V - 1) : (i * 131) % V;
-    float *gz = dact(z, n), *gl = dev(NULL, N * 4), *gn = dev(NULL, N * 4), *gls = dact(NULL, n);
+    void *bZ;
+    float *gz = dact_off(z, n, off, &bZ), *gl = dev(NULL, N * 4), *gn = dev(NULL, N * 4),
+          *gls = dact(NULL, n);
+    printf("#  N %d, V %d, offset %d\n", N, V, off);
     int32_t *glab = dev(lab, (size_t)N * 4);
     cpu->log_softmax(cpu, ls, z, N, V);
     gpu->log_softmax(gpu, gls, gz, N, V);
@@ -1198,36 +1313,53 @@ static void xent_case(int N, int V, int big)
         SAME(gl, loss, N, TOL);
         SAME_ACT(gz, z, n, TOL);
     }
-    GFREE(gz, gl, gn, gls, glab);
+    GFREE(bZ, gl, gn, gls, glab);
     free(z); free(loss); free(nll); free(ls); free(lab);
 }
 
 static void test_xent(void)
 {
     NEED_GPU();
-    xent_case(37, 1000, 0);
-    xent_case(9, 5, 0);                                   /* V < 32: most lanes idle */
-    xent_case(10, 257, 0);                                /* one column past the block */
-    xent_case(1, 1000, 0);
+    xent_case(37, 1000, 0, 0);
+    xent_case(9, 5, 0, 0);                                /* V < 32: most lanes idle */
+    xent_case(10, 257, 0, 0);                             /* one column past the block */
+    xent_case(1, 1000, 0, 0);
+    /* the vector paths (kernels/cuda.h): rows of whole vectors, with and without an
+     * offset; rows that start off the boundary and end in a partial group */
+    xent_case(10, 37000, 0, 0);
+    xent_case(10, 37000, 0, 1);
+    xent_case(11, 1001, 0, 0);
+    xent_case(9, 7, 0, 1);
 }
 
 /* Sum of squares and an Adam step over n elements.  sumsq: both in double, in other
  * orders: relative differences ~1e-16 sqrt(n), bound 1e-12.  Adam: the same fp32
  * operations in the same order on both (cuda_ops.cu: adam_elems), so 1e-6 of the typical
- * size is already generous. */
-static void optimizer_case(size_t n, int big)
+ * size is already generous.  The gradient and the parameters start off floats into their
+ * buffers (the CUDA kernels' element-by-element path when off is not a multiple of 4:
+ * kernels/cuda.h), the moments at their start; sumsq gives the same bits there as on a
+ * copy at the start of a buffer (the vector path), its parts being the same sums. */
+static void optimizer_case(size_t n, int big, int off)
 {
     float *x = rnd(n, 1);
-    float *gx = dev(x, n * 4);
+    float *bx = dev(NULL, (n + off) * 4), *gx = bx + off;
+    gpu->upload(gpu, gx, x, n * 4);
     double a = cpu->sumsq(cpu, x, n), b = gpu->sumsq(gpu, gx, n);
-    printf("#  n %zu: sumsq cpu %.17g, gpu %.17g\n", n, a, b);
+    printf("#  n %zu, offset %d: sumsq cpu %.17g, gpu %.17g\n", n, off, a, b);
     CHECK_NEAR(b / a, 1.0, 1e-12);
     CHECK(gpu->sumsq(gpu, gx, n) == b);                    /* the same bits again */
     CHECK(gpu->sumsq(gpu, gx, 0) == 0);
+    if (off) {
+        float *gx0 = dev(x, n * 4);
+        CHECK(gpu->sumsq(gpu, gx0, n) == b);
+        gpu->free(gpu, gx0);
+    }
     float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
-    float *gp = dev(p, n * 4), *gm = dev(m, n * 4), *gv = dev(v, n * 4);
+    float *bp = dev(NULL, (n + off) * 4), *gp = bp + off, *gm = dev(m, n * 4),
+          *gv = dev(v, n * 4);
+    gpu->upload(gpu, gp, p, n * 4);
     float *zeros = calloc(n, 4);
     cpu->adam(cpu, p, x, m, v, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.5f, 7);
     gpu->adam(gpu, gp, gx, gm, gv, n, 1e-3f, 0.9f, 0.98f, 1e-9f, 0.5f, 7);
@@ -1241,14 +1373,16 @@ static void optimizer_case(size_t n, int big)
         SAME(gv, v, n, 1e-6);
     }
     EXACT(gx, zeros, n);                                   /* the gradient is cleared */
-    GFREE(gx, gp, gm, gv);
+    GFREE(bx, bp, gm, gv);
     free(x); free(p); free(m); free(v); free(zeros);
 }
 
 static void test_optimizer(void)
 {
     NEED_GPU();
-    optimizer_case(3000017, 0);
+    optimizer_case(3000017, 0, 0);
+    optimizer_case(100003, 0, 1);                         /* off the 16-byte boundary */
+    optimizer_case(4099, 0, 0);                           /* one part, a tail of 3 */
 }
 
 /* The step's statistics on the device (cuda_step.cu) over a gradient of n elements and a
@@ -1257,11 +1391,15 @@ static void test_optimizer(void)
  * device's own sumsq, bit for bit; clip and scale follow
  * the norm (1e-12 too), and each case clips or not as the CPU does.  adam_scaled, handed
  * the CPU's statistics: the CPU's adam with that scale (the same fp32 operations, 1e-6 as
- * test_optimizer), and nothing at all when the norm is not finite. */
-static void step_case(size_t n, int rows, int big)
+ * test_optimizer), and nothing at all when the norm is not finite.  The gradient and m
+ * start off floats into their buffers (the CUDA kernels' element-by-element path when off
+ * is not a multiple of 4: kernels/cuda.h). */
+static void step_case(size_t n, int rows, int big, int off)
 {
     float *g = rnd(n, 1), *loss = rnd((size_t)rows, 3), *nll = rnd((size_t)rows, 2);
-    float *gg = dev(g, n * 4), *gl = dev(loss, (size_t)rows * 4), *gn = dev(nll, (size_t)rows * 4);
+    float *bg = dev(NULL, (n + off) * 4), *gg = bg + off, *gl = dev(loss, (size_t)rows * 4),
+          *gn = dev(nll, (size_t)rows * 4);
+    gpu->upload(gpu, gg, g, n * 4);
     struct tfm_step_stats c = {1.5, 2.5, 0, 0, 0}, h, h2;
     struct tfm_step_stats *gst = dev(&c, sizeof c);
     for (int k = 0; k < 2; k++) {                       /* the sums add up */
@@ -1295,7 +1433,9 @@ static void step_case(size_t n, int rows, int big)
     float *p = rnd(n, 1), *m = rnd(n, 0.1f), *v = rnd(n, 0.01f);
     for (size_t i = 0; i < n; i++)
         v[i] = fabsf(v[i]);
-    float *gp = dev(p, n * 4), *gm = dev(m, n * 4), *gv = dev(v, n * 4);
+    float *gp = dev(p, n * 4), *bm = dev(NULL, (n + off) * 4), *gm = bm + off,
+          *gv = dev(v, n * 4);
+    gpu->upload(gpu, gm, m, n * 4);
     float *zeros = calloc(n, 4);
     /* a norm that is not finite: nothing changes */
     struct tfm_step_stats bad = c;
@@ -1320,21 +1460,22 @@ static void step_case(size_t n, int rows, int big)
         SAME(gv, v, n, 1e-6);
     }
     EXACT(gg, zeros, n);                                   /* the gradient is cleared */
-    GFREE(gg, gl, gn, gst, gp, gm, gv);
+    GFREE(bg, gl, gn, gst, gp, bm, gv);
     free(g); free(loss); free(nll); free(p); free(m); free(v); free(zeros);
 }
 
 static void test_step(void)
 {
     NEED_GPU();
-    step_case(3000017, 2049, 0);
-    step_case(5, 1, 0);
+    step_case(3000017, 2049, 0, 0);
+    step_case(5, 1, 0, 0);
+    step_case(100003, 7, 0, 1);                           /* off the 16-byte boundary */
 }
 
 static void test_big_step(void)
 {
     NEED_BIG();
-    step_case(50000017, 10240, 1);
+    step_case(50000017, 10240, 1, 0);
 }
 
 /* ---- determinism: the reductions give the same bits twice ------------------------------- */
@@ -1645,8 +1786,8 @@ static void test_big_embed(void)
 static void test_big_layernorm(void)
 {
     NEED_BIG();
-    layernorm_case(BN, BD, 1);
-    layernorm_case(999, BF + 1, 1);                       /* D off every multiple of 32 */
+    layernorm_case(BN, BD, 1, 0);
+    layernorm_case(999, BF + 1, 1, 0);                    /* D off every multiple of 32 */
 }
 
 /* 40 sentences of 256 (padded to lengths 0, 1, and 200 to 256), queries in [-2, 2]. */
@@ -1720,8 +1861,8 @@ static void test_big_elementwise(void)
 static void test_big_fused(void)
 {
     NEED_BIG();
-    fused_case(BN, BD, BF, BV, 0.1f, 1);
-    fused_case(999, BF + 1, 300, 100, 0.1f, 1);
+    fused_case(BN, BD, BF, BV, 0.1f, 1, 0);
+    fused_case(999, BF + 1, 300, 100, 0.1f, 1, 0);
 }
 
 /* The logits of a whole batch: 10240 rows of 37000, 379 million elements, 1.5 GB at fp32:
@@ -1730,14 +1871,14 @@ static void test_big_fused(void)
 static void test_big_xent(void)
 {
     NEED_BIG();
-    xent_case(BN, BV, 1);
+    xent_case(BN, BV, 1, 0);
 }
 
 /* 50 million parameters: a quarter of the big model's. */
 static void test_big_optimizer(void)
 {
     NEED_BIG();
-    optimizer_case(50000017, 1);
+    optimizer_case(50000017, 1, 0);
 }
 
 /* ---- the workspace: a training step allocates nothing after reserve_step -------------------- */
