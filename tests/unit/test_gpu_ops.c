@@ -1925,11 +1925,30 @@ static void attn_on(struct tfm_backend *be, int B, int H, int T, int dk)
     gpu = home;
 }
 
+/* The column sums of a backward on be: bias_bwd of (N,M) and layernorm_bwd of (N,D) (their
+ * per-chunk partial sums live in the workspace). */
+static void colsums_on(struct tfm_backend *be, int N, int M, int D)
+{
+    struct tfm_backend *home = gpu;
+    gpu = be;
+    float *dy = dact(NULL, (size_t)N * M), *db = dev(NULL, (size_t)M * sizeof(float));
+    be->bias_bwd(be, db, dy, N, M);
+    float *x = dact(NULL, (size_t)N * D), *dyl = dact(NULL, (size_t)N * D),
+          *dx = dact(NULL, (size_t)N * D), *mean = dev(NULL, (size_t)N * sizeof(float)),
+          *rstd = dev(NULL, (size_t)N * sizeof(float)), *g = dact(NULL, (size_t)D),
+          *dg = dev(NULL, (size_t)D * sizeof(float)), *dbl = dev(NULL, (size_t)D * sizeof(float));
+    be->layernorm_bwd(be, dx, dg, dbl, dyl, x, mean, rstd, g, N, D, 0);
+    be->sync(be);
+    GFREE(dy, db, x, dyl, dx, mean, rstd, g, dg, dbl);
+    gpu = home;
+}
+
 /* The count of tfm_backend_cuda_work_grows: -1 where there is no CUDA backend; on a GPU,
  * a fresh backend of each attention path counts the workspace growing (attention with
  * nothing reserved), not a call that fits, and after reserve_step (512 rows a side, 2
  * heads of 8) no attention of a shape it allows (the longest sentences, the most
- * sentences, one in between) grows it: tfm_cuda_attn_step_work covers both paths. */
+ * sentences, one in between) grows it: tfm_cuda_attn_step_work covers both paths; nor do
+ * the column sums of fewer rows than reserved (tfm_cuda_ops_step_work). */
 static void test_work_grows(void)
 {
     CHECK(tfm_backend_cuda_work_grows(NULL) == -1);
@@ -1965,6 +1984,15 @@ static void test_work_grows(void)
             printf("#   %s: the workspace grew %ld times after reserve_step\n", names[p],
                    g2 - g);
         CHECK(g2 == g);
+        /* column sums of fewer rows than reserved may take more chunks (16640 rows: 256
+         * of 65; the 20000 reserved: 254 of 79): reserve_step sizes for the most */
+        CHECK(be->reserve_step(be, 20000, 1024, 4096, 2, 100, &err) == 0);
+        long g3 = tfm_backend_cuda_work_grows(be);
+        colsums_on(be, 16640, 4096, 1024);
+        if (tfm_backend_cuda_work_grows(be) != g3)
+            printf("#   %s: column sums of 16640 rows grew the workspace after reserve_step "
+                   "of 20000\n", names[p]);
+        CHECK(tfm_backend_cuda_work_grows(be) == g3);
         be->destroy(be);
     }
 }
