@@ -101,7 +101,7 @@ static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->strea
 // sizes of reserve_step (backend_cuda.cu; test_gpu_ops's "workspace" tests count the
 // workspace's growths after it, tfm_cuda_work below).  So have the 16-byte vector paths
 // below (every kernel of cuda_ops.cu and cuda_step.cu that moves activations, statistics
-// or optimizer state in bulk).
+// or optimizer state in bulk, and the weights' bf16 copy in backend_cuda.cu).
 typedef __nv_bfloat16 bf16;
 
 static inline bool tfm_cuda_bf16(const struct tfm_backend *be)

@@ -570,6 +570,13 @@ static void test_memory(void)
     cpu->weights_copy(cpu, w, x, n);
     gpu->weights_copy(gpu, wc, z, n);
     EXACT_ACT(wc, w, n);
+    /* off the 16-byte boundary, source and copy (element by element), and the copy alone */
+    float *wo = dact(NULL, n + 1);
+    gpu->weights_copy(gpu, gact(wo, 1), z + 1, n - 1);
+    EXACT_ACT(gact(wo, 1), w + 1, n - 1);
+    gpu->weights_copy(gpu, gact(wo, 1), z, n - 2);
+    EXACT_ACT(gact(wo, 1), w, n - 2);
+    GFREE(wo);
     /* upload_act and download_act: host floats in, rounded to the precision as the CPU
      * rounds them (bit for bit, NaN-ness for NaN), the same values out; more than one of
      * the CUDA backend's upload chunks (16384), an odd count at an odd offset */
