@@ -661,13 +661,17 @@ static void test_gemm(void)
  * to NaN on the GPU and must stay NaN (not written); C itself is NaN before (not read).
  * Bound: gemm's (TOL + tc_extra(K)) plus, at bf16, one unit for the one rounding of the
  * stored value (ulp16): the bias is one more fp32 addition (2^-24 relative, inside
- * TOL) and the ReLU is exact and moves no two values further apart. */
-static void gemm_bias_case(int ta, int tb, int M, int N, int K, int relu, int off, int pad)
+ * TOL) and the ReLU is exact and moves no two values further apart.
+ * what: NULL for these cases; a name for the big ones (test_big_gemm_bias). */
+static void gemm_bias_run(const char *what, int ta, int tb, int M, int N, int K, int relu,
+                          int off, int pad)
 {
+    const int big = what != NULL;
     int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
     size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
            nc = (size_t)M * ldc;
-    float *A = rnda(na, 1), *Bm = rnda(nb, 1), *bias = rnda((size_t)N, 1), *C = malloc(nc * 4);
+    float *A = rnda(na, 1), *Bm = rnda(nb, big ? sqrtf(3.0f / (float)K) : 1),
+          *bias = rnda((size_t)N, 1), *C = malloc(nc * 4);
     for (size_t i = 0; i < nc; i++)
         C[i] = NAN;
     float *dA = dact(NULL, na + off), *dB = dact(NULL, nb + off),
@@ -676,22 +680,45 @@ static void gemm_bias_case(int ta, int tb, int M, int N, int K, int relu, int of
     gpu->upload_act(gpu, gact(dB, off), Bm, nb);
     gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
     gpu->upload_act(gpu, gact(dC, off), C, nc);
+    double t0 = now();
     cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
+    double t1 = now();
     gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
                    gact(db, off), relu, gact(dC, off), ldc);
-    float *h = hact(gact(dC, off), nc);
-    double e = maxerr(h, C, nc), bound = TOL + tc_extra(K) + ulp16;
-    if (!(e <= bound))
-        printf("#   gemm_bias (%d,%d,%d)%s%s%s, offset %d, padding %d: max relative "
-               "difference %.3g (bound %g)\n", M, N, K, ta ? " ta" : "", tb ? " tb" : "",
-               relu ? " relu" : "", off, pad, e, bound);
-    CHECK(e <= bound);
-    free(h);
+    gpu->sync(gpu);
+    double t2 = now();
+    if (big) {
+        /* a second call: the plan is made; the product alone */
+        gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
+                       gact(db, off), relu, gact(dC, off), ldc);
+        gpu->sync(gpu);
+        double t3 = now();
+        char w[200];
+        snprintf(w, sizeof w, "%s: (%d,%d) = %s(%d,%d) %s(%d,%d) + bias%s, offset %d, "
+                 "padding %d, cpu %.2f s, gpu %.4f s (first call %.4f s)", what, M, N,
+                 ta ? "T" : "", ta ? K : M, ta ? M : K, tb ? "T" : "", tb ? N : K,
+                 tb ? K : N, relu ? ", ReLU" : "", off, pad, t1 - t0, t3 - t2, t2 - t1);
+        near_act(w, gact(dC, off), C, nc, sum_bound(K) + tc_extra(K));
+    } else {
+        float *h = hact(gact(dC, off), nc);
+        double e = maxerr(h, C, nc), bound = TOL + tc_extra(K) + ulp16;
+        if (!(e <= bound))
+            printf("#   gemm_bias (%d,%d,%d)%s%s%s, offset %d, padding %d: max relative "
+                   "difference %.3g (bound %g)\n", M, N, K, ta ? " ta" : "", tb ? " tb" : "",
+                   relu ? " relu" : "", off, pad, e, bound);
+        CHECK(e <= bound);
+        free(h);
+    }
     GFREE(dA, dB, db, dC);
     free(A);
     free(Bm);
     free(bias);
     free(C);
+}
+
+static void gemm_bias_case(int ta, int tb, int M, int N, int K, int relu, int off, int pad)
+{
+    gemm_bias_run(NULL, ta, tb, M, N, K, relu, off, pad);
 }
 
 static void test_gemm_bias(void)
@@ -1693,61 +1720,21 @@ static void test_big_gemm(void)
 /* gemm_bias at the big model's shapes (10240 rows; the products of linear() and of the
  * FFN's first layer with its ReLU), with the operands of big_gemm_case and its bound
  * (sum_bound(K) + tc_extra(K), + ulp16 for the bf16 C, gemm_bias_case's reasons); the
- * bias in [-1, 1], the size of the sums.  off and pad as gemm_bias_case's: the fallback. */
-static void big_gemm_bias_case(const char *what, int ta, int tb, int M, int N, int K, int relu,
-                               int off, int pad)
-{
-    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
-           nc = (size_t)M * ldc;
-    float *A = rnda(na, 1), *Bm = rnda(nb, sqrtf(3.0f / (float)K)), *bias = rnda((size_t)N, 1),
-          *C = malloc(nc * 4);
-    for (size_t i = 0; i < nc; i++)
-        C[i] = NAN;
-    float *dA = dact(NULL, na + off), *dB = dact(NULL, nb + off),
-          *db = dact(NULL, (size_t)N + off), *dC = dact(NULL, nc + off);
-    gpu->upload_act(gpu, gact(dA, off), A, na);
-    gpu->upload_act(gpu, gact(dB, off), Bm, nb);
-    gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
-    gpu->upload_act(gpu, gact(dC, off), C, nc);
-    double t0 = now();
-    cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
-    double t1 = now();
-    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
-                   gact(db, off), relu, gact(dC, off), ldc);
-    gpu->sync(gpu);
-    double t2 = now();
-    /* a second call: the plan is made; the product alone */
-    gpu->gemm_bias(gpu, ta, tb, M, N, K, gact(dA, off), lda, gact(dB, off), ldb,
-                   gact(db, off), relu, gact(dC, off), ldc);
-    gpu->sync(gpu);
-    double t3 = now();
-    char w[200];
-    snprintf(w, sizeof w, "%s: (%d,%d) = %s(%d,%d) %s(%d,%d) + bias%s, offset %d, padding %d, "
-             "cpu %.2f s, gpu %.4f s (first call %.4f s)", what, M, N, ta ? "T" : "",
-             ta ? K : M, ta ? M : K, tb ? "T" : "", tb ? N : K, tb ? K : N,
-             relu ? ", ReLU" : "", off, pad, t1 - t0, t3 - t2, t2 - t1);
-    near_act(w, gact(dC, off), C, nc, sum_bound(K) + tc_extra(K));
-    GFREE(dA, dB, db, dC);
-    free(A);
-    free(Bm);
-    free(bias);
-    free(C);
-}
-
+ * bias in [-1, 1], the size of the sums.  off and pad as gemm_bias_case's: the fallback.
+ * (gemm_bias_run with a name: B scaled by sqrt(3/K), timed, compared by near_act.) */
 static void test_big_gemm_bias(void)
 {
     NEED_BIG();
-    big_gemm_bias_case("QKV projection", 0, 0, BN, 3 * BD, BD, 0, 0, 0);
-    big_gemm_bias_case("attention output", 0, 0, BN, BD, BD, 0, 0, 0);
-    big_gemm_bias_case("FFN in", 0, 0, BN, BF, BD, 1, 0, 0);
-    big_gemm_bias_case("FFN out", 0, 0, BN, BD, BF, 0, 0, 0);
+    gemm_bias_run("QKV projection", 0, 0, BN, 3 * BD, BD, 0, 0, 0);
+    gemm_bias_run("attention output", 0, 0, BN, BD, BD, 0, 0, 0);
+    gemm_bias_run("FFN in", 0, 0, BN, BF, BD, 1, 0, 0);
+    gemm_bias_run("FFN out", 0, 0, BN, BD, BF, 0, 0, 0);
     /* the other transposes (the op allows them; the model uses none) */
-    big_gemm_bias_case("FFN in, A^T", 1, 0, BN, BF, BD, 1, 0, 0);
-    big_gemm_bias_case("FFN in, B^T", 0, 1, BN, BF, BD, 1, 0, 0);
+    gemm_bias_run("FFN in, A^T", 1, 0, BN, BF, BD, 1, 0, 0);
+    gemm_bias_run("FFN in, B^T", 0, 1, BN, BF, BD, 1, 0, 0);
     /* the fallback: misaligned operands, odd leading dimensions */
-    big_gemm_bias_case("FFN in, misaligned (fallback)", 0, 0, BN, BF, BD, 1, 1, 0);
-    big_gemm_bias_case("QKV projection, odd ld (fallback)", 0, 0, BN, 3 * BD, BD, 0, 0, 1);
+    gemm_bias_run("FFN in, misaligned (fallback)", 0, 0, BN, BF, BD, 1, 1, 0);
+    gemm_bias_run("QKV projection, odd ld (fallback)", 0, 0, BN, 3 * BD, BD, 0, 0, 1);
 }
 
 /* Embeddings of 10240 tokens (40 sentences of 256 positions) from 37000 x 1024, scale 32.
