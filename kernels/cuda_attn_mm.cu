@@ -349,6 +349,22 @@ template <typename T> cudaDataType_t dtype()
     return std::is_same<T, float>::value ? CUDA_R_32F : CUDA_R_16BF;
 }
 
+// A call over a's B*H heads, its pointer arrays at arr, with Q, K, V as matrices 0, 1, 2
+// (the forward's and the backward's first three).
+template <typename T>
+Call qkv_call(const struct tfm_attn *a, const void **arr, const T *q, int ldq, const T *k,
+              int ldk, const T *v, int ldv)
+{
+    Call c = {};
+    c.B = a->B;
+    c.H = a->H;
+    c.arr = arr;
+    add(c, head(q, a->Tq, ldq, a->dk), sizeof(T), dtype<T>());     // 0 Q
+    add(c, head(k, a->Tk, ldk, a->dk), sizeof(T), dtype<T>());     // 1 K
+    add(c, head(v, a->Tk, ldv, a->dk), sizeof(T), dtype<T>());     // 2 V
+    return c;
+}
+
 template <typename T>
 void fwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, const T *k,
          int ldk, const T *v, int ldv, T *o, int ldo, float *lse)
@@ -362,13 +378,7 @@ void fwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
     char *w = (char *)tfm_cuda_work(be, l.fwd);
     float *S = (float *)(w + l.S);
     T *P = (T *)(w + l.P);
-    Call c = {};
-    c.B = B;
-    c.H = H;
-    c.arr = (const void **)(w + l.ptrs);
-    add(c, head(q, Tq, ldq, dk), ts, tt);                     // 0 Q
-    add(c, head(k, Tk, ldk, dk), ts, tt);                     // 1 K
-    add(c, head(v, Tk, ldv, dk), ts, tt);                     // 2 V
+    Call c = qkv_call(a, (const void **)(w + l.ptrs), q, ldq, k, ldk, v, ldv);   // 0-2
     add(c, head(o, Tq, ldo, dk), ts, tt);                     // 3 O
     add(c, score(S, H, Tq, Tk), sizeof(float), CUDA_R_32F);   // 4 S
     add(c, score(P, H, Tq, Tk), ts, tt);                      // 5 P'
@@ -405,13 +415,7 @@ void bwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
     char *w = (char *)tfm_cuda_work(be, l.total);
     float *S = (float *)(w + l.S), *dP = (float *)(w + l.dP);
     T *P = (T *)(w + l.P), *dS = (T *)(w + l.dS);
-    Call c = {};
-    c.B = B;
-    c.H = H;
-    c.arr = (const void **)(w + l.ptrs);
-    add(c, head(q, Tq, ldq, dk), ts, tt);                     // 0 Q
-    add(c, head(k, Tk, ldk, dk), ts, tt);                     // 1 K
-    add(c, head(v, Tk, ldv, dk), ts, tt);                     // 2 V
+    Call c = qkv_call(a, (const void **)(w + l.ptrs), q, ldq, k, ldk, v, ldv);   // 0-2
     add(c, head(dout, Tq, lddo, dk), ts, tt);                 // 3 dO
     add(c, head(dq, Tq, lddq, dk), ts, tt);                   // 4 dQ
     add(c, head(dk_, Tk, lddk, dk), ts, tt);                  // 5 dK
