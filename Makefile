@@ -9,6 +9,8 @@
 #   make gpu-report      on a GPU machine: build for sm_90, every GPU check and benchmark
 #                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh);
 #                        STAGES='build ops' some of them; a run stops within 9 minutes
+#   make gpu-deps        here, before a GPU session: the Debian packages of OpenBLAS,
+#                        SentencePiece and zlib into .gpu-deps, for an image that lacks them
 #   make bench           throughput and memory against references measured in the same run
 #   make fuzz            libFuzzer on the readers: streams, configs, text lines, trees,
 #                        EVALB parameter files (clang, ASan, UBSan; FUZZ_TIME in all)
@@ -99,7 +101,7 @@ $(LIB): $(LIB_OBJ)
 # The plugin carries its own copy of error.c (built position-independent); it exports
 # tfm_cuda_plugin_entry only (-fvisibility=hidden), and -z defs proves it complete.
 $(CUDA_PLUGIN): $(KERNEL_OBJ) $(BUILD)/pic/error.o
-	$(CXX) -shared -Wl,-z,defs -o $@ $^ $(CUDA_LIBS) -lstdc++
+	$(CXX) -shared -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++
 
 $(BUILD)/pic/%.o: src/%.c
 	@mkdir -p $(@D)
@@ -174,6 +176,12 @@ check-gpu: all
 # Builds by itself (sm_90, every core), so it can be the first command on a fresh machine.
 # STAGES='build ops' runs some stages (tests/gpu/report.sh); each run stays inside
 # REPORT_SECONDS, and the stages' rows add up in one $(GPU_REPORT_DIR)/report.md.
+# The Debian packages of the libraries a GPU machine's image may lack (it can fetch nothing),
+# downloaded here into .gpu-deps to travel with the tree: gpu-report's build uses them
+# where needed (tests/gpu/deps.sh).
+gpu-deps:
+	@tests/gpu/deps.sh fetch .gpu-deps
+
 GPU_REPORT_DIR ?= gpu-report
 STAGES ?=
 gpu-report:
@@ -219,7 +227,7 @@ install: all
 clean:
 	rm -rf build build-asan $(TOOLS)
 
-.PHONY: all check check-asan check-ref check-gpu gpu-report bench fuzz install clean
+.PHONY: all check check-asan check-ref check-gpu gpu-report gpu-deps bench fuzz install clean
 .DELETE_ON_ERROR:
 .SECONDARY:
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tests/gpu/report.sh (make gpu-report): every GPU check and benchmark of tfm, for the first
 # minutes on a GPU machine, as stages that can run in one command or in several:
-#   build      make for sm_90 on every core (the library, tools, tests, train_step)
+#   build      make for sm_90 on every core (the library, tools, tests, train_step), with
+#              what the image lacks of the libraries from GPU_DEPS (.gpu-deps: make
+#              gpu-deps, carried) or python3's CUDA wheels (tests/gpu/deps.sh)
 #   ops        test_gpu_ops (every op and the startup check, small and paper-sized shapes),
 #              then again with both backends in bf16
 #   sanitizer  compute-sanitizer memcheck, racecheck, synccheck, initcheck on test_gpu_ops's
@@ -14,6 +16,8 @@
 #   decode     decoding base, beam 4, about 128 sentences a batch, beside PyTorch's cached
 #              beam search
 #   report.sh [STAGE...]       (make gpu-report STAGES='STAGE...'); no stage: all of them
+# Before the first run, on a machine with apt: `make gpu-deps`, and carry .gpu-deps to the
+# GPU machine with the tree (the build takes from it what the image lacks).
 # Every run records the machine and its libraries (system.log) and, unless
 # GPU_REPORT_BUILD=0, runs the build stage first (seconds when the build is up to date), so
 # each command works on a fresh machine too.  A run stays inside REPORT_SECONDS (540; every
@@ -203,6 +207,16 @@ stage_build() {
         return
     fi
     time_for build 60 "build (sm_90)" || return
+    # what the image lacks of OpenBLAS, SentencePiece, zlib (the Debian packages of
+    # GPU_DEPS, made here by `make gpu-deps` and carried), NCCL and cuBLAS (python3's CUDA
+    # wheels): tests/gpu/deps.sh
+    local deps drc
+    deps=$(tests/gpu/deps.sh env "${GPU_DEPS:-$ROOT/.gpu-deps}" 2>&1)
+    drc=$?
+    eval "$(grep '^export ' <<< "$deps")"
+    { echo "\$ tests/gpu/deps.sh env ${GPU_DEPS:-$ROOT/.gpu-deps}  (exit $drc)"; echo "$deps"; } >> "$BLD"
+    add row "libraries" "$([ $drc = 0 ] && echo pass || echo fail)" \
+        "$(grep -m1 '^# deps: ' <<< "$deps" | sed 's/^# deps: //')"
     run 240 "$BLD" make -j"$(nproc)" BUILD="$BUILD" \
         CUDA_ARCH="${CUDA_ARCH:--gencode arch=compute_90,code=sm_90}" all "$BUILD"/bench/train_step
     # a build without nvcc succeeds without the CUDA backend: that is a failure here
