@@ -27,6 +27,7 @@
 #include "topk.h"
 
 #include <cblas.h>
+#include <malloc.h>
 #include <math.h>
 #ifdef __SSE2__
 #include <immintrin.h>
@@ -1641,6 +1642,15 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     struct rlimit rl;
     c->as_limit = getrlimit(RLIMIT_AS, &rl) == 0 ? rl.rlim_cur : RLIM_INFINITY;
     c->data_limit = getrlimit(RLIMIT_DATA, &rl) == 0 ? rl.rlim_cur : RLIM_INFINITY;
+    /* glibc gives each thread that calls malloc an arena of its own, reserving 64 MiB of
+     * address space at that first call: under a limit, whether a pool thread had done so
+     * when headroom() measured decided whether OpenBLAS found its buffer later (and spun
+     * when it did not: 1 run in 6 of limits.bats's decoding).  One arena for the process
+     * keeps the measure true; the ops do not allocate, so nothing waits on its lock. */
+#ifdef M_ARENA_MAX
+    if (c->blas_buffer && (c->as_limit != RLIM_INFINITY || c->data_limit != RLIM_INFINITY))
+        mallopt(M_ARENA_MAX, 1);
+#endif
     if (headroom(c, 0, err) || !(c->pool = tfm_pool_create(threads, err))) {
         free(be);
         free(c);
