@@ -294,10 +294,11 @@ int main(int argc, char **argv)
             o.log_path = NULL;
         }
     }
-    char where[1024];
+    char where[1536];
     struct tfm_backend *gpus[TFM_DEVICE_MAX];
     int ngpus = 0;
-    if (tfm_device_open_gpus(device, o.threads, env.world > 1 ? env.local_rank * o.ranks : 0,
+    if (tfm_device_open_gpus(device, cfg.precision, o.threads,
+                             env.world > 1 ? env.local_rank * o.ranks : 0,
                              env.world > 1 || ranks_given ? o.ranks : 0, gpus, &ngpus, where,
                              sizeof where, &err)) {
         return tfm_cli_fail(&err, 1);

@@ -196,40 +196,48 @@ static int ens_select(void *ctx, int nrows, const int32_t *keep, struct tfm_erro
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* Load checkpoint path into mb on backend be; hdr (when not NULL) gets its header.  The
- * checkpoint must hold exactly the model its config describes (tfm_checkpoint_check),
- * looked at before the model's memory is allocated. */
-static int member_load(struct member *mb, const char *path, struct tfm_backend *be,
-                       struct tfm_header *hdr, struct tfm_error *err)
+/* The model of checkpoint ck (read from path) into mb on backend be; hdr (when not NULL)
+ * gets its header.  The checkpoint must hold exactly the model its config describes
+ * (tfm_checkpoint_check), looked at before the model's memory is allocated. */
+static int member_load(struct member *mb, const char *path, const struct tfm_checkpoint *ck,
+                       struct tfm_backend *be, struct tfm_header *hdr, struct tfm_error *err)
 {
     mb->path = path;
-    struct tfm_checkpoint *ck = tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER | TFM_CKPT_MAPPED, err);
-    if (!ck)
-        return -1;
-    int rc = -1;
     if (tfm_checkpoint_config(ck, &mb->cfg, err))
-        goto done;
-    if (!ck->header.spm) {
-        tfm_fail(err, "%s: the checkpoint has no vocabulary", path);
-        goto done;
-    }
+        return -1;
+    if (!ck->header.spm)
+        return tfm_fail(err, "%s: the checkpoint has no vocabulary", path);
     if (tfm_checkpoint_check(ck, &mb->cfg, 0, err))
-        goto done;
+        return -1;
     /* the activation arena serves the encoder only: groups of up to 1024 source tokens */
     mb->model = tfm_model_create_inference(&mb->cfg, be,
                                            mb->cfg.max_len > 1024 ? mb->cfg.max_len : 1024, err);
-    if (!mb->model) {
-        tfm_error_prefix(err, "%s", path);
-        goto done;
-    }
+    if (!mb->model)
+        return tfm_error_prefix(err, "%s", path);
     if (tfm_checkpoint_to_model(ck, mb->model, 0, err))
-        goto done;
+        return -1;
     if (hdr && tfm_header_copy(hdr, &ck->header, err))
-        goto done;
-    rc = 0;
-done:
-    tfm_checkpoint_free(ck);
-    return rc;
+        return -1;
+    return 0;
+}
+
+/* The checkpoints paths[0..n) into cks (mapped, without Adam moments), and the precision
+ * the device is checked for: bf16 when one asks for it, else auto when one does, else
+ * fp32.  0, or -1 with err (the checkpoints loaded are left in cks to free). */
+static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoint **cks,
+                            int *precision, struct tfm_error *err)
+{
+    *precision = TFM_PRECISION_FP32;
+    for (int i = 0; i < n; i++) {
+        struct tfm_config c;
+        cks[i] = tfm_checkpoint_load(paths[i], TFM_CKPT_NO_OPTIMIZER | TFM_CKPT_MAPPED, err);
+        if (!cks[i] || tfm_checkpoint_config(cks[i], &c, err))
+            return -1;
+        if (c.precision == TFM_PRECISION_BF16 ||
+            (c.precision == TFM_PRECISION_AUTO && *precision == TFM_PRECISION_FP32))
+            *precision = c.precision;
+    }
+    return 0;
 }
 
 /* ---- sources -------------------------------------------------------------------------- */
@@ -774,12 +782,17 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     struct run R;
     memset(&R, 0, sizeof R);
     int rc = -1;
-    int gpus = 0;
-    if (tfm_device_open_gpus(o->device ? o->device : "auto", o->threads, 0, 1, &R.be, &gpus,
-                             o->stats.device, sizeof o->stats.device, err))
+    int gpus = 0, precision;
+    /* the checkpoints first: the device is checked for the precision they compute at */
+    struct tfm_checkpoint *cks[TFM_DECODE_MAX_MODELS] = {NULL};
+    if (checkpoints_load(paths, n, cks, &precision, err) ||
+        tfm_device_open_gpus(o->device ? o->device : "auto", precision, o->threads, 0, 1,
+                             &R.be, &gpus, o->stats.device, sizeof o->stats.device, err) ||
+        (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))) {
+        for (int i = 0; i < n; i++)
+            tfm_checkpoint_free(cks[i]);
         return -1;
-    if (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))
-        return -1;
+    }
     R.ens.m = calloc((size_t)n, sizeof *R.ens.m);
     if (!R.ens.m) {
         tfm_fail(err, "out of memory");
@@ -792,7 +805,10 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         struct tfm_header hi;
         if (i > 0)
             hp = &hi;
-        if (member_load(&R.ens.m[i], paths[i], R.be, hp, err)) {
+        int bad = member_load(&R.ens.m[i], paths[i], cks[i], R.be, hp, err);
+        tfm_checkpoint_free(cks[i]);
+        cks[i] = NULL;
+        if (bad) {
             R.ens.n = i + (R.ens.m[i].model != NULL);
             goto done;
         }
@@ -903,6 +919,8 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         o->progress(o->progress_ctx, &o->stats, 1);
     rc = 0;
 done:
+    for (int i = 0; i < n; i++)
+        tfm_checkpoint_free(cks[i]);
     run_free(&R);
     return rc;
 }

@@ -31,22 +31,41 @@ double tfm_device_diff(const float *a, const float *b, size_t n);
  * d_model 32, dropout on, padded sentences) built on both from the same seed must have the
  * same parameters after upload and download, and agree on one training batch (the loss to
  * 1e-5, every gradient to 1e-4), one Adam step (1e-5) and three incremental decoding steps
- * (log-probabilities to 1e-4); differences relative where a value exceeds 1.
+ * (log-probabilities to 1e-4); differences relative where a value exceeds 1.  At fp32.
  * Why: a GPU, driver or build the project's GPU tests have not run on must not train or
  * decode wrongly in silence.  Returns 0 with a one-line summary in note, or -1 with err
  * naming what differs and by how much. */
 struct tfm_backend;
 int tfm_device_check(struct tfm_backend *be, char *note, size_t n, struct tfm_error *err);
 
+/* The same check with be at bf16 against the CPU's emulation of bf16, to bf16's bounds
+ * (device.c says why): the loss to 1e-3 relative, each gradient to 2e-2 of its tensor's
+ * largest magnitude, the Adam step to 1e-4, log-probabilities to 2e-2 of max(|cpu|, 1);
+ * the stage that fails is named "NAME at bf16: ...".  be must hold no model; it is left
+ * at fp32.  0 with note, -1 with err (also when be cannot compute in bf16). */
+int tfm_device_check_bf16(struct tfm_backend *be, char *note, size_t n, struct tfm_error *err);
+
+/* The check a run at precision (enum tfm_precision, as the config asks) needs: fp32's,
+ * then bf16's when be can compute in bf16 and the run will (bf16 asked, or auto where
+ * be->auto_precision is bf16).  0 with note: be is fit for the run; when auto's bf16 failed,
+ * be->auto_precision is set to fp32 and note ends "bf16 failed its check (WHY): computing
+ * in fp32".  -1 with err: the fp32 check failed; -2 with err ("precision bf16: ..."): bf16
+ * was asked for and failed. */
+int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size_t n,
+                         struct tfm_error *err);
+
 /* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1;
  * n 0: every visible GPU from first on, up to TFM_DEVICE_MAX; for "sim", n stand-ins, 1
  * for n 0, sharing `threads` CPU threads, 0: all) into gpus, each bound to the calling
- * thread in turn and checked (tfm_device_check).  0: *count backends opened, or 0 for
- * "compute on the CPU" (no GPU, or "auto" with a GPU that failed to open or to pass the
- * check); note says what was found and chosen, and why.  -1 with err: an unknown name,
- * more GPUs than there are, or "cuda"/"sim" that cannot be had. */
+ * thread in turn and checked for a run at precision (tfm_device_check_for; when one GPU
+ * fails at bf16 under auto, every one computes auto at fp32).  0: *count backends opened,
+ * or 0 for "compute on the CPU" (no GPU, or "auto" with a GPU that failed to open or to
+ * pass the fp32 check); note says what was found and chosen, and why.  -1 with err: an
+ * unknown name, more GPUs than there are, "cuda"/"sim" that cannot be had, or precision
+ * bf16 asked on a GPU that failed the bf16 check (whatever the device name: the CPU would
+ * be far slower than the GPU at fp32, a choice left to the user). */
 enum { TFM_DEVICE_MAX = 64 };
-int tfm_device_open_gpus(const char *want, int threads, int first, int n,
+int tfm_device_open_gpus(const char *want, int precision, int threads, int first, int n,
                          struct tfm_backend **gpus, int *count, char *note, size_t len,
                          struct tfm_error *err);
 

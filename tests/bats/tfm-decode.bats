@@ -274,6 +274,23 @@ values() {
     diff <(echo "$output") <(tfm-decode -q -m "$M/model.tfm" --device cpu --text "$M/test.tfm")
 }
 
+@test "tfm-decode --device sim: a checkpoint at bf16 has the device checked at bf16 too" {
+    # the precision the models compute at is the checkpoints' (read before the device opens)
+    tfm-train -q -c "$M/copy.conf" --set precision=bf16 -o "$T/b16" --max-steps 1 --threads 2 \
+        "$M/batches.tfm"
+    run bash -c "tfm-decode --progress -m '$T/b16/last.tfm' --device sim '$M/test.tfm' 2>&1 > '$T/sim.tfm'"
+    assert_success
+    assert_line --partial "; sim checked against the CPU"
+    assert_line --partial "; at bf16 against the CPU's emulation: within 0, 0, 0, 0"
+    tfm-decode -q -m "$T/b16/last.tfm" --device cpu "$M/test.tfm" > "$T/cpu.tfm"
+    cmp "$T/cpu.tfm" "$T/sim.tfm"
+    # the model trained at auto is fp32 on the sim device: fp32's pass only
+    run bash -c "tfm-decode --progress -m '$M/model.tfm' --device sim '$M/test.tfm' 2>&1 > /dev/null"
+    assert_success
+    assert_line --partial "; sim checked against the CPU"
+    refute_output --partial "at bf16"
+}
+
 @test "tfm-decode --help, --version, --progress, --quiet, --device cpu" {
     run tfm-decode --help
     assert_success

@@ -421,6 +421,26 @@ teardown() {
     assert_output --partial "tfm-train: --device sim: 65 GPUs wanted from GPU 0 on, 64 at most"
 }
 
+@test "--device sim: at precision bf16 the startup check has a second pass, at bf16; auto is fp32 there" {
+    # bf16 asked: the device at bf16 against the CPU's emulation of bf16, after fp32's pass
+    run tfm-train "${SMALL[@]}" -o "$T/b16" --device sim --set precision=bf16 --max-steps 1 "$M/b.tfm"
+    assert_success
+    assert_line --regexp "^tfm-train: device: sim \(the CPU behind device memory, as asked\); sim checked against the CPU on a 2-layer model: loss, gradients, an Adam step and 3 decoding steps within 0, 0, 0, 0; at bf16 against the CPU's emulation: within 0, 0, 0, 0$"
+    TFM_SIM_PACKED=0 run tfm-train "${SMALL[@]}" -o "$T/b16w" --device sim --set precision=bf16 \
+        --max-steps 1 "$M/b.tfm"
+    assert_success
+    assert_line --partial "; at bf16 against the CPU's emulation: within 0, 0, 0, 0"
+    # auto is fp32 on the sim device (as on the CPU): fp32's pass only
+    run tfm-train "${SMALL[@]}" -o "$T/auto" --device sim --set precision=auto --max-steps 1 "$M/b.tfm"
+    assert_success
+    assert_line --regexp "^tfm-train: device: sim .*within 0, 0, 0, 0$"
+    refute_output --partial "bf16"
+    # the CPU is never checked, whatever the precision
+    run tfm-train "${SMALL[@]}" -o "$T/cpu" --device cpu --set precision=bf16 --max-steps 1 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: device: cpu (as asked)"
+}
+
 @test "processes (TFM_RANK, TFM_WORLD_SIZE): W are one process of --ranks W, bit for bit" {
     export TFM_RENDEZVOUS_TIMEOUT=60
     two() {     # two processes, a rendezvous file; rank 1's messages in $T/e1

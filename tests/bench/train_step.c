@@ -75,8 +75,8 @@ int main(int argc, char **argv)
     } else {
         int count = 0;
         char note[1024];
-        if (tfm_device_open_gpus(device, atoi(argv[6]), 0, 1, &be, &count, note, sizeof note,
-                                 &err) == 0 && count == 0)
+        if (tfm_device_open_gpus(device, c.precision, atoi(argv[6]), 0, 1, &be, &count, note,
+                                 sizeof note, &err) == 0 && count == 0)
             tfm_fail(&err, "no device: %s", note);
         if (count == 1)
             fprintf(stderr, "train_step: %s\n", note);

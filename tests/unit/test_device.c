@@ -141,6 +141,203 @@ static void test_check(void)
     be->destroy(be);
 }
 
+/* ---- the bf16 pass ----------------------------------------------------------------------- */
+
+/* Faults of the bf16 path only: at fp32 the op is right, at bf16 a few elements of its
+ * result are off by a few per cent (a vector path's tail, a wrongly scaled epilogue). */
+static float bf16_fault;
+/* every 16th element of C, r * 7 + c apart (not whole rows: a layer norm after the op would
+ * hide rows scaled as a whole) */
+static void bf16_perturb(const struct tfm_backend *be, float *C, int M, int N, int ldc)
+{
+    if (be->precision != TFM_PRECISION_BF16)
+        return;
+    for (int r = 0; r < M; r++)
+        for (int c = 0; c < N; c++)
+            if ((r * 7 + c) % 16 == 0)
+                C[(size_t)r * ldc + c] *= bf16_fault;
+}
+static void bf16_bad_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                               const float *A, int lda, const float *B, int ldb,
+                               const float *bias, int relu, float *C, int ldc)
+{
+    real.gemm_bias(be, ta, tb, M, N, K, A, lda, B, ldb, bias, relu, C, ldc);
+    bf16_perturb(be, C, M, N, ldc);
+}
+static void bf16_bad_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                          float alpha, const float *A, int lda, const float *B, int ldb,
+                          float beta, float *C, int ldc)
+{
+    real.gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    bf16_perturb(be, C, M, N, ldc);
+}
+static void bf16_bad_bias_bwd(struct tfm_backend *be, float *db, const float *dy, int N, int M)
+{
+    real.bias_bwd(be, db, dy, N, M);
+    bf16_perturb(be, db, 1, M, M);
+}
+static void bf16_bad_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
+                                 const float *q, int ldq, const float *k, const float *v,
+                                 int ld, int64_t bstride, const int32_t *blk,
+                                 const int32_t *slot, int sstride, const int32_t *len, float *o,
+                                 int ldo)
+{
+    real.attn_decode(be, R, H, dk, scale, q, ldq, k, v, ld, bstride, blk, slot, sstride, len,
+                     o, ldo);
+    if (be->precision == TFM_PRECISION_BF16)     /* decoding is less sensitive: more */
+        for (int r = 0; r < R; r++)
+            for (int j = 3; j < H * dk; j += 4)
+                o[(size_t)r * ldo + j] *= bf16_fault;
+}
+
+/* A correct backend of another summation order: gemm summing in double, last term first. */
+static double elem(const float *X, int t, int ld, int r, int c)
+{
+    return t ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+}
+static void reordered_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
+                           float alpha, const float *A, int lda, const float *B, int ldb,
+                           float beta, float *C, int ldc)
+{
+    (void)be;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double sum = 0;
+            for (int k = K - 1; k >= 0; k--)
+                sum += elem(A, ta, lda, i, k) * elem(B, tb, ldb, k, j);
+            float *c = C + (size_t)i * ldc + j;
+            *c = (float)(alpha * sum + (beta == 0 ? 0 : beta * (double)*c));
+        }
+}
+
+static void set_bf16_fault(struct tfm_backend *be, const char *op)
+{
+    *be = real;
+    if (!strcmp(op, "gemm_bias"))
+        be->gemm_bias = bf16_bad_gemm_bias;
+    else if (!strcmp(op, "gemm"))
+        be->gemm = bf16_bad_gemm;
+    else if (!strcmp(op, "bias_bwd"))
+        be->bias_bwd = bf16_bad_bias_bwd;
+    else
+        be->attn_decode = bf16_bad_attn_decode;
+}
+
+static void test_check_bf16(void)
+{
+    struct tfm_error err;
+    char note[1024];
+    /* a correct stand-in for a GPU passes at bf16, packed and in fp32 words */
+    for (int packed = 1; packed >= 0; packed--) {
+        setenv("TFM_SIM_PACKED", packed ? "1" : "0", 1);
+        struct tfm_backend *sim = tfm_backend_sim(1, &err);
+        unsetenv("TFM_SIM_PACKED");
+        CHECK(sim != NULL);
+        if (!sim)
+            return;
+        CHECK(tfm_device_check_bf16(sim, note, sizeof note, &err) == 0);
+        printf("# sim%s: %s\n", packed ? "" : " (TFM_SIM_PACKED=0)", note);
+        CHECK(strstr(note, "at bf16 against the CPU's emulation: within 0, 0, 0, 0") != NULL);
+        CHECK_EQ_INT(sim->precision, TFM_PRECISION_FP32);   /* left as it was */
+        CHECK_EQ_INT(sim->act_size, (int)sizeof(float));
+        /* asked for bf16: both passes, in one note */
+        CHECK(tfm_device_check_for(sim, TFM_PRECISION_BF16, note, sizeof note, &err) == 0);
+        CHECK(strstr(note, "checked against the CPU") != NULL);
+        CHECK(strstr(note, "; at bf16 against the CPU's emulation") != NULL);
+        /* auto on the sim device is fp32: no bf16 pass */
+        CHECK(tfm_device_check_for(sim, TFM_PRECISION_AUTO, note, sizeof note, &err) == 0);
+        CHECK(strstr(note, "bf16") == NULL);
+        sim->destroy(sim);
+    }
+
+    /* faults of the bf16 path: the fp32 pass cannot see them, the bf16 pass names them */
+    struct tfm_backend *be = tfm_backend_cpu(2, &err);
+    CHECK(be != NULL);
+    if (!be)
+        return;
+    real = *be;
+    CHECK(tfm_device_check_bf16(be, note, sizeof note, &err) == 0);
+    printf("# cpu: %s\n", note);
+    be->gemm = reordered_gemm;      /* the products in another order: both passes pass */
+    CHECK(tfm_device_check(be, note, sizeof note, &err) == 0);
+    printf("# products summed in another order: %s\n", note);
+    CHECK(tfm_device_check_bf16(be, note, sizeof note, &err) == 0);
+    printf("# products summed in another order: %s\n", note);
+    static const struct {
+        const char *op;
+        float fault;
+        const char *want;
+    } cases[] = {
+        {"gemm_bias", 1.05f, "cpu at bf16: the gradient of "},
+        {"gemm", 1.05f, "cpu at bf16: the gradient of "},
+        {"bias_bwd", 1.05f, "cpu at bf16: the gradient of "},
+        {"attn_decode", 1.1f, "cpu at bf16: decoding step 1: log-probabilities differ"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        set_bf16_fault(be, cases[i].op);
+        bf16_fault = cases[i].fault;
+        CHECK(tfm_device_check(be, note, sizeof note, &err) == 0);
+        CHECK(tfm_device_check_bf16(be, note, sizeof note, &err) == -1);
+        printf("#   bf16 broken %s: %s\n", cases[i].op, err.msg);
+        CHECK(strstr(err.msg, cases[i].want) != NULL);
+        CHECK_EQ_INT(be->precision, TFM_PRECISION_FP32);
+    }
+
+    /* the outcomes: auto (bf16 where the backend's auto is) falls back to fp32 on the
+     * device, saying why; bf16 asked is an error naming the stage; fp32 does not look */
+    set_bf16_fault(be, "gemm");
+    bf16_fault = 1.05f;
+    be->auto_precision = TFM_PRECISION_BF16;       /* as on CUDA */
+    CHECK(tfm_device_check_for(be, TFM_PRECISION_AUTO, note, sizeof note, &err) == 0);
+    printf("# auto: %s\n", note);
+    CHECK(strstr(note, "checked against the CPU") != NULL);
+    CHECK(strstr(note, "; bf16 failed its check (cpu at bf16: the gradient of ") != NULL);
+    CHECK(strstr(note, "): computing in fp32") != NULL);
+    CHECK_EQ_INT(be->auto_precision, TFM_PRECISION_FP32);
+    be->auto_precision = TFM_PRECISION_BF16;
+    CHECK(tfm_device_check_for(be, TFM_PRECISION_BF16, note, sizeof note, &err) == -2);
+    printf("# bf16: %s\n", err.msg);
+    CHECK(strstr(err.msg, "precision bf16: cpu at bf16: the gradient of ") != NULL);
+    CHECK(tfm_device_check_for(be, TFM_PRECISION_FP32, note, sizeof note, &err) == 0);
+    CHECK(strstr(note, "bf16") == NULL);
+    CHECK_EQ_INT(be->auto_precision, TFM_PRECISION_BF16);
+    /* a correct backend: auto at bf16 checks both and keeps bf16 */
+    *be = real;
+    be->auto_precision = TFM_PRECISION_BF16;
+    CHECK(tfm_device_check_for(be, TFM_PRECISION_AUTO, note, sizeof note, &err) == 0);
+    CHECK(strstr(note, "; at bf16 against the CPU's emulation") != NULL);
+    CHECK_EQ_INT(be->auto_precision, TFM_PRECISION_BF16);
+    /* the fp32 pass still comes first: its failure is -1, whatever the precision */
+    be->gemm = bad_gemm;
+    CHECK(tfm_device_check_for(be, TFM_PRECISION_BF16, note, sizeof note, &err) == -1);
+    CHECK(strstr(err.msg, "cpu: the gradient of ") != NULL);
+    *be = real;
+    be->destroy(be);
+
+    /* opening: the CPU is not checked, at any precision; sim at bf16 asked checks both
+     * passes; at auto, fp32's only */
+    struct tfm_backend *gpus[2];
+    int n = -1;
+    CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_BF16, 1, 0, 0, gpus, &n, note, sizeof note,
+                               &err) == 0);
+    CHECK_EQ_INT(n, 0);
+    CHECK_STR(note, "device: cpu (as asked)");
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_BF16, 1, 0, 0, gpus, &n, note, sizeof note,
+                               &err) == 0);
+    CHECK_EQ_INT(n, 1);
+    printf("# %s\n", note);
+    CHECK(strstr(note, "; sim checked against the CPU") != NULL);
+    CHECK(strstr(note, "; at bf16 against the CPU's emulation") != NULL);
+    for (int i = 0; i < n; i++)
+        gpus[i]->destroy(gpus[i]);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, 2, gpus, &n, note, sizeof note,
+                               &err) == 0);
+    CHECK_EQ_INT(n, 2);
+    CHECK(strstr(note, "bf16") == NULL);
+    for (int i = 0; i < n; i++)
+        gpus[i]->destroy(gpus[i]);
+}
+
 /* ---- the sim device ---------------------------------------------------------------------- */
 
 static void test_open(void)
@@ -149,12 +346,15 @@ static void test_open(void)
     char note[1024];
     struct tfm_backend *gpus[4];
     int n = -1;
-    CHECK(tfm_device_open_gpus("cpu", 1, 0, 0, gpus, &n, note, sizeof note, &err) == 0);
+    CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_AUTO, 1, 0, 0,
+                               gpus, &n, note, sizeof note, &err) == 0);
     CHECK_EQ_INT(n, 0);
-    CHECK(tfm_device_open_gpus("tpu", 1, 0, 0, gpus, &n, note, sizeof note, &err) == -1);
+    CHECK(tfm_device_open_gpus("tpu", TFM_PRECISION_AUTO, 1, 0, 0,
+                               gpus, &n, note, sizeof note, &err) == -1);
     CHECK(strstr(err.msg, "unknown device 'tpu' (auto, cpu, cuda or sim)") != NULL);
     /* sim: one by default, or as many as asked, each checked */
-    CHECK(tfm_device_open_gpus("sim", 1, 0, 0, gpus, &n, note, sizeof note, &err) == 0);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, 0,
+                               gpus, &n, note, sizeof note, &err) == 0);
     CHECK_EQ_INT(n, 1);
     printf("# %s\n", note);
     CHECK(strstr(note, "; sim checked against the CPU") != NULL);
@@ -162,20 +362,23 @@ static void test_open(void)
         CHECK(gpus[i]->host_memory == 0);
         gpus[i]->destroy(gpus[i]);
     }
-    CHECK(tfm_device_open_gpus("sim", 2, 0, 3, gpus, &n, note, sizeof note, &err) == 0);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 2, 0, 3,
+                               gpus, &n, note, sizeof note, &err) == 0);
     CHECK_EQ_INT(n, 3);
     CHECK(strstr(note, "3 sim devices, each checked") != NULL);
     for (int i = 0; i < n; i++)
         gpus[i]->destroy(gpus[i]);
-    CHECK(tfm_device_open_gpus("sim", 1, 0, TFM_DEVICE_MAX + 1, gpus, &n, note, sizeof note,
-                               &err) == -1);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, TFM_DEVICE_MAX + 1,
+                               gpus, &n, note, sizeof note, &err) == -1);
     CHECK(strstr(err.msg, "GPUs wanted") != NULL);
     char msg[384];
     if (tfm_device_cuda_count(msg, sizeof msg) == 0) {
-        CHECK(tfm_device_open_gpus("auto", 1, 0, 0, gpus, &n, note, sizeof note, &err) == 0);
+        CHECK(tfm_device_open_gpus("auto", TFM_PRECISION_AUTO, 1, 0, 0,
+                                   gpus, &n, note, sizeof note, &err) == 0);
         CHECK_EQ_INT(n, 0);
         CHECK(strstr(note, "device: cpu, no GPU found") != NULL);
-        CHECK(tfm_device_open_gpus("cuda", 1, 0, 0, gpus, &n, note, sizeof note, &err) == -1);
+        CHECK(tfm_device_open_gpus("cuda", TFM_PRECISION_AUTO, 1, 0, 0,
+                                   gpus, &n, note, sizeof note, &err) == -1);
         CHECK(strstr(err.msg, "--device cuda: no CUDA device") != NULL);
     }
 }
@@ -246,6 +449,8 @@ int main(void)
     t_run("device auto falls back to cpu without a GPU", test_auto);
     t_run("the check against the CPU passes a correct backend, names a broken op's stage",
           test_check);
+    t_run("the bf16 pass: passes the sim device, catches faults of the bf16 path only, "
+          "auto falls back to fp32 and bf16 asked fails", test_check_bf16);
     t_run("opening a device: cpu, auto and cuda without a GPU, sim", test_open);
     t_run("sim: the host cannot touch device memory, ops refuse host memory", test_sim);
     return t_done();
