@@ -1646,17 +1646,37 @@ static void test_determinism(void)
         }                                                                              \
     } while (0)
 
+static struct tfm_backend *open_cuda(const char *attn, struct tfm_error *err);
+
 static void test_model(void)
 {
     NEED_GPU();
-    NEED_FP32();
     /* the tools' own check (device.c): a 2-layer model's training batch, Adam step and
      * decoding steps against the CPU */
     struct tfm_error err;
-    char note[256];
-    int rc = tfm_device_check(gpu, note, sizeof note, &err);
-    printf("# %s\n", rc == 0 ? note : err.msg);
-    CHECK(rc == 0);
+    char note[512];
+    if (ulp16 == 0) {
+        int rc = tfm_device_check(gpu, note, sizeof note, &err);
+        printf("# %s\n", rc == 0 ? note : err.msg);
+        CHECK(rc == 0);
+        return;
+    }
+    /* at bf16, its bf16 pass (tfm_device_check_bf16: what lets a run at precision auto
+     * compute in bf16 on a GPU), against the CPU's emulation, on a fresh backend of each
+     * attention path (the check leaves its backend at fp32; gpu stays at bf16) */
+    const char *paths[2] = {"flash", "mm"};
+    for (int p = 0; p < (sim ? 1 : 2); p++) {
+        struct tfm_backend *be = sim ? tfm_backend_sim(2, &err) : open_cuda(paths[p], &err);
+        if (!be) {
+            printf("#   %s\n", err.msg);
+            CHECK(!"backend opened");
+            continue;
+        }
+        int rc = tfm_device_check_bf16(be, note, sizeof note, &err);
+        printf("#   %s: %s\n", sim ? "sim" : paths[p], rc == 0 ? note : err.msg);
+        CHECK(rc == 0);
+        be->destroy(be);
+    }
 }
 
 /* ---- the big model's shapes ---------------------------------------------------------------- */
