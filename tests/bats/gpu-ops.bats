@@ -23,17 +23,17 @@ setup() {
     refute_line --partial 'not ok'
 }
 
-@test "test_gpu_ops on sim at bf16: every op test passes, the model-level tests skip" {
+@test "test_gpu_ops on sim at bf16: every op test passes, and the tools' bf16 check" {
     TFM_GPU_OPS_DEVICE=sim TFM_GPU_OPS_QUICK=1 TFM_GPU_OPS_PRECISION=bf16 run "$OPS"
     echo "$output"
     assert_success
     refute_line --partial 'not ok'
-    # the op tests, every "cuda: " test but the model's and log_softmax_top (which the sim
-    # backend does not have): none skipped
+    # the op tests, every "cuda: " test but log_softmax_top (which the sim backend does not
+    # have): none skipped
     local n=0 line
     while IFS= read -r line; do
         case "$line" in
-        "ok "*" - cuda: a model"* | "ok "*" - cuda: log_softmax_top"*) ;;
+        "ok "*" - cuda: log_softmax_top"*) ;;
         "ok "*" - cuda: "*)
             n=$((n + 1))
             [[ "$line" != *"# SKIP"* ]] || fail "an op test skipped: $line" ;;
@@ -41,7 +41,9 @@ setup() {
     done <<< "$output"
     assert [ "$n" -ge 13 ]
     assert_line --regexp '^ok [0-9]+ - cuda: gemm_bias .* against the CPU$'
-    assert_line --regexp '^ok [0-9]+ - cuda: a model.s .* # SKIP TFM_GPU_OPS_PRECISION=bf16: op tests only$'
+    # the model's test runs the tools' bf16 pass (on sim: the same bits as the emulation)
+    assert_line --regexp '^ok [0-9]+ - cuda: a model.s .* against the CPU$'
+    assert_line "#   sim: at bf16 against the CPU's emulation: within 0, 0, 0, 0"
 }
 
 @test "test_gpu_ops: a precision other than fp32 or bf16 is a usage error" {
