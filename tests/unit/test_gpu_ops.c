@@ -2011,6 +2011,25 @@ static void test_work_grows(void)
     }
 }
 
+/* The big model's config (d_model 1024, 16 heads, d_ff 4096, vocabulary 37000) with
+ * layers, max_len, a token budget, every dropout and label smoothing at 0.1, and seed. */
+static void big_config(struct tfm_config *c, int layers, int max_len, int tokens, int seed)
+{
+    tfm_config_defaults(c);
+    c->layers = layers;
+    c->d_model = BD;
+    c->heads = 16;
+    c->d_ff = BF;
+    c->vocab = BV;
+    c->max_len = max_len;
+    c->tokens = tokens;
+    c->dropout = 0.1;
+    c->attn_dropout = 0.1;
+    c->relu_dropout = 0.1;
+    c->label_smoothing = 0.1;
+    c->seed = seed;
+}
+
 /* A training step of the big model (one layer: d_model 1024, 16 heads, d_ff 4096,
  * vocabulary 37000; 10240 tokens a side, max_len 256), on a fresh backend of each
  * attention path at the precision under test: after tfm_model_create (reserve_step),
@@ -2026,19 +2045,7 @@ static void test_big_step_work(void)
     }
     enum { L = 256 };
     struct tfm_config c;
-    tfm_config_defaults(&c);
-    c.layers = 1;
-    c.d_model = BD;
-    c.heads = 16;
-    c.d_ff = BF;
-    c.vocab = BV;
-    c.max_len = L;
-    c.tokens = BN;
-    c.dropout = 0.1;
-    c.attn_dropout = 0.1;
-    c.relu_dropout = 0.1;
-    c.label_smoothing = 0.1;
-    c.seed = 5;
+    big_config(&c, 1, L, BN, 5);
     c.precision = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
     const int shapes[3][3] = {{BN / L, L, L}, {BN / 32, 32, 32}, {BN / 160, 160, 100}};
     int32_t *src = malloc((size_t)BN * 4), *tgt = malloc((size_t)BN * 4);
@@ -2110,19 +2117,7 @@ static void test_big_model(void)
     NEED_FP32();
     enum { MB = 8, MS = 256, MT = 256, DB = 4, DSTEPS = 3 };
     struct tfm_config c;
-    tfm_config_defaults(&c);
-    c.layers = 6;
-    c.d_model = BD;
-    c.heads = 16;
-    c.d_ff = BF;
-    c.vocab = BV;
-    c.max_len = MS;
-    c.tokens = MB * MS;
-    c.dropout = 0.1;
-    c.attn_dropout = 0.1;
-    c.relu_dropout = 0.1;
-    c.label_smoothing = 0.1;
-    c.seed = 11;
+    big_config(&c, 6, MS, MB * MS, 11);
     c.precision = TFM_PRECISION_FP32;                     /* auto is bf16 on CUDA */
     int32_t *src = malloc((size_t)MB * MS * 4), *tgt = malloc((size_t)MB * MT * 4);
     for (int b = 0; b < MB; b++) {                        /* lengths 256, 227, 198, ... */
