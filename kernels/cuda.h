@@ -172,6 +172,12 @@ __device__ __forceinline__ void vec_store(bf16 *p, const float (&f)[8])
     *reinterpret_cast<uint4 *>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// The columns of a group that starts at column c0 of a row of D: VW<T>, fewer at the end.
+template <typename T> __device__ __forceinline__ int group_cnt(int D, int c0)
+{
+    return D - c0 < VW<T> ? D - c0 : VW<T>;
+}
+
 // The first cnt (<= VW<T>) elements at p into f, as one vector when vec and the group is
 // whole, else one by one; f's other entries 0.
 template <typename T>

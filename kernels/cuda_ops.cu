@@ -76,12 +76,6 @@ template <typename T> unsigned vec_blocks(size_t n)
     return tfm_cuda_blocks((n + VW<T> - 1) / VW<T>, THREADS);
 }
 
-// The columns of a group that starts at column c0 of a row of D: VW<T>, fewer at the end.
-template <typename T> __device__ __forceinline__ int group_cnt(int D, int c0)
-{
-    return D - c0 < VW<T> ? D - c0 : VW<T>;
-}
-
 // The threads of a block that handles a row of D (the layer norms, the embeddings'
 // gradients): one per group of VW<T> columns, rounded up to whole warps, at most THREADS.
 // A function of D and T only, so a fused op and the sequence it stands for sum a row with
@@ -716,16 +710,7 @@ __global__ void xent_rows(T *logits, const int32_t *labels, int V, float eps, in
         return;
     }
     float zy = act_load(z + y);
-    float mx = -INFINITY;
-    for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
-        int cnt = group_cnt<T>(V, c0);
-        group_load(f, z + c0, cnt, vz);
-#pragma unroll
-        for (int e = 0; e < W; e++)
-            if (e < cnt)
-                mx = fmaxf(mx, f[e]);
-    }
-    mx = block_max(mx);
+    const float mx = row_max(z, V, vz);
     float se = 0, sz = 0;
     for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
         int cnt = group_cnt<T>(V, c0);

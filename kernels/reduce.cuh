@@ -48,24 +48,33 @@ __device__ __forceinline__ float block_max(float v) { return block_reduce(v, Max
 // contract a sum with the product that ends the inlined expf or log into an FMA, and
 // whether it does depends on the code around, which differs between the .cu files that
 // must agree here bit for bit.
-template <typename T> __device__ float row_log_sum_exp(const T *z, int V)
+// The largest of row z's V entries, to every thread of the block (groups as below; vec:
+// z is 16-byte aligned).  A maximum is exact, so its order does not matter.
+template <typename T> __device__ float row_max(const T *z, int V, bool vec)
 {
     constexpr int W = VW<T>;
-    const bool vec = vec_aligned(z);
     float f[W];
     float mx = -INFINITY;
     for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
-        int cnt = V - c0 < W ? V - c0 : W;
+        int cnt = group_cnt<T>(V, c0);
         group_load(f, z + c0, cnt, vec);
 #pragma unroll
         for (int e = 0; e < W; e++)
             if (e < cnt)
                 mx = fmaxf(mx, f[e]);
     }
-    mx = block_max(mx);
+    return block_max(mx);
+}
+
+template <typename T> __device__ float row_log_sum_exp(const T *z, int V)
+{
+    constexpr int W = VW<T>;
+    const bool vec = vec_aligned(z);
+    float f[W];
+    const float mx = row_max(z, V, vec);
     float se = 0;
     for (int c0 = (int)threadIdx.x * W; c0 < V; c0 += (int)blockDim.x * W) {
-        int cnt = V - c0 < W ? V - c0 : W;
+        int cnt = group_cnt<T>(V, c0);
         group_load(f, z + c0, cnt, vec);
 #pragma unroll
         for (int e = 0; e < W; e++)
