@@ -147,6 +147,15 @@ col_plan plan_columns(int N)
     return {(int)rows, (int)((N + rows - 1) / rows)};
 }
 
+// The most chunks plan_columns(n) cuts a column sum into for any n <= N (a workspace for N
+// rows must hold them): its chunks are not monotone in n (20000 rows: 254 chunks of 79;
+// 16640: 256 of 65), but never pass COL_MAX_CHUNKS, nor n / COL_MIN_ROWS rounded up.
+int max_chunks(int N)
+{
+    int64_t c = ((int64_t)N + COL_MIN_ROWS - 1) / COL_MIN_ROWS;
+    return (int)(c < COL_MAX_CHUNKS ? c : COL_MAX_CHUNKS);
+}
+
 dim3 col_grid(int M, const col_plan &pl, int W)
 {
     int64_t tile = (int64_t)COL_TILE * W;
@@ -1107,12 +1116,7 @@ size_t tfm_cuda_ops_step_work(int64_t rows, int width, int D, int V)
     if (rows <= 0)
         return 0;
     int N = rows < INT32_MAX ? (int)rows : INT32_MAX;
-    // The most chunks a column sum over n <= N rows is cut into: plan_columns(n).chunks
-    // is not monotone in n (20000 rows: 254 chunks of 79; 16640: 256 of 65), but it never
-    // passes COL_MAX_CHUNKS, nor n / COL_MIN_ROWS rounded up.
-    int64_t chunks = ((int64_t)N + COL_MIN_ROWS - 1) / COL_MIN_ROWS;
-    if (chunks > COL_MAX_CHUNKS)
-        chunks = COL_MAX_CHUNKS;
+    const int chunks = max_chunks(N);
     size_t bias = (size_t)chunks * (size_t)(width > 0 ? width : 0) * sizeof(float);
     size_t ln = 2 * (size_t)chunks * (size_t)(D > 0 ? D : 0) * sizeof(float);
     size_t temp = 0;
