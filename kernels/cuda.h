@@ -18,6 +18,7 @@
 //                    the device (new: compiled, never yet run on a GPU; test_gpu_ops's
 //                    "log_softmax_top" test is its first run)
 //   reduce.cuh       the block reductions and the row log-sum-exp the kernels share
+//   attn.cuh         the attention shape, key counts and dropout both attention paths share
 //   nccl.cu          the GPU ranks' gradient sums (NCCL)
 //
 // Every op has the signature and the semantics of its slot in struct tfm_backend

@@ -73,32 +73,7 @@ constexpr int ROWS = 8;                  // warps per block, one row each
 constexpr int TILE = WARP;               // rows of a shared-memory tile: one per lane
 constexpr int MAX_COLS = 8;              // columns per lane of the tiled kernels: dk <= 256
 
-// The attention shape as the kernels see it (struct tfm_attn plus the dropout's scale).
-struct Shape {
-    int B, H, Tq, Tk, dk;
-    const int32_t *klen;   // (B) device, or NULL
-    int causal;
-    float scale;
-    float p, inv;          // dropout probability (p <= 0: none) and 1 / (1 - p)
-    uint64_t key;
-};
-
-Shape make_shape(const struct tfm_attn *a)
-{
-    Shape s;
-    s.B = a->B;
-    s.H = a->H;
-    s.Tq = a->Tq;
-    s.Tk = a->Tk;
-    s.dk = a->dk;
-    s.klen = a->klen;
-    s.causal = a->causal;
-    s.scale = a->scale;
-    s.p = a->dropout;
-    s.inv = tfm_dropout_scale(a->dropout);   // as on the CPU
-    s.key = a->key;
-    return s;
-}
+#include "attn.cuh"
 
 // ---- device helpers ---------------------------------------------------------------------
 
@@ -127,34 +102,11 @@ __device__ __forceinline__ float *smem()
     return reinterpret_cast<float *>(tfm_attn_smem);
 }
 
-// Keys of sentence b that exist: min(klen[b], Tk), at least 0.
-__device__ __forceinline__ int key_limit(const Shape &s, int b)
-{
-    int n = s.klen ? s.klen[b] : s.Tk;
-    n = n < s.Tk ? n : s.Tk;
-    return n < 0 ? 0 : n;
-}
-
-// Valid keys of query row i (j < row_keys) given the sentence's key_limit kl: attn_keys
-// in backend_cpu.c.
-__device__ __forceinline__ int row_keys(const Shape &s, int kl, int i)
-{
-    return s.causal && i + 1 < kl ? i + 1 : kl;
-}
-
-// Whether the dropout keeps attention weight (bh, i, j): the flat index of (B,H,Tq,Tk).
-__device__ __forceinline__ bool keeps(const Shape &s, int64_t bh, int i, int j)
-{
-    uint64_t e = ((uint64_t)bh * (uint64_t)s.Tq + (uint64_t)i) * (uint64_t)s.Tk + (uint64_t)j;
-    return tfm_dropout_keep(s.key, e, s.p) != 0;
-}
-
-// g through the dropout of weight (bh, i, j): g / (1 - p) where kept, else 0.
+// g through the dropout of weight (bh, i, j) (attn.cuh, drop_at).
 __device__ __forceinline__ float drop(const Shape &s, int64_t bh, int i, int j, float g)
 {
-    if (s.p > 0)
-        return keeps(s, bh, i, j) ? g * s.inv : 0.0f;
-    return g;
+    return drop_at(s, ((uint64_t)bh * (uint64_t)s.Tq + (uint64_t)i) * (uint64_t)s.Tk + (uint64_t)j,
+                   g);
 }
 
 // a . b over n floats, by one thread, x in order.

@@ -53,6 +53,7 @@
 namespace {
 
 #include "reduce.cuh"
+#include "attn.cuh"
 
 constexpr unsigned PTR_THREADS = 256;
 
@@ -84,50 +85,22 @@ __global__ void ptr_arrays(const void **arr, Mats ms, int B, int H)
     }
 }
 
-// The attention shape as the row kernels see it.
-struct Rows {
-    int H, Tq, Tk;
-    int ld;                // elements between score rows in the workspace (ldS)
-    const int32_t *klen;   // (B) device, or NULL
-    int causal;
-    float p, inv;          // dropout and its scale (tfm_dropout_scale)
-    uint64_t key;
-};
-
-// Valid keys of query row i of sentence b: attn_keys in backend_cpu.c.
-__device__ __forceinline__ int valid_keys(const Rows &s, int b, int i)
-{
-    int n = s.klen ? s.klen[b] : s.Tk;
-    n = n < s.Tk ? n : s.Tk;
-    if (s.causal && i + 1 < n)
-        n = i + 1;
-    return n < 0 ? 0 : n;
-}
-
-// x through the dropout of score element e (the flat index of (B,H,Tq,Tk)).
-__device__ __forceinline__ float dropped(const Rows &s, uint64_t e, float x)
-{
-    if (s.p > 0)
-        return tfm_dropout_keep(s.key, e, s.p) ? x * s.inv : 0.0f;
-    return x;
-}
-
 // Forward, one block per score row r = (b*H + h)*Tq + i: lse_r = the log-sum-exp of its
 // valid scores (row_log_sum_exp), P'_rj = dropout(exp(S_rj - lse_r)) for valid j, 0 for
 // the rest (and the whole row when no key is valid: lse = -inf), the row's padding past Tk
 // included (a product's kernel may load it with the valid keys, and must load zeros).
 template <typename T>
-__global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
+__global__ void softmax_fwd(Shape s, int ld, const float *S, T *P, float *lse)
 {
     const int64_t r = blockIdx.x;
     const int b = (int)(r / ((int64_t)s.H * s.Tq)), i = (int)(r % s.Tq);
-    const int n = valid_keys(s, b, i);
-    const float *sr = S + r * s.ld;
-    T *pr = P + r * s.ld;
+    const int n = row_keys(s, key_limit(s, b), i);
+    const float *sr = S + r * ld;
+    T *pr = P + r * ld;
     const float L = n > 0 ? row_log_sum_exp(sr, n) : -INFINITY;
     const uint64_t e0 = (uint64_t)r * (uint64_t)s.Tk;
-    for (int j = threadIdx.x; j < s.ld; j += blockDim.x)
-        act_store(pr + j, j < n ? dropped(s, e0 + j, expf(sr[j] - L)) : 0.0f);
+    for (int j = threadIdx.x; j < ld; j += blockDim.x)
+        act_store(pr + j, j < n ? drop_at(s, e0 + j, expf(sr[j] - L)) : 0.0f);
     if (threadIdx.x == 0)
         lse[r] = L;
 }
@@ -137,26 +110,26 @@ __global__ void softmax_fwd(Rows s, const float *S, T *P, float *lse)
 // each thread its strided j in order, then block_sum); stores P'_j (T) and dS_j = P_j
 // (g_j - D) (T, without the scale), 0 past the valid keys and in the padding.
 template <typename T>
-__global__ void softmax_bwd(Rows s, const float *S, const float *dP, const float *lse, T *P,
-                            T *dS)
+__global__ void softmax_bwd(Shape s, int ld, const float *S, const float *dP, const float *lse,
+                            T *P, T *dS)
 {
     const int64_t r = blockIdx.x;
     const int b = (int)(r / ((int64_t)s.H * s.Tq)), i = (int)(r % s.Tq);
-    const int n = valid_keys(s, b, i);
-    const float *sr = S + r * s.ld, *gr = dP + r * s.ld;
-    T *pr = P + r * s.ld, *dr = dS + r * s.ld;
+    const int n = row_keys(s, key_limit(s, b), i);
+    const float *sr = S + r * ld, *gr = dP + r * ld;
+    T *pr = P + r * ld, *dr = dS + r * ld;
     const float L = n > 0 ? lse[r] : 0.0f;   // finite when n > 0
     const uint64_t e0 = (uint64_t)r * (uint64_t)s.Tk;
     float d = 0;
     for (int j = threadIdx.x; j < n; j += blockDim.x)
-        d += expf(sr[j] - L) * dropped(s, e0 + j, gr[j]);
+        d += expf(sr[j] - L) * drop_at(s, e0 + j, gr[j]);
     d = block_sum(d);
-    for (int j = threadIdx.x; j < s.ld; j += blockDim.x) {
+    for (int j = threadIdx.x; j < ld; j += blockDim.x) {
         float pj = 0, ds = 0;
         if (j < n) {
             float P0 = expf(sr[j] - L);
-            ds = P0 * (dropped(s, e0 + j, gr[j]) - d);
-            pj = dropped(s, e0 + j, P0);
+            ds = P0 * (drop_at(s, e0 + j, gr[j]) - d);
+            pj = drop_at(s, e0 + j, P0);
         }
         act_store(pr + j, pj);
         act_store(dr + j, ds);
@@ -180,21 +153,6 @@ unsigned row_threads(int Tk)
 constexpr int SCORE_ALIGN = 8;
 
 int64_t ld_scores(int tk) { return ((int64_t)tk + SCORE_ALIGN - 1) / SCORE_ALIGN * SCORE_ALIGN; }
-
-Rows make_rows(const struct tfm_attn *a)
-{
-    Rows s;
-    s.H = a->H;
-    s.Tq = a->Tq;
-    s.Tk = a->Tk;
-    s.ld = (int)ld_scores(a->Tk);
-    s.klen = a->klen;
-    s.causal = a->causal;
-    s.p = a->dropout;
-    s.inv = tfm_dropout_scale(a->dropout);
-    s.key = a->key;
-    return s;
-}
 
 // ---- the workspace ------------------------------------------------------------------------
 
@@ -386,8 +344,8 @@ void fwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
         write_ptrs(be, c);
         product(be, c, 0, 1, Tq, Tk, dk, a->scale, 0, ldq, 1, ldk, 4, lds);   // S = s Q K^T
     }
-    Rows s = make_rows(a);
-    softmax_fwd<T><<<(unsigned)(bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(s, S, P, lse);
+    softmax_fwd<T><<<(unsigned)(bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(make_shape(a), lds,
+                                                                             S, P, lse);
     LAUNCH_CHECK();
     if (Tk > 0)
         product(be, c, 0, 0, Tq, dk, Tk, 1.0f, 5, lds, 2, ldv, 3, ldo);       // O = P' V
@@ -428,9 +386,8 @@ void bwd(struct tfm_backend *be, const struct tfm_attn *a, const T *q, int ldq, 
 
     product(be, c, 0, 1, Tq, Tk, dk, a->scale, 0, ldq, 1, ldk, 7, lds);      // S = s Q K^T
     product(be, c, 0, 1, Tq, Tk, dk, 1.0f, 3, lddo, 2, ldv, 8, lds);         // dP' = dO V^T
-    Rows s = make_rows(a);
-    softmax_bwd<T><<<(unsigned)(bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(s, S, dP, lse, P,
-                                                                             dS);
+    softmax_bwd<T><<<(unsigned)(bh * Tq), row_threads(Tk), 0, STREAM(be)>>>(make_shape(a), lds,
+                                                                             S, dP, lse, P, dS);
     LAUNCH_CHECK();
     product(be, c, 1, 0, Tk, dk, Tq, 1.0f, 9, lds, 3, lddo, 6, lddv);        // dV = P'^T dO
     product(be, c, 0, 0, Tq, dk, Tk, a->scale, 10, lds, 1, ldk, 4, lddq);    // dQ = s dS K
