@@ -96,6 +96,7 @@ struct tfm_model {
     void *wcopy;                /* count weights in the backend's precision, or NULL (fp32) */
     int counted;                /* counted in be->models */
     int inference;              /* parameters only: no gradients, no Adam moments */
+    int layer_sets;             /* distinct activation sets of the layers (carve) */
     struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
     struct enc_p *enc;
     struct dec_p *dec;
@@ -274,6 +275,11 @@ static int chunk_rows(int64_t M, int V)
  * type, TAKEA n activations of the backend's element size `act` (typed float * because
  * the ops take float *, but act bytes each: stepped through with ACT, never with float
  * arithmetic); both need `base`, `off` (and `act`) where they are used. */
+static int layer_sets(int layers, int inference)
+{
+    return inference && layers > 2 ? 2 : layers;
+}
+
 static void *take(char *base, size_t *off, size_t bytes)
 {
     void *p = base ? base + *off : NULL;
@@ -283,13 +289,18 @@ static void *take(char *base, size_t *off, size_t bytes)
 #define TAKE(ptr, type, n) ((ptr) = (type *)take(base, &off, (size_t)(n) * sizeof(type)))
 #define TAKEA(ptr, n) ((ptr) = (float *)take(base, &off, (size_t)(n) * act))
 
-/* Lay out the activation arena at base (NULL: only measure).  Returns bytes. */
-static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *base,
-                    struct acts *a)
+/* Lay out the activation arena at base (NULL: only measure).  Returns bytes.  Training
+ * keeps every layer's activations for the backward pass; inference needs a layer's only
+ * until the next has run, so layer l uses set l % 2 of two (the next layer's input is
+ * the other set, never the one it writes): a third of a base model's activation memory,
+ * fewer fresh pages to clear, and the same buffers warm in cache from layer to layer. */
+static size_t carve(const struct tfm_config *c, int64_t M, size_t act, int inference,
+                    char *base, struct acts *a)
 {
     size_t off = 0;
     int64_t D = c->d_model, F = c->d_ff, H = c->heads, V = c->vocab;
     int N = c->layers, C = chunk_rows(M, c->vocab);
+    int sets = layer_sets(N, inference);
     int32_t *ip = NULL;
     float *fp = NULL;
     struct acts dummy;
@@ -301,7 +312,7 @@ static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *bas
     TAKE(a->src_len, int32_t, M);
     TAKEA(a->xe, M * D);
     TAKEA(a->xd, M * D);
-    for (int l = 0; l < N; l++) {
+    for (int l = 0; l < sets; l++) {
         struct enc_a *e = base ? &a->enc[l] : &(struct enc_a){0};
         struct blk *bs[2] = {&e->a, &e->f};
         for (int k = 0; k < 2; k++) {
@@ -315,7 +326,7 @@ static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *bas
         TAKE(e->lse, float, M * H);
         TAKEA(e->h, M * F);
     }
-    for (int l = 0; l < N; l++) {
+    for (int l = 0; l < sets; l++) {
         struct dec_a *d = base ? &a->dec[l] : &(struct dec_a){0};
         struct blk *bs[3] = {&d->a, &d->c, &d->f};
         for (int k = 0; k < 3; k++) {
@@ -332,6 +343,10 @@ static size_t carve(const struct tfm_config *c, int64_t M, size_t act, char *bas
         TAKE(d->clse, float, M * H);
         TAKEA(d->kv, M * 2 * D);
         TAKEA(d->h, M * F);
+    }
+    for (int l = sets; base && l < N; l++) {
+        a->enc[l] = a->enc[l % sets];
+        a->dec[l] = a->dec[l % sets];
     }
     if (c->norm == TFM_NORM_PRE) {
         struct blk *bs[2] = {&a->efin, &a->dfin};
@@ -379,7 +394,7 @@ size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
     /* the compute copy of the weights at bf16, and at auto (bf16 on a GPU): fp32 words,
      * an upper bound */
     size_t w = cfg->precision != TFM_PRECISION_FP32 ? p / 4 : 0;
-    return p + pe + w + carve(cfg, max_tokens, sizeof(float), NULL, NULL);
+    return p + pe + w + carve(cfg, max_tokens, sizeof(float), 0, NULL, NULL);
 }
 
 /* ---- initialization ------------------------------------------------------------------------ */
@@ -471,6 +486,7 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
     m->counted = 1;
     be->models++;
     m->inference = inference;
+    m->layer_sets = layer_sets(cfg->layers, inference);
     m->D = cfg->d_model;
     m->F = cfg->d_ff;
     m->H = cfg->heads;
@@ -513,11 +529,11 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
         p->w = m->wcopy ? (float *)(void *)((char *)m->wcopy + p->offset * be->act_size)
                         : p->data;
     }
-    size_t abytes = carve(cfg, max_tokens, be->act_size, NULL, NULL);
+    size_t abytes = carve(cfg, max_tokens, be->act_size, inference, NULL, NULL);
     m->act_mem = be->alloc(be, abytes, err);
     if (!m->act_mem)
         goto fail_mem;
-    carve(cfg, max_tokens, be->act_size, m->act_mem, &m->a);
+    carve(cfg, max_tokens, be->act_size, inference, m->act_mem, &m->a);
     m->stats = be->alloc(be, 2 * sizeof *m->stats, err);        /* zero-filled */
     if (!m->stats)
         goto fail_mem;
@@ -761,6 +777,7 @@ struct fwd {
     int train;                  /* dropout on */
     uint64_t rng_step;
     int B, S, T;
+    int layers;                 /* run layers [0, layers) only (0: all): attention maps */
 };
 
 static uint64_t key(const struct tfm_model *m, const struct fwd *f, uint64_t s)
@@ -940,7 +957,7 @@ static const float *enc_forward(struct tfm_model *m, const struct fwd *f)
                           m->pos_enc ? DATA(m->pos_enc) : m->pe, S, 0,
                           pdrop(f, m->cfg.dropout), key(m, f, site(ST_ENC, 255, 0)));
     const float *x = A->xe;
-    for (int l = 0; l < m->N; l++) {
+    for (int l = 0; l < (f->layers ? f->layers : m->N); l++) {
         struct enc_a *e = &A->enc[l];
         struct enc_p *P = &m->enc[l];
         const float *u = blk_in(m, &e->a, &P->ln1, x, n, l > 0);
@@ -975,7 +992,7 @@ static const float *dec_forward(struct tfm_model *m, const struct fwd *f, const 
                           pdrop(f, m->cfg.dropout), key(m, f, site(ST_DEC, 255, 0)));
     const float *x = A->xd;
     float scale = 1.0f / sqrtf((float)m->dk);
-    for (int l = 0; l < m->N; l++) {
+    for (int l = 0; l < (f->layers ? f->layers : m->N); l++) {
         struct dec_a *d = &A->dec[l];
         struct dec_p *P = &m->dec[l];
         const float *u = blk_in(m, &d->a, &P->ln1, x, n, l > 0);
@@ -1216,7 +1233,7 @@ static int train_batch(struct tfm_model *m, int B, int S, int T, const int32_t *
         return tfm_fail(err, "internal error: training an inference-only model");
     if (stage(m, B, S, T, src, tgt, out, err) < 0)
         return -1;
-    struct fwd f = {1, rng_step, B, S, T};
+    struct fwd f = {1, rng_step, B, S, T, 0};
     const float *enc = enc_forward(m, &f);
     const float *y = dec_forward(m, &f, enc);
     output_layer(m, y, B * T, 1);
@@ -1247,7 +1264,7 @@ int tfm_model_eval_batch(struct tfm_model *m, int B, int S, int T, const int32_t
 {
     if (stage(m, B, S, T, src, tgt, out, err) < 0)
         return -1;
-    struct fwd f = {0, 0, B, S, T};
+    struct fwd f = {0, 0, B, S, T, 0};
     const float *enc = enc_forward(m, &f);
     const float *y = dec_forward(m, &f, enc);
     output_layer(m, y, B * T, 0);
@@ -1262,7 +1279,7 @@ int tfm_model_logprobs(struct tfm_model *m, int B, int S, int T, const int32_t *
     if (stage(m, B, S, T, src, tgt, &l, err) < 0)
         return -1;
     struct tfm_backend *be = m->be;
-    struct fwd f = {0, 0, B, S, T};
+    struct fwd f = {0, 0, B, S, T, 0};
     const float *enc = enc_forward(m, &f);
     const float *y = dec_forward(m, &f, enc);
     int n = B * T, D = m->D, V = m->V;
@@ -1314,9 +1331,12 @@ int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
     if (l.src_tokens != S || l.tokens != T)
         return tfm_fail(err, "attention: padding inside %d source / %d target tokens", S, T);
     struct tfm_backend *be = m->be;
-    struct fwd f = {0, 0, 1, S, T};
-    const float *enc = enc_forward(m, &f);
-    dec_forward(m, &f, enc);
+    struct fwd f = {0, 0, 1, S, T, 0};
+    /* Layers that share activation sets (an inference model, carve) hold layer k's only
+     * after a pass that stops at k: then one such pass per layer and side. */
+    int redo = m->layer_sets < m->N;
+    if (!redo)
+        dec_forward(m, &f, enc_forward(m, &f));
     int D = m->D, H = m->H, dk = m->dk, L = S > T ? S : T;
     /* the queries and keys of one layer, (L,3D) each, and one row of scores */
     float *qk = malloc((size_t)2 * L * 3 * D * sizeof *qk);
@@ -1329,15 +1349,21 @@ int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
     float *a = qk, *b = qk + (size_t)L * 3 * D;
     double scale = 1.0 / sqrt((double)dk);
     for (int k = 0; k < m->N; k++) {
-        const struct dec_a *d = &m->a.dec[k];
-        be->download_act(be, a, d->q, (size_t)T * D);
-        be->download_act(be, b, d->kv, (size_t)S * 2 * D);
-        attn_probs(a, D, b, 2 * D, H, T, S, dk, 0, scale, row, cross + (size_t)k * H * T * S);
+        struct fwd upto = f;
+        upto.layers = k + 1;
         if (enc_self) {
+            if (redo)
+                enc_forward(m, &upto);
             be->download_act(be, a, m->a.enc[k].qkv, (size_t)S * 3 * D);
             attn_probs(a, 3 * D, a + D, 3 * D, H, S, S, dk, 0, scale, row,
                        enc_self + (size_t)k * H * S * S);
         }
+        if (redo)
+            dec_forward(m, &upto, enc_forward(m, &f));
+        const struct dec_a *d = &m->a.dec[k];
+        be->download_act(be, a, d->q, (size_t)T * D);
+        be->download_act(be, b, d->kv, (size_t)S * 2 * D);
+        attn_probs(a, D, b, 2 * D, H, T, S, dk, 0, scale, row, cross + (size_t)k * H * T * S);
         if (dec_self) {
             be->download_act(be, a, d->qkv, (size_t)T * 3 * D);
             attn_probs(a, 3 * D, a + D, 3 * D, H, T, T, dk, 1, scale, row,
@@ -1517,7 +1543,7 @@ int tfm_decoder_encode(struct tfm_decoder *d, int B, int S, const int32_t *src,
         int Bg = B - b0 < G ? B - b0 : G;
         be->upload(be, m->a.src_len, d->src_len_host + b0, (size_t)Bg * sizeof(int32_t));
         be->upload(be, m->a.src, src + (size_t)b0 * S, (size_t)Bg * S * sizeof(int32_t));
-        struct fwd f = {0, 0, Bg, S, 1};
+        struct fwd f = {0, 0, Bg, S, 1, 0};
         const float *enc = enc_forward(m, &f);
         for (int l = 0; l < m->N; l++)
             linear(m, ACT(d->ckv[l], (int64_t)b0 * S * 2 * m->D), 2 * m->D, enc, m->D, Bg * S,

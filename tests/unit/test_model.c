@@ -504,6 +504,83 @@ static void test_decoder_reshape(void)
     tfm_model_free(m);
 }
 
+/* An inference model's layers share two activation sets (model.c, carve): with 5 layers
+ * (odd, so the last layer's set is the first's) and both norms, its losses, log-probs,
+ * attention maps and decoding steps must be a training model's bits for the same
+ * parameters. */
+static void test_inference_layer_sets(void)
+{
+    for (int norm = 0; norm < 2; norm++) {
+        struct tfm_config c;
+        struct tfm_error err;
+        tiny(&c, norm, 0, TFM_POS_SINUSOID);
+        c.layers = 5;
+        struct tfm_model *tr = tfm_model_create(&c, be, 0, &err);
+        struct tfm_model *in = tfm_model_create_inference(&c, be, 0, &err);
+        CHECK(tr && in);
+        if (!tr || !in) {
+            tfm_model_free(tr);
+            tfm_model_free(in);
+            return;
+        }
+        float *h = malloc(tfm_model_count(tr) * sizeof *h);
+        tfm_model_download(tr, TFM_PARAMS, h);
+        tfm_model_upload(in, TFM_PARAMS, h);
+        free(h);
+        struct tfm_loss l1, l2;
+        CHECK(tfm_model_eval_batch(tr, B, S, T, src, tgt, &l1, &err) == 0);
+        CHECK(tfm_model_eval_batch(in, B, S, T, src, tgt, &l2, &err) == 0);
+        CHECK(l1.loss == l2.loss && l1.nll == l2.nll);
+        static float p1[B * T * 11], p2[B * T * 11];
+        CHECK(tfm_model_logprobs(tr, B, S, T, src, tgt, p1, &err) == 0);
+        CHECK(tfm_model_logprobs(in, B, S, T, src, tgt, p2, &err) == 0);
+        CHECK(memcmp(p1, p2, sizeof p1) == 0);
+        enum { N = 5, H = 2, Sa = 5, Ta = 4 };
+        const int32_t s1[Sa] = {5, 6, 7, 8, 3}, t1[Ta] = {7, 8, 9, 3};
+        static float cr[2][N * H * Ta * Sa], en[2][N * H * Sa * Sa], de[2][N * H * Ta * Ta];
+        CHECK(tfm_model_attention(tr, Sa, Ta, s1, t1, cr[0], en[0], de[0], &err) == 0);
+        CHECK(tfm_model_attention(in, Sa, Ta, s1, t1, cr[1], en[1], de[1], &err) == 0);
+        CHECK(memcmp(cr[0], cr[1], sizeof cr[0]) == 0);
+        CHECK(memcmp(en[0], en[1], sizeof en[0]) == 0);
+        CHECK(memcmp(de[0], de[1], sizeof de[0]) == 0);
+        /* without the encoder's maps, the cross and decoder maps are the same */
+        memset(cr[1], 0, sizeof cr[1]);
+        CHECK(tfm_model_attention(in, Sa, Ta, s1, t1, cr[1], NULL, de[1], &err) == 0);
+        CHECK(memcmp(cr[0], cr[1], sizeof cr[0]) == 0);
+        /* decoding steps, the two in lockstep, with a reorder */
+        struct tfm_decoder *d[2] = {tfm_decoder_create(tr, B, S, 6, T, &err),
+                                    tfm_decoder_create(in, B, S, 6, T, &err)};
+        CHECK(d[0] && d[1]);
+        if (d[0] && d[1]) {
+            static float lp[2][6 * 11];
+            int32_t row_src[6] = {0, 1, 2}, last[6], keep[5] = {2, 0, 1, 2, 0}, ns[5];
+            int R = 3, same = 1;
+            for (int k = 0; k < 2; k++)
+                CHECK(tfm_decoder_encode(d[k], B, S, src, &err) == 0);
+            for (int t = 0; t < T; t++) {
+                for (int r = 0; r < R; r++)
+                    last[r] = t == 0 ? TFM_BOS : tgt[row_src[r] * T + t - 1];
+                for (int k = 0; k < 2; k++)
+                    CHECK(tfm_decoder_step(d[k], R, last, row_src, lp[k], &err) == 0);
+                same &= memcmp(lp[0], lp[1], (size_t)R * 11 * sizeof(float)) == 0;
+                if (t == 1) {
+                    for (int k = 0; k < 2; k++)
+                        CHECK(tfm_decoder_select(d[k], 5, keep, &err) == 0);
+                    for (int r = 0; r < 5; r++)
+                        ns[r] = row_src[keep[r]];
+                    R = 5;
+                    memcpy(row_src, ns, sizeof ns);
+                }
+            }
+            CHECK(same);
+        }
+        tfm_decoder_free(d[0]);
+        tfm_decoder_free(d[1]);
+        tfm_model_free(tr);
+        tfm_model_free(in);
+    }
+}
+
 /* Attention weights (tfm_model_attention): distributions, causal, the decoder's inputs
  * shifted right, and layer 0's encoder self-attention recomputed here from the
  * parameters: x = sqrt(D) E[id] + PE(pos), q|k = x wqkv + bqkv, softmax(q.k / sqrt(dk)). */
@@ -724,6 +801,8 @@ int main(void)
     t_run("decoder's best tokens = best of its log-probs (cpu op, host path)", test_decode_top);
     t_run("known values: positions, learning-rate schedule", test_known_values);
     t_run("attention weights: distributions, causal, shifted, recomputed", test_attention);
+    t_run("an inference model's shared layer activations: the training model's bits",
+          test_inference_layer_sets);
     t_run("Adam with clipping lowers the loss", test_optim);
     t_run("losses on the device until the optimizer step reads them once", test_train_dev);
     t_run("a training model reserves its step's workspace at creation", test_reserve_step);
