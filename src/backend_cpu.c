@@ -768,6 +768,129 @@ SIMD_CLONES static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, i
 #undef KEY_AT
 }
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* The same attention on AVX-512 for heads of NV 16-lane vectors (dk = 16 NV, NV <= 8: the
+ * base and big models' 64, the tiny model's 16).  The query stays in registers; scores go
+ * four keys at a time, each key's products in one vector whose lanes are then summed for
+ * the four together (attn_sum4), instead of one horizontal sum (and one chain of dk / 8
+ * dependent FMAs) per key; the weighted values accumulate in registers, even and odd keys
+ * apart.  On a base model's beam search (one thread, perf) it takes 1.6 s where the loop
+ * above took 2.2 s: the rest is reading the key/value cache from memory. */
+static inline __attribute__((always_inline, target("avx512f"))) __m128
+attn_sum4(__m512 a, __m512 b, __m512 c, __m512 d)
+{
+    /* per 128-bit lane: [a0+a2, b0+b2, a1+a3, b1+b3] and the same for c, d */
+    __m512 ab = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    __m512 cd = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+    /* per 128-bit lane: [a, b, c, d] */
+    __m512d abd = _mm512_castps_pd(ab), cdd = _mm512_castps_pd(cd);
+    __m512 x = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(abd, cdd)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(abd, cdd)));
+    __m256 y = _mm256_add_ps(_mm512_castps512_ps256(x),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(y), _mm256_extractf128_ps(y, 1));
+}
+
+static inline __attribute__((always_inline, target("avx512f"))) void
+attn_decode_head512(const struct attn_decode_job *j, float *s, int64_t rh, const int NV)
+{
+    int H = j->H, dk = j->dk, ld = j->ld;
+    int r = (int)(rh / H), h = (int)(rh % H), n = j->len[r];
+    const float *qr = j->q + (size_t)r * j->ldq + h * dk;
+    const int32_t *sl = j->slot ? j->slot + (size_t)r * j->sstride : NULL;
+    int64_t b0 = sl ? 0 : j->blk[r] * j->bstride;
+    const float *kb = j->k + b0 + h * dk;
+    const float *vb = j->v + b0 + h * dk;
+    float *orow = j->o + (size_t)r * j->ldo + h * dk;
+#define KEY_AT(base, t) ((base) + (size_t)(t) * ld + (sl ? sl[t] * j->bstride : 0))
+    __m512 q[8], o0[8], o1[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++) {
+        q[c] = _mm512_loadu_ps(qr + 16 * c);
+        o0[c] = o1[c] = _mm512_setzero_ps();
+    }
+    __m128 scale4 = _mm_set1_ps(j->scale), mx4 = _mm_set1_ps(-INFINITY);
+    int t = 0;
+    for (; t + 4 <= n; t += 4) {
+        const float *k0 = KEY_AT(kb, t), *k1 = KEY_AT(kb, t + 1), *k2 = KEY_AT(kb, t + 2),
+                    *k3 = KEY_AT(kb, t + 3);
+        __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k0));
+        __m512 a1 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k1));
+        __m512 a2 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k2));
+        __m512 a3 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k3));
+#pragma GCC unroll 8
+        for (int c = 1; c < NV; c++) {
+            a0 = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(k0 + 16 * c), a0);
+            a1 = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(k1 + 16 * c), a1);
+            a2 = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(k2 + 16 * c), a2);
+            a3 = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(k3 + 16 * c), a3);
+        }
+        __m128 s4 = _mm_mul_ps(attn_sum4(a0, a1, a2, a3), scale4);
+        _mm_storeu_ps(s + t, s4);
+        mx4 = _mm_max_ps(mx4, s4);
+    }
+    float mx = -INFINITY;
+    for (; t < n; t++) {
+        const float *k0 = KEY_AT(kb, t);
+        __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k0));
+#pragma GCC unroll 8
+        for (int c = 1; c < NV; c++)
+            a0 = _mm512_fmadd_ps(q[c], _mm512_loadu_ps(k0 + 16 * c), a0);
+        s[t] = _mm512_reduce_add_ps(a0) * j->scale;
+        mx = s[t] > mx ? s[t] : mx;
+    }
+    float m4[4];
+    _mm_storeu_ps(m4, mx4);
+    for (int i = 0; i < 4; i++)
+        mx = m4[i] > mx ? m4[i] : mx;
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (t = 0; t < n; t++) {
+        s[t] = fast_expf(s[t] - mx);
+        sum += s[t];
+    }
+    float inv = 1.0f / sum;
+    for (t = 0; t + 2 <= n; t += 2) {
+        __m512 w0 = _mm512_set1_ps(s[t] * inv), w1 = _mm512_set1_ps(s[t + 1] * inv);
+        const float *v0 = KEY_AT(vb, t), *v1 = KEY_AT(vb, t + 1);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++) {
+            o0[c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0 + 16 * c), o0[c]);
+            o1[c] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(v1 + 16 * c), o1[c]);
+        }
+    }
+    if (t < n) {
+        __m512 w0 = _mm512_set1_ps(s[t] * inv);
+        const float *v0 = KEY_AT(vb, t);
+#pragma GCC unroll 8
+        for (int c = 0; c < NV; c++)
+            o0[c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0 + 16 * c), o0[c]);
+    }
+#undef KEY_AT
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; c++)
+        _mm512_storeu_ps(orow + 16 * c, _mm512_add_ps(o0[c], o1[c]));
+}
+
+__attribute__((target("avx512f"))) static void attn_decode_heads512(void *ctx, int64_t rh0,
+                                                                   int64_t rh1, int thread)
+{
+    const struct attn_decode_job *j = ctx;
+    float *s = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (keys) */
+    for (int64_t rh = rh0; rh < rh1; rh++)
+        switch (j->dk / 16) {   /* a constant NV in each, for the registers */
+        case 1: attn_decode_head512(j, s, rh, 1); break;
+        case 2: attn_decode_head512(j, s, rh, 2); break;
+        case 3: attn_decode_head512(j, s, rh, 3); break;
+        case 4: attn_decode_head512(j, s, rh, 4); break;
+        case 5: attn_decode_head512(j, s, rh, 5); break;
+        case 6: attn_decode_head512(j, s, rh, 6); break;
+        case 7: attn_decode_head512(j, s, rh, 7); break;
+        default: attn_decode_head512(j, s, rh, 8); break;
+        }
+}
+#endif
+
 static void cpu_attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale,
                             const float *q, int ldq, const float *k, const float *v, int ld,
                             int64_t bstride, const int32_t *blk, const int32_t *slot,
@@ -778,7 +901,12 @@ static void cpu_attn_decode(struct tfm_backend *be, int R, int H, int dk, float 
     int64_t keys = 0;
     for (int r = 0; r < R; r++)
         keys += len[r];
-    par(be, (int64_t)R * H, (double)keys * H * dk * 4, attn_decode_heads, &j);
+    tfm_pool_fn *fn = attn_decode_heads;
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+    if (dk % 16 == 0 && dk <= 128 && __builtin_cpu_supports("avx512f"))
+        fn = attn_decode_heads512;
+#endif
+    par(be, (int64_t)R * H, (double)keys * H * dk * 4, fn, &j);
 }
 
 /* ---- element-wise -------------------------------------------------------------------- */
