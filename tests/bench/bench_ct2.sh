@@ -5,7 +5,8 @@
 #   tiny: a trained tiny model (real outputs), the 1000 sentences of Multi30k
 #         test_2017_flickr.en;
 #   base: configs/base.conf trained 1 step (untrained: every output runs to the length
-#         limit in both), the first TFM_BENCH_CT2_BASE sentences.
+#         limit in both), the first TFM_BENCH_CT2_BASE sentences; and the first sentence
+#         alone with beam 4 (a single request's latency: model load and steps of 4 rows).
 # tfm's time is the whole tfm-decode process; CTranslate2's is model load + translation,
 # timed inside Python (ct2_translate.py: from before ctranslate2.Translator(...) to after
 # translate_batch returns; interpreter start, imports and input reading excluded).  Both
@@ -81,6 +82,8 @@ fi
 tfm-tokenize encode -q -m "$spm" --eos -o "$tmp/test.tfm" "$tmp/test.en" || exit 1
 head -n "$nbase" "$tmp/test.en" > "$tmp/base.en"
 tfm-tokenize encode -q -m "$spm" --eos -o "$tmp/base.tfm" "$tmp/base.en" || exit 1
+head -n 1 "$tmp/test.en" > "$tmp/one.en"
+tfm-tokenize encode -q -m "$spm" --eos -o "$tmp/one.tfm" "$tmp/one.en" || exit 1
 if [ -z "${TFM_BENCH_CT2_MODEL:-}" ]; then
     train_time=${TFM_BENCH_CT2_TRAIN:-3m}
     for f in train.en train.de; do
@@ -161,7 +164,7 @@ echo "   ct2: CTranslate2 $ct2_ver ($isa), float32, intra_threads $threads," \
     "inter_threads 1, max_batch_size $mbs ($btype); tfm-decode --threads $threads;" \
     "best of $rounds rounds, interleaved"
 echo "   ct2: tiny model: $tiny_note; $ntest sentences (test_2017_flickr.en);" \
-    "base: 1 step, max_len $blen, $nbase sentences"
+    "base: 1 step, max_len $blen, $nbase sentences and 1 alone"
 echo "   ct2: load before: $(uptime | sed 's/.*load average: //') (shared machine: numbers" \
     "are noisy)"
 
@@ -180,15 +183,17 @@ agree_b0=$(field agree "$r")
 # jobs share the cores; such a run is stopped past 5x the passive time + 10 s and not
 # tried again); the ratio takes the faster.
 declare -A best cpu tok agree gaveup
-cases="tiny:1 tiny:4 base:1 base:4"
+cases="tiny:1 tiny:4 base:1 base:4 one:4"
 for ((i = 0; i < rounds; i++)); do
     for c in $cases; do
         m=${c%:*} beam=${c#*:}
         if [ "$m" = tiny ]; then
             model=$tiny ct2m="$tmp/tiny.ct2" src="$tmp/test.tfm" len=$tiny_len opt=()
         else
-            # untrained: both run to max_len - 1 tokens (tfm: max-len-b past it)
-            model=$base ct2m="$tmp/base.ct2" src="$tmp/base.tfm" len=$blen
+            # untrained: both run to max_len - 1 tokens (tfm: max-len-b past it); one: the
+            # first sentence alone (the latency of a single request: load and 63 steps of
+            # 4 rows)
+            model=$base ct2m="$tmp/base.ct2" src="$tmp/$m.tfm" len=$blen
             opt=(--max-len-b "$blen")
         fi
         d=$(tfm "$tmp/$c.tfm" "$model" "$src" "$beam" --alpha 0.6 "${opt[@]}") || exit 1
@@ -224,6 +229,7 @@ done
 for c in $cases; do
     m=${c%:*} beam=${c#*:}
     [ "$beam" = 1 ] && what=greedy || what="beam 4"
+    [ "$m" = one ] && m="base, 1 sentence,"
     spin=${best[spin:$c]:-}
     [ -n "$spin" ] || spin=">${gaveup[$c]}"
     awk -v m="$m" -v w="$what" -v t="${best[tfm:$c]}" -v s="${best[spin:$c]:-1e30}" \
