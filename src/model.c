@@ -275,11 +275,6 @@ static int chunk_rows(int64_t M, int V)
  * type, TAKEA n activations of the backend's element size `act` (typed float * because
  * the ops take float *, but act bytes each: stepped through with ACT, never with float
  * arithmetic); both need `base`, `off` (and `act`) where they are used. */
-static int layer_sets(int layers, int inference)
-{
-    return inference && layers > 2 ? 2 : layers;
-}
-
 static void *take(char *base, size_t *off, size_t bytes)
 {
     void *p = base ? base + *off : NULL;
@@ -289,11 +284,17 @@ static void *take(char *base, size_t *off, size_t bytes)
 #define TAKE(ptr, type, n) ((ptr) = (type *)take(base, &off, (size_t)(n) * sizeof(type)))
 #define TAKEA(ptr, n) ((ptr) = (float *)take(base, &off, (size_t)(n) * act))
 
-/* Lay out the activation arena at base (NULL: only measure).  Returns bytes.  Training
- * keeps every layer's activations for the backward pass; inference needs a layer's only
- * until the next has run, so layer l uses set l % 2 of two (the next layer's input is
- * the other set, never the one it writes): a third of a base model's activation memory,
- * fewer fresh pages to clear, and the same buffers warm in cache from layer to layer. */
+/* The layers' activation sets: training keeps every layer's for the backward pass;
+ * inference needs a layer's only until the next has run, so layer l uses set l % 2 of two
+ * (its input is the other set, never the one it writes): a third of the layers'
+ * activation memory at 6 layers, fewer fresh pages to clear, and the same buffers warm in
+ * cache from layer to layer. */
+static int layer_sets(int layers, int inference)
+{
+    return inference && layers > 2 ? 2 : layers;
+}
+
+/* Lay out the activation arena at base (NULL: only measure).  Returns bytes. */
 static size_t carve(const struct tfm_config *c, int64_t M, size_t act, int inference,
                     char *base, struct acts *a)
 {
