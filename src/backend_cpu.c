@@ -353,9 +353,10 @@ few_tile(const struct few_job *j, int r0, int n0, const int MR)
     const float *a = j->A + (size_t)r0 * j->lda, *b = j->B + n0;
     for (int k = 0; k < j->K; k++) {
         const float *bk = b + (size_t)k * j->ldb;
-        const char *pf = (const char *)(bk + (size_t)FEW_PF * j->ldb);   /* never faults */
-        for (int c = 0; c < 4; c++)
-            _mm_prefetch(pf + 64 * c, _MM_HINT_T0);
+        if (k + FEW_PF < j->K)     /* addresses inside B only */
+            for (int c = 0; c < 4 && m[c]; c++)
+                _mm_prefetch((const char *)(bk + (size_t)FEW_PF * j->ldb + 16 * c),
+                             _MM_HINT_T0);
         __m512 w[4];
         for (int c = 0; c < 4; c++)
             w[c] = _mm512_maskz_loadu_ps(m[c], bk + 16 * c);
