@@ -831,48 +831,73 @@ struct attn_decode_job {
     float *o;
 };
 
+/* Row-head rh of an attn_decode job: its query, output and key count, its slots (NULL:
+ * its keys are those of block blk[r]) and its keys' and values' bases, from which
+ * decode_at finds key or value t. */
+struct decode_head {
+    const float *q, *k, *v;
+    float *o;
+    const int32_t *slot;
+    int n;
+};
+
+static inline struct decode_head decode_head(const struct attn_decode_job *j, int64_t rh)
+{
+    int r = (int)(rh / j->H), h = (int)(rh % j->H), dk = j->dk;
+    const int32_t *sl = j->slot ? j->slot + (size_t)r * j->sstride : NULL;
+    int64_t b0 = sl ? 0 : j->blk[r] * j->bstride;
+    return (struct decode_head){j->q + (size_t)r * j->ldq + h * dk, j->k + b0 + h * dk,
+                                j->v + b0 + h * dk, j->o + (size_t)r * j->ldo + h * dk, sl,
+                                j->len[r]};
+}
+
+static inline const float *decode_at(const struct attn_decode_job *j,
+                                     const struct decode_head *d, const float *base, int t)
+{
+    return base + (size_t)t * j->ld + (d->slot ? d->slot[t] * j->bstride : 0);
+}
+
+/* s[t] = e^(s[t] - mx) for t < n; returns their sum. */
+static inline float exp_shifted(float *s, int n, float mx)
+{
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int t = 0; t < n; t++) {
+        s[t] = fast_expf(s[t] - mx);
+        sum += s[t];
+    }
+    return sum;
+}
+
 SIMD_CLONES static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, int thread)
 {
     const struct attn_decode_job *j = ctx;
-    int H = j->H, dk = j->dk, ld = j->ld;
+    int dk = j->dk;
     float *s = j->c->scratch + (size_t)thread * j->c->scratch_floats;     /* (keys) */
     for (int64_t rh = rh0; rh < rh1; rh++) {
-        int r = (int)(rh / H), h = (int)(rh % H), n = j->len[r];
-        const float *qr = j->q + (size_t)r * j->ldq + h * dk;
-        const int32_t *sl = j->slot ? j->slot + (size_t)r * j->sstride : NULL;
-        int64_t b0 = sl ? 0 : j->blk[r] * j->bstride;
-        const float *kb = j->k + b0 + h * dk;
-        const float *vb = j->v + b0 + h * dk;
-#define KEY_AT(base, t) ((base) + (size_t)(t) * ld + (sl ? sl[t] * j->bstride : 0))
+        struct decode_head d = decode_head(j, rh);
         float mx = -INFINITY;
-        for (int t = 0; t < n; t++) {
-            const float *kt = KEY_AT(kb, t);
-            float d = 0;
-#pragma omp simd reduction(+ : d)
+        for (int t = 0; t < d.n; t++) {
+            const float *kt = decode_at(j, &d, d.k, t);
+            float dot = 0;
+#pragma omp simd reduction(+ : dot)
             for (int x = 0; x < dk; x++)
-                d += qr[x] * kt[x];
-            s[t] = d * j->scale;
+                dot += d.q[x] * kt[x];
+            s[t] = dot * j->scale;
             mx = s[t] > mx ? s[t] : mx;
         }
-        float sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int t = 0; t < n; t++) {
-            s[t] = fast_expf(s[t] - mx);
-            sum += s[t];
-        }
-        float *orow = j->o + (size_t)r * j->ldo + h * dk, inv = 1.0f / sum;
+        float inv = 1.0f / exp_shifted(s, d.n, mx);
 #pragma omp simd
         for (int x = 0; x < dk; x++)
-            orow[x] = 0;
-        for (int t = 0; t < n; t++) {
+            d.o[x] = 0;
+        for (int t = 0; t < d.n; t++) {
             float w = s[t] * inv;
-            const float *vt = KEY_AT(vb, t);
+            const float *vt = decode_at(j, &d, d.v, t);
 #pragma omp simd
             for (int x = 0; x < dk; x++)
-                orow[x] += w * vt[x];
+                d.o[x] += w * vt[x];
         }
     }
-#undef KEY_AT
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -901,26 +926,19 @@ attn_sum4(__m512 a, __m512 b, __m512 c, __m512 d)
 static inline __attribute__((always_inline, target("avx512f"))) void
 attn_decode_head512(const struct attn_decode_job *j, float *s, int64_t rh, const int NV)
 {
-    int H = j->H, dk = j->dk, ld = j->ld;
-    int r = (int)(rh / H), h = (int)(rh % H), n = j->len[r];
-    const float *qr = j->q + (size_t)r * j->ldq + h * dk;
-    const int32_t *sl = j->slot ? j->slot + (size_t)r * j->sstride : NULL;
-    int64_t b0 = sl ? 0 : j->blk[r] * j->bstride;
-    const float *kb = j->k + b0 + h * dk;
-    const float *vb = j->v + b0 + h * dk;
-    float *orow = j->o + (size_t)r * j->ldo + h * dk;
-#define KEY_AT(base, t) ((base) + (size_t)(t) * ld + (sl ? sl[t] * j->bstride : 0))
+    struct decode_head d = decode_head(j, rh);
+    int n = d.n;
     __m512 q[8], o0[8], o1[8];
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++) {
-        q[c] = _mm512_loadu_ps(qr + 16 * c);
+        q[c] = _mm512_loadu_ps(d.q + 16 * c);
         o0[c] = o1[c] = _mm512_setzero_ps();
     }
     __m128 scale4 = _mm_set1_ps(j->scale), mx4 = _mm_set1_ps(-INFINITY);
     int t = 0;
     for (; t + 4 <= n; t += 4) {
-        const float *k0 = KEY_AT(kb, t), *k1 = KEY_AT(kb, t + 1), *k2 = KEY_AT(kb, t + 2),
-                    *k3 = KEY_AT(kb, t + 3);
+        const float *k0 = decode_at(j, &d, d.k, t), *k1 = decode_at(j, &d, d.k, t + 1),
+                    *k2 = decode_at(j, &d, d.k, t + 2), *k3 = decode_at(j, &d, d.k, t + 3);
         __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k0));
         __m512 a1 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k1));
         __m512 a2 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k2));
@@ -938,7 +956,7 @@ attn_decode_head512(const struct attn_decode_job *j, float *s, int64_t rh, const
     }
     float mx = -INFINITY;
     for (; t < n; t++) {
-        const float *k0 = KEY_AT(kb, t);
+        const float *k0 = decode_at(j, &d, d.k, t);
         __m512 a0 = _mm512_mul_ps(q[0], _mm512_loadu_ps(k0));
 #pragma GCC unroll 8
         for (int c = 1; c < NV; c++)
@@ -950,16 +968,10 @@ attn_decode_head512(const struct attn_decode_job *j, float *s, int64_t rh, const
     _mm_storeu_ps(m4, mx4);
     for (int i = 0; i < 4; i++)
         mx = m4[i] > mx ? m4[i] : mx;
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (t = 0; t < n; t++) {
-        s[t] = fast_expf(s[t] - mx);
-        sum += s[t];
-    }
-    float inv = 1.0f / sum;
+    float inv = 1.0f / exp_shifted(s, n, mx);
     for (t = 0; t + 2 <= n; t += 2) {
         __m512 w0 = _mm512_set1_ps(s[t] * inv), w1 = _mm512_set1_ps(s[t + 1] * inv);
-        const float *v0 = KEY_AT(vb, t), *v1 = KEY_AT(vb, t + 1);
+        const float *v0 = decode_at(j, &d, d.v, t), *v1 = decode_at(j, &d, d.v, t + 1);
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++) {
             o0[c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0 + 16 * c), o0[c]);
@@ -968,15 +980,14 @@ attn_decode_head512(const struct attn_decode_job *j, float *s, int64_t rh, const
     }
     if (t < n) {
         __m512 w0 = _mm512_set1_ps(s[t] * inv);
-        const float *v0 = KEY_AT(vb, t);
+        const float *v0 = decode_at(j, &d, d.v, t);
 #pragma GCC unroll 8
         for (int c = 0; c < NV; c++)
             o0[c] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(v0 + 16 * c), o0[c]);
     }
-#undef KEY_AT
 #pragma GCC unroll 8
     for (int c = 0; c < NV; c++)
-        _mm512_storeu_ps(orow + 16 * c, _mm512_add_ps(o0[c], o1[c]));
+        _mm512_storeu_ps(d.o + 16 * c, _mm512_add_ps(o0[c], o1[c]));
 }
 
 __attribute__((target("avx512f"))) static void attn_decode_heads512(void *ctx, int64_t rh0,
