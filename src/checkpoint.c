@@ -389,7 +389,11 @@ static void why_not(const struct tfm_config *cfg, const char *name, char *buf, s
 }
 
 /* The first element of x[0..n) that is NaN or Inf (or, with nonneg, below zero), or -1.
- * Whole blocks are tested on the bits first, a loop the compiler vectorizes. */
+ * Whole blocks are tested on the bits first, a loop the compiler vectorizes; compiled
+ * for AVX-512, AVX2 and the x86-64 baseline, the loader picking what the CPU runs. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
 static int64_t first_bad(const float *x, int64_t n, int nonneg)
 {
     for (int64_t i = 0; i < n; i += 4096) {
