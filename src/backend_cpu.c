@@ -324,7 +324,8 @@ static void gemm_slices(void *ctx, int64_t k0, int64_t k1, int thread)
  * floats apart, too far for the hardware's prefetchers).  Read at about twice OpenBLAS's
  * speed up to 4 rows and 1.5x at 12 (cold 512 x 2048 weights, one thread); past 12 the
  * packed products win.  Every element is one fma chain over k from 0, then alpha, then
- * beta C: the same bits for any threads, any M up to FEW_M and any columns around it. */
+ * beta C: the same bits whatever the thread count, the thread that takes its columns, and
+ * the other rows (up to FEW_M) in the product. */
 #define FEW_M 12
 #define FEW_PF 16
 
