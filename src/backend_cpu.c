@@ -47,7 +47,7 @@ struct cpu {
     float *scratch;             /* threads * scratch_floats */
     size_t blas_buffer;         /* address space kept free per thread (bytes; 0: no check) */
     rlim_t as_limit, data_limit;    /* RLIMIT_AS, RLIMIT_DATA at creation */
-    int avx512;                 /* the CPU runs AVX-512F: the few-rows product (gemm) */
+    int avx512;                 /* the CPU runs AVX-512F: the kernels written for it */
 };
 
 static struct cpu *CPU(struct tfm_backend *be) { return be->impl; }
@@ -1023,7 +1023,7 @@ static void cpu_attn_decode(struct tfm_backend *be, int R, int H, int dk, float 
         keys += len[r];
     tfm_pool_fn *fn = attn_decode_heads;
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-    if (dk % 16 == 0 && dk <= 128 && __builtin_cpu_supports("avx512f"))
+    if (dk % 16 == 0 && dk <= 128 && CPU(be)->avx512)
         fn = attn_decode_heads512;
 #endif
     par(be, (int64_t)R * H, (double)keys * H * dk * 4, fn, &j);
@@ -1734,7 +1734,7 @@ static double cpu_sumsq(struct tfm_backend *be, const float *x, size_t n)
     int parts = (int)((n + chunk - 1) / chunk);
     struct sumsq_job j = {x, n, chunk, part, 0};
 #ifdef HAVE_SUMSQ512
-    j.avx512 = __builtin_cpu_supports("avx512f");
+    j.avx512 = CPU(be)->avx512;
 #endif
     par(be, parts, parts > 1 ? PAR_MIN + 1 : 0, sumsq_parts, &j);
     double s = 0;
@@ -1931,7 +1931,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
 #undef CPU_OP
     be->log_softmax_top = cpu_log_softmax_top;
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512f")) {    /* else the BLAS and log_softmax_top */
+    if (c->avx512) {    /* else the BLAS and log_softmax_top */
         be->out_pack_floats = cpu_out_pack_floats;
         be->out_pack = cpu_out_pack;
         be->out_logits = cpu_out_logits;

@@ -96,7 +96,6 @@ struct tfm_model {
     void *wcopy;                /* count weights in the backend's precision, or NULL (fp32) */
     int counted;                /* counted in be->models */
     int inference;              /* parameters only: no gradients, no Adam moments */
-    int layer_sets;             /* distinct activation sets of the layers (carve) */
     struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
     struct enc_p *enc;
     struct dec_p *dec;
@@ -487,7 +486,6 @@ static struct tfm_model *create(const struct tfm_config *cfg, struct tfm_backend
     m->counted = 1;
     be->models++;
     m->inference = inference;
-    m->layer_sets = layer_sets(cfg->layers, inference);
     m->D = cfg->d_model;
     m->F = cfg->d_ff;
     m->H = cfg->heads;
@@ -1335,7 +1333,7 @@ int tfm_model_attention(struct tfm_model *m, int S, int T, const int32_t *src,
     struct fwd f = {0, 0, 1, S, T, 0};
     /* Layers that share activation sets (an inference model, carve) hold layer k's only
      * after a pass that stops at k: then one such pass per layer and side. */
-    int redo = m->layer_sets < m->N;
+    int redo = layer_sets(m->N, m->inference) < m->N;
     if (!redo)
         dec_forward(m, &f, enc_forward(m, &f));
     int D = m->D, H = m->H, dk = m->dk, L = S > T ? S : T;
