@@ -131,6 +131,18 @@ static inline float fast_expf(float x)
     return x < -87.3f ? 0.0f : y;
 }
 
+/* s[t] = e^(s[t] - mx) for t < n; returns their sum. */
+static inline float exp_shifted(float *s, int n, float mx)
+{
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int t = 0; t < n; t++) {
+        s[t] = fast_expf(s[t] - mx);
+        sum += s[t];
+    }
+    return sum;
+}
+
 /* ---- memory ---------------------------------------------------------------------------- */
 
 /* Zero-filled through calloc, whose large blocks are fresh pages from the kernel that it
@@ -705,13 +717,7 @@ SIMD_CLONES static void attn_fwd_heads(void *ctx, int64_t bh0, int64_t bh1, int 
 #pragma omp simd reduction(max : mx)
             for (int t = 1; t < n; t++)
                 mx = s[t] > mx ? s[t] : mx;
-            float sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (int t = 0; t < n; t++) {
-                s[t] = fast_expf(s[t] - mx);
-                sum += s[t];
-            }
-            float r = 1.0f / sum;
+            float sum = exp_shifted(s, n, mx), r = 1.0f / sum;
 #pragma omp simd
             for (int t = 0; t < n; t++)
                 s[t] *= r;
@@ -857,18 +863,6 @@ static inline const float *decode_at(const struct attn_decode_job *j,
                                      const struct decode_head *d, const float *base, int t)
 {
     return base + (size_t)t * j->ld + (d->slot ? d->slot[t] * j->bstride : 0);
-}
-
-/* s[t] = e^(s[t] - mx) for t < n; returns their sum. */
-static inline float exp_shifted(float *s, int n, float mx)
-{
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int t = 0; t < n; t++) {
-        s[t] = fast_expf(s[t] - mx);
-        sum += s[t];
-    }
-    return sum;
 }
 
 SIMD_CLONES static void attn_decode_heads(void *ctx, int64_t rh0, int64_t rh1, int thread)
