@@ -350,48 +350,72 @@ struct few_job {
 };
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* m[v]: the columns of 16-lane vector v (v < NV) among the `cols` left of a tile. */
+static inline __attribute__((always_inline)) void tile_masks(__mmask16 *m, int cols,
+                                                             const int NV)
+{
+    for (int v = 0; v < NV; v++) {
+        int left = cols - 16 * v;
+        m[v] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
+    }
+}
+
+/* Rows [0, MR) and the columns of masks m (NV vectors) of y = alpha x b + beta y, for x's
+ * rows ldx apart, b (K rows, ldb apart) and y (rows ldy apart; not read when beta is 0:
+ * it may hold NaN).  Every element is one fma chain over k from 0.  in_place: b is a
+ * caller's matrix, read through the masks, its row FEW_PF ahead prefetched (rows far
+ * apart, beyond the hardware's prefetchers); else a panel padded with zeros to whole
+ * vectors and in cache, read with plain loads (4% of a tiny model's beam search).  MR
+ * (<= 8) and NV (<= 4) are constants at every call, so that the accumulators stay in
+ * registers.  The few-rows product and decoding's output layer both multiply here. */
+static inline __attribute__((always_inline, target("avx512f"))) void
+fma_tile(float *y, int ldy, const float *x, int ldx, const float *b, int ldb, int K,
+         const __mmask16 *m, float alpha, float beta, const int in_place, const int MR,
+         const int NV)
+{
+    __m512 acc[8][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+        for (int v = 0; v < NV; v++)
+            acc[r][v] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        const float *bk = b + (size_t)k * ldb;
+        if (in_place && k + FEW_PF < K)        /* addresses inside b only */
+            for (int v = 0; v < NV && m[v]; v++)
+                _mm_prefetch((const char *)(bk + (size_t)FEW_PF * ldb + 16 * v),
+                             _MM_HINT_T0);
+        __m512 w[4];
+        for (int v = 0; v < NV; v++)
+            w[v] = in_place ? _mm512_maskz_loadu_ps(m[v], bk + 16 * v)
+                            : _mm512_loadu_ps(bk + 16 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512 a = _mm512_set1_ps(x[(size_t)r * ldx + k]);
+            for (int v = 0; v < NV; v++)
+                acc[r][v] = _mm512_fmadd_ps(a, w[v], acc[r][v]);
+        }
+    }
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        float *yr = y + (size_t)r * ldy;
+        for (int v = 0; v < NV; v++) {
+            __m512 o = alpha == 1.0f ? acc[r][v] : _mm512_mul_ps(va, acc[r][v]);
+            if (beta != 0.0f)
+                o = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[v], yr + 16 * v), o);
+            _mm512_mask_storeu_ps(yr + 16 * v, m[v], o);
+        }
+    }
+}
+
 /* Rows [r0, r0 + MR) and columns [n0, n0 + 64) of C (fewer at the right edge). */
 static inline __attribute__((always_inline, target("avx512f"))) void
 few_tile(const struct few_job *j, int r0, int n0, const int MR)
 {
     __mmask16 m[4];
-    for (int c = 0; c < 4; c++) {
-        int left = j->N - n0 - 16 * c;
-        m[c] = left >= 16 ? 0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
-    }
-    __m512 acc[6][4];
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++)
-        for (int c = 0; c < 4; c++)
-            acc[r][c] = _mm512_setzero_ps();
-    const float *a = j->A + (size_t)r0 * j->lda, *b = j->B + n0;
-    for (int k = 0; k < j->K; k++) {
-        const float *bk = b + (size_t)k * j->ldb;
-        if (k + FEW_PF < j->K)     /* addresses inside B only */
-            for (int c = 0; c < 4 && m[c]; c++)
-                _mm_prefetch((const char *)(bk + (size_t)FEW_PF * j->ldb + 16 * c),
-                             _MM_HINT_T0);
-        __m512 w[4];
-        for (int c = 0; c < 4; c++)
-            w[c] = _mm512_maskz_loadu_ps(m[c], bk + 16 * c);
-#pragma GCC unroll 6
-        for (int r = 0; r < MR; r++) {
-            __m512 x = _mm512_set1_ps(a[(size_t)r * j->lda + k]);
-            for (int c = 0; c < 4; c++)
-                acc[r][c] = _mm512_fmadd_ps(x, w[c], acc[r][c]);
-        }
-    }
-    __m512 alpha = _mm512_set1_ps(j->alpha), beta = _mm512_set1_ps(j->beta);
-#pragma GCC unroll 6
-    for (int r = 0; r < MR; r++) {
-        float *cr = j->C + (size_t)(r0 + r) * j->ldc + n0;
-        for (int c = 0; c < 4; c++) {
-            __m512 v = j->alpha == 1.0f ? acc[r][c] : _mm512_mul_ps(alpha, acc[r][c]);
-            if (j->beta != 0.0f)        /* C not read when beta is 0: it may hold NaN */
-                v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m[c], cr + 16 * c), v);
-            _mm512_mask_storeu_ps(cr + 16 * c, m[c], v);
-        }
-    }
+    tile_masks(m, j->N - n0, 4);
+    fma_tile(j->C + (size_t)r0 * j->ldc + n0, j->ldc, j->A + (size_t)r0 * j->lda, j->lda,
+             j->B + n0, j->ldb, j->K, m, j->alpha, j->beta, 1, MR, 4);
 }
 
 __attribute__((target("avx512f"))) static void few_columns(void *ctx, int64_t t0, int64_t t1,
@@ -1567,32 +1591,13 @@ static void cpu_out_pack(struct tfm_backend *be, float *packed, const float *W, 
 }
 
 /* y rows [0, MR) (ld ldy), columns [0, nc) of panel P, from x rows (ld D): each element
- * acc = fma(x[d], w[d], acc) for d = 0..D-1 from acc = 0.  MR is a constant at every
- * call, so that the accumulators stay in registers. */
+ * acc = fma(x[d], w[d], acc) for d = 0..D-1 from acc = 0 (fma_tile). */
 static inline __attribute__((always_inline, target("avx512f"))) void
 out_tile(float *y, int ldy, const float *x, int D, const float *P, int nc, const int MR)
 {
-    __m512 a0[OUT_MR], a1[OUT_MR];
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++)
-        a0[r] = a1[r] = _mm512_setzero_ps();
-    for (int d = 0; d < D; d++) {
-        __m512 b0 = _mm512_loadu_ps(P + (size_t)d * OUT_PW);
-        __m512 b1 = _mm512_loadu_ps(P + (size_t)d * OUT_PW + 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < MR; r++) {
-            __m512 a = _mm512_set1_ps(x[(size_t)r * D + d]);
-            a0[r] = _mm512_fmadd_ps(a, b0, a0[r]);
-            a1[r] = _mm512_fmadd_ps(a, b1, a1[r]);
-        }
-    }
-    __mmask16 m0 = nc >= 16 ? 0xffff : (__mmask16)((1u << nc) - 1);
-    __mmask16 m1 = nc >= 32 ? 0xffff : nc <= 16 ? 0 : (__mmask16)((1u << (nc - 16)) - 1);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; r++) {
-        _mm512_mask_storeu_ps(y + (size_t)r * ldy, m0, a0[r]);
-        _mm512_mask_storeu_ps(y + (size_t)r * ldy + 16, m1, a1[r]);
-    }
+    __mmask16 m[2];
+    tile_masks(m, nc, 2);
+    fma_tile(y, ldy, x, D, P, OUT_PW, D, m, 1.0f, 0.0f, 0, MR, 2);
 }
 
 /* The logits of rows [r0, r1) (a block), panel by panel. */
