@@ -298,6 +298,9 @@ static void sgemm1(int ta, int tb, int M, int N, int K, float alpha, const float
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+/* Products of fewer multiply-adds run on the calling thread. */
+#define GEMM_PAR_MIN 262144.0
+
 #ifndef GEMM_BLOCKS
 #define GEMM_BLOCKS 1
 #endif
@@ -443,10 +446,16 @@ static int few_gemm(struct tfm_backend *be, int M, int N, int K, float alpha, co
                     int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-    if (!CPU(be)->avx512)
+    struct cpu *c = CPU(be);
+    if (!c->avx512)
         return 0;
     struct few_job j = {M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
-    par(be, (N + 63) / 64, (double)M * N * K / 16, few_columns, &j);
+    int64_t tiles = (N + 63) / 64;
+    if (c->threads == 1 || (double)M * N * K < GEMM_PAR_MIN)
+        few_columns(&j, 0, tiles, 0);
+    else
+        tfm_pool_run(c->pool, tiles, tfm_pool_grain(c->pool, tiles, PAR_RANGES, 1, 1),
+                     few_columns, &j);
     return 1;
 #else
     (void)be, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb;
@@ -463,7 +472,7 @@ static void cpu_gemm(struct tfm_backend *be, int ta, int tb, int M, int N, int K
     if (!ta && !tb && M >= 1 && M <= FEW_M && N >= 1 && K >= 1 &&
         few_gemm(be, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
         return;
-    if (T <= 1 || (double)M * N * K < 262144.0) {
+    if (T <= 1 || (double)M * N * K < GEMM_PAR_MIN) {
         sgemm1(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
