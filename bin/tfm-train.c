@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -53,7 +54,8 @@ static const char HELP[] =
     "      --version          print the version\n";
 
 static volatile sig_atomic_t stop_signal;
-static unsigned stop_grace = 120;   /* seconds from a stop signal to a forced exit; 0: none */
+/* from a stop signal to a forced exit (TFM_STOP_GRACE, default 120 s; zero: none) */
+static struct itimerval stop_grace = {.it_value = {.tv_sec = 120}};
 
 /* SIGINT, SIGTERM, SIGHUP: the loop saves and stops at the end of the update.  A
  * computation that never ends (a stuck library, a hung peer) must not make the signal
@@ -62,8 +64,8 @@ static unsigned stop_grace = 120;   /* seconds from a stop signal to a forced ex
 static void on_signal(int sig)
 {
     stop_signal = sig;
-    if (stop_grace)
-        alarm(stop_grace);
+    if (stop_grace.it_value.tv_sec || stop_grace.it_value.tv_usec)
+        setitimer(ITIMER_REAL, &stop_grace, NULL);
 }
 
 static void on_alarm(int sig)
@@ -311,10 +313,16 @@ int main(int argc, char **argv)
     }
 
     const char *grace = getenv("TFM_STOP_GRACE");
-    if (grace && *grace) {
-        if (tfm_cli_int("TFM_STOP_GRACE", grace, 0, 1 << 20, &v))
+    if (grace && *grace) {      /* seconds, a fraction allowed, as every time limit */
+        char *end;
+        double g = strtod(grace, &end);
+        if (*end || !(g >= 0 && g <= 1e7)) {
+            fprintf(stderr, "tfm-train: TFM_STOP_GRACE=%s: expected seconds from 0 (none) to "
+                    "1e7\n", grace);
             return 2;
-        stop_grace = (unsigned)v;
+        }
+        stop_grace.it_value.tv_sec = (time_t)g;
+        stop_grace.it_value.tv_usec = (suseconds_t)((g - (double)(time_t)g) * 1e6);
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -940,6 +940,7 @@ int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err)
                                 d->world, err);
     if (!d->r)
         return -1;
+    tfm_reader_set_stop(d->r->r, d->stop);
     const struct tfm_header *h = tfm_batch_header(d->r);
     if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
         return tfm_fail(err, "%s: a batch stream without targets: training needs source and "

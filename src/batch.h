@@ -155,6 +155,7 @@ struct tfm_epochs {
     int have_header;
     int64_t epoch;              /* openings - 1 */
     int64_t pos;                /* batches of this shard read in this epoch */
+    volatile sig_atomic_t *stop;    /* a pipe: stop waiting for batches once set (NULL: wait) */
 };
 
 /* The file's name for messages ("<stdin>" for a pipe). */
@@ -163,7 +164,7 @@ const char *tfm_epochs_name(const struct tfm_epochs *d);
  * refused.  0, or -1 with err. */
 int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err);
 /* The next batch of the shard copied into b: 1; 0 at the end of a pipe; -1 with err (also
- * for a file that gives the shard no batch). */
+ * for a file that gives the shard no batch, and for a pipe whose wait d->stop ended). */
 int tfm_epochs_next(struct tfm_epochs *d, struct tfm_batch_copy *b, struct tfm_error *err);
 /* Position a freshly opened stream at (epoch, pos), as a checkpoint records it. */
 int tfm_epochs_skip(struct tfm_epochs *d, int64_t epoch, int64_t pos, struct tfm_error *err);

@@ -19,7 +19,7 @@
 
 #include "model.h"
 
-enum { STATE_FIXED = 8, STATE_VERSION = 1 };
+enum { STATE_FIXED = 8, STATE_VERSION = 2, STATE_SHARD_POS = 1 };
 
 /* ---- writing ---------------------------------------------------------------------- */
 
@@ -123,9 +123,10 @@ static int read_state(struct tfm_reader *r, const struct tfm_record *rec,
                                STATE_FIXED, tfm_dtype_name(rec->dtype), rec->rank);
     int64_t s[STATE_FIXED];
     memcpy(s, rec->data, sizeof s);
-    if (s[0] != STATE_VERSION)
-        return tfm_reader_fail(r, rec, err, "state layout version %lld (this tfm reads %d)",
-                               (long long)s[0], STATE_VERSION);
+    if (s[0] != STATE_VERSION && s[0] != STATE_SHARD_POS)
+        return tfm_reader_fail(r, rec, err, "state layout version %lld (this tfm reads %d and %d)",
+                               (long long)s[0], STATE_SHARD_POS, STATE_VERSION);
+    st->shard_pos = s[0] == STATE_SHARD_POS;
     if (s[7] < 0 || s[7] > TFM_CKPT_MAX_RNG || rec->count != STATE_FIXED + s[7])
         return tfm_reader_fail(r, rec, err, "bad rng word count %lld", (long long)s[7]);
     if (s[1] < 0 || s[2] < 0 || s[3] < 0 || s[4] < 0 || s[5] < 0)
@@ -856,7 +857,9 @@ int tfm_checkpoint_clean(const char *dir, struct tfm_error *err)
     struct dirent *e;
     while ((e = readdir(d))) {
         long pid = leftover_pid(e->d_name);
-        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        /* this process has written nothing yet: a file with its PID is a killed writer's
+         * that had the same PID (a restarted container's processes often do) */
+        if (pid <= 0 || (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH)))
             continue;
         char path[4096];
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path &&

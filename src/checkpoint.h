@@ -38,13 +38,16 @@ struct tfm_model;
 #define TFM_CKPT_MAX_TENSORS 65536
 
 /* The run state, record "state" (i64 [8 + nrng]):
- *   [0] 1 (layout version)  [1] step  [2] epoch  [3] batches read in this epoch
- *   [4] target tokens trained on  [5] training time so far, ms  [6] seed  [7] nrng
- *   [8 ...] rng words (bit patterns) */
+ *   [0] 2 (layout version)  [1] step  [2] epoch  [3] batches of the stream consumed in
+ *   this epoch, by all processes of the run  [4] target tokens trained on  [5] training
+ *   time so far, ms  [6] seed  [7] nrng  [8 ...] rng words (bit patterns)
+ * Layout 1 (read, never written) differs in [3] only: the batches of one process's
+ * shard, so it means the same only to a run of as many processes. */
 struct tfm_ckpt_state {
     int64_t step;           /* optimizer steps done */
     int64_t epoch;          /* passes over the batch stream started, 0-based */
-    int64_t batch_pos;      /* batches read from the stream in this epoch */
+    int64_t batch_pos;      /* batches of the stream consumed in this epoch (all processes) */
+    int shard_pos;          /* read from layout 1: batch_pos counts one process's shard */
     int64_t tokens;         /* target tokens trained on */
     int64_t elapsed_ms;     /* training wall time so far */
     int64_t seed;
@@ -150,7 +153,8 @@ int tfm_checkpoint_link_last(const char *dir, int64_t step, struct tfm_error *er
 /* Remove all but the newest keep checkpoints of dir (keep <= 0: remove none). */
 int tfm_checkpoint_prune(const char *dir, int keep, struct tfm_error *err);
 /* Remove what a killed writer left in dir: "step-N.tfm.tmp.PID" and ".last.tfm.PID" of
- * processes that no longer exist.  Returns the number removed, or -1. */
+ * processes that no longer exist, and of this one's PID (called before this process writes
+ * any).  Returns the number removed, or -1. */
 int tfm_checkpoint_clean(const char *dir, struct tfm_error *err);
 /* Can a file be created in dir?  Creates dir when missing (*created, when not NULL, says
  * whether this call did); -1 with the reason. */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -351,6 +352,7 @@ struct tfm_reader {
     struct tfm_record held_rec;
     int (*skip)(const char *name, void *ctx);   /* records passed over, or NULL */
     void *skip_ctx;
+    volatile sig_atomic_t *stop;    /* pipes: a read waiting for input gives up when set */
 };
 
 const struct tfm_header *tfm_reader_header(const struct tfm_reader *r) { return &r->header; }
@@ -396,6 +398,23 @@ int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
     return rfail(r, rec->member, rec->index, rec->name, rec->offset, err, "%s", reason);
 }
 
+/* Before a read from a pipe: wait until there is input, or the reader's stop flag is set
+ * (looked at every 100 ms: the signal that sets it may land on any thread, so EINTR from
+ * this one's read cannot be counted on).  0: read; EINTR: stopped. */
+static int wait_input(const struct tfm_reader *r)
+{
+    if (!r->stop)
+        return 0;
+    for (;;) {
+        if (*r->stop)
+            return EINTR;
+        struct pollfd p = {.fd = r->fd, .events = POLLIN};
+        int k = poll(&p, 1, 100);
+        if (k > 0 || (k < 0 && errno != EINTR))
+            return 0;                   /* input, its end, or an error for read to say */
+    }
+}
+
 /* Read up to n bytes into dst (pipes) or point at them (maps).  Returns bytes got. */
 static size_t src_read(struct tfm_reader *r, void *dst, size_t n, int *ioerr)
 {
@@ -416,6 +435,8 @@ static size_t src_read(struct tfm_reader *r, void *dst, size_t n, int *ioerr)
                 got += k;
                 continue;
             }
+            if ((*ioerr = wait_input(r)))
+                break;
             if (n - got >= sizeof r->rbuf) {        /* large: straight into dst */
                 ssize_t k = read(r->fd, d + got, n - got);
                 if (k < 0 && errno == EINTR)
@@ -663,6 +684,11 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     return 1;
 }
 
+void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop)
+{
+    r->stop = stop;
+}
+
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx)
 {
     r->skip = skip;
@@ -686,6 +712,10 @@ static int more_input(struct tfm_reader *r, struct tfm_error *err)
     if (r->rpos < r->rlen)
         return 1;
     for (;;) {
+        int stopped = wait_input(r);
+        if (stopped)
+            return tfm_fail(err, "%s: at byte %llu: %s", r->name, (unsigned long long)r->pos,
+                            strerror(stopped));
         ssize_t k = read(r->fd, r->rbuf, sizeof r->rbuf);
         if (k < 0 && errno == EINTR)
             continue;
@@ -707,6 +737,8 @@ static int read_preamble(struct tfm_reader *r, struct tfm_error *err)
     size_t got = src_read(r, pre, PREAMBLE, &ioerr);
     if (got == 0 && !ioerr && r->member == 0)
         return tfm_fail(err, "%s: empty input (not a tfm stream)", r->name);
+    if (ioerr && got < PREAMBLE)                /* a directory, an I/O error */
+        return tfm_fail(err, "%s: at byte %llu: %s", r->name, at + got, strerror(ioerr));
     if (got < sizeof MAGIC || !tfm_is_stream_magic(pre, got)) {
         if (r->member == 0)
             return tfm_fail(err, "%s: at byte 0: bad magic (not a tfm stream)", r->name);

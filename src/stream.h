@@ -20,6 +20,7 @@
 #ifndef TFM_STREAM_H
 #define TFM_STREAM_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -147,6 +148,9 @@ int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
  * are not returned, and their payload is neither verified nor, from a file, read.  Their
  * headers are checked and they count toward the end record's total.  NULL: none. */
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx);
+/* Reading from a pipe: give up waiting for input once *stop is non-zero (a signal's flag),
+ * with "Interrupted system call" (EINTR) as the error.  NULL: wait as long as it takes. */
+void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop);
 /* Call fn when a following stream of a concatenation begins, after its header and
  * vocabulary were checked and before any of its records is returned: with its header,
  * its number (1 for the second stream) and the byte offset of its preamble.  fn returns

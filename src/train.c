@@ -102,6 +102,10 @@ struct run {
     struct tfm_ckpt_lock *lock;     /* process 0: the checkpoint directory, for the run */
     int created_dir;                /* this process made the checkpoint directory */
     int64_t start_step, start_pos;  /* where this run started: step, batches of the epoch */
+    /* the stream position after the last update done (what a checkpoint records: batches
+     * read for an update that is not done are read again on resume), and after the reads
+     * of the update planned */
+    int64_t done_epoch, done_pos, next_epoch, next_pos;
     char *config_text;
     float *host;                    /* [count] staging for a checkpoint's tensors */
     struct tfm_progress prog;
@@ -215,8 +219,9 @@ static int save_checkpoint(struct run *run, struct tfm_error *err)
     char path[4096];
     if (tfm_checkpoint_path(path, sizeof path, run->o->out_dir, run->step))
         return tfm_fail(err, "%s: path too long", run->o->out_dir);
+    /* a process reads R of every R*W batches of the stream: its count times W is the run's */
     struct tfm_ckpt_state st = {
-        .step = run->step, .epoch = run->train.epoch, .batch_pos = run->train.pos,
+        .step = run->step, .epoch = run->done_epoch, .batch_pos = run->done_pos * run->W,
         .tokens = run->tokens, .elapsed_ms = (int64_t)(elapsed(run) * 1000), .seed = run->cfg->seed,
         .nrng = 1, .rng = {(uint64_t)run->counter},
     };
@@ -247,6 +252,24 @@ static int save_checkpoint(struct run *run, struct tfm_error *err)
     if (run->o->notes)
         fprintf(run->o->notes, "%s: saved %s\n", run->o->prog, path);
     return 0;
+}
+
+/* A failure between updates that leaves the model sound (bad input met while reading the
+ * next update's batches, a validation that cannot run, another process's failure): process
+ * 0 saves the updates done since the last checkpoint, so that none is lost, and err says
+ * so.  Returns -1. */
+static int keep_updates(struct run *run, struct tfm_error *err)
+{
+    if (run->g != 0 || run->step == run->start_step || run->saved_step == run->step)
+        return -1;
+    char msg[sizeof err->msg];
+    memcpy(msg, err->msg, sizeof msg);
+    struct tfm_error e;
+    if (save_checkpoint(run, &e))
+        return tfm_fail(err, "%.700s; and update %lld could not be saved: %.300s", msg,
+                        (long long)run->step, e.msg);
+    return tfm_fail(err, "%.900s; stopped at update %lld, its checkpoint saved", msg,
+                    (long long)run->step);
 }
 
 static int check_batch(const struct run *run, const struct tfm_epochs *d, const struct tfm_batch_copy *b,
@@ -454,11 +477,17 @@ static void plan_update(struct run *run)
             run->end = TFM_TRAIN_DATA_END;
             return;
         }
+        if (k < 0 && o->stop && *o->stop) {   /* the signal came while a pipe was silent */
+            run->end = TFM_TRAIN_STOPPED;
+            return;
+        }
         if (k < 0 || check_batch(run, &run->train, &run->slots[i], &run->err)) {
             run->failed = 1;
             return;
         }
     }
+    run->next_epoch = run->train.epoch;
+    run->next_pos = run->train.pos;
 }
 
 /* Rank 0, after update step: counters, reports, validation, checkpoint. */
@@ -474,7 +503,7 @@ static int after_update(struct run *run, const struct update_sums *sums, struct 
     if (run->g != 0)              /* process 0 validates and saves for the run */
         return 0;
     if (o->valid_path && o->valid_every > 0 && run->step % o->valid_every == 0 && validate(run, err))
-        return -1;
+        return keep_updates(run, err);
     if (((run->cfg->save_every > 0 && run->step % run->cfg->save_every == 0) ||
          (o->save_every_sec > 0 && tfm_now() - run->last_save >= o->save_every_sec)) &&
         save_checkpoint(run, err))
@@ -635,6 +664,8 @@ static int rank_main(int r, void *arg)
         if (r == 0) {
             run->step = step;
             run->counter += (int64_t)run->K * N;       /* micro-batches of all processes */
+            run->done_epoch = run->next_epoch;
+            run->done_pos = run->next_pos;
             if (after_update(run, &sums, &p->err)) {
                 tfm_comm_abort(run->comm, p->err.msg);
                 return -1;
@@ -666,6 +697,44 @@ static int stream_vocab(const struct tfm_header *h, const char *name, int *vocab
     return 0;
 }
 
+/* The batches of this process's shard that the checkpoint's position in its epoch stands
+ * for.  The ranks of the run take the stream's batches in turns of N = R*W, R to a process,
+ * so a position of whole turns is one of every layout with N ranks in all: W processes of
+ * R ranks resume what one process of R*W ranks wrote, and the reverse.  One process reads
+ * the stream without turns, so it resumes any position; several need whole turns.  A
+ * checkpoint of state layout 1 counted one process's shard: it resumes in its own layout. */
+static int shard_position(const struct run *run, const struct tfm_ckpt_state *st,
+                          const char *path, int64_t *pos, struct tfm_error *err)
+{
+    const int64_t N = (int64_t)run->R * run->W;
+    *pos = st->batch_pos;
+    if (st->shard_pos || run->W == 1)
+        return 0;
+    if (st->batch_pos % N != 0)
+        return tfm_fail(err, "%s: the run has trained on %lld batches of epoch %lld, which "
+                        "%d processes of %d rank%s cannot take up: they read the stream in "
+                        "turns of %lld; resume with one process (--ranks %lld), or as many "
+                        "ranks in all as the run that wrote it", path,
+                        (long long)st->batch_pos, (long long)st->epoch, run->W, run->R,
+                        run->R > 1 ? "s" : "", (long long)N, (long long)N);
+    *pos = st->batch_pos / run->W;
+    return 0;
+}
+
+/* The batches of a stream whose header says they fit a larger budget than the config's
+ * are refused before training, not at the first one too large. */
+static int fits_budget(const struct tfm_header *h, const char *name,
+                       const struct tfm_config *cfg, struct tfm_error *err)
+{
+    const char *budget = tfm_header_get(h, "tokens");
+    if (budget && atoll(budget) > cfg->tokens)
+        return tfm_fail(err, "%s: batches of up to %s tokens, more than the batch budget "
+                        "tokens=%d: re-batch with tfm-batch --tokens %d or less, or raise "
+                        "--set tokens=N (memory grows with it)", name, budget, cfg->tokens,
+                        cfg->tokens);
+    return 0;
+}
+
 static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *err)
 {
     const struct tfm_train_opts *o = run->o;
@@ -691,11 +760,14 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (found) {
         if (!(*ck = tfm_checkpoint_load(resume_path, 0, err)))
             return tfm_error_prefix(err, "cannot resume");
+        /* the newest checkpoint, until this run saves one */
+        snprintf(run->res->last_checkpoint, sizeof run->res->last_checkpoint, "%s", resume_path);
     }
 
     /* the training stream and its vocabulary */
     run->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
     run->train.repeat = run->train.path != NULL;
+    run->train.stop = o->stop;
     if (run->W > 1) {             /* this process's ranks' batches (batch.h) */
         run->train.world = run->R * run->W;
         run->train.rank = run->g * run->R;
@@ -728,12 +800,8 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
         return tfm_fail(err, "%s: vocabulary of %d pieces, config says vocab=%d",
                         tfm_epochs_name(&run->train), vocab, cfg->vocab);
     run->vocab_id = tfm_header_vocab_id(h);
-    const char *budget = tfm_header_get(h, "tokens");
-    if (budget && atoll(budget) > cfg->tokens)
-        return tfm_fail(err, "%s: batches of up to %s tokens, more than the batch budget "
-                        "tokens=%d: re-batch with tfm-batch --tokens %d or less, or raise "
-                        "--set tokens=N (memory grows with it)", tfm_epochs_name(&run->train), budget,
-                        cfg->tokens, cfg->tokens);
+    if (fits_budget(h, tfm_epochs_name(&run->train), cfg, err))
+        return -1;
     if (tfm_config_check(cfg, 1, err))
         return tfm_error_prefix(err, "config");
     if (*ck) {
@@ -752,11 +820,17 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
                             resume_path, cv);
     }
     if (o->valid_path) {
+        /* what would fail the first validation, hours into training, fails now */
         struct tfm_epochs v = {.path = o->valid_path, .world = 1};
         int rc = tfm_epochs_open(&v, err);
         if (rc == 0 && tfm_header_vocab_id(&v.header) != run->vocab_id)
             rc = tfm_fail(err, "%s: vocabulary mismatch with the training batches %s",
                           o->valid_path, tfm_epochs_name(&run->train));
+        if (rc == 0)
+            rc = fits_budget(&v.header, o->valid_path, cfg, err);
+        if (rc == 0 && tfm_batch_count(v.r) == 0)
+            rc = tfm_fail(err, "%s: no batch in the stream: nothing to validate on",
+                          o->valid_path);
         tfm_epochs_close(&v);
         if (rc)
             return -1;
@@ -852,15 +926,19 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
         if (!run->train.repeat && (st->epoch > 0))
             return tfm_fail(err, "<stdin>: the checkpoint is in epoch %lld of its stream; "
                             "resume from a file", (long long)st->epoch);
-        if (tfm_epochs_skip(&run->train, st->epoch, st->batch_pos, err))
+        int64_t pos;
+        if (shard_position(run, st, resume_path, &pos, err) ||
+            tfm_epochs_skip(&run->train, st->epoch, pos, err))
             return -1;
         if (o->notes)
             fprintf(o->notes, "%s: resuming from %s: update %lld, epoch %lld, batch %lld\n",
                     o->prog, resume_path, (long long)st->step, (long long)st->epoch,
-                    (long long)st->batch_pos);
+                    (long long)(st->shard_pos ? st->batch_pos * run->W : st->batch_pos));
     }
     run->start_step = run->step;
     run->start_pos = run->train.pos;
+    run->done_epoch = run->next_epoch = run->train.epoch;
+    run->done_pos = run->next_pos = run->train.pos;
     return 0;
 }
 
@@ -901,7 +979,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
             rc = -1;
         } else if (run.failed) {
             *err = run.err;
-            rc = -1;
+            rc = keep_updates(&run, err);
         } else if (bad > 0) {
             /* the first rank with a message of its own (not "ranks stopped") */
             int pick = -1;

@@ -40,3 +40,17 @@ TOOLS="tfm-avg tfm-batch tfm-cat tfm-decode tfm-score tfm-tokenize tfm-train"
         assert_output --regexp "^$t: .*/nonexistent/"
     done
 }
+
+@test "a stream that cannot be read says why, not that its magic is bad" {
+    mkdir "$BATS_TEST_TMPDIR/dir.tfm"
+    for t in tfm-cat tfm-batch tfm-avg; do
+        run "$t" "$BATS_TEST_TMPDIR/dir.tfm" < /dev/null
+        assert_failure
+        refute_output --partial "magic"
+    done
+    run tfm-cat "$BATS_TEST_TMPDIR/dir.tfm"
+    assert_output "tfm-cat: $BATS_TEST_TMPDIR/dir.tfm: at byte 0: Is a directory"
+    run tfm-decode -m "$BATS_TEST_TMPDIR/dir.tfm" < /dev/null
+    assert_failure 1
+    assert_output --partial "$BATS_TEST_TMPDIR/dir.tfm: at byte 0: Is a directory"
+}

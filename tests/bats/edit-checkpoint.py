@@ -11,6 +11,7 @@ usage: edit-checkpoint.py IN OUT [EDIT...]
   --drop NAME           record NAME is left out
   --copy NAME NEW       a copy of record NAME named NEW is added after the last record
   --reshape NAME DIMS   record NAME gets dimensions DIMS ("64x32": the same element count)
+  --state I=V           element I of the i64 record "state" becomes V (layout: checkpoint.h)
 """
 import struct
 import sys
@@ -112,6 +113,12 @@ def main(argv):
                 sys.exit(f"edit-checkpoint: {r[0]}: {old} elements, {'x'.join(map(str, dims))} "
                          f"holds {new}")
             r[2] = dims
+        elif op == "--state":
+            i, _, value = args.pop(0).partition("=")
+            r, i = find(records, "state"), int(i)
+            if not 0 <= i < len(r[3]) // 8:
+                sys.exit(f"edit-checkpoint: state has no element {i}")
+            r[3] = r[3][:8 * i] + struct.pack("<q", int(value)) + r[3][8 * i + 8:]
         else:
             sys.exit(f"edit-checkpoint: unknown edit '{op}'")
     write(dst, records)

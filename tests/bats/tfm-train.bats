@@ -357,6 +357,79 @@ teardown() {
     refute_output --partial "saved"
 }
 
+@test "bad input met once training has begun loses no update: the updates done are saved" {
+    # a pipe cut inside a batch record: the updates before it are kept, and resume
+    nb=$(tfm-cat --header "$M/b500.tfm" | sed -n 's/^meta batches=//p')
+    at=$(tfm-cat "$M/b500.tfm" | awk '$3 == "batch.tgt" { print $NF }' | sed -n "$((nb / 2))p")
+    run bash -c "head -c $((at + 100)) '$M/b500.tfm' | tfm-train ${SMALL[*]} -q -o '$T/p' --save-every 0"
+    assert_failure 1
+    assert_output --regexp "^tfm-train: <stdin>: record [0-9]+ 'batch\.tgt': .*truncated.*; stopped at update [1-9][0-9]*, its checkpoint saved$"
+    n=$(echo "$output" | sed -n 's/.*stopped at update \([0-9]*\),.*/\1/p')
+    [ "$n" -lt "$nb" ]
+    [ -e "$T/p/step-$(printf %06d "$n").tfm" ]
+    # the same updates as a run of as many from the whole file
+    run tfm-train "${SMALL[@]}" -o "$T/f" --max-steps "$n" -q "$M/b500.tfm"
+    assert_success
+    diff <(params "$T/p/last.tfm") <(params "$T/f/last.tfm")
+    # a validation that fails (a sentence longer than max_len): the update before it is kept
+    head -n 12 "$M/val.en" | tr '\n' ' ' | sed 's/$/\n/' > "$T/long.en"
+    head -n 12 "$M/val.de" | tr '\n' ' ' | sed 's/$/\n/' > "$T/long.de"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$T/long.en.tfm" "$T/long.en"
+    tfm-tokenize encode -q -m "$M/spm.model" --eos -o "$T/long.de.tfm" "$T/long.de"
+    tfm-batch -q --tokens 1024 --max-len 1000 "$T/long.en.tfm" "$T/long.de.tfm" > "$T/vlong.tfm"
+    run tfm-train "${SMALL[@]}" --set max_len=64 -o "$T/v" --valid "$T/vlong.tfm" --valid-every 3 \
+        --save-every 0 --max-steps 10 "$M/b500.tfm"
+    assert_failure 1
+    assert_output --partial "$T/vlong.tfm: batch 0: sentences of"
+    assert_output --partial "longer than max_len=64"
+    assert_output --partial "; stopped at update 3, its checkpoint saved"
+    [ -e "$T/v/step-000003.tfm" ]
+    # what the first validation would meet is refused before training: a budget too large,
+    # a stream without batches
+    tfm-batch -q --tokens 4096 "$M/val.en.tfm" "$M/val.de.tfm" > "$T/v4k.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/v2" --valid "$T/v4k.tfm" "$M/b500.tfm"
+    assert_failure 1
+    assert_output --partial "$T/v4k.tfm: batches of up to 4096 tokens, more than the batch budget"
+    refute_output --partial "saved"
+    tfm-batch -q --tokens 1024 --max-len 2 "$M/val.en.tfm" "$M/val.de.tfm" > "$T/none.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/v3" --valid "$T/none.tfm" "$M/b500.tfm"
+    assert_failure 1
+    assert_output --partial "$T/none.tfm: no batch in the stream: nothing to validate on"
+    [ ! -e "$T/v2" ] && [ ! -e "$T/v3" ]
+}
+
+@test "a stop signal while a pipe is silent ends the wait at once: the last update saved, exit 143" {
+    mkfifo "$T/fifo"
+    tfm-train "${SMALL[@]}" -o "$T/s" --max-steps 100000 --save-every 0 "$T/fifo" 2> "$T/err" &
+    pid=$!
+    BG+=($pid)
+    exec 7> "$T/fifo"           # a writer that sends some batches, then nothing
+    cat "$M/b500.tfm" >&7
+    for i in $(seq 300); do grep -q . "$T/err" 2> /dev/null && break; sleep 0.1; done
+    sleep 1                     # every batch sent is read: the run now waits on the pipe
+    kill -TERM $pid
+    rc=0
+    for i in $(seq 50); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+    ! kill -0 $pid 2> /dev/null # ended within 5 s (it used to wait for the writer)
+    wait $pid || rc=$?
+    exec 7>&-
+    assert_equal $rc 143
+    run cat "$T/err"
+    assert_line --regexp '^tfm-train: stopped by a signal at update [1-9][0-9]*; last checkpoint '
+    run tfm-cat "$T/s/last.tfm"
+    assert_success
+    # TFM_STOP_GRACE takes a fraction, and says what it wants
+    run env TFM_STOP_GRACE=x tfm-train "${SMALL[@]}" -q -o "$T/g" "$M/b500.tfm"
+    assert_failure 2
+    assert_output "tfm-train: TFM_STOP_GRACE=x: expected seconds from 0 (none) to 1e7"
+    run env TFM_STOP_GRACE=0.5 tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 -q "$M/b500.tfm"
+    assert_success
+    # a run resumed at its last update names the checkpoint it resumed
+    run tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 --resume "$M/b500.tfm"
+    assert_success
+    assert_line "tfm-train: max steps reached at update 1; last checkpoint $T/g/step-000001.tfm"
+}
+
 @test "a batch over the budget or the memory names the budget to lower" {
     run tfm-train "${SMALL[@]}" --set tokens=512 --set max_len=128 -o "$T/b" "$M/b.tfm"
     assert_failure 1
@@ -478,6 +551,50 @@ teardown() {
     run tfm-train "${SMALL[@]}" -o "$T/r4" --ranks 4 --max-steps 3 -q "$M/b500.tfm"
     assert_success
     diff <(params "$T/p4/step-000003.tfm") <(params "$T/r4/step-000003.tfm")
+}
+
+@test "a run resumes in another layout of as many ranks: processes as ranks of one process, and back" {
+    export TFM_RENDEZVOUS_TIMEOUT=60
+    two() {     # two processes, a rendezvous file
+        rm -f "$T/rv"
+        TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_RENDEZVOUS="$T/rv" tfm-train "$@" 2> /dev/null &
+        TFM_RANK=0 TFM_WORLD_SIZE=2 TFM_RENDEZVOUS="$T/rv" tfm-train "$@"
+        local rc=$?
+        wait $! || return 1
+        return $rc
+    }
+    run tfm-train "${SMALL[@]}" -o "$T/r" --ranks 2 --max-steps 4 -q "$M/b500.tfm"
+    assert_success
+    # two processes for 2 updates (4 batches), then one process of 2 ranks
+    run two "${SMALL[@]}" -o "$T/p" --max-steps 2 -q "$M/b500.tfm"
+    assert_success
+    cp -r "$T/p" "$T/p1"
+    run tfm-train "${SMALL[@]}" -o "$T/p" --ranks 2 --max-steps 4 --resume "$M/b500.tfm"
+    assert_success
+    assert_line --partial "update 2, epoch 0, batch 4"
+    diff <(params "$T/p/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    # one process of 2 ranks, then two processes
+    run tfm-train "${SMALL[@]}" -o "$T/o" --ranks 2 --max-steps 2 -q "$M/b500.tfm"
+    assert_success
+    run two "${SMALL[@]}" -o "$T/o" --max-steps 4 --resume "$M/b500.tfm"
+    assert_success
+    assert_line --partial "update 2, epoch 0, batch 4"
+    diff <(params "$T/o/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    # a state of layout 1 (earlier versions: one process's batches) resumes in its layout
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/p1/step-000002.tfm" "$T/v1.tfm" \
+        --state 0=1 --state 3=2
+    rm "$T/p1/step-000002.tfm" "$T/p1/last.tfm"
+    mv "$T/v1.tfm" "$T/p1/step-000002.tfm"
+    run two "${SMALL[@]}" -o "$T/p1" --max-steps 4 --resume "$M/b500.tfm"
+    assert_success
+    assert_line --partial "update 2, epoch 0, batch 4"
+    diff <(params "$T/p1/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    # 3 batches in: two processes, which take the stream in turns of 2, cannot go on
+    run tfm-train "${SMALL[@]}" -o "$T/s" --max-steps 3 -q "$M/b500.tfm"
+    assert_success
+    run two "${SMALL[@]}" -o "$T/s" --max-steps 4 --resume "$M/b500.tfm"
+    assert_failure 1
+    assert_output --partial "$T/s/step-000003.tfm: the run has trained on 3 batches of epoch 0, which 2 processes of 1 rank cannot take up: they read the stream in turns of 2"
 }
 
 @test "processes of several ranks each equal one process of all the ranks, up to reassociation" {
