@@ -137,9 +137,9 @@ teardown() {
     run bash -c "tfm-cat --values '$T/ck/last.tfm' | awk '/record 2 config/ { getline; n = split(\$0, b, \" \"); for (i = 1; i <= n; i++) printf \"%c\", b[i] }'"
     assert_line "vocab = 1000"
     assert_line "d_model = 32"
-    # state: version, step 4, epoch 0, 4 batches read, tokens, ms, seed 1, 1 rng word = 4
+    # state: layout version 2, step 4, epoch 0, 4 batches read, tokens, ms, seed 1, 1 rng word = 4
     run bash -c "tfm-cat --values '$T/ck/last.tfm' | awk '/record 3 state/ { getline; print }'"
-    assert_output --regexp $'^\t1 4 0 4 [0-9]+ [0-9]+ 1 1 4$'
+    assert_output --regexp $'^\t2 4 0 4 [0-9]+ [0-9]+ 1 1 4$'
 }
 
 @test "--save-every N and --keep N keep the newest checkpoints; a duration saves at the end" {
