@@ -48,8 +48,9 @@ struct tfm_writer *tfm_checkpoint_begin(const char *path, const struct tfm_heade
     int64_t n = (int64_t)strlen(config);
     if (tfm_writer_put(w, "config", TFM_U8, 1, &n, config, err))
         goto fail;
+    /* a state read from layout 1 (tfm-avg's copy of one) keeps its layout and meaning */
     int64_t s[STATE_FIXED + TFM_CKPT_MAX_RNG] = {
-        STATE_VERSION, st->step, st->epoch, st->batch_pos, st->tokens, st->elapsed_ms,
+        st->shard_pos ? STATE_SHARD_POS : STATE_VERSION, st->step, st->epoch, st->batch_pos, st->tokens, st->elapsed_ms,
         st->seed, st->nrng,
     };
     for (int i = 0; i < st->nrng; i++)

@@ -41,8 +41,9 @@ struct tfm_model;
  *   [0] 2 (layout version)  [1] step  [2] epoch  [3] batches of the stream consumed in
  *   this epoch, by all processes of the run  [4] target tokens trained on  [5] training
  *   time so far, ms  [6] seed  [7] nrng  [8 ...] rng words (bit patterns)
- * Layout 1 (read, never written) differs in [3] only: the batches of one process's
- * shard, so it means the same only to a run of as many processes. */
+ * Layout 1, of earlier versions, differs in [3] only: the batches of one process's shard,
+ * which mean the same only to a run of as many processes.  It is read, and written only
+ * for a state read from it (tfm-avg copies one). */
 struct tfm_ckpt_state {
     int64_t step;           /* optimizer steps done */
     int64_t epoch;          /* passes over the batch stream started, 0-based */

@@ -86,6 +86,7 @@ static void test_round_trip(void)
     CHECK_EQ_INT(c->state.step, 1000);
     CHECK_EQ_INT(c->state.epoch, 2);
     CHECK_EQ_INT(c->state.batch_pos, 17);
+    CHECK_EQ_INT(c->state.shard_pos, 0);
     CHECK_EQ_INT(c->state.tokens, 12345);
     CHECK_EQ_INT(c->state.elapsed_ms, 999);
     CHECK_EQ_INT(c->state.seed, 7);
@@ -627,6 +628,25 @@ static void test_average(void)
     CHECK(access(out2, F_OK) != 0);
 }
 
+/* State layout 1 (a position in one process's shard) is read as such, and a state read
+ * from it is written back in it, not passed off as layout 2's run-wide position. */
+static void test_state_layout_1(void)
+{
+    struct tfm_error err;
+    const char *p = path_in("v1.tfm");
+    struct tfm_ckpt_state st = {.step = 9, .epoch = 1, .batch_pos = 5, .shard_pos = 1, .nrng = 1};
+    struct tfm_writer *w = tfm_checkpoint_begin(p, NULL, CONFIG, &st, &err);
+    CHECK(w && tfm_writer_close(w, &err) == 0);
+    struct tfm_checkpoint *c = tfm_checkpoint_load(p, 0, &err);
+    CHECK(c != NULL);
+    if (!c)
+        return;
+    CHECK_EQ_INT(c->state.shard_pos, 1);
+    CHECK_EQ_INT(c->state.batch_pos, 5);
+    CHECK_EQ_INT(c->state.epoch, 1);
+    tfm_checkpoint_free(c);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "%s/tfm-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -635,6 +655,7 @@ int main(void)
         return 1;
     }
     t_run("checkpoint round trip", test_round_trip);
+    t_run("state layout 1", test_state_layout_1);
     t_run("NaN and Inf are refused", test_poison_refused);
     t_run("optimizer records passed over unread", test_skip_optimizer);
     t_run("wrong kind, truncated, corrupt, missing", test_refusals);
