@@ -499,6 +499,16 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
         if (input_open(&t, tgt_path, err))
             goto done;
         snprintf(tname, sizeof tname, "%s", tfm_reader_name(t.r));
+        /* The model puts bos before the decoder's input itself (model.c) and beam search
+         * never emits it: targets that begin with bos would teach it to predict bos
+         * first, which decoding then never does. */
+        const char *tb = tfm_header_get(&t.h, "bos");
+        if (tb && strcmp(tb, "0") != 0) {
+            tfm_fail(err, "%s: the target sentences begin with bos (bos=%s in the header, "
+                     "tfm-tokenize encode --bos): encode the targets without --bos; the model "
+                     "adds bos to the decoder's input itself", tname, tb);
+            goto done;
+        }
         uint32_t vs = tfm_header_vocab_id(&s.h), vt = tfm_header_vocab_id(&t.h);
         if (vs != vt) {
             tfm_fail(err, "%s and %s have different vocabularies (spm.crc32 %08x and %08x): "
