@@ -418,6 +418,7 @@ struct input {
     int have_h;
     struct tfm_corpus c;
     int eos;        /* 1: append eos (the stream's header does not say eos=1) */
+    int64_t vocab;  /* ids < vocab, from the header's vocab.size (0: absent, unchecked) */
 };
 
 static int input_open(struct input *in, const char *path, struct tfm_error *err)
@@ -433,6 +434,12 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
     in->have_h = 1;
     const char *e = tfm_header_get(h, "eos");
     in->eos = !(e && strcmp(e, "1") == 0);
+    /* a vocab.size that is not a positive count would turn the id check off */
+    const char *v = tfm_header_get(h, "vocab.size");
+    in->vocab = v ? header_int(h, "vocab.size") : 0;
+    if (v && in->vocab <= 0)
+        return tfm_fail(err, "%s: header: vocab.size=%s is not a positive count",
+                        tfm_reader_name(in->r), v);
     return 0;
 }
 
@@ -441,9 +448,8 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
 static int input_read(struct input *in, const struct tfm_batch_opts *o, struct tfm_error *err)
 {
     double t0 = tfm_now();
-    int64_t vocab = header_int(&in->h, "vocab.size");
     const char *name = tfm_reader_name(in->r);
-    if (tfm_corpus_read(in->r, &in->c, vocab > 0 ? vocab : 0, err))
+    if (tfm_corpus_read(in->r, &in->c, in->vocab, err))
         return -1;
     const struct tfm_corpus *c = &in->c;
     for (int64_t i = 0; i < c->n; i++) {
@@ -493,16 +499,25 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
         if (input_open(&t, tgt_path, err))
             goto done;
         snprintf(tname, sizeof tname, "%s", tfm_reader_name(t.r));
+        /* The model puts bos before the decoder's input itself (model.c) and beam search
+         * never emits it: targets that begin with bos would teach it to predict bos
+         * first, which decoding then never does. */
+        const char *tb = tfm_header_get(&t.h, "bos");
+        if (tb && strcmp(tb, "0") != 0) {
+            tfm_fail(err, "%s: the target sentences begin with bos (bos=%s in the header, "
+                     "tfm-tokenize encode --bos): encode the targets without --bos; the model "
+                     "adds bos to the decoder's input itself", tname, tb);
+            goto done;
+        }
         uint32_t vs = tfm_header_vocab_id(&s.h), vt = tfm_header_vocab_id(&t.h);
         if (vs != vt) {
             tfm_fail(err, "%s and %s have different vocabularies (spm.crc32 %08x and %08x): "
                      "source and target must share one model", sname, tname, vs, vt);
             goto done;
         }
-        int64_t ns = header_int(&s.h, "vocab.size"), nt = header_int(&t.h, "vocab.size");
-        if (ns >= 0 && nt >= 0 && ns != nt) {
+        if (s.vocab && t.vocab && s.vocab != t.vocab) {
             tfm_fail(err, "%s and %s have different vocabularies (vocab.size %lld and %lld)",
-                     sname, tname, (long long)ns, (long long)nt);
+                     sname, tname, (long long)s.vocab, (long long)t.vocab);
             goto done;
         }
     }

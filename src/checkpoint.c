@@ -173,8 +173,10 @@ struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct t
         tfm_fail(err, "%s: not a checkpoint (stream kind '%s')", path, h->kind);
         goto fail;
     }
-    if (flags & TFM_CKPT_NO_OPTIMIZER)
+    if (flags & TFM_CKPT_SKIP_OPTIMIZER) {
+        flags |= TFM_CKPT_NO_OPTIMIZER;
         tfm_reader_skip(r, is_adam, NULL);
+    }
     int cap = 0, have_state = 0, ret;
     struct tfm_record rec;
     while ((ret = tfm_reader_next(r, &rec, err)) == 1) {

@@ -90,10 +90,13 @@ int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *nam
 
 /* ---- reading ---------------------------------------------------------------------- */
 
-#define TFM_CKPT_NO_OPTIMIZER 1     /* pass over the adam.* records, unread (decoding,
-                                     * averaging) */
+#define TFM_CKPT_NO_OPTIMIZER 1     /* drop the adam.* records: read and checked (their
+                                     * CRC too), not kept (averaging) */
 #define TFM_CKPT_MAPPED 2           /* tensors of a regular file point into its memory map
                                      * instead of copies: read-only (decoding) */
+#define TFM_CKPT_SKIP_OPTIMIZER 4   /* pass over the adam.* records unread: their payloads
+                                     * and CRCs go unchecked, and cost nothing from a file
+                                     * (decoding); implies TFM_CKPT_NO_OPTIMIZER */
 
 /* Load a checkpoint (a regular file is memory-mapped by the reader).  Checks the kind,
  * the config and state records, f32 dtype of every tensor, duplicate names.  NULL with
@@ -121,7 +124,7 @@ int tfm_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg
  * (tfm_model_layout), with that parameter's shape, and every value finite (a second
  * moment, adam.v, also not negative); every parameter must be there; the Adam moments
  * must be there for every parameter with optimizer, and otherwise for all or for none
- * (those passed over by TFM_CKPT_NO_OPTIMIZER are not looked at).  0, or -1 with the
+ * (those dropped by TFM_CKPT_NO_OPTIMIZER are not looked at).  0, or -1 with the
  * first problem: "PATH: tensor param.enc.1.ffn.w1: shape 64x256, config wants 64x128". */
 int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config *cfg,
                          int optimizer, struct tfm_error *err);

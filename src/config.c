@@ -41,8 +41,11 @@ static const struct tfm_config_key keys[] = {
     KEY_NUM(lr_scale, "1", 0, 1e6, "factor on the learning-rate schedule"),
     KEY_INT(warmup, "4000", 1, 100000000, "warmup steps of the schedule"),
     KEY_NUM(adam_beta1, "0.9", 0, 0.999999, "Adam beta1"),
-    KEY_NUM(adam_beta2, "0.98", 0, 0.999999999, "Adam beta2"),
-    KEY_NUM(adam_eps, "1e-09", 0, 1, "Adam epsilon"),
+    /* The optimizer computes in fp32: a beta2 above 0.9999999 is 1 there (its bias
+     * correction then divides by 0), and an epsilon of 0, or below fp32's range, divides
+     * 0 by 0 for every parameter whose gradient is 0 (an unused embedding row). */
+    KEY_NUM(adam_beta2, "0.98", 0, 0.9999999, "Adam beta2"),
+    KEY_NUM(adam_eps, "1e-09", 1e-30, 1, "Adam epsilon"),
     KEY_NUM(clip_norm, "0", 0, 1e9, "clip the gradient L2 norm to this; 0: off"),
     KEY_INT(tokens, "4096", 1, 1 << 30, "batch budget: padded tokens per side per batch"),
     KEY_INT(seed, "1", 0, 2147483647, "random seed (initialization, dropout)"),
@@ -109,6 +112,17 @@ static void enum_name(const char *choices, int i, char *buf, size_t n)
     snprintf(buf, n, "%.*s", (int)l, p);
 }
 
+static void format_num(double x, char *buf, size_t n);
+
+/* "key 'K': V is out of range [MIN, MAX]", the bounds as the table has them. */
+static int out_of_range(const struct tfm_config_key *k, const char *v, struct tfm_error *err)
+{
+    char lo[32], hi[32];
+    format_num(k->min, lo, sizeof lo);
+    format_num(k->max, hi, sizeof hi);
+    return tfm_fail(err, "key '%s': %s is out of range [%s, %s]", k->name, v, lo, hi);
+}
+
 /* Set key k from the NUL-terminated value v; message without place on failure. */
 static int set_value(struct tfm_config *c, const struct tfm_config_key *k, const char *v,
                      struct tfm_error *err)
@@ -131,8 +145,7 @@ static int set_value(struct tfm_config *c, const struct tfm_config_key *k, const
         if (*end != '\0')
             return tfm_fail(err, "key '%s': '%s' is not an integer", k->name, v);
         if (errno == ERANGE || n < (long long)k->min || n > (long long)k->max)
-            return tfm_fail(err, "key '%s': %s is out of range [%.17g, %.17g]", k->name, v,
-                            k->min, k->max);
+            return out_of_range(k, v, err);
         *(int *)field = (int)n;
         return 0;
     }
@@ -140,8 +153,7 @@ static int set_value(struct tfm_config *c, const struct tfm_config_key *k, const
     if (*end != '\0' || end == v)
         return tfm_fail(err, "key '%s': '%s' is not a number", k->name, v);
     if (!isfinite(x) || x < k->min || x > k->max)
-        return tfm_fail(err, "key '%s': %s is out of range [%.17g, %.17g]", k->name, v,
-                        k->min, k->max);
+        return out_of_range(k, v, err);
     *(double *)field = x;
     return 0;
 }

@@ -230,7 +230,7 @@ static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoi
     *precision = TFM_PRECISION_FP32;
     for (int i = 0; i < n; i++) {
         struct tfm_config c;
-        cks[i] = tfm_checkpoint_load(paths[i], TFM_CKPT_NO_OPTIMIZER | TFM_CKPT_MAPPED, err);
+        cks[i] = tfm_checkpoint_load(paths[i], TFM_CKPT_SKIP_OPTIMIZER | TFM_CKPT_MAPPED, err);
         if (!cks[i] || tfm_checkpoint_config(cks[i], &c, err))
             return -1;
         if (c.precision == TFM_PRECISION_BF16 ||

@@ -91,13 +91,19 @@ int tfm_dump(struct tfm_reader *r, FILE *out, int flags, struct tfm_error *err)
     const struct tfm_header *h = tfm_reader_header(r);
     fprintf(out, "stream %s version %d\n", tfm_reader_name(r), TFM_STREAM_VERSION);
     print_header(out, h);
-    if (flags & TFM_DUMP_HEADER)
-        return ferror(out) ? tfm_fail(err, "write error") : 0;
+    if (ferror(out))
+        return tfm_fail(err, "write error");
     struct tfm_record rec;
     int k;
+    /* With the header only, the records are still read and checked, printing nothing: a
+     * damaged stream fails as it does without -H. */
+    int header_only = flags & TFM_DUMP_HEADER;
     struct dump_state d = {out, tfm_reader_name(r), h->spm ? 2 : 1};
-    tfm_reader_on_member(r, next_stream, &d);
+    if (!header_only)
+        tfm_reader_on_member(r, next_stream, &d);
     while ((k = tfm_reader_next(r, &rec, err)) == 1) {
+        if (header_only)
+            continue;
         fprintf(out, "record %" PRIu64 " %s %s [", rec.index, rec.name, tfm_dtype_name(rec.dtype));
         for (int d = 0; d < rec.rank; d++)
             fprintf(out, d ? ",%" PRId64 : "%" PRId64, rec.dims[d]);
@@ -118,6 +124,8 @@ int tfm_dump(struct tfm_reader *r, FILE *out, int flags, struct tfm_error *err)
     tfm_reader_on_member(r, NULL, NULL);
     if (k < 0)
         return -1;
+    if (header_only)
+        return 0;
     fprintf(out, "end %" PRIu64 " records\n", d.n + 1);
     return ferror(out) ? tfm_fail(err, "write error") : 0;
 }

@@ -9,7 +9,7 @@
 #include "stream.h"
 
 #define TFM_DUMP_VALUES 1   /* print every element, a row of the last dimension a line */
-#define TFM_DUMP_HEADER 2   /* print the header only */
+#define TFM_DUMP_HEADER 2   /* print the header only (the records are still checked) */
 
 /* Print r's header and records to out.  Returns 0, or -1 with err on a stream error or a
  * failed write. */

@@ -7,6 +7,8 @@ the change made is wrong.
 
 usage: edit-checkpoint.py IN OUT [EDIT...]
   --config KEY=VALUE    the line "KEY = ..." of record "config" becomes "KEY = VALUE"
+  --header KEY=VALUE    the header's line "KEY=..." becomes "KEY=VALUE" (added when absent);
+                        any stream's header, not only a checkpoint's; "--header KEY" drops it
   --poison NAME VALUE   element 0 of f32 record NAME becomes VALUE (nan, inf, -1, ...)
   --drop NAME           record NAME is left out
   --copy NAME NEW       a copy of record NAME named NEW is added after the last record
@@ -88,6 +90,13 @@ def main(argv):
             r = find(records, "config")
             lines = r[3].decode().splitlines()
             lines = [f"{key} = {value}" if l.split("=")[0].strip() == key else l for l in lines]
+            r[3] = ("\n".join(lines) + "\n").encode()
+            r[2] = [len(r[3])]
+        elif op == "--header":
+            key, eq, value = args.pop(0).partition("=")
+            r = find(records, "tfm.header")
+            lines = [l for l in r[3].decode().splitlines() if l.partition("=")[0] != key]
+            lines += [f"{key}={value}"] if eq else []
             r[3] = ("\n".join(lines) + "\n").encode()
             r[2] = [len(r[3])]
         elif op == "--poison":

@@ -169,3 +169,23 @@ check_mean() {
     assert_failure 1
     [ ! -e "$T/x.tfm" ]
 }
+
+@test "a damaged Adam record is refused without --keep-optimizer too; decoding passes it over" {
+    f="$T/bad.tfm"
+    cp "$M/run/step-000006.tfm" "$f"
+    at=$(tfm-cat "$f" | awk '$3 == "adam.m.emb" { print $NF }')
+    printf 'A' | dd of="$f" bs=1 seek=$((at + 200)) conv=notrunc status=none
+    run tfm-cat "$f"
+    assert_failure 1
+    for k in "" -k; do
+        run tfm-avg $k -o "$T/x.tfm" "$M/run/step-000005.tfm" "$f"
+        assert_failure 1
+        assert_output --regexp "^tfm-avg: $f: record [0-9]+ 'adam.m.emb': at byte [0-9]+: crc mismatch$"
+        [ ! -e "$T/x.tfm" ]
+    done
+    # tfm-decode reads the parameters only (tfm-decode(1)): the same output as from the intact one
+    tfm-decode -q -m "$M/run/step-000006.tfm" --text "$M/test.tfm" > "$T/good.txt"
+    run tfm-decode -q -m "$f" --text "$M/test.tfm"
+    assert_success
+    assert_output "$(cat "$T/good.txt")"
+}

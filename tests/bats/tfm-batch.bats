@@ -303,3 +303,47 @@ rows() {
     assert_failure 1
     assert_output --regexp "^tfm-batch: $T/mixed.tfm: stream 2, record 1 'tfm.spm': at byte [0-9]+: vocabulary [0-9a-f]{8}, the first stream's is [0-9a-f]{8}: streams of different vocabularies are not read as one$"
 }
+
+@test "a target stream encoded with --bos is refused: the model adds bos itself" {
+    head -n 20 "$M/train.en" | tfm-tokenize encode -q -m "$M/spm.model" -o "$T/en20.tfm"
+    head -n 20 "$M/train.de" | tfm-tokenize encode -q -m "$M/spm.model" -o "$T/de20.tfm"
+    head -n 20 "$M/train.de" | tfm-tokenize encode -q --bos -m "$M/spm.model" -o "$T/bos.de.tfm"
+    head -n 20 "$M/train.en" | tfm-tokenize encode -q --bos -m "$M/spm.model" -o "$T/bos.en.tfm"
+    run tfm-batch -o "$T/b.tfm" "$T/en20.tfm" "$T/bos.de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bos.de.tfm: the target sentences begin with bos (bos=1 in the header, tfm-tokenize encode --bos): encode the targets without --bos; the model adds bos to the decoder's input itself"
+    [ ! -e "$T/b.tfm" ]
+    # through a pipe too, and whatever the source
+    run bash -c "tfm-batch -q '$T/bos.en.tfm' - < '$T/bos.de.tfm' > '$T/b.tfm'"
+    assert_failure 1
+    assert_output --partial "tfm-batch: <stdin>: the target sentences begin with bos"
+    # a source with bos is still batched, and the header says so
+    run tfm-batch -q -o "$T/b.tfm" "$T/bos.en.tfm" "$T/de20.tfm"
+    assert_success
+    assert_equal "$(meta "$T/b.tfm" src.bos)" 1
+}
+
+@test "a header vocab.size that is not a positive count is refused, naming file and key" {
+    edit() { python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/en.tfm" "$T/v.tfm" "$@"; }
+    for bad in 0 -5 x 12x ''; do
+        edit --header "vocab.size=$bad"
+        run tfm-batch -q -o "$T/b.tfm" "$T/v.tfm"
+        assert_failure 1
+        assert_output "tfm-batch: $T/v.tfm: header: vocab.size=$bad is not a positive count"
+        [ ! -e "$T/b.tfm" ]
+        # as the target as well
+        run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$T/v.tfm"
+        assert_failure 1
+        assert_output "tfm-batch: $T/v.tfm: header: vocab.size=$bad is not a positive count"
+    done
+    # a positive one is checked: ids of a 1000-piece vocabulary are not all below 5
+    edit --header vocab.size=5
+    run tfm-batch -q -o "$T/b.tfm" "$T/v.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: $T/v.tfm: .*outside the vocabulary \(5\)$"
+    # an absent one is not checked, as before
+    edit --header vocab.size
+    run tfm-batch -q -o "$T/b.tfm" "$T/v.tfm" "$M/de.tfm"
+    assert_success
+    assert_equal "$(meta "$T/b.tfm" vocab.size)" ""
+}

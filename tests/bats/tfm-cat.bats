@@ -30,6 +30,40 @@ setup() {
     assert_equal "${#lines[@]}" 3
 }
 
+@test "tfm-cat --header still checks the whole stream: a damaged one exits 1, as without it" {
+    T="$BATS_TEST_TMPDIR"
+    while IFS=$'\t' read -r file expect; do
+        [[ $file == \#* ]] && continue
+        run tfm-cat --header "$FIX/bad/$file"
+        [ "$status" -eq 1 ] || { echo "$file: exit $status, expected 1"; return 1; }
+        [[ $output == *"tfm-cat: $FIX/bad/$file: $expect"* ]] ||
+            { echo "$file: got: $output"; echo "expected: $expect"; return 1; }
+        run bash -c "cat '$FIX/bad/$file' | tfm-cat -H"
+        [ "$status" -eq 1 ] || { echo "$file via pipe: exit $status"; return 1; }
+    done < "$FIX/bad/EXPECTED"
+    # a real stream cut inside its records: the header is printed, then the error
+    seq 1 3000 | awk '{ print "the cat sat on mat number " $1 }' > "$T/text"
+    tfm-tokenize train -q -m "$T/spm.model" --vocab 200 "$T/text"
+    tfm-tokenize encode -q -m "$T/spm.model" -o "$T/full.tfm" "$T/text"
+    cut=$(tfm-cat "$T/full.tfm" | awk '$3 == "tokens.ids" { print $NF + int($6 / 2); exit }')
+    head -c "$cut" "$T/full.tfm" > "$T/cut.tfm"
+    run tfm-cat -H "$T/cut.tfm"
+    assert_failure 1
+    assert_line --index 1 "meta kind=tokens"
+    assert_line --regexp "^tfm-cat: $T/cut.tfm: record [0-9]+ 'tokens.ids': at byte [0-9]+: truncated payload"
+    refute_line --regexp "^(record|end) "
+    # junk after the end of a whole stream
+    { cat "$FIX/good.tfm"; echo junk; } > "$T/junk.tfm"
+    run tfm-cat -H "$T/junk.tfm"
+    assert_failure 1
+    assert_line "tfm-cat: $T/junk.tfm: at byte 520: input after the end record is not a tfm stream (bad magic)"
+    # a sound concatenation: the first stream's header only, exit 0
+    cat "$FIX/good.tfm" "$FIX/good.tfm" > "$T/two.tfm"
+    run tfm-cat -H "$T/two.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 3
+}
+
 @test "tfm-cat reads stdin, from a pipe and from a redirect" {
     run bash -c "cat '$FIX/good.tfm' | tfm-cat --values"
     assert_success

@@ -440,17 +440,44 @@ teardown() {
 }
 
 @test "NaN is reported with its update; no poisoned checkpoint is written" {
-    # Adam with eps 0 makes an exactly zero gradient (the pad row of the untied source
-    # embedding) 0/0 = NaN
-    run tfm-train "${SMALL[@]}" --set adam_eps=0 --set tie=0 -o "$T/n" --save-every 1 \
-        --max-steps 100 "$M/b.tfm"
+    # Adam moments at the top of fp32 (finite, so resume takes them): the next update's
+    # bias-corrected m and sqrt(v) overflow to Inf, and Inf/Inf is NaN
+    tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 3 -q "$M/b.tfm"
+    for d in n n2; do
+        mkdir "$T/$d"
+        python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/g/step-000003.tfm" \
+            "$T/$d/step-000003.tfm" --poison adam.m.enc.0.ffn.w1 3e38 \
+            --poison adam.v.enc.0.ffn.w1 3e38
+    done
+    run tfm-train -o "$T/n" --resume -j 1 --save-every 1 --max-steps 100 "$M/b.tfm"
     assert_failure 1
-    assert_output --regexp "tfm-train: update 1: $T/n/step-000001.tfm: 'param.src_emb' element [0-9]+ is NaN: not writing a poisoned checkpoint"
-    [ ! -e "$T/n/step-000001.tfm" ]
-    run tfm-train "${SMALL[@]}" --set adam_eps=0 --set tie=0 -o "$T/n2" --max-steps 100 "$M/b.tfm"
+    assert_output --partial "tfm-train: update 4: $T/n/step-000004.tfm: 'param.enc.0.ffn.w1' element 0 is NaN: not writing a poisoned checkpoint"
+    run ls "$T/n"
+    assert_output "step-000003.tfm"
+    run tfm-train -o "$T/n2" --resume -j 1 --max-steps 100 "$M/b.tfm"
     assert_failure 1
-    assert_output --regexp "tfm-train: update 2: .*NaN.*stopping without a checkpoint"
-    [ ! -e "$T/n2" ]            # nothing written: the directory it made is gone too
+    assert_output --regexp "tfm-train: update 5: .*([Nn]a[Nn]).*stopping without a checkpoint"
+    run ls "$T/n2"
+    assert_output "step-000003.tfm"
+}
+
+@test "Adam settings that fp32 cannot train with are refused: adam_eps 0, adam_beta2 1" {
+    # eps 0 made the update of an unused embedding row 0/0 (NaN at update 2); 1e-50 is 0
+    # in fp32; a beta2 of 0.99999999 is 1 in fp32 (NaN at update 2 too)
+    for kv in adam_eps=0 adam_eps=1e-50 adam_beta2=0.99999999 adam_beta2=1; do
+        run tfm-train "${SMALL[@]}" --set "$kv" --set tie=0 -o "$T/a" --max-steps 10 "$M/b.tfm"
+        assert_failure 2
+        assert_line --index 0 --regexp "^tfm-train: --set $kv: key '${kv%%=*}': ${kv#*=} is out of range \[(1e-30, 1|0, 0.9999999)\]$"
+        [ ! -e "$T/a" ]
+    done
+    printf 'adam_eps = 0\n' > "$T/ae.conf"
+    run tfm-train -c "$T/ae.conf" --print-config
+    assert_failure 1
+    assert_output "tfm-train: $T/ae.conf:1: key 'adam_eps': 0 is out of range [1e-30, 1]"
+    # the ends of the ranges train
+    run tfm-train "${SMALL[@]}" --set adam_eps=1e-30 --set adam_beta2=0.9999999 --set tie=0 \
+        -o "$T/ok" --max-steps 10 -q "$M/b.tfm"
+    assert_success
 }
 
 @test "--device cuda without a GPU is an error saying why; a bad process place too" {

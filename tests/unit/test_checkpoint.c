@@ -116,9 +116,9 @@ static int skip_adam(const char *name, void *ctx)
     return strncmp(name, "adam.", 5) == 0;
 }
 
-/* With TFM_CKPT_NO_OPTIMIZER the Adam records are passed over unread: a corrupt Adam
- * payload goes unnoticed (and costs nothing), while a full load still refuses it; a
- * corrupt parameter is refused either way. */
+/* With TFM_CKPT_NO_OPTIMIZER the Adam records are read, checked and dropped: a corrupt
+ * Adam payload is refused as by a full load.  With TFM_CKPT_SKIP_OPTIMIZER they are passed
+ * over unread: the corrupt payload goes unnoticed (and costs nothing). */
 static void test_skip_optimizer(void)
 {
     struct tfm_error err;
@@ -145,6 +145,12 @@ static void test_skip_optimizer(void)
     CHECK(c == NULL && strstr(err.msg, "'adam.v.w'") && strstr(err.msg, "crc mismatch"));
     tfm_checkpoint_free(c);
     c = tfm_checkpoint_load(bad, TFM_CKPT_NO_OPTIMIZER, &err);
+    CHECK(c == NULL && strstr(err.msg, "'adam.v.w'") && strstr(err.msg, "crc mismatch"));
+    tfm_checkpoint_free(c);
+    c = tfm_checkpoint_load(bad, TFM_CKPT_SKIP_OPTIMIZER, &err);
+    CHECK(c != NULL && c->ntensors == 2 && !tfm_checkpoint_find(c, "adam.m.w"));
+    tfm_checkpoint_free(c);
+    c = tfm_checkpoint_load(bad, TFM_CKPT_SKIP_OPTIMIZER | TFM_CKPT_MAPPED, &err);
     CHECK(c != NULL && c->ntensors == 2);
     tfm_checkpoint_free(c);
     /* the same through a pipe (no map: the skipped payloads are read and dropped) */
@@ -447,8 +453,9 @@ static void test_model_check(void)
     e = (struct edit){.poison = "adam.m.dec.0.cross.wkv", .bad = NAN, .adam = 1};
     CHECK_STR(check_msg("mnan.tfm", MODEL1, MODEL1, &e, 0, 1),
               "mnan.tfm: tensor adam.m.dec.0.cross.wkv: element 3 is NaN");
-    /* (passed over unread, the moments are not looked at) */
+    /* (dropped, or passed over unread, the moments are not looked at) */
     CHECK_STR(check_msg("mnan.tfm", MODEL1, MODEL1, &e, TFM_CKPT_NO_OPTIMIZER, 0), "");
+    CHECK_STR(check_msg("mnan.tfm", MODEL1, MODEL1, &e, TFM_CKPT_SKIP_OPTIMIZER, 0), "");
     e = (struct edit){.poison = "adam.v.enc.0.ln1.g", .bad = -1e-30f, .adam = 1};
     CHECK_STR(check_msg("vneg.tfm", MODEL1, MODEL1, &e, 0, 1),
               "vneg.tfm: tensor adam.v.enc.0.ln1.g: element 3 is negative (a second moment "
@@ -657,7 +664,8 @@ int main(void)
     t_run("checkpoint round trip", test_round_trip);
     t_run("state layout 1", test_state_layout_1);
     t_run("NaN and Inf are refused", test_poison_refused);
-    t_run("optimizer records passed over unread", test_skip_optimizer);
+    t_run("optimizer records dropped after their check, or passed over unread",
+          test_skip_optimizer);
     t_run("wrong kind, truncated, corrupt, missing", test_refusals);
     t_run("compatibility", test_compatible);
     t_run("directory list, last.tfm, prune", test_directory);

@@ -73,6 +73,21 @@ static void test_errors(void)
     CHECK(tfm_config_set(&c, "alpha=", "--set", &err) < 0);
     CHECK(tfm_config_set(&c, "warmup=99999999999", "--set", &err) < 0);
     CHECK(strstr(err.msg, "out of range") != NULL);
+    /* the bounds in the message as the table has them, shortest form */
+    CHECK(tfm_config_set(&c, "ln_eps=0", "--set", &err) < 0);
+    CHECK_STR(err.msg, "--set ln_eps=0: key 'ln_eps': 0 is out of range [1e-12, 1]");
+    /* Adam's epsilon of 0 (or below fp32's range) is 0/0 for a zero gradient; a beta2
+     * that is 1 in fp32 divides its bias correction by 0 */
+    CHECK(tfm_config_set(&c, "adam_eps=0", "--set", &err) < 0);
+    CHECK_STR(err.msg, "--set adam_eps=0: key 'adam_eps': 0 is out of range [1e-30, 1]");
+    CHECK(tfm_config_set(&c, "adam_eps=1e-50", "--set", &err) < 0);
+    CHECK(tfm_config_set(&c, "adam_eps=1e-30", "--set", &err) == 0);
+    CHECK((float)c.adam_eps > 0);
+    CHECK(tfm_config_set(&c, "adam_beta2=0.99999999", "--set", &err) < 0);
+    CHECK_STR(err.msg, "--set adam_beta2=0.99999999: key 'adam_beta2': 0.99999999 is out of "
+                       "range [0, 0.9999999]");
+    CHECK(tfm_config_set(&c, "adam_beta2=0.9999999", "--set", &err) == 0);
+    CHECK((float)c.adam_beta2 < 1.0f);
     CHECK(tfm_config_load(&c, "/nonexistent/x.conf", &err) < 0);
     CHECK(strstr(err.msg, "/nonexistent/x.conf: ") == err.msg);
     /* relations */
