@@ -236,7 +236,9 @@ int main(int argc, char **argv)
     } else if (o.resume && o.out_dir) {
         char path[4096];
         int found = tfm_checkpoint_find_last(o.out_dir, path, sizeof path, &err);
-        struct tfm_checkpoint *ck = found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_NO_OPTIMIZER, &err) : NULL;
+        /* its config only: the run loads and checks all of it before training */
+        struct tfm_checkpoint *ck =
+            found > 0 ? tfm_checkpoint_load(path, TFM_CKPT_SKIP_OPTIMIZER, &err) : NULL;
         if (found < 0 || (found > 0 && (!ck || tfm_checkpoint_config(ck, &cfg, &err)))) {
             tfm_checkpoint_free(ck);
             return tfm_cli_fail(&err, 1);
