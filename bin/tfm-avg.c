@@ -40,7 +40,11 @@ int main(int argc, char **argv)
                 return 2;
             last = (int)v;
             break;
-        case 'o': out = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            out = optarg;
+            break;
         case 'k': keep = 1; break;
         case 'h': return tfm_cli_help(HELP);
         case 'V': return tfm_cli_version(TFM_VERSION);

@@ -69,7 +69,11 @@ int main(int argc, char **argv)
             o.seed = (uint64_t)v;
             break;
         case 'z': o.flags |= TFM_DEFLATE; break;
-        case 'o': out = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            out = optarg;
+            break;
         case 'p': show = 1; quiet = 0; break;
         case 'q': quiet = 1; show = 0; break;
         case 'h': return tfm_cli_help(HELP);

@@ -203,8 +203,16 @@ int main(int argc, char **argv)
                                            optarg);
             o.device = optarg;
             break;
-        case 'o': out = optarg; break;
-        case O_ATTN: o.attention = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            out = optarg;
+            break;
+        case O_ATTN:
+            if (tfm_cli_path("--attention", optarg))
+                return 2;
+            o.attention = optarg;
+            break;
         case O_ATTN_ALL: o.attention_all = 1; break;
         case O_TREE:
             if ((o.tree = tfm_tree_mode_parse(optarg)) < 0)

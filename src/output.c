@@ -143,6 +143,8 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
 {
     memset(o, 0, sizeof *o);
     o->fd = -1;
+    if (!*path)
+        return tfm_fail(err, "an empty output path");
     int regular;
     if (resolve(path, &o->target, &regular, err))
         return -1;

@@ -26,8 +26,8 @@ struct tfm_output {
     char *tmp;      /* the temporary file beside target, or NULL when writing in place */
 };
 
-/* Open path for writing.  Returns 0, or -1 with "PATH: reason" (a directory, a
- * loop of links, an unwritable directory). */
+/* Open path for writing.  Returns 0, or -1 with "PATH: reason" (an empty path, a
+ * directory, a loop of links, an unwritable directory). */
 int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err);
 /* fsync, close and rename into place.  Returns 0 or -1 (and removes the temporary). */
 int tfm_output_commit(struct tfm_output *o, struct tfm_error *err);

@@ -40,3 +40,15 @@ TOOLS="tfm-avg tfm-batch tfm-cat tfm-decode tfm-score tfm-tokenize tfm-train"
         assert_output --regexp "^$t: .*/nonexistent/"
     done
 }
+
+@test "an empty output path is refused before any work, naming the flag" {
+    for cmd in "tfm-avg -o '' /nonexistent" "tfm-batch -o '' /nonexistent" \
+               "tfm-decode -m /nonexistent -o '' /nonexistent" \
+               "tfm-decode -m /nonexistent --attention '' -o x /nonexistent" \
+               "tfm-tokenize encode -m /nonexistent -o '' /nonexistent" \
+               "tfm-tokenize train -m '' /nonexistent"; do
+        run bash -c "$cmd"
+        [ "$status" -eq 2 ] || { echo "$cmd: exit $status"; false; }
+        assert_line --index 0 --regexp "^tfm-[a-z]+: --(output|attention|model): an empty path$"
+    done
+}

@@ -94,7 +94,7 @@ static void test_links(void)
     CHECK(put(t_path("nowhere"), "x", &err) == -1);
     CHECK(strstr(err.msg, "nowhere: No such file or directory") != NULL);
     CHECK(is_link(t_path("nowhere")));
-    /* a loop, a directory: refused */
+    /* a loop, a directory, an empty path: refused */
     CHECK(symlink("loop", t_path("loop")) == 0);
     CHECK(put(t_path("loop"), "x", &err) == -1);
     CHECK(strstr(err.msg, strerror(ELOOP)) != NULL);
@@ -103,6 +103,8 @@ static void test_links(void)
     CHECK(strstr(err.msg, "is a directory") != NULL);
     CHECK(put(t_path("d"), "x", &err) == -1);
     CHECK(strstr(err.msg, "is a directory") != NULL);
+    CHECK(put("", "x", &err) == -1);
+    CHECK(strstr(err.msg, "empty") != NULL);
 }
 
 static void test_in_place(void)
