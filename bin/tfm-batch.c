@@ -9,6 +9,7 @@
 
 #include "batch.h"
 #include "cli.h"
+#include "output.h"
 
 static const char USAGE[] =
     "usage: tfm-batch [--tokens N] [--max-len N] [--seed N] [--compress] [-o OUT]\n"
@@ -95,6 +96,7 @@ int main(int argc, char **argv)
         o.progress = progress;
     }
 
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_batch_plan st;
     struct tfm_error err;
     if (tfm_batch_run(src, tgt, out, &o, &st, &err)) {

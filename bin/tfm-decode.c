@@ -10,6 +10,7 @@
 #include "config.h"
 #include "decode.h"
 #include "device.h"
+#include "output.h"
 #include "treecon.h"
 
 static const char USAGE[] =
@@ -241,6 +242,7 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
                                    "(give -o OUT)");
     const char *in = optind < argc ? argv[optind] : "-";
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct progress pr = {progress && !quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;

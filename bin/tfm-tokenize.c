@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "output.h"
 #include "stream.h"
 #include "tokenize.h"
 #include "util.h"
@@ -173,6 +174,7 @@ static int run(int argc, char **argv, const char **options)
         }
     }
     topt.options = options;
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_error err;
     int nfiles = argc - optind;
 

@@ -1,9 +1,11 @@
 /* output.c: atomic outputs (see output.h): where a path leads, the temporary beside it,
- * and the rename. */
+ * the rename, and the registry of temporaries that a signal handler removes. */
 #include "output.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +18,89 @@
 
 /* Links followed before giving up with ELOOP, as the kernel's own limit. */
 #define MAX_LINKS 40
+
+/* ---- the registry of temporary files ---------------------------------------------- */
+
+/* A fixed table a signal handler can walk without locks or allocation.  A slot goes
+ * FREE -> TAKEN (filled by its owner) -> LIVE -> FREE when its owner is done with the
+ * file, or LIVE -> REMOVING when the handler claims it: then the handler owns the path
+ * until the process dies, and its owner must not free it.  The state changes are atomic
+ * compare-and-swaps, so a handler on one thread and an owner on another never both act
+ * on a slot.  pid is the process that made the file: a forked child inherits the table
+ * but must not remove its parent's files. */
+enum { SLOTS = 64 };
+enum { FREE, TAKEN, LIVE, REMOVING };
+
+static struct {
+    atomic_int state;
+    pid_t pid;
+    const char *path;
+} slots[SLOTS];
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler needs lock-free atomics");
+
+/* Enter path (which must stay allocated until temp_forget): 1 + its slot, or 0 when the
+ * table is full (the file is then left behind by a signal, as before). */
+static int temp_remember(const char *path)
+{
+    for (int i = 0; i < SLOTS; i++) {
+        int want = FREE;
+        if (atomic_compare_exchange_strong(&slots[i].state, &want, TAKEN)) {
+            slots[i].pid = getpid();
+            slots[i].path = path;
+            atomic_store(&slots[i].state, LIVE);
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* Take slot (1 + index, or 0: none) out of the table.  0, or -1 when a signal handler
+ * is removing the file right now: the process is ending and the path must not be freed. */
+static int temp_forget(int slot)
+{
+    if (slot <= 0)
+        return 0;
+    int want = LIVE;
+    return atomic_compare_exchange_strong(&slots[slot - 1].state, &want, FREE) ? 0 : -1;
+}
+
+/* Async-signal-safe: atomics, getpid, unlink, sigaction and raise only. */
+static void on_signal(int sig)
+{
+    pid_t self = getpid();
+    for (int i = 0; i < SLOTS; i++) {
+        int want = LIVE;
+        if (atomic_compare_exchange_strong(&slots[i].state, &want, REMOVING) &&
+            slots[i].pid == self)
+            unlink(slots[i].path);
+    }
+    /* die of the signal itself: it is blocked here, so it is delivered, with the default
+     * action, as this handler returns (raise sends it to this thread) */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+    raise(sig);
+}
+
+void tfm_output_catch_signals(void)
+{
+    static const int sigs[] = {SIGHUP, SIGINT, SIGTERM};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        sigaddset(&sa.sa_mask, sigs[i]);    /* one handler at a time on a thread */
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 /* ---- where a path leads ----------------------------------------------------------- */
 
@@ -132,10 +217,12 @@ static int resolve(const char *path, char **target, int *regular, struct tfm_err
 
 static void output_free(struct tfm_output *o)
 {
-    free(o->tmp);
+    if (temp_forget(o->slot) == 0)      /* else a signal handler is removing it */
+        free(o->tmp);
     free(o->path);
     free(o->target);
     o->path = o->target = o->tmp = NULL;
+    o->slot = 0;
     o->fd = -1;
 }
 
@@ -162,6 +249,8 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
             return tfm_fail(err, "%s: out of memory", path);
         }
         snprintf(o->tmp, n, "%s.tmp.%ld", o->target, (long)getpid());
+        /* in the registry before it exists: a signal in between leaves nothing */
+        o->slot = temp_remember(o->tmp);
         o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     }
     if (o->fd < 0) {
@@ -203,6 +292,7 @@ int tfm_output_commit(struct tfm_output *o, struct tfm_error *err)
     if (close(fd))
         goto fail;
     what = "rename";
+    /* renamed before it leaves the registry: a signal in between finds no file */
     if (rename(o->tmp, o->target))
         goto fail;
     output_free(o);

@@ -476,3 +476,29 @@ ids_by_cat() {
     [ -p "$T/fifo" ]
     cmp "$T/got.tfm" "$T/ref.tfm"
 }
+
+@test "SIGINT, SIGTERM, SIGHUP while the input is slow: no temporary left, 128 + the signal" {
+    env --default-signal=INT true 2> /dev/null || skip "env has no --default-signal"
+    mkfifo "$T/in"
+    for sig in INT:130 TERM:143 HUP:129; do
+        ( cat "$M/val.en"; exec sleep 30 ) > "$T/in" 3>&- &
+        w=$!
+        # background jobs start with SIGINT ignored: env gives the tool the default back
+        env --default-signal=INT,TERM,HUP \
+            tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/out.tfm" "$T/in" 3>&- &
+        p=$!
+        for _ in $(seq 100); do
+            compgen -G "$T/out.tfm.tmp.*" > /dev/null && break
+            sleep 0.1
+        done
+        compgen -G "$T/out.tfm.tmp.*" > /dev/null      # the output was under way
+        kill -"${sig%:*}" "$p"
+        st=0
+        wait "$p" || st=$?
+        kill "$w" 2> /dev/null || true
+        wait "$w" 2> /dev/null || true
+        [ "$st" -eq "${sig#*:}" ] || { echo "SIG${sig%:*}: exit $st"; false; }
+        run ls "$T"
+        refute_output --partial "out.tfm"
+    done
+}

@@ -1,11 +1,14 @@
 /* test_output: outputs that appear whole or not at all (src/output.h): where links lead,
- * and what is written in place. */
+ * what is written in place, and the temporaries a signal removes. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -150,10 +153,119 @@ static void test_in_place(void)
     close(fd);
 }
 
+/* ---- signals: each case in a child, which the signal ends ------------------------- */
+
+static void *wait_for_signal(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/* The child: an output open, then SIGTERM, taken by another thread (the main thread
+ * blocks it).  It must die of the signal, the temporary gone. */
+static void child_thread_signal(const char *path)
+{
+    struct tfm_error err;
+    struct tfm_output o;
+    tfm_output_catch_signals();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (tfm_output_open(&o, path, &err) || tfm_output_write(&o, "partial", 7, &err) ||
+        access(o.tmp, F_OK) != 0)
+        _exit(3);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_sigmask(SIG_SETMASK, &none, &set);  /* the thread is born with SIGTERM open */
+    int rc = pthread_create(&th, &attr, wait_for_signal, NULL);
+    pthread_sigmask(SIG_SETMASK, &set, NULL);
+    if (rc)
+        _exit(4);
+    kill(getpid(), SIGTERM);
+    sleep(10);
+    _exit(5);                           /* not reached: the signal ends the process */
+}
+
+/* The child forks: the grandchild dies of SIGINT, and must leave the child's temporary
+ * alone; the child then commits it and exits 0. */
+static void child_fork(const char *path)
+{
+    struct tfm_error err;
+    struct tfm_output o;
+    tfm_output_catch_signals();
+    if (tfm_output_open(&o, path, &err) || tfm_output_write(&o, "whole", 5, &err))
+        _exit(3);
+    pid_t g = fork();
+    if (g == 0) {
+        raise(SIGINT);
+        _exit(6);
+    }
+    int st;
+    if (g < 0 || waitpid(g, &st, 0) != g || !WIFSIGNALED(st) || WTERMSIG(st) != SIGINT)
+        _exit(4);
+    if (access(o.tmp, F_OK) != 0)
+        _exit(5);
+    _exit(tfm_output_commit(&o, &err) ? 7 : 0);
+}
+
+/* SIGHUP ignored before (nohup): still ignored after, the output finished. */
+static void child_ignored(const char *path)
+{
+    struct tfm_error err;
+    struct tfm_output o;
+    signal(SIGHUP, SIG_IGN);
+    tfm_output_catch_signals();
+    if (tfm_output_open(&o, path, &err))
+        _exit(3);
+    raise(SIGHUP);
+    _exit(tfm_output_write(&o, "kept", 4, &err) || tfm_output_commit(&o, &err) ? 4 : 0);
+}
+
+/* Run child(path) in a child process; its wait status; *pid its pid. */
+static int in_child(void (*child)(const char *), const char *path, pid_t *pid)
+{
+    fflush(stdout);
+    *pid = fork();
+    if (*pid == 0)
+        child(path);
+    int st = -1;
+    if (*pid < 0 || waitpid(*pid, &st, 0) != *pid)
+        return -1;
+    return st;
+}
+
+static void test_signals(void)
+{
+    pid_t pid;
+    const char *a = t_path("killed");
+    int st = in_child(child_thread_signal, a, &pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    CHECK(access(tmp_of(a, pid), F_OK) != 0);
+    CHECK(access(a, F_OK) != 0);
+
+    const char *b = t_path("forked");
+    st = in_child(child_fork, b, &pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_STR(contents(b), "whole");
+    CHECK(access(tmp_of(b, pid), F_OK) != 0);
+
+    const char *c = t_path("nohup");
+    st = in_child(child_ignored, c, &pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_STR(contents(c), "kept");
+}
+
 int main(void)
 {
     t_run("a regular file: replaced whole, an abort leaves the old one", test_regular);
     t_run("links: followed to their end, which is replaced; the links stay", test_links);
     t_run("devices, FIFOs, open files through /proc: written in place", test_in_place);
+    t_run("signals: the temporary removed, the process dies of the signal", test_signals);
     return t_done();
 }
