@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "output.h"
 
 static const char USAGE[] =
     "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT...\n";
@@ -40,7 +41,11 @@ int main(int argc, char **argv)
                 return 2;
             last = (int)v;
             break;
-        case 'o': out = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            out = optarg;
+            break;
         case 'k': keep = 1; break;
         case 'h': return tfm_cli_help(HELP);
         case 'V': return tfm_cli_version(TFM_VERSION);
@@ -49,6 +54,7 @@ int main(int argc, char **argv)
     }
     if (optind == argc)
         return tfm_cli_usage_error("no checkpoint or directory given");
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_error err;
     int nfiles = 0, cap = 0, status = 1;
     char **files = NULL;

@@ -9,6 +9,7 @@
 
 #include "batch.h"
 #include "cli.h"
+#include "output.h"
 
 static const char USAGE[] =
     "usage: tfm-batch [--tokens N] [--max-len N] [--seed N] [--compress] [-o OUT]\n"
@@ -69,7 +70,11 @@ int main(int argc, char **argv)
             o.seed = (uint64_t)v;
             break;
         case 'z': o.flags |= TFM_DEFLATE; break;
-        case 'o': out = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            out = optarg;
+            break;
         case 'p': show = 1; quiet = 0; break;
         case 'q': quiet = 1; show = 0; break;
         case 'h': return tfm_cli_help(HELP);
@@ -91,6 +96,7 @@ int main(int argc, char **argv)
         o.progress = progress;
     }
 
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_batch_plan st;
     struct tfm_error err;
     if (tfm_batch_run(src, tgt, out, &o, &st, &err)) {

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "decode.h"
 #include "device.h"
+#include "output.h"
 #include "treecon.h"
 
 static const char USAGE[] =
@@ -203,8 +204,16 @@ int main(int argc, char **argv)
                                            optarg);
             o.device = optarg;
             break;
-        case 'o': out = optarg; break;
-        case O_ATTN: o.attention = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            out = optarg;
+            break;
+        case O_ATTN:
+            if (tfm_cli_path("--attention", optarg))
+                return 2;
+            o.attention = optarg;
+            break;
         case O_ATTN_ALL: o.attention_all = 1; break;
         case O_TREE:
             if ((o.tree = tfm_tree_mode_parse(optarg)) < 0)
@@ -233,6 +242,7 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
                                    "(give -o OUT)");
     const char *in = optind < argc ? argv[optind] : "-";
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct progress pr = {progress && !quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;

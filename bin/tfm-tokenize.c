@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "output.h"
 #include "stream.h"
 #include "tokenize.h"
 #include "util.h"
@@ -108,7 +109,11 @@ static int run(int argc, char **argv, const char **options)
             return tfm_cli_usage_error("%s: option '%s' is not one of %s's", cmd,
                                        argv[optind - 1], cmd);
         switch (c) {
-        case 'm': model = optarg; break;
+        case 'm':
+            if (tfm_cli_path("--model", optarg))
+                return 2;
+            model = optarg;
+            break;
         case 'n':
             if (tfm_cli_int("--vocab", optarg, 5, 1000000, &v))
                 return 2;
@@ -155,7 +160,11 @@ static int run(int argc, char **argv, const char **options)
         case 'b': eopt.bos = 1; break;
         case 'e': eopt.eos = 1; break;
         case 'z': eopt.flags |= TFM_DEFLATE; break;
-        case 'o': output = optarg; break;
+        case 'o':
+            if (tfm_cli_path("--output", optarg))
+                return 2;
+            output = optarg;
+            break;
         case 'i': dopt.ids = 1; break;
         case 'p': progress = 1; break;
         case 'q': progress = 0; break;
@@ -165,6 +174,7 @@ static int run(int argc, char **argv, const char **options)
         }
     }
     topt.options = options;
+    tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_error err;
     int nfiles = argc - optind;
 

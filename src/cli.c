@@ -122,3 +122,10 @@ int tfm_cli_size(const char *flag, const char *s, double *v)
     *v = x * unit;
     return 0;
 }
+
+int tfm_cli_path(const char *flag, const char *s)
+{
+    if (!*s)
+        return tfm_cli_usage_error("%s: an empty path", flag);
+    return 0;
+}

@@ -51,4 +51,8 @@ int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int op
  * 0 and *v set, or 2 after "PROG: FLAG: 'S' is not a size (512M, 8G)" and the usage. */
 int tfm_cli_size(const char *flag, const char *s, double *v);
 
+/* A path given to FLAG: 0, or 2 after "PROG: FLAG: an empty path" and the usage.  An empty
+ * output path is refused here, before any work, rather than when the output is opened. */
+int tfm_cli_path(const char *flag, const char *s);
+
 #endif

@@ -9,6 +9,7 @@
 #include "decode.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "device.h"
 #include "hypread.h"
 #include "model.h"
+#include "output.h"
 #include "spm.h"
 #include "stream.h"
 #include "treecon.h"
@@ -448,17 +450,22 @@ static int write_text(const char *out_path, const struct tfm_corpus *c, const vo
     if (!spm)
         return tfm_error_prefix(err, "the model's vocabulary");
     int to_stdout = !out_path || strcmp(out_path, "-") == 0;
-    char tmp[4096];
+    struct tfm_output out;
     FILE *f = stdout;
     if (!to_stdout) {
-        if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid()) >= sizeof tmp) {
+        if (tfm_output_open(&out, out_path, err)) {
             tfm_spm_free(spm);
-            return tfm_fail(err, "%s: path too long", out_path);
+            return -1;
         }
-        f = fopen(tmp, "w");
-        if (!f) {
+        /* stdio's own descriptor: fclose flushes and closes it, out's stays for commit */
+        int fd = fcntl(out.fd, F_DUPFD_CLOEXEC, 0);
+        if (fd < 0 || !(f = fdopen(fd, "w"))) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            tfm_output_abort(&out);
             tfm_spm_free(spm);
-            return tfm_fail(err, "%s: %s", tmp, strerror(errno));
+            return tfm_fail(err, "%s: %s", out_path, strerror(e));
         }
     }
     struct text_out to = {f, nbest_format, to_stdout ? "<stdout>" : out_path};
@@ -466,11 +473,11 @@ static int write_text(const char *out_path, const struct tfm_corpus *c, const vo
     tfm_spm_free(spm);
     if (!to_stdout) {
         if (fclose(f) && rc == 0)
-            rc = tfm_fail(err, "%s: %s", out_path, strerror(errno));
-        if (rc == 0 && rename(tmp, out_path))
-            rc = tfm_fail(err, "%s: %s", out_path, strerror(errno));
-        if (rc)
-            unlink(tmp);
+            rc = tfm_fail(err, "%s: write error: %s", out_path, strerror(errno));
+        if (rc == 0)
+            rc = tfm_output_commit(&out, err);
+        else
+            tfm_output_abort(&out);
     } else if (fflush(stdout) && rc == 0) {
         rc = tfm_fail(err, "<stdout>: write error");
     }

@@ -1,19 +1,228 @@
-/* output.c: atomic outputs (see output.h). */
+/* output.c: atomic outputs (see output.h): where a path leads, the temporary beside it,
+ * the rename, and the registry of temporaries that a signal handler removes. */
 #include "output.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/vfs.h>
+#define PROC_SUPER_MAGIC 0x9fa0     /* <linux/magic.h> */
+#endif
+
+/* Links followed before giving up with ELOOP, as the kernel's own limit. */
+#define MAX_LINKS 40
+
+/* ---- the registry of temporary files ---------------------------------------------- */
+
+/* A fixed table a signal handler can walk without locks or allocation.  A slot goes
+ * FREE -> TAKEN (filled by its owner) -> LIVE -> FREE when its owner is done with the
+ * file, or LIVE -> REMOVING when the handler claims it: then the handler owns the path
+ * until the process dies, and its owner must not free it.  The state changes are atomic
+ * compare-and-swaps, so a handler on one thread and an owner on another never both act
+ * on a slot.  pid is the process that made the file: a forked child inherits the table
+ * but must not remove its parent's files. */
+enum { SLOTS = 64 };
+enum { FREE, TAKEN, LIVE, REMOVING };
+
+static struct {
+    atomic_int state;
+    pid_t pid;
+    const char *path;
+} slots[SLOTS];
+
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "a signal handler needs lock-free atomics");
+
+/* Enter path (which must stay allocated until temp_forget): 1 + its slot, or 0 when the
+ * table is full (the file is then left behind by a signal, as before). */
+static int temp_remember(const char *path)
+{
+    for (int i = 0; i < SLOTS; i++) {
+        int want = FREE;
+        if (atomic_compare_exchange_strong(&slots[i].state, &want, TAKEN)) {
+            slots[i].pid = getpid();
+            slots[i].path = path;
+            atomic_store(&slots[i].state, LIVE);
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+/* Take slot (1 + index, or 0: none) out of the table.  0, or -1 when a signal handler
+ * is removing the file right now: the process is ending and the path must not be freed. */
+static int temp_forget(int slot)
+{
+    if (slot <= 0)
+        return 0;
+    int want = LIVE;
+    return atomic_compare_exchange_strong(&slots[slot - 1].state, &want, FREE) ? 0 : -1;
+}
+
+/* Async-signal-safe: atomics, getpid, unlink, sigaction and raise only. */
+static void on_signal(int sig)
+{
+    pid_t self = getpid();
+    for (int i = 0; i < SLOTS; i++) {
+        int want = LIVE;
+        if (atomic_compare_exchange_strong(&slots[i].state, &want, REMOVING) &&
+            slots[i].pid == self)
+            unlink(slots[i].path);
+    }
+    /* die of the signal itself: it is blocked here, so it is delivered, with the default
+     * action, as this handler returns (raise sends it to this thread) */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+    raise(sig);
+}
+
+void tfm_output_catch_signals(void)
+{
+    static const int sigs[] = {SIGHUP, SIGINT, SIGTERM};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        sigaddset(&sa.sa_mask, sigs[i]);    /* one handler at a time on a thread */
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* ---- where a path leads ----------------------------------------------------------- */
+
+/* Whether path is an entry of /proc.  Its links (/proc/self/fd/N, where /dev/stdout and
+ * /dev/fd/N lead) name open files, not places: what they lead to is written in place. */
+static int in_proc(const char *path)
+{
+#ifdef __linux__
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return 0;
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    struct statfs fs;
+    return statfs(dir, &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
+#else
+    (void)path;
+    return 0;
+#endif
+}
+
+/* The target of the link at path, as a path usable from here (a relative target is
+ * relative to the link's directory), malloc'd; NULL with errno set. */
+static char *link_target(const char *path, size_t size_hint)
+{
+    size_t cap = size_hint + 1 > 256 ? size_hint + 1 : 256;
+    for (;;) {
+        char *t = malloc(cap);
+        if (!t)
+            return NULL;
+        ssize_t n = readlink(path, t, cap);
+        if (n < 0) {
+            free(t);
+            return NULL;
+        }
+        if ((size_t)n < cap) {
+            t[n] = '\0';
+            const char *slash = strrchr(path, '/');
+            if (t[0] == '/' || !slash)
+                return t;
+            size_t dir = (size_t)(slash - path) + 1, len = (size_t)n + 1;
+            char *joined = malloc(dir + len);
+            if (joined) {
+                memcpy(joined, path, dir);
+                memcpy(joined + dir, t, len);
+            }
+            free(t);
+            return joined;
+        }
+        free(t);                        /* the link grew as it was read: again, larger */
+        cap *= 2;
+    }
+}
+
+/* Follow the links at path to their end: *target (malloc'd) is the file to replace
+ * through a temporary beside it, or NULL when what path leads to is written in place
+ * (*regular then says whether that is a regular file).  0, or -1 with "PATH: reason". */
+static int resolve(const char *path, char **target, int *regular, struct tfm_error *err)
+{
+    *target = NULL;
+    *regular = 0;
+    char *cur = strdup(path);
+    if (!cur)
+        return tfm_fail(err, "%s: out of memory", path);
+    for (int links = 0;; links++) {
+        struct stat st;
+        int e;
+        if (in_proc(cur)) {
+            free(cur);
+            if (stat(path, &st) != 0)
+                return tfm_fail(err, "%s: %s", path, strerror(errno));
+            if (S_ISDIR(st.st_mode))
+                return tfm_fail(err, "%s: is a directory", path);
+            *regular = S_ISREG(st.st_mode);
+            return 0;
+        }
+        if (lstat(cur, &st) != 0) {
+            e = errno;
+            if (e == ENOENT) {          /* a new file (its directory is checked on open) */
+                *target = cur;
+                return 0;
+            }
+            free(cur);
+            return tfm_fail(err, "%s: %s", path, strerror(e));
+        }
+        if (S_ISDIR(st.st_mode)) {
+            free(cur);
+            return tfm_fail(err, "%s: is a directory", path);
+        }
+        if (!S_ISLNK(st.st_mode)) {
+            if (S_ISREG(st.st_mode))
+                *target = cur;
+            else                        /* a device, a FIFO, a socket */
+                free(cur);
+            return 0;
+        }
+        if (links == MAX_LINKS) {
+            free(cur);
+            return tfm_fail(err, "%s: %s", path, strerror(ELOOP));
+        }
+        char *next = link_target(cur, (size_t)st.st_size);
+        e = errno;
+        free(cur);
+        if (!next)
+            return tfm_fail(err, "%s: %s", path, strerror(e));
+        cur = next;
+    }
+}
+
+/* ---- outputs ---------------------------------------------------------------------- */
 
 static void output_free(struct tfm_output *o)
 {
+    if (temp_forget(o->slot) == 0)      /* else a signal handler is removing it */
+        free(o->tmp);
     free(o->path);
-    free(o->tmp);
-    o->path = o->tmp = NULL;
+    free(o->target);
+    o->path = o->target = o->tmp = NULL;
+    o->slot = 0;
     o->fd = -1;
 }
 
@@ -21,22 +230,27 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
 {
     memset(o, 0, sizeof *o);
     o->fd = -1;
-    struct stat st;
-    int in_place = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
-    if (in_place && S_ISDIR(st.st_mode))
-        return tfm_fail(err, "%s: is a directory", path);
-    o->path = strdup(path);
-    if (!o->path)
+    if (!*path)
+        return tfm_fail(err, "an empty output path");
+    int regular;
+    if (resolve(path, &o->target, &regular, err))
+        return -1;
+    if (!(o->path = strdup(path))) {
+        output_free(o);
         return tfm_fail(err, "%s: out of memory", path);
-    if (in_place) {
-        o->fd = open(path, O_WRONLY | O_CLOEXEC);
+    }
+    if (!o->target) {
+        /* in place; a regular file here is an open file named through /proc */
+        o->fd = open(path, O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
     } else {
-        size_t n = strlen(path) + 32;
+        size_t n = strlen(o->target) + 32;
         if (!(o->tmp = malloc(n))) {
             output_free(o);
             return tfm_fail(err, "%s: out of memory", path);
         }
-        snprintf(o->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+        snprintf(o->tmp, n, "%s.tmp.%ld", o->target, (long)getpid());
+        /* in the registry before it exists: a signal in between leaves nothing */
+        o->slot = temp_remember(o->tmp);
         o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     }
     if (o->fd < 0) {
@@ -64,7 +278,7 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
 
 int tfm_output_commit(struct tfm_output *o, struct tfm_error *err)
 {
-    if (!o->tmp) {                       /* in place: a device or FIFO */
+    if (!o->tmp) {                       /* in place: a device, a FIFO, an open file */
         int rc = close(o->fd) ? tfm_fail(err, "%s: %s", o->path, strerror(errno)) : 0;
         output_free(o);
         return rc;
@@ -78,7 +292,8 @@ int tfm_output_commit(struct tfm_output *o, struct tfm_error *err)
     if (close(fd))
         goto fail;
     what = "rename";
-    if (rename(o->tmp, o->path))
+    /* renamed before it leaves the registry: a signal in between finds no file */
+    if (rename(o->tmp, o->target))
         goto fail;
     output_free(o);
     return 0;

@@ -2,9 +2,20 @@
  *
  * A regular file (or a path that does not exist yet) is written as "PATH.tmp.PID" beside
  * it and renamed over PATH by tfm_output_commit, after fsync, so a reader never sees half
- * an output and a killed writer leaves the old file untouched.  Anything else at PATH (a
- * device such as /dev/null, a FIFO, a socket) is written in place: renaming a file over
- * it would replace the device.  Every tool's output path goes through here.
+ * an output and a killed writer leaves the old file untouched.  A symbolic link is
+ * followed to its end and that file is replaced (created beside it, renamed onto it): the
+ * link stays and points at the new file.  Anything else (a device such as /dev/null, a
+ * FIFO, a terminal, or an open file named through /proc, as /dev/stdout and /dev/fd/N
+ * are) is written in place, as the shell's `>` would: renaming a file over it would
+ * replace the device, or the link, instead of writing to it.  A regular file reached
+ * through /proc is appended to, so that what is written follows what is already there
+ * (`>>` or a group of commands sharing the file).  Every tool's output path goes through
+ * here.
+ *
+ * The temporary files open at any moment are kept in a registry that a signal handler can
+ * read: a tool that calls tfm_output_catch_signals has them removed when SIGINT, SIGTERM
+ * or SIGHUP ends it.  Nothing is caught unless a tool asks (tfm-train has its own
+ * handling: it finishes the update and saves).
  */
 #ifndef TFM_OUTPUT_H
 #define TFM_OUTPUT_H
@@ -16,10 +27,13 @@
 struct tfm_output {
     int fd;
     char *path;     /* as given */
-    char *tmp;      /* the temporary file, or NULL when writing in place */
+    char *target;   /* what tmp is renamed onto: path, or the end of its links */
+    char *tmp;      /* the temporary file beside target, or NULL when writing in place */
+    int slot;       /* 1 + tmp's place in the registry of temporaries; 0: not there */
 };
 
-/* Open path for writing.  Returns 0, or -1 with "PATH: reason". */
+/* Open path for writing.  Returns 0, or -1 with "PATH: reason" (an empty path, a
+ * directory, a loop of links, an unwritable directory). */
 int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err);
 /* fsync, close and rename into place.  Returns 0 or -1 (and removes the temporary). */
 int tfm_output_commit(struct tfm_output *o, struct tfm_error *err);
@@ -27,5 +41,12 @@ int tfm_output_commit(struct tfm_output *o, struct tfm_error *err);
 void tfm_output_abort(struct tfm_output *o);
 /* Write all n bytes (retrying short writes).  Returns 0 or -1 with "PATH: write error". */
 int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_error *err);
+
+/* For the mains of tools that write outputs: on SIGINT, SIGTERM or SIGHUP remove every
+ * temporary file this process has open, then die of the signal (exit status 128 + the
+ * signal, as seen by a shell).  The handler runs on whichever thread takes the signal; a
+ * forked child removes nothing of its parent's.  A signal ignored when the process started
+ * (nohup, a background job) stays ignored. */
+void tfm_output_catch_signals(void);
 
 #endif

@@ -14,8 +14,9 @@
  * the same vocabulary (tfm.spm byte for byte) and the same TFM_SAME_KEYS; its records
  * follow the first stream's.  Anything else after an end record is an error, and so is
  * any input after a checkpoint's end.
- * Writers to a path write "PATH.tmp.PID" and rename it on tfm_writer_close, so an output
- * appears whole or not at all; "-" is stdout.
+ * Writers to a path go through output.h ("PATH.tmp.PID" renamed on tfm_writer_close;
+ * links followed, devices written in place), so an output appears whole or not at all;
+ * "-" is stdout.
  */
 #ifndef TFM_STREAM_H
 #define TFM_STREAM_H

@@ -54,3 +54,40 @@ TOOLS="tfm-avg tfm-batch tfm-cat tfm-decode tfm-score tfm-tokenize tfm-train"
     assert_failure 1
     assert_output --partial "$BATS_TEST_TMPDIR/dir.tfm: at byte 0: Is a directory"
 }
+
+@test "an empty output path is refused before any work, naming the flag" {
+    for cmd in "tfm-avg -o '' /nonexistent" "tfm-batch -o '' /nonexistent" \
+               "tfm-decode -m /nonexistent -o '' /nonexistent" \
+               "tfm-decode -m /nonexistent --attention '' -o x /nonexistent" \
+               "tfm-tokenize encode -m /nonexistent -o '' /nonexistent" \
+               "tfm-tokenize train -m '' /nonexistent"; do
+        run bash -c "$cmd"
+        [ "$status" -eq 2 ] || { echo "$cmd: exit $status"; false; }
+        assert_line --index 0 --regexp "^tfm-[a-z]+: --(output|attention|model): an empty path$"
+    done
+}
+
+@test "the tools that write files catch SIGINT, SIGTERM and SIGHUP (to remove their temporaries)" {
+    [ -r /proc/self/status ] || skip "no /proc"
+    env --default-signal=INT true 2> /dev/null || skip "env has no --default-signal"
+    T="$BATS_TEST_TMPDIR"
+    mkfifo "$T/in"
+    # each blocks opening its input, a FIFO no one writes, with its outputs not yet begun
+    for cmd in "tfm-avg -o $T/o.tfm $T/in" "tfm-batch -q -o $T/o.tfm $T/in" \
+               "tfm-decode -q -m $T/in -o $T/o.txt" \
+               "tfm-tokenize encode -q -m $T/in -o $T/o.tfm"; do
+        env --default-signal=INT,TERM,HUP $cmd 3>&- &
+        p=$!
+        caught=0
+        for _ in $(seq 50); do
+            cgt=$(awk '/^SigCgt:/ { print $2 }' "/proc/$p/status" 2> /dev/null)
+            (( (0x${cgt:-0} & 0x4003) == 0x4003 )) && { caught=1; break; }     # HUP INT TERM
+            sleep 0.1
+        done
+        kill -TERM "$p"
+        st=0
+        wait "$p" || st=$?
+        [ "$caught" = 1 ] || { echo "$cmd: SigCgt ${cgt:-?}"; false; }
+        [ "$st" -eq 143 ] || { echo "$cmd: exit $st after SIGTERM"; false; }
+    done
+}

@@ -189,3 +189,16 @@ check_mean() {
     assert_success
     assert_output "$(cat "$T/good.txt")"
 }
+
+@test "-o a link: the checkpoint replaces the link's target, the link stays" {
+    tfm-avg -n 2 -o "$T/ref.tfm" "$M/run"
+    mkdir "$T/models"
+    echo old > "$T/models/avg.tfm"
+    ln -s models/avg.tfm "$T/avg.tfm"
+    run tfm-avg -n 2 -o "$T/avg.tfm" "$M/run"
+    assert_success
+    [ -L "$T/avg.tfm" ]
+    cmp "$T/models/avg.tfm" "$T/ref.tfm"
+    run ls "$T" "$T/models"
+    refute_output --partial ".tmp"
+}

@@ -347,3 +347,24 @@ rows() {
     assert_success
     assert_equal "$(meta "$T/b.tfm" vocab.size)" ""
 }
+
+@test "-o a link keeps the link; -o /dev/fd/1 or /dev/stdout writes the redirected file" {
+    tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/ref.tfm"
+    echo old > "$T/target.tfm"
+    ln -s target.tfm "$T/link.tfm"
+    run tfm-batch -q -o "$T/link.tfm" "$M/en.tfm" "$M/de.tfm"
+    assert_success
+    [ -L "$T/link.tfm" ]
+    cmp "$T/target.tfm" "$T/ref.tfm"
+    [ -e /proc/self/fd/1 ] || skip "no /proc"
+    outs=(/dev/fd/1)
+    # as root, a regression would rename a file over /dev/stdout itself: not risked there
+    [ -w /dev ] || outs+=(/dev/stdout)
+    for o in "${outs[@]}"; do
+        run bash -c "tfm-batch -q -o $o '$M/en.tfm' '$M/de.tfm' > '$T/got.tfm'"
+        assert_success
+        cmp "$T/got.tfm" "$T/ref.tfm"
+    done
+    run ls "$T"
+    refute_output --partial ".tmp"
+}

@@ -469,3 +469,19 @@ PY
     run tfm-decode -q -m "$M/model.tfm" --alpha 10 --text "$M/test.tfm"
     assert_success
 }
+
+@test "tfm-decode --text -o: a link keeps the link, /dev/fd/1 writes the redirected file" {
+    tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
+    echo old > "$T/target.txt"
+    ln -s target.txt "$T/link.txt"
+    run tfm-decode -q -m "$M/model.tfm" --text -o "$T/link.txt" "$M/test.tfm"
+    assert_success
+    [ -L "$T/link.txt" ]
+    diff "$T/target.txt" "$T/want.txt"
+    [ -e /proc/self/fd/1 ] || skip "no /proc"
+    run bash -c "tfm-decode -q -m '$M/model.tfm' --text -o /dev/fd/1 '$M/test.tfm' > '$T/got.txt'"
+    assert_success
+    diff "$T/got.txt" "$T/want.txt"
+    run ls "$T"
+    refute_output --partial ".tmp"
+}

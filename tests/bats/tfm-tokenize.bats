@@ -423,3 +423,82 @@ ids_by_cat() {
     assert_failure 1
     assert_output "tfm-tokenize: write error: No space left on device"
 }
+
+@test "-o a link: the link stays and its target gets the stream; train -m too" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    mkdir "$T/d"
+    echo old > "$T/d/target.tfm"
+    ln -s d/target.tfm "$T/link.tfm"
+    run tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/link.tfm" "$M/val.en"
+    assert_success
+    [ -L "$T/link.tfm" ]
+    cmp "$T/d/target.tfm" "$T/ref.tfm"
+    # a link to a file not yet made: made where the link points
+    ln -s d/new.tfm "$T/later.tfm"
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/later.tfm" "$M/val.en"
+    [ -L "$T/later.tfm" ]
+    cmp "$T/d/new.tfm" "$T/ref.tfm"
+    ln -s d/m.model "$T/m.model"
+    tfm-tokenize train -q -m "$T/m.model" --vocab 200 "$M/val.en"
+    [ -L "$T/m.model" ] && [ -s "$T/d/m.model" ]
+    run ls "$T" "$T/d"
+    refute_output --partial ".tmp"
+}
+
+@test "-o /dev/fd/1, /dev/stdout or a link to /proc/self/fd/1: into the redirected file" {
+    [ -e /proc/self/fd/1 ] || skip "no /proc"
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    ln -s /proc/self/fd/1 "$T/out.link"
+    outs=(/dev/fd/1 "$T/out.link")
+    # as root, a regression would rename a file over /dev/stdout itself: not risked there
+    [ -w /dev ] || outs+=(/dev/stdout)
+    for o in "${outs[@]}"; do
+        run bash -c "tfm-tokenize encode -q -m '$M/bpe.model' -o '$o' '$M/val.en' > '$T/got.tfm'"
+        assert_success
+        cmp "$T/got.tfm" "$T/ref.tfm"
+    done
+    [ -L "$T/out.link" ]
+    # appended to what the shell wrote before, as `>>` asks
+    run bash -c "{ echo head; tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/fd/1 '$M/val.en'; } > '$T/two'"
+    assert_success
+    cmp <(echo head; cat "$T/ref.tfm") "$T/two"
+    run ls "$T"
+    refute_output --partial ".tmp"
+}
+
+@test "-o a FIFO: written in place for the process reading it" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    mkfifo "$T/fifo"
+    cat "$T/fifo" > "$T/got.tfm" 3>&- &
+    run tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/fifo" "$M/val.en"
+    assert_success
+    wait $!
+    [ -p "$T/fifo" ]
+    cmp "$T/got.tfm" "$T/ref.tfm"
+}
+
+@test "SIGINT, SIGTERM, SIGHUP while the input is slow: no temporary left, 128 + the signal" {
+    env --default-signal=INT true 2> /dev/null || skip "env has no --default-signal"
+    mkfifo "$T/in"
+    for sig in INT:130 TERM:143 HUP:129; do
+        ( cat "$M/val.en"; exec sleep 30 ) > "$T/in" 3>&- &
+        w=$!
+        # background jobs start with SIGINT ignored: env gives the tool the default back
+        env --default-signal=INT,TERM,HUP \
+            tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/out.tfm" "$T/in" 3>&- &
+        p=$!
+        for _ in $(seq 100); do
+            compgen -G "$T/out.tfm.tmp.*" > /dev/null && break
+            sleep 0.1
+        done
+        compgen -G "$T/out.tfm.tmp.*" > /dev/null      # the output was under way
+        kill -"${sig%:*}" "$p"
+        st=0
+        wait "$p" || st=$?
+        kill "$w" 2> /dev/null || true
+        wait "$w" 2> /dev/null || true
+        [ "$st" -eq "${sig#*:}" ] || { echo "SIG${sig%:*}: exit $st"; false; }
+        run ls "$T"
+        refute_output --partial "out.tfm"
+    done
+}

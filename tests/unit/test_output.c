@@ -1,0 +1,271 @@
+/* test_output: outputs that appear whole or not at all (src/output.h): where links lead,
+ * what is written in place, and the temporaries a signal removes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "output.h"
+
+/* Write s to path through output.c; 0 or -1 (err set). */
+static int put(const char *path, const char *s, struct tfm_error *err)
+{
+    struct tfm_output o;
+    if (tfm_output_open(&o, path, err))
+        return -1;
+    if (tfm_output_write(&o, s, strlen(s), err)) {
+        tfm_output_abort(&o);
+        return -1;
+    }
+    return tfm_output_commit(&o, err);
+}
+
+/* The first bytes of path, or "" when it cannot be read (valid until the next call). */
+static const char *contents(const char *path)
+{
+    static char buf[256];
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f) {
+        buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+        fclose(f);
+    }
+    return buf;
+}
+
+static int is_link(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+/* The temporary a process pid would write for path. */
+static const char *tmp_of(const char *path, long pid)
+{
+    static char p[600];
+    snprintf(p, sizeof p, "%s.tmp.%ld", path, pid);
+    return p;
+}
+
+static void test_regular(void)
+{
+    struct tfm_error err;
+    const char *a = t_path("a");
+    CHECK(put(a, "one", &err) == 0);
+    CHECK_STR(contents(a), "one");
+    CHECK(put(a, "two", &err) == 0);
+    CHECK_STR(contents(a), "two");
+    CHECK(access(tmp_of(a, getpid()), F_OK) != 0);
+    /* aborted: the old file stays, no temporary */
+    struct tfm_output o;
+    CHECK(tfm_output_open(&o, a, &err) == 0);
+    CHECK(tfm_output_write(&o, "three", 5, &err) == 0);
+    CHECK(access(tmp_of(a, getpid()), F_OK) == 0);
+    tfm_output_abort(&o);
+    tfm_output_abort(&o);
+    CHECK_STR(contents(a), "two");
+    CHECK(access(tmp_of(a, getpid()), F_OK) != 0);
+}
+
+static void test_links(void)
+{
+    struct tfm_error err;
+    /* a chain of links, one relative to its own directory: the end is replaced */
+    CHECK(mkdir(t_path("d"), 0777) == 0);
+    CHECK(put(t_path("target"), "old", &err) == 0);
+    CHECK(symlink("../target", t_path("d/rel")) == 0);
+    CHECK(symlink("d/rel", t_path("link")) == 0);
+    CHECK(put(t_path("link"), "new", &err) == 0);
+    CHECK(is_link(t_path("link")) && is_link(t_path("d/rel")));
+    CHECK_STR(contents(t_path("target")), "new");
+    CHECK(access(tmp_of(t_path("link"), getpid()), F_OK) != 0);
+    CHECK(access(tmp_of(t_path("target"), getpid()), F_OK) != 0);
+    /* a link to a file not yet made, in a directory that exists: made there */
+    CHECK(symlink("d/later", t_path("dangling")) == 0);
+    CHECK(put(t_path("dangling"), "made", &err) == 0);
+    CHECK(is_link(t_path("dangling")));
+    CHECK_STR(contents(t_path("d/later")), "made");
+    /* ... in a directory that does not: an error naming the path given */
+    CHECK(symlink("nodir/x", t_path("nowhere")) == 0);
+    CHECK(put(t_path("nowhere"), "x", &err) == -1);
+    CHECK(strstr(err.msg, "nowhere: No such file or directory") != NULL);
+    CHECK(is_link(t_path("nowhere")));
+    /* a loop, a directory, an empty path: refused */
+    CHECK(symlink("loop", t_path("loop")) == 0);
+    CHECK(put(t_path("loop"), "x", &err) == -1);
+    CHECK(strstr(err.msg, strerror(ELOOP)) != NULL);
+    CHECK(symlink("d", t_path("dirlink")) == 0);
+    CHECK(put(t_path("dirlink"), "x", &err) == -1);
+    CHECK(strstr(err.msg, "is a directory") != NULL);
+    CHECK(put(t_path("d"), "x", &err) == -1);
+    CHECK(strstr(err.msg, "is a directory") != NULL);
+    CHECK(put("", "x", &err) == -1);
+    CHECK(strstr(err.msg, "empty") != NULL);
+}
+
+static void test_in_place(void)
+{
+    struct tfm_error err;
+    /* a device: written, not replaced */
+    CHECK(put("/dev/null", "x", &err) == 0);
+    struct stat st;
+    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    /* a FIFO with a reader: what is written comes out of it */
+    const char *fifo = t_path("fifo");
+    CHECK(mkfifo(fifo, 0666) == 0);
+    int r = open(fifo, O_RDONLY | O_NONBLOCK);
+    CHECK(r >= 0);
+    CHECK(put(fifo, "piped", &err) == 0);
+    char buf[16] = {0};
+    CHECK(read(r, buf, sizeof buf - 1) == 5);
+    CHECK_STR(buf, "piped");
+    close(r);
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    CHECK(access(tmp_of(fifo, getpid()), F_OK) != 0);
+    /* an open file named through /proc (as /dev/stdout is), directly or by a link: the
+     * same file, appended to, the link kept */
+    const char *p = t_path("opened");
+    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    CHECK(fd >= 0 && write(fd, "head,", 5) == 5);
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (access(proc, F_OK) != 0) {
+        close(fd);
+        t_skip("no /proc");
+        return;
+    }
+    CHECK(stat(p, &st) == 0);
+    ino_t ino = st.st_ino;
+    CHECK(put(proc, "one,", &err) == 0);
+    CHECK(symlink(proc, t_path("via")) == 0);
+    CHECK(put(t_path("via"), "two", &err) == 0);
+    CHECK(is_link(t_path("via")));
+    CHECK_STR(contents(p), "head,one,two");
+    CHECK(stat(p, &st) == 0 && st.st_ino == ino);
+    CHECK(access(tmp_of(t_path("via"), getpid()), F_OK) != 0);
+    close(fd);
+}
+
+/* ---- signals: each case in a child, which the signal ends ------------------------- */
+
+static void *wait_for_signal(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
+}
+
+/* The child: an output open, then SIGTERM, taken by another thread (the main thread
+ * blocks it).  It must die of the signal, the temporary gone. */
+static void child_thread_signal(const char *path)
+{
+    struct tfm_error err;
+    struct tfm_output o;
+    tfm_output_catch_signals();
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    if (tfm_output_open(&o, path, &err) || tfm_output_write(&o, "partial", 7, &err) ||
+        access(o.tmp, F_OK) != 0)
+        _exit(3);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_sigmask(SIG_SETMASK, &none, &set);  /* the thread is born with SIGTERM open */
+    int rc = pthread_create(&th, &attr, wait_for_signal, NULL);
+    pthread_sigmask(SIG_SETMASK, &set, NULL);
+    if (rc)
+        _exit(4);
+    kill(getpid(), SIGTERM);
+    sleep(10);
+    _exit(5);                           /* not reached: the signal ends the process */
+}
+
+/* The child forks: the grandchild dies of SIGINT, and must leave the child's temporary
+ * alone; the child then commits it and exits 0. */
+static void child_fork(const char *path)
+{
+    struct tfm_error err;
+    struct tfm_output o;
+    tfm_output_catch_signals();
+    if (tfm_output_open(&o, path, &err) || tfm_output_write(&o, "whole", 5, &err))
+        _exit(3);
+    pid_t g = fork();
+    if (g == 0) {
+        raise(SIGINT);
+        _exit(6);
+    }
+    int st;
+    if (g < 0 || waitpid(g, &st, 0) != g || !WIFSIGNALED(st) || WTERMSIG(st) != SIGINT)
+        _exit(4);
+    if (access(o.tmp, F_OK) != 0)
+        _exit(5);
+    _exit(tfm_output_commit(&o, &err) ? 7 : 0);
+}
+
+/* SIGHUP ignored before (nohup): still ignored after, the output finished. */
+static void child_ignored(const char *path)
+{
+    struct tfm_error err;
+    struct tfm_output o;
+    signal(SIGHUP, SIG_IGN);
+    tfm_output_catch_signals();
+    if (tfm_output_open(&o, path, &err))
+        _exit(3);
+    raise(SIGHUP);
+    _exit(tfm_output_write(&o, "kept", 4, &err) || tfm_output_commit(&o, &err) ? 4 : 0);
+}
+
+/* Run child(path) in a child process; its wait status; *pid its pid. */
+static int in_child(void (*child)(const char *), const char *path, pid_t *pid)
+{
+    fflush(stdout);
+    *pid = fork();
+    if (*pid == 0)
+        child(path);
+    int st = -1;
+    if (*pid < 0 || waitpid(*pid, &st, 0) != *pid)
+        return -1;
+    return st;
+}
+
+static void test_signals(void)
+{
+    pid_t pid;
+    const char *a = t_path("killed");
+    int st = in_child(child_thread_signal, a, &pid);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
+    CHECK(access(tmp_of(a, pid), F_OK) != 0);
+    CHECK(access(a, F_OK) != 0);
+
+    const char *b = t_path("forked");
+    st = in_child(child_fork, b, &pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_STR(contents(b), "whole");
+    CHECK(access(tmp_of(b, pid), F_OK) != 0);
+
+    const char *c = t_path("nohup");
+    st = in_child(child_ignored, c, &pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK_STR(contents(c), "kept");
+}
+
+int main(void)
+{
+    t_run("a regular file: replaced whole, an abort leaves the old one", test_regular);
+    t_run("links: followed to their end, which is replaced; the links stay", test_links);
+    t_run("devices, FIFOs, open files through /proc: written in place", test_in_place);
+    t_run("signals: the temporary removed, the process dies of the signal", test_signals);
+    return t_done();
+}
