@@ -100,13 +100,14 @@ static int run(int argc, char **argv, const char **options)
     int progress = isatty(2);
     long long v;
     double d;
-    int c;
+    int c, li = 0;
     optind = 2;
-    while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, NULL)) != -1) {
-        /* a long option of another subcommand */
+    while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, &li)) != -1) {
+        /* a long option of another subcommand (a short one is getopt's '?'), named as
+         * OPTS has it: argv[optind - 1] may be its argument */
         if (c < 256 && c != '?' && !strchr(SHORT[sub], c))
-            return tfm_cli_usage_error("%s: option '%s' is not one of %s's", cmd,
-                                       argv[optind - 1], cmd);
+            return tfm_cli_usage_error("%s: option '--%s' is not one of %s's", cmd,
+                                       OPTS[li].name, cmd);
         switch (c) {
         case 'm': model = optarg; break;
         case 'n':

@@ -328,6 +328,18 @@ ids_by_cat() {
     [ ! -e "$T/x.model" ]
 }
 
+@test "an option of another subcommand is named, not its argument" {
+    run tfm-tokenize encode --vocab 500 -m "$M/bpe.model" "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: option '--vocab' is not one of encode's"
+    run tfm-tokenize encode --coverage=1 -m "$M/bpe.model" "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: option '--coverage' is not one of encode's"
+    run tfm-tokenize decode --output out.txt "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: decode: option '--output' is not one of decode's"
+}
+
 @test "--help and --version" {
     run tfm-tokenize --help
     assert_success
