@@ -30,7 +30,7 @@ static const char HELP[] =
     "  -m, --model MODEL          model file to write\n"
     "  -n, --vocab N              vocabulary size, special pieces included (8000)\n"
     "  -t, --type bpe|unigram     model type (bpe)\n"
-    "  -c, --coverage F           character coverage in (0, 1] (0.9995)\n"
+    "  -c, --coverage F           character coverage in [0.98, 1] (0.9995)\n"
     "  -s, --max-sentences N      train on a random sample of N lines; 0: all (0)\n"
     "      --seed N               seed of that sample (1)\n"
     "  -j, --threads N            trainer threads (1)\n"
@@ -121,7 +121,7 @@ static int run(int argc, char **argv, const char **options)
             topt.type = optarg;
             break;
         case 'c':
-            if (tfm_cli_double("--coverage", optarg, 0, 1, 1, &d))
+            if (tfm_cli_double("--coverage", optarg, TFM_SPM_COVERAGE_MIN, 1, 0, &d))
                 return 2;
             topt.coverage = d;
             break;

@@ -368,8 +368,9 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
         if (o->max_sentences < 0 || (o->max_sentences > 0 && o->max_sentences <= 100))
             return tfm_fail(err, "sentence sample of %lld: 0 (all) or more than 100 expected",
                             (long long)o->max_sentences);
-        if (!(o->coverage > 0 && o->coverage <= 1))
-            return tfm_fail(err, "character coverage %g: (0, 1] expected", o->coverage);
+        if (!(o->coverage >= TFM_SPM_COVERAGE_MIN && o->coverage <= 1))
+            return tfm_fail(err, "character coverage %g: [%g, 1] expected", o->coverage,
+                            TFM_SPM_COVERAGE_MIN);
         std::unordered_map<std::string, std::string> kw = {
             {"model_type", o->type},
             {"vocab_size", std::to_string(o->vocab_size)},

@@ -22,6 +22,10 @@ extern "C" {   /* error.h has no guard of its own */
 
 #include "error.h"
 
+/* The least character coverage SentencePiece's trainer accepts (its trainer spec check:
+ * [0.98, 1]); below it, training fails with nothing but the check's text. */
+#define TFM_SPM_COVERAGE_MIN 0.98
+
 /* The token ids of every SentencePiece model tfm uses. */
 #define TFM_PAD_ID 0
 #define TFM_UNK_ID 1
@@ -60,7 +64,7 @@ typedef int (*tfm_spm_next_fn)(void *ctx, const char **line, size_t *len,
 struct tfm_spm_train_opts {
     const char *type;           /* "bpe" or "unigram" */
     int vocab_size;             /* pieces, the four special ones included */
-    double coverage;            /* character_coverage, (0, 1] */
+    double coverage;            /* character_coverage, [TFM_SPM_COVERAGE_MIN, 1] */
     int64_t max_sentences;      /* input_sentence_size: sample this many; 0: all */
     unsigned seed;              /* for the sampling of sentences */
     int threads;                /* trainer threads, >= 1 */

@@ -297,7 +297,7 @@ ids_by_cat() {
     assert_line --index 0 "tfm-tokenize: --type: 'word': bpe or unigram expected"
     run tfm-tokenize train -m "$T/x.model" --coverage 0 "$D/src-val.txt"
     assert_failure 2
-    assert_line --index 0 "tfm-tokenize: --coverage: '0': expected a number in (0, 1]"
+    assert_line --index 0 "tfm-tokenize: --coverage: '0': expected a number in [0.98, 1]"
     run tfm-tokenize train -m "$T/x.model" --max-sentences 50 "$D/src-val.txt"
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: --max-sentences: '50': 0 (all) or more than 100 expected"
@@ -326,6 +326,19 @@ ids_by_cat() {
     run tfm-tokenize
     assert_failure 2
     [ ! -e "$T/x.model" ]
+}
+
+@test "train --coverage: SentencePiece's range [0.98, 1], else a usage error saying so" {
+    run tfm-tokenize train -m "$T/x.model" --coverage 0.9 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --coverage: '0.9': expected a number in [0.98, 1]"
+    run tfm-tokenize train -m "$T/x.model" --coverage 1.01 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --coverage: '1.01': expected a number in [0.98, 1]"
+    [ ! -e "$T/x.model" ]
+    run tfm-tokenize train -q -m "$T/x.model" --vocab 300 --coverage 0.98 "$D/src-val.txt"
+    assert_success
+    [ -s "$T/x.model" ]
 }
 
 @test "an option of another subcommand is named, not its argument" {
