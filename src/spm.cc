@@ -8,6 +8,9 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -96,81 +99,91 @@ extern "C" struct tfm_spm *tfm_spm_load(const void *proto, size_t n, struct tfm_
     }
 }
 
-// Read a whole regular file (or whatever path names) into out.
-static int read_file(const char *path, std::string *out, struct tfm_error *err)
+// read(2) until n bytes or the end of the input: the count, or -1 with errno.
+static ssize_t read_full(int fd, char *buf, size_t n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tfm_fail(err, "%s: %s", path, strerror(errno));
-    char buf[1 << 16];
-    size_t k;
-    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        if ((long)(out->size() + k) > MAX_MODEL_BYTES) {
-            fclose(f);
-            return tfm_fail(err, "%s: larger than %ld bytes, not a SentencePiece model", path,
-                            MAX_MODEL_BYTES);
-        }
-        out->append(buf, k);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
     }
-    int bad = ferror(f);
-    int e = errno;
-    fclose(f);
-    if (bad)
-        return tfm_fail(err, "%s: %s", path, strerror(e));
-    return 0;
+    return (ssize_t)got;
+}
+
+// The model in fd, named path: a tfm stream is told by its first 8 bytes and read by the
+// stream reader, which is handed them back; anything else is read to its end as a .model
+// file, after them.  The input is read once, front to back, so a pipe or a FIFO works.
+static struct tfm_spm *load_fd(int fd, const char *path, struct tfm_error *err)
+{
+    char magic[8];
+    ssize_t got = read_full(fd, magic, sizeof magic);
+    if (got < 0) {
+        tfm_fail(err, "%s: %s", path, strerror(errno));
+        return nullptr;
+    }
+    if (tfm_is_stream_magic(magic, (size_t)got)) {
+        struct tfm_reader *r = tfm_reader_open_peeked(fd, path, magic, (size_t)got, err);
+        if (!r)
+            return nullptr;
+        const struct tfm_header *h = tfm_reader_header(r);
+        if (!h->spm) {
+            tfm_fail(err, "%s: a '%s' stream without an embedded SentencePiece model", path,
+                     h->kind);
+            tfm_reader_close(r);
+            return nullptr;
+        }
+        struct tfm_spm *s = tfm_spm_load(h->spm, h->spm_size, err);
+        tfm_reader_close(r);
+        if (!s)
+            tfm_error_prefix(err, "%s: embedded model", path);
+        return s;
+    }
+    std::string bytes(magic, (size_t)got);
+    char buf[1 << 16];
+    ssize_t k;
+    while ((k = read_full(fd, buf, sizeof buf)) > 0) {
+        if ((long)(bytes.size() + (size_t)k) > MAX_MODEL_BYTES) {
+            tfm_fail(err, "%s: larger than %ld bytes, not a SentencePiece model", path,
+                     MAX_MODEL_BYTES);
+            return nullptr;
+        }
+        bytes.append(buf, (size_t)k);
+    }
+    if (k < 0) {
+        tfm_fail(err, "%s: %s", path, strerror(errno));
+        return nullptr;
+    }
+    if (bytes.empty()) {
+        tfm_fail(err, "%s: empty file, not a SentencePiece model", path);
+        return nullptr;
+    }
+    struct tfm_spm *s = tfm_spm_load(bytes.data(), bytes.size(), err);
+    if (!s)
+        tfm_error_prefix(err, "%s", path);
+    return s;
 }
 
 extern "C" struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error *err)
 {
-    try {
-        // Peek at the magic: a stream is read by the stream reader, which checks it.
-        unsigned char magic[8];
-        size_t got = 0;
-        FILE *f = fopen(path, "rb");
-        if (!f) {
-            tfm_fail(err, "%s: %s", path, strerror(errno));
-            return nullptr;
-        }
-        got = fread(magic, 1, sizeof magic, f);
-        int bad = ferror(f);
-        int e = errno;
-        fclose(f);
-        if (bad) {
-            tfm_fail(err, "%s: %s", path, strerror(e));
-            return nullptr;
-        }
-        if (tfm_is_stream_magic(magic, got)) {
-            struct tfm_reader *r = tfm_reader_open(path, err);
-            if (!r)
-                return nullptr;
-            const struct tfm_header *h = tfm_reader_header(r);
-            if (!h->spm) {
-                tfm_fail(err, "%s: a '%s' stream without an embedded SentencePiece model",
-                         path, h->kind);
-                tfm_reader_close(r);
-                return nullptr;
-            }
-            struct tfm_spm *s = tfm_spm_load(h->spm, h->spm_size, err);
-            tfm_reader_close(r);
-            if (!s)
-                tfm_error_prefix(err, "%s: embedded model", path);
-            return s;
-        }
-        std::string bytes;
-        if (read_file(path, &bytes, err))
-            return nullptr;
-        if (bytes.empty()) {
-            tfm_fail(err, "%s: empty file, not a SentencePiece model", path);
-            return nullptr;
-        }
-        struct tfm_spm *s = tfm_spm_load(bytes.data(), bytes.size(), err);
-        if (!s)
-            tfm_error_prefix(err, "%s", path);
-        return s;
-    } catch (const std::exception &e) {
-        tfm_fail(err, "%s: %s", path, e.what());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tfm_fail(err, "%s: %s", path, strerror(errno));
         return nullptr;
     }
+    struct tfm_spm *s = nullptr;
+    try {
+        s = load_fd(fd, path, err);
+    } catch (const std::exception &e) {
+        tfm_fail(err, "%s: %s", path, e.what());
+    }
+    close(fd);
+    return s;
 }
 
 extern "C" void tfm_spm_free(struct tfm_spm *s)

@@ -285,6 +285,26 @@ ids_by_cat() {
     assert_output "tfm-tokenize: $T/nope.tfm: No such file or directory"
 }
 
+@test "-m from a pipe or a FIFO: a .model file or a stream, read once" {
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/val.tfm" "$M/val.en"
+        tfm-tokenize encode -m <(cat "$M/bpe.model") "$M/val.en" | cmp - "$T/val.tfm"
+    tfm-tokenize encode -m <(cat "$T/val.tfm") "$M/val.en" | cmp - "$T/val.tfm"
+    tfm-tokenize decode -m <(cat "$M/bpe.model") "$T/val.tfm" | cmp - <(tfm-tokenize decode "$T/val.tfm")
+    # a FIFO opened twice would wait for a second writer: time limits on both sides
+    mkfifo "$T/fifo"
+    timeout 20 sh -c 'cat "$1" > "$2"' sh "$M/bpe.model" "$T/fifo" 3>&- &
+    timeout 20 tfm-tokenize encode -m "$T/fifo" "$M/val.en" > "$T/fifo.tfm"
+    wait
+    cmp "$T/fifo.tfm" "$T/val.tfm"
+    # what is wrong with piped input is said as it is for a file
+    run tfm-tokenize encode -m <(echo "not a model") "$M/val.en"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: /dev/fd/[0-9]+: not a SentencePiece model$"
+    run tfm-tokenize encode -m <(head -c 100 "$T/val.tfm") "$M/val.en"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: /dev/fd/[0-9]+: record 0 'tfm.header': "
+}
+
 @test "usage errors exit 2 and name the flag" {
     run tfm-tokenize train -m "$T/x.model" --vocab abc "$D/src-val.txt"
     assert_failure 2
