@@ -209,6 +209,24 @@ ids_by_cat() {
     assert_output --regexp "^tfm-tokenize: $T/val.tfm: the stream's vocabulary \([0-9a-f]{8}\) is not $T/small.model's \([0-9a-f]{8}\): not decoded with another"
 }
 
+@test "decode: one line per sentence, whatever bytes byte-fallback pieces give" {
+    # identity normalization: NFKC would drop or change the control characters of text
+    tfm-tokenize train -q -m "$T/bf.model" --vocab 600 --trainer-option byte_fallback=true \
+        --trainer-option normalization_rule_name=identity "$D/src-val.txt"
+    spm_export_vocab --model="$T/bf.model" > "$T/bf.vocab"
+    id() { awk -F'\t' -v p="$1" '$1 == p { print NR - 1 }' "$T/bf.vocab"; }
+    # bytes 1 10 2 | NUL | CR | tab a DEL, each a piece <0xNN>
+    printf '%s %s %s\n%s\n%s\n%s %s %s\n' "$(id '<0x01>')" "$(id '<0x0A>')" "$(id '<0x02>')" \
+        "$(id '<0x00>')" "$(id '<0x0D>')" "$(id '<0x09>')" "$(id a)" "$(id '<0x7F>')" > "$T/ids.txt"
+    r=$'\xef\xbf\xbd'
+    tfm-tokenize decode -m "$T/bf.model" "$T/ids.txt" > "$T/out.txt"
+        cmp "$T/out.txt" <(printf '%s\n' "$r$r$r" "$r" "$r" $'\ta'"$r")
+    # from a stream: control characters in the middle of a line, encoded as bytes
+    printf 'a\x01b\rc\x7f\x00d\n' | tfm-tokenize encode -m "$T/bf.model" > "$T/c.tfm"
+    tfm-tokenize decode --ids "$T/c.tfm" | grep -qw "$(id '<0x0D>')"
+    tfm-tokenize decode "$T/c.tfm" | cmp - <(printf '%s\n' "a${r}b${r}c${r}${r}d")
+}
+
 @test "decode: a truncated stream is an error" {
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
     head -c -100 "$T/val.tfm" > "$T/cut.tfm"
