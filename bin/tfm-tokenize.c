@@ -128,9 +128,6 @@ static int run(int argc, char **argv, const char **options)
         case 's':
             if (tfm_cli_int("--max-sentences", optarg, 0, INT64_MAX / 2, &v))
                 return 2;
-            if (v > 0 && v <= 100)      /* SentencePiece's own limit */
-                return tfm_cli_usage_error(
-                    "--max-sentences: '%s': 0 (all) or more than 100 expected", optarg);
             topt.max_sentences = v;
             break;
         case OPT_SEED:

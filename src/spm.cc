@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -22,6 +23,7 @@
 
 extern "C" {
 #include "stream.h"
+#include "util.h"
 }
 
 namespace sp = sentencepiece;
@@ -308,13 +310,74 @@ private:
     bool done_ = false;
     sp::util::Status status_;
 };
+
+// A line of a sample, and its place among the lines it was drawn from.
+struct SampledLine {
+    int64_t n;
+    std::string text;
+};
+
+// Feeds the trainer a sample drawn beforehand, freeing each line once the trainer has
+// taken its copy: the sample is not held twice.
+class SampleIterator : public sp::SentenceIterator {
+public:
+    explicit SampleIterator(std::vector<SampledLine> &lines) : lines_(lines) {}
+    bool done() const override { return i_ >= lines_.size(); }
+    void Next() override
+    {
+        if (i_ < lines_.size())
+            std::string().swap(lines_[i_++].text);
+    }
+    const std::string &value() const override { return lines_[i_].text; }
+    sp::util::Status status() const override { return sp::util::Status(); }
+
+private:
+    std::vector<SampledLine> &lines_;
+    size_t i_ = 0;
+};
 }  // namespace
+
+// A uniform sample of k of the lines next gives that the trainer would keep (not empty,
+// at most max_len bytes), in input order: reservoir sampling (Algorithm R) with tfm's
+// splitmix64 seeded by seed, so the same lines and seed give the same sample.  All of them
+// when there are no more than k.  0, or -1 with the callback's error.
+static int sample_lines(tfm_spm_next_fn next, void *ctx, int64_t k, uint64_t seed,
+                        size_t max_len, std::vector<SampledLine> *out, struct tfm_error *err)
+{
+    uint64_t rng = seed;
+    int64_t seen = 0;
+    for (;;) {
+        const char *line = nullptr;
+        size_t len = 0;
+        int r = next(ctx, &line, &len, err);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        if (len == 0 || len > max_len)
+            continue;
+        if (seen < k) {
+            out->push_back({seen, std::string(line, len)});
+        } else {
+            uint64_t j = tfm_rng_below(&rng, (uint64_t)seen + 1);
+            if (j < (uint64_t)k) {
+                (*out)[j].n = seen;
+                (*out)[j].text.assign(line, len);
+            }
+        }
+        seen++;
+    }
+    std::sort(out->begin(), out->end(),
+              [](const SampledLine &a, const SampledLine &b) { return a.n < b.n; });
+    return 0;
+}
 
 // Trainer fields that tfm sets itself (the ids, where the input comes from) or that have
 // a flag of their own.
 static const char *const FIXED_KEYS[] = {
     "input", "input_format", "model_prefix", "pad_id", "unk_id", "bos_id", "eos_id",
     "vocab_size", "model_type", "character_coverage", "input_sentence_size", "num_threads",
+    "shuffle_input_sentence",
 };
 
 extern "C" void tfm_spm_train_defaults(struct tfm_spm_train_opts *o)
@@ -378,8 +441,8 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
             return tfm_fail(err, "model type '%s': bpe or unigram expected", o->type);
         if (o->vocab_size < 5)
             return tfm_fail(err, "vocabulary size %d: at least 5 expected", o->vocab_size);
-        if (o->max_sentences < 0 || (o->max_sentences > 0 && o->max_sentences <= 100))
-            return tfm_fail(err, "sentence sample of %lld: 0 (all) or more than 100 expected",
+        if (o->max_sentences < 0)
+            return tfm_fail(err, "sentence sample of %lld: 0 (all) or more expected",
                             (long long)o->max_sentences);
         if (!(o->coverage >= TFM_SPM_COVERAGE_MIN && o->coverage <= 1))
             return tfm_fail(err, "character coverage %g: [%g, 1] expected", o->coverage,
@@ -388,8 +451,7 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
             {"model_type", o->type},
             {"vocab_size", std::to_string(o->vocab_size)},
             {"character_coverage", number(o->coverage)},
-            {"input_sentence_size", std::to_string(o->max_sentences)},
-            {"shuffle_input_sentence", "true"},
+            {"input_sentence_size", "0"},       // the sample is drawn here
             {"num_threads", std::to_string(o->threads > 0 ? o->threads : 1)},
             {"pad_id", "0"}, {"unk_id", "1"}, {"bos_id", "2"}, {"eos_id", "3"},
             {"minloglevel", o->verbose ? "0" : "2"},
@@ -404,16 +466,34 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
                 key = key.substr(2);
             kw[key] = eq + 1;
         }
-        sp::SetRandomGeneratorSeed(o->seed);
-        CallbackIterator it(next, ctx);
+        // SentencePiece's own sampler ignores SetRandomGeneratorSeed: the sample is drawn
+        // here, of the lines its trainer keeps (max_sentence_length: 4192 bytes unless
+        // given), and it trains on all of it.
         std::string out;
-        sp::util::Status st = sp::SentencePieceTrainer::Train(kw, &it, &out);
-        if (!st.ok()) {
+        sp::util::Status st;
+        if (o->max_sentences > 0) {
+            size_t max_len = 4192;
+            auto ml = kw.find("max_sentence_length");
+            if (ml != kw.end()) {
+                char *end;
+                long long v = strtoll(ml->second.c_str(), &end, 10);
+                if (*end == 0 && end != ml->second.c_str() && v > 0)
+                    max_len = (size_t)v;
+            }
+            std::vector<SampledLine> sample;
+            if (sample_lines(next, ctx, o->max_sentences, o->seed, max_len, &sample, err))
+                return -1;
+            SampleIterator it(sample);
+            st = sp::SentencePieceTrainer::Train(kw, &it, &out);
+        } else {
+            CallbackIterator it(next, ctx);
+            st = sp::SentencePieceTrainer::Train(kw, &it, &out);
             // The iterator's own error (a bad line) comes back as it was written.
-            if (!it.status().ok())
+            if (!st.ok() && !it.status().ok())
                 return tfm_fail(err, "%s", it.status().message());
-            return fail_train(err, st);
         }
+        if (!st.ok())
+            return fail_train(err, st);
         if (out.empty())
             return tfm_fail(err, "SentencePiece trainer returned an empty model");
         void *p = malloc(out.size());

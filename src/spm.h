@@ -58,7 +58,9 @@ int64_t tfm_spm_decode(const struct tfm_spm *s, const int32_t *ids, int64_t n,
 
 /* Training.  Sentences come from a callback: it returns 1 with a line in (*line, *len)
  * (valid until the next call), 0 at the end, -1 with err filled (the trainer stops and
- * tfm_spm_train returns that message). */
+ * tfm_spm_train returns that message).  With max_sentences, every line is read first and
+ * a sample of them, drawn with tfm_rng_below (util.h), held in memory for the trainer:
+ * SentencePiece's own sampler does not follow a seed. */
 typedef int (*tfm_spm_next_fn)(void *ctx, const char **line, size_t *len,
                                struct tfm_error *err);
 
@@ -66,8 +68,8 @@ struct tfm_spm_train_opts {
     const char *type;           /* "bpe" or "unigram" */
     int vocab_size;             /* pieces, the four special ones included */
     double coverage;            /* character_coverage, [TFM_SPM_COVERAGE_MIN, 1] */
-    int64_t max_sentences;      /* input_sentence_size: sample this many; 0: all */
-    unsigned seed;              /* for the sampling of sentences */
+    int64_t max_sentences;      /* train on a uniform sample of this many lines; 0: all */
+    unsigned seed;              /* of that sample: the same lines and seed, the same one */
     int threads;                /* trainer threads, >= 1 */
     int verbose;                /* let the trainer log on stderr */
     int noptions;               /* extra trainer options, "key=value" as spm_train's flags */

@@ -75,6 +75,30 @@ ids_by_cat() {
     cmp "$T/a.model" "$T/b.model"
 }
 
+@test "train --max-sentences: --seed draws the sample; the same seed, the same model" {
+    for s in 1 2 3 2; do
+        tfm-tokenize train -q -m "$T/new.model" --vocab 300 --max-sentences 200 --seed $s \
+            "$D/src-val.txt" "$D/tgt-val.txt"
+        if [ -e "$T/s$s.model" ]; then cmp "$T/s$s.model" "$T/new.model"; fi
+        mv "$T/new.model" "$T/s$s.model"
+    done
+    run cmp -s "$T/s1.model" "$T/s2.model"
+    assert_failure
+    run cmp -s "$T/s2.model" "$T/s3.model"
+    assert_failure
+    run cmp -s "$T/s1.model" "$T/s3.model"
+    assert_failure
+    # a sample of at least every line is every line, whatever the seed
+    tfm-tokenize train -q -m "$T/all.model" --vocab 300 "$D/src-val.txt" "$D/tgt-val.txt"
+    tfm-tokenize train -q -m "$T/big.model" --vocab 300 --max-sentences 100000 --seed 9 \
+        "$D/src-val.txt" "$D/tgt-val.txt"
+    cmp "$T/all.model" "$T/big.model"
+    # any sample size: no limit of SentencePiece's applies to tfm's sample
+    tfm-tokenize train -q -m "$T/few.model" --vocab 100 --max-sentences 20 \
+        --trainer-option hard_vocab_limit=false "$D/src-val.txt"
+    [ -s "$T/few.model" ]
+}
+
 @test "train reads gzip files and stdin (multi30k, as shipped)" {
     tfm-tokenize train -q -m "$T/gz.model" --vocab 600 "$TFM_ROOT/data/multi30k-ende/val.en.gz"
     gzip -dc "$TFM_ROOT/data/multi30k-ende/val.en.gz" | tfm-tokenize train -q -m "$T/in.model" --vocab 600 -
@@ -336,9 +360,12 @@ ids_by_cat() {
     run tfm-tokenize train -m "$T/x.model" --coverage 0 "$D/src-val.txt"
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: --coverage: '0': expected a number in [0.98, 1]"
-    run tfm-tokenize train -m "$T/x.model" --max-sentences 50 "$D/src-val.txt"
+    run tfm-tokenize train -m "$T/x.model" --max-sentences -1 "$D/src-val.txt"
     assert_failure 2
-    assert_line --index 0 "tfm-tokenize: --max-sentences: '50': 0 (all) or more than 100 expected"
+    assert_line --index 0 --partial "tfm-tokenize: --max-sentences: '-1': expected an integer from 0 to"
+    run tfm-tokenize train -m "$T/x.model" --seed 4294967295 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --seed: '4294967295': expected an integer from 0 to 4294967294"
     run tfm-tokenize train -m "$T/x.model" --trainer-option bos_id=5 "$D/src-val.txt"
     assert_failure 2
     assert_line --index 0 --partial "bos_id is set by tfm-tokenize itself"
