@@ -31,7 +31,7 @@ static const char HELP[] =
     "  -m, --model MODEL          model file to write\n"
     "  -n, --vocab N              vocabulary size, special pieces included (8000)\n"
     "  -t, --type bpe|unigram     model type (bpe)\n"
-    "  -c, --coverage F           character coverage in (0, 1] (0.9995)\n"
+    "  -c, --coverage F           character coverage in [0.98, 1] (0.9995)\n"
     "  -s, --max-sentences N      train on a random sample of N lines; 0: all (0)\n"
     "      --seed N               seed of that sample (1)\n"
     "  -j, --threads N            trainer threads (1)\n"
@@ -101,13 +101,14 @@ static int run(int argc, char **argv, const char **options)
     int progress = isatty(2);
     long long v;
     double d;
-    int c;
+    int c, li = 0;
     optind = 2;
-    while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, NULL)) != -1) {
-        /* a long option of another subcommand */
+    while ((c = getopt_long(argc, argv, SHORT[sub], OPTS, &li)) != -1) {
+        /* a long option of another subcommand (a short one is getopt's '?'), named as
+         * OPTS has it: argv[optind - 1] may be its argument */
         if (c < 256 && c != '?' && !strchr(SHORT[sub], c))
-            return tfm_cli_usage_error("%s: option '%s' is not one of %s's", cmd,
-                                       argv[optind - 1], cmd);
+            return tfm_cli_usage_error("%s: option '--%s' is not one of %s's", cmd,
+                                       OPTS[li].name, cmd);
         switch (c) {
         case 'm':
             if (tfm_cli_path("--model", optarg))
@@ -125,16 +126,13 @@ static int run(int argc, char **argv, const char **options)
             topt.type = optarg;
             break;
         case 'c':
-            if (tfm_cli_double("--coverage", optarg, 0, 1, 1, &d))
+            if (tfm_cli_double("--coverage", optarg, TFM_SPM_COVERAGE_MIN, 1, 0, &d))
                 return 2;
             topt.coverage = d;
             break;
         case 's':
             if (tfm_cli_int("--max-sentences", optarg, 0, INT64_MAX / 2, &v))
                 return 2;
-            if (v > 0 && v <= 100)      /* SentencePiece's own limit */
-                return tfm_cli_usage_error(
-                    "--max-sentences: '%s': 0 (all) or more than 100 expected", optarg);
             topt.max_sentences = v;
             break;
         case OPT_SEED:

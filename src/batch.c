@@ -46,35 +46,12 @@ double tfm_batch_pad_tgt(const struct tfm_batch_plan *p)
     return pad_fraction(p->tgt_tokens, p->tgt_cells);
 }
 
-/* ---- randomness: splitmix64, the same numbers on every machine --------------------- */
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n), n > 0, without bias (Lemire's multiply and reject). */
-static uint64_t rng_below(uint64_t *s, uint64_t n)
-{
-    unsigned __int128 m = (unsigned __int128)rng_next(s) * n;
-    uint64_t lo = (uint64_t)m;
-    if (lo < n) {
-        uint64_t t = -n % n;
-        while (lo < t) {
-            m = (unsigned __int128)rng_next(s) * n;
-            lo = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
+/* ---- randomness: splitmix64 (util.h), the same numbers on every machine ------------- */
 
 static void shuffle(int64_t *a, int64_t n, uint64_t *s)
 {
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below(s, (uint64_t)i + 1);
+        int64_t j = (int64_t)tfm_rng_below(s, (uint64_t)i + 1);
         int64_t t = a[i];
         a[i] = a[j];
         a[j] = t;

@@ -18,6 +18,53 @@
 #include "stream.h"
 #include "text.h"
 
+/* The replacement of a control character in decoded text: U+FFFD, what SentencePiece
+ * itself gives for bytes that are not UTF-8. */
+static const char REPLACEMENT[] = "\xef\xbf\xbd";
+
+static int is_control(unsigned char c)
+{
+    return (c < 0x20 && c != '\t') || c == 0x7f;
+}
+
+/* ids[0..n) as text on one line: SentencePiece's decoding, then every C0 control character
+ * but tab, and DEL, replaced by U+FFFD.  A byte-fallback piece decodes to any byte it
+ * names, and a newline, a carriage return or a NUL would split or cut the line that must
+ * hold the sentence.  (*text, *cap) as tfm_spm_decode; the length, or -1. */
+static int64_t decode_line(const struct tfm_spm *s, const int32_t *ids, int64_t n, char **text,
+                           size_t *cap, struct tfm_error *err)
+{
+    int64_t len = tfm_spm_decode(s, ids, n, text, cap, err);
+    if (len <= 0)
+        return len;
+    size_t bad = 0;
+    for (int64_t i = 0; i < len; i++)
+        bad += is_control((unsigned char)(*text)[i]);
+    if (bad == 0)
+        return len;
+    size_t extra = bad * (sizeof REPLACEMENT - 2), need = (size_t)len + extra + 1;
+    if (need > *cap) {
+        char *t = realloc(*text, need);
+        if (!t)
+            return tfm_fail(err, "out of memory for %zu bytes of text", need);
+        *text = t;
+        *cap = need;
+    }
+    /* from the end, so every byte is read before it is overwritten */
+    char *t = *text;
+    size_t to = (size_t)len + extra;
+    t[to] = 0;
+    for (int64_t i = len - 1; i >= 0; i--) {
+        if (is_control((unsigned char)t[i])) {
+            to -= sizeof REPLACEMENT - 1;
+            memcpy(t + to, REPLACEMENT, sizeof REPLACEMENT - 1);
+        } else {
+            t[--to] = t[i];
+        }
+    }
+    return len + (int64_t)extra;
+}
+
 /* For TFM_HYP_BEST: pick[k] is the entry of c that is the best hypothesis of input
  * sentence k, for k in [0, *n). */
 static int pick_best(const struct tfm_corpus *c, const char *name, int64_t **pick, int64_t *n,
@@ -69,7 +116,7 @@ int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int 
             .nids = tfm_corpus_len(c, i),
         };
         if (!(flags & TFM_HYP_IDS)) {
-            int64_t len = tfm_spm_decode(s, h.ids, h.nids, &text, &cap, err);
+            int64_t len = decode_line(s, h.ids, h.nids, &text, &cap, err);
             if (len < 0) {
                 rc = name ? tfm_error_prefix(err, "%s: hypothesis %lld", name, (long long)i)
                           : -1;
@@ -191,7 +238,7 @@ static int read_text(struct tfm_lines *in, const struct tfm_hyp_opts *o, tfm_hyp
             h.text = NULL;
             h.len = 0;
             if (!(o->flags & TFM_HYP_IDS)) {
-                int64_t n = tfm_spm_decode(o->model, ids, h.nids, &text, &cap, err);
+                int64_t n = decode_line(o->model, ids, h.nids, &text, &cap, err);
                 if (n < 0) {
                     rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)no);
                     break;

@@ -33,7 +33,8 @@ struct tfm_hyp {
     const int32_t *ids;     /* the tokens (NULL for a line of text) */
     int64_t nids;
     const char *text;       /* the text, NUL-terminated; NULL with TFM_HYP_IDS, unless the
-                             * input is lines of text, which come as they are */
+                             * input is lines of text, which come as they are.  Decoded
+                             * text is one line: C0 controls but tab, and DEL, are U+FFFD */
     size_t len;
 };
 

@@ -8,10 +8,14 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <new>
 #include <string>
 #include <unordered_map>
@@ -19,6 +23,7 @@
 
 extern "C" {
 #include "stream.h"
+#include "util.h"
 }
 
 namespace sp = sentencepiece;
@@ -96,81 +101,91 @@ extern "C" struct tfm_spm *tfm_spm_load(const void *proto, size_t n, struct tfm_
     }
 }
 
-// Read a whole regular file (or whatever path names) into out.
-static int read_file(const char *path, std::string *out, struct tfm_error *err)
+// read(2) until n bytes or the end of the input: the count, or -1 with errno.
+static ssize_t read_full(int fd, char *buf, size_t n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return tfm_fail(err, "%s: %s", path, strerror(errno));
-    char buf[1 << 16];
-    size_t k;
-    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        if ((long)(out->size() + k) > MAX_MODEL_BYTES) {
-            fclose(f);
-            return tfm_fail(err, "%s: larger than %ld bytes, not a SentencePiece model", path,
-                            MAX_MODEL_BYTES);
-        }
-        out->append(buf, k);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            break;
+        got += (size_t)k;
     }
-    int bad = ferror(f);
-    int e = errno;
-    fclose(f);
-    if (bad)
-        return tfm_fail(err, "%s: %s", path, strerror(e));
-    return 0;
+    return (ssize_t)got;
+}
+
+// The model in fd, named path: a tfm stream is told by its first 8 bytes and read by the
+// stream reader, which is handed them back; anything else is read to its end as a .model
+// file, after them.  The input is read once, front to back, so a pipe or a FIFO works.
+static struct tfm_spm *load_fd(int fd, const char *path, struct tfm_error *err)
+{
+    char magic[8];
+    ssize_t got = read_full(fd, magic, sizeof magic);
+    if (got < 0) {
+        tfm_fail(err, "%s: %s", path, strerror(errno));
+        return nullptr;
+    }
+    if (tfm_is_stream_magic(magic, (size_t)got)) {
+        struct tfm_reader *r = tfm_reader_open_peeked(fd, path, magic, (size_t)got, err);
+        if (!r)
+            return nullptr;
+        const struct tfm_header *h = tfm_reader_header(r);
+        if (!h->spm) {
+            tfm_fail(err, "%s: a '%s' stream without an embedded SentencePiece model", path,
+                     h->kind);
+            tfm_reader_close(r);
+            return nullptr;
+        }
+        struct tfm_spm *s = tfm_spm_load(h->spm, h->spm_size, err);
+        tfm_reader_close(r);
+        if (!s)
+            tfm_error_prefix(err, "%s: embedded model", path);
+        return s;
+    }
+    std::string bytes(magic, (size_t)got);
+    char buf[1 << 16];
+    ssize_t k;
+    while ((k = read_full(fd, buf, sizeof buf)) > 0) {
+        if ((long)(bytes.size() + (size_t)k) > MAX_MODEL_BYTES) {
+            tfm_fail(err, "%s: larger than %ld bytes, not a SentencePiece model", path,
+                     MAX_MODEL_BYTES);
+            return nullptr;
+        }
+        bytes.append(buf, (size_t)k);
+    }
+    if (k < 0) {
+        tfm_fail(err, "%s: %s", path, strerror(errno));
+        return nullptr;
+    }
+    if (bytes.empty()) {
+        tfm_fail(err, "%s: empty file, not a SentencePiece model", path);
+        return nullptr;
+    }
+    struct tfm_spm *s = tfm_spm_load(bytes.data(), bytes.size(), err);
+    if (!s)
+        tfm_error_prefix(err, "%s", path);
+    return s;
 }
 
 extern "C" struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error *err)
 {
-    try {
-        // Peek at the magic: a stream is read by the stream reader, which checks it.
-        unsigned char magic[8];
-        size_t got = 0;
-        FILE *f = fopen(path, "rb");
-        if (!f) {
-            tfm_fail(err, "%s: %s", path, strerror(errno));
-            return nullptr;
-        }
-        got = fread(magic, 1, sizeof magic, f);
-        int bad = ferror(f);
-        int e = errno;
-        fclose(f);
-        if (bad) {
-            tfm_fail(err, "%s: %s", path, strerror(e));
-            return nullptr;
-        }
-        if (tfm_is_stream_magic(magic, got)) {
-            struct tfm_reader *r = tfm_reader_open(path, err);
-            if (!r)
-                return nullptr;
-            const struct tfm_header *h = tfm_reader_header(r);
-            if (!h->spm) {
-                tfm_fail(err, "%s: a '%s' stream without an embedded SentencePiece model",
-                         path, h->kind);
-                tfm_reader_close(r);
-                return nullptr;
-            }
-            struct tfm_spm *s = tfm_spm_load(h->spm, h->spm_size, err);
-            tfm_reader_close(r);
-            if (!s)
-                tfm_error_prefix(err, "%s: embedded model", path);
-            return s;
-        }
-        std::string bytes;
-        if (read_file(path, &bytes, err))
-            return nullptr;
-        if (bytes.empty()) {
-            tfm_fail(err, "%s: empty file, not a SentencePiece model", path);
-            return nullptr;
-        }
-        struct tfm_spm *s = tfm_spm_load(bytes.data(), bytes.size(), err);
-        if (!s)
-            tfm_error_prefix(err, "%s", path);
-        return s;
-    } catch (const std::exception &e) {
-        tfm_fail(err, "%s: %s", path, e.what());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        tfm_fail(err, "%s: %s", path, strerror(errno));
         return nullptr;
     }
+    struct tfm_spm *s = nullptr;
+    try {
+        s = load_fd(fd, path, err);
+    } catch (const std::exception &e) {
+        tfm_fail(err, "%s: %s", path, e.what());
+    }
+    close(fd);
+    return s;
 }
 
 extern "C" void tfm_spm_free(struct tfm_spm *s)
@@ -295,13 +310,74 @@ private:
     bool done_ = false;
     sp::util::Status status_;
 };
+
+// A line of a sample, and its place among the lines it was drawn from.
+struct SampledLine {
+    int64_t n;
+    std::string text;
+};
+
+// Feeds the trainer a sample drawn beforehand, freeing each line once the trainer has
+// taken its copy: the sample is not held twice.
+class SampleIterator : public sp::SentenceIterator {
+public:
+    explicit SampleIterator(std::vector<SampledLine> &lines) : lines_(lines) {}
+    bool done() const override { return i_ >= lines_.size(); }
+    void Next() override
+    {
+        if (i_ < lines_.size())
+            std::string().swap(lines_[i_++].text);
+    }
+    const std::string &value() const override { return lines_[i_].text; }
+    sp::util::Status status() const override { return sp::util::Status(); }
+
+private:
+    std::vector<SampledLine> &lines_;
+    size_t i_ = 0;
+};
 }  // namespace
+
+// A uniform sample of k of the lines next gives that the trainer would keep (not empty,
+// at most max_len bytes), in input order: reservoir sampling (Algorithm R) with tfm's
+// splitmix64 seeded by seed, so the same lines and seed give the same sample.  All of them
+// when there are no more than k.  0, or -1 with the callback's error.
+static int sample_lines(tfm_spm_next_fn next, void *ctx, int64_t k, uint64_t seed,
+                        size_t max_len, std::vector<SampledLine> *out, struct tfm_error *err)
+{
+    uint64_t rng = seed;
+    int64_t seen = 0;
+    for (;;) {
+        const char *line = nullptr;
+        size_t len = 0;
+        int r = next(ctx, &line, &len, err);
+        if (r < 0)
+            return -1;
+        if (r == 0)
+            break;
+        if (len == 0 || len > max_len)
+            continue;
+        if (seen < k) {
+            out->push_back({seen, std::string(line, len)});
+        } else {
+            uint64_t j = tfm_rng_below(&rng, (uint64_t)seen + 1);
+            if (j < (uint64_t)k) {
+                (*out)[j].n = seen;
+                (*out)[j].text.assign(line, len);
+            }
+        }
+        seen++;
+    }
+    std::sort(out->begin(), out->end(),
+              [](const SampledLine &a, const SampledLine &b) { return a.n < b.n; });
+    return 0;
+}
 
 // Trainer fields that tfm sets itself (the ids, where the input comes from) or that have
 // a flag of their own.
 static const char *const FIXED_KEYS[] = {
     "input", "input_format", "model_prefix", "pad_id", "unk_id", "bos_id", "eos_id",
     "vocab_size", "model_type", "character_coverage", "input_sentence_size", "num_threads",
+    "shuffle_input_sentence",
 };
 
 extern "C" void tfm_spm_train_defaults(struct tfm_spm_train_opts *o)
@@ -365,17 +441,17 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
             return tfm_fail(err, "model type '%s': bpe or unigram expected", o->type);
         if (o->vocab_size < 5)
             return tfm_fail(err, "vocabulary size %d: at least 5 expected", o->vocab_size);
-        if (o->max_sentences < 0 || (o->max_sentences > 0 && o->max_sentences <= 100))
-            return tfm_fail(err, "sentence sample of %lld: 0 (all) or more than 100 expected",
+        if (o->max_sentences < 0)
+            return tfm_fail(err, "sentence sample of %lld: 0 (all) or more expected",
                             (long long)o->max_sentences);
-        if (!(o->coverage > 0 && o->coverage <= 1))
-            return tfm_fail(err, "character coverage %g: (0, 1] expected", o->coverage);
+        if (!(o->coverage >= TFM_SPM_COVERAGE_MIN && o->coverage <= 1))
+            return tfm_fail(err, "character coverage %g: [%g, 1] expected", o->coverage,
+                            TFM_SPM_COVERAGE_MIN);
         std::unordered_map<std::string, std::string> kw = {
             {"model_type", o->type},
             {"vocab_size", std::to_string(o->vocab_size)},
             {"character_coverage", number(o->coverage)},
-            {"input_sentence_size", std::to_string(o->max_sentences)},
-            {"shuffle_input_sentence", "true"},
+            {"input_sentence_size", "0"},       // the sample is drawn here
             {"num_threads", std::to_string(o->threads > 0 ? o->threads : 1)},
             {"pad_id", "0"}, {"unk_id", "1"}, {"bos_id", "2"}, {"eos_id", "3"},
             {"minloglevel", o->verbose ? "0" : "2"},
@@ -390,16 +466,34 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
                 key = key.substr(2);
             kw[key] = eq + 1;
         }
-        sp::SetRandomGeneratorSeed(o->seed);
-        CallbackIterator it(next, ctx);
+        // SentencePiece's own sampler ignores SetRandomGeneratorSeed: the sample is drawn
+        // here, of the lines its trainer keeps (max_sentence_length: 4192 bytes unless
+        // given), and it trains on all of it.
         std::string out;
-        sp::util::Status st = sp::SentencePieceTrainer::Train(kw, &it, &out);
-        if (!st.ok()) {
+        sp::util::Status st;
+        if (o->max_sentences > 0) {
+            size_t max_len = 4192;
+            auto ml = kw.find("max_sentence_length");
+            if (ml != kw.end()) {
+                char *end;
+                long long v = strtoll(ml->second.c_str(), &end, 10);
+                if (*end == 0 && end != ml->second.c_str() && v > 0)
+                    max_len = (size_t)v;
+            }
+            std::vector<SampledLine> sample;
+            if (sample_lines(next, ctx, o->max_sentences, o->seed, max_len, &sample, err))
+                return -1;
+            SampleIterator it(sample);
+            st = sp::SentencePieceTrainer::Train(kw, &it, &out);
+        } else {
+            CallbackIterator it(next, ctx);
+            st = sp::SentencePieceTrainer::Train(kw, &it, &out);
             // The iterator's own error (a bad line) comes back as it was written.
-            if (!it.status().ok())
+            if (!st.ok() && !it.status().ok())
                 return tfm_fail(err, "%s", it.status().message());
-            return fail_train(err, st);
         }
+        if (!st.ok())
+            return fail_train(err, st);
         if (out.empty())
             return tfm_fail(err, "SentencePiece trainer returned an empty model");
         void *p = malloc(out.size());

@@ -22,6 +22,10 @@ extern "C" {   /* error.h has no guard of its own */
 
 #include "error.h"
 
+/* The least character coverage SentencePiece's trainer accepts (its trainer spec check:
+ * [0.98, 1]); below it, training fails with nothing but the check's text. */
+#define TFM_SPM_COVERAGE_MIN 0.98
+
 /* The token ids of every SentencePiece model tfm uses. */
 #define TFM_PAD_ID 0
 #define TFM_UNK_ID 1
@@ -32,7 +36,8 @@ struct tfm_spm;
 
 /* Load a serialized ModelProto (the bytes of a .model file). */
 struct tfm_spm *tfm_spm_load(const void *proto, size_t n, struct tfm_error *err);
-/* A .model file, or a tfm stream with an embedded model (tokens, checkpoint...). */
+/* A .model file, or a tfm stream with an embedded model (tokens, checkpoint...); read
+ * once from the front, so a pipe or a FIFO works as well. */
 struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error *err);
 void tfm_spm_free(struct tfm_spm *s);
 int tfm_spm_vocab_size(const struct tfm_spm *s);
@@ -53,16 +58,18 @@ int64_t tfm_spm_decode(const struct tfm_spm *s, const int32_t *ids, int64_t n,
 
 /* Training.  Sentences come from a callback: it returns 1 with a line in (*line, *len)
  * (valid until the next call), 0 at the end, -1 with err filled (the trainer stops and
- * tfm_spm_train returns that message). */
+ * tfm_spm_train returns that message).  With max_sentences, every line is read first and
+ * a sample of them, drawn with tfm_rng_below (util.h), held in memory for the trainer:
+ * SentencePiece's own sampler does not follow a seed. */
 typedef int (*tfm_spm_next_fn)(void *ctx, const char **line, size_t *len,
                                struct tfm_error *err);
 
 struct tfm_spm_train_opts {
     const char *type;           /* "bpe" or "unigram" */
     int vocab_size;             /* pieces, the four special ones included */
-    double coverage;            /* character_coverage, (0, 1] */
-    int64_t max_sentences;      /* input_sentence_size: sample this many; 0: all */
-    unsigned seed;              /* for the sampling of sentences */
+    double coverage;            /* character_coverage, [TFM_SPM_COVERAGE_MIN, 1] */
+    int64_t max_sentences;      /* train on a uniform sample of this many lines; 0: all */
+    unsigned seed;              /* of that sample: the same lines and seed, the same one */
     int threads;                /* trainer threads, >= 1 */
     int verbose;                /* let the trainer log on stderr */
     int noptions;               /* extra trainer options, "key=value" as spm_train's flags */

@@ -1,4 +1,4 @@
-/* util.c: the clock and growing arrays (util.h). */
+/* util.c: the clock, growing arrays and the random numbers of the host (util.h). */
 #include "util.h"
 
 #include <stdint.h>
@@ -30,4 +30,26 @@ int tfm_grow(void *p, size_t *cap, size_t need, size_t size)
     *(void **)p = q;
     *cap = n;
     return 0;
+}
+
+uint64_t tfm_rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t tfm_rng_below(uint64_t *s, uint64_t n)
+{
+    unsigned __int128 m = (unsigned __int128)tfm_rng_next(s) * n;
+    uint64_t lo = (uint64_t)m;
+    if (lo < n) {
+        uint64_t t = -n % n;
+        while (lo < t) {
+            m = (unsigned __int128)tfm_rng_next(s) * n;
+            lo = (uint64_t)m;
+        }
+    }
+    return (uint64_t)(m >> 64);
 }

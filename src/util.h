@@ -1,10 +1,11 @@
-/* util.h: two helpers every part of the library needs: a clock for durations, and
- * arrays that grow.
+/* util.h: helpers every part of the library needs: a clock for durations, arrays that
+ * grow, and random numbers for the host's shuffles and samples.
  */
 #ifndef TFM_UTIL_H
 #define TFM_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Seconds on the monotonic clock (durations, time limits; not wall time). */
 double tfm_now(void);
@@ -13,5 +14,11 @@ double tfm_now(void);
  * at least need elements, growing by half again at least, keeping the contents: 0, or -1
  * when out of memory or when the bytes would overflow (*p and *cap unchanged then). */
 int tfm_grow(void *p, size_t *cap, size_t need, size_t size);
+
+/* splitmix64: the next of a stream of random numbers whose state is *s (seed it with any
+ * value); the same numbers on every machine.  Not the dropout bits (backend.h). */
+uint64_t tfm_rng_next(uint64_t *s);
+/* Uniform in [0, n), n > 0, without bias (Lemire's multiply and reject). */
+uint64_t tfm_rng_below(uint64_t *s, uint64_t n);
 
 #endif

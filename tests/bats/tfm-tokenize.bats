@@ -75,6 +75,30 @@ ids_by_cat() {
     cmp "$T/a.model" "$T/b.model"
 }
 
+@test "train --max-sentences: --seed draws the sample; the same seed, the same model" {
+    for s in 1 2 3 2; do
+        tfm-tokenize train -q -m "$T/new.model" --vocab 300 --max-sentences 200 --seed $s \
+            "$D/src-val.txt" "$D/tgt-val.txt"
+        if [ -e "$T/s$s.model" ]; then cmp "$T/s$s.model" "$T/new.model"; fi
+        mv "$T/new.model" "$T/s$s.model"
+    done
+    run cmp -s "$T/s1.model" "$T/s2.model"
+    assert_failure
+    run cmp -s "$T/s2.model" "$T/s3.model"
+    assert_failure
+    run cmp -s "$T/s1.model" "$T/s3.model"
+    assert_failure
+    # a sample of at least every line is every line, whatever the seed
+    tfm-tokenize train -q -m "$T/all.model" --vocab 300 "$D/src-val.txt" "$D/tgt-val.txt"
+    tfm-tokenize train -q -m "$T/big.model" --vocab 300 --max-sentences 100000 --seed 9 \
+        "$D/src-val.txt" "$D/tgt-val.txt"
+    cmp "$T/all.model" "$T/big.model"
+    # any sample size: no limit of SentencePiece's applies to tfm's sample
+    tfm-tokenize train -q -m "$T/few.model" --vocab 100 --max-sentences 20 \
+        --trainer-option hard_vocab_limit=false "$D/src-val.txt"
+    [ -s "$T/few.model" ]
+}
+
 @test "train reads gzip files and stdin (multi30k, as shipped)" {
     tfm-tokenize train -q -m "$T/gz.model" --vocab 600 "$TFM_ROOT/data/multi30k-ende/val.en.gz"
     gzip -dc "$TFM_ROOT/data/multi30k-ende/val.en.gz" | tfm-tokenize train -q -m "$T/in.model" --vocab 600 -
@@ -209,6 +233,24 @@ ids_by_cat() {
     assert_output --regexp "^tfm-tokenize: $T/val.tfm: the stream's vocabulary \([0-9a-f]{8}\) is not $T/small.model's \([0-9a-f]{8}\): not decoded with another"
 }
 
+@test "decode: one line per sentence, whatever bytes byte-fallback pieces give" {
+    # identity normalization: NFKC would drop or change the control characters of text
+    tfm-tokenize train -q -m "$T/bf.model" --vocab 600 --trainer-option byte_fallback=true \
+        --trainer-option normalization_rule_name=identity "$D/src-val.txt"
+    spm_export_vocab --model="$T/bf.model" > "$T/bf.vocab"
+    id() { awk -F'\t' -v p="$1" '$1 == p { print NR - 1 }' "$T/bf.vocab"; }
+    # bytes 1 10 2 | NUL | CR | tab a DEL, each a piece <0xNN>
+    printf '%s %s %s\n%s\n%s\n%s %s %s\n' "$(id '<0x01>')" "$(id '<0x0A>')" "$(id '<0x02>')" \
+        "$(id '<0x00>')" "$(id '<0x0D>')" "$(id '<0x09>')" "$(id a)" "$(id '<0x7F>')" > "$T/ids.txt"
+    r=$'\xef\xbf\xbd'
+    tfm-tokenize decode -m "$T/bf.model" "$T/ids.txt" > "$T/out.txt"
+        cmp "$T/out.txt" <(printf '%s\n' "$r$r$r" "$r" "$r" $'\ta'"$r")
+    # from a stream: control characters in the middle of a line, encoded as bytes
+    printf 'a\x01b\rc\x7f\x00d\n' | tfm-tokenize encode -m "$T/bf.model" > "$T/c.tfm"
+    tfm-tokenize decode --ids "$T/c.tfm" | grep -qw "$(id '<0x0D>')"
+    tfm-tokenize decode "$T/c.tfm" | cmp - <(printf '%s\n' "a${r}b${r}c${r}${r}d")
+}
+
 @test "decode: a truncated stream is an error" {
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
     head -c -100 "$T/val.tfm" > "$T/cut.tfm"
@@ -285,6 +327,26 @@ ids_by_cat() {
     assert_output "tfm-tokenize: $T/nope.tfm: No such file or directory"
 }
 
+@test "-m from a pipe or a FIFO: a .model file or a stream, read once" {
+    tfm-tokenize encode -m "$M/bpe.model" -o "$T/val.tfm" "$M/val.en"
+        tfm-tokenize encode -m <(cat "$M/bpe.model") "$M/val.en" | cmp - "$T/val.tfm"
+    tfm-tokenize encode -m <(cat "$T/val.tfm") "$M/val.en" | cmp - "$T/val.tfm"
+    tfm-tokenize decode -m <(cat "$M/bpe.model") "$T/val.tfm" | cmp - <(tfm-tokenize decode "$T/val.tfm")
+    # a FIFO opened twice would wait for a second writer: time limits on both sides
+    mkfifo "$T/fifo"
+    timeout 20 sh -c 'cat "$1" > "$2"' sh "$M/bpe.model" "$T/fifo" 3>&- &
+    timeout 20 tfm-tokenize encode -m "$T/fifo" "$M/val.en" > "$T/fifo.tfm"
+    wait
+    cmp "$T/fifo.tfm" "$T/val.tfm"
+    # what is wrong with piped input is said as it is for a file
+    run tfm-tokenize encode -m <(echo "not a model") "$M/val.en"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: /dev/fd/[0-9]+: not a SentencePiece model$"
+    run tfm-tokenize encode -m <(head -c 100 "$T/val.tfm") "$M/val.en"
+    assert_failure 1
+    assert_output --regexp "^tfm-tokenize: /dev/fd/[0-9]+: record 0 'tfm.header': "
+}
+
 @test "usage errors exit 2 and name the flag" {
     run tfm-tokenize train -m "$T/x.model" --vocab abc "$D/src-val.txt"
     assert_failure 2
@@ -297,10 +359,13 @@ ids_by_cat() {
     assert_line --index 0 "tfm-tokenize: --type: 'word': bpe or unigram expected"
     run tfm-tokenize train -m "$T/x.model" --coverage 0 "$D/src-val.txt"
     assert_failure 2
-    assert_line --index 0 "tfm-tokenize: --coverage: '0': expected a number in (0, 1]"
-    run tfm-tokenize train -m "$T/x.model" --max-sentences 50 "$D/src-val.txt"
+    assert_line --index 0 "tfm-tokenize: --coverage: '0': expected a number in [0.98, 1]"
+    run tfm-tokenize train -m "$T/x.model" --max-sentences -1 "$D/src-val.txt"
     assert_failure 2
-    assert_line --index 0 "tfm-tokenize: --max-sentences: '50': 0 (all) or more than 100 expected"
+    assert_line --index 0 --partial "tfm-tokenize: --max-sentences: '-1': expected an integer from 0 to"
+    run tfm-tokenize train -m "$T/x.model" --seed 4294967295 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --seed: '4294967295': expected an integer from 0 to 4294967294"
     run tfm-tokenize train -m "$T/x.model" --trainer-option bos_id=5 "$D/src-val.txt"
     assert_failure 2
     assert_line --index 0 --partial "bos_id is set by tfm-tokenize itself"
@@ -326,6 +391,31 @@ ids_by_cat() {
     run tfm-tokenize
     assert_failure 2
     [ ! -e "$T/x.model" ]
+}
+
+@test "train --coverage: SentencePiece's range [0.98, 1], else a usage error saying so" {
+    run tfm-tokenize train -m "$T/x.model" --coverage 0.9 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --coverage: '0.9': expected a number in [0.98, 1]"
+    run tfm-tokenize train -m "$T/x.model" --coverage 1.01 "$D/src-val.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --coverage: '1.01': expected a number in [0.98, 1]"
+    [ ! -e "$T/x.model" ]
+    run tfm-tokenize train -q -m "$T/x.model" --vocab 300 --coverage 0.98 "$D/src-val.txt"
+    assert_success
+    [ -s "$T/x.model" ]
+}
+
+@test "an option of another subcommand is named, not its argument" {
+    run tfm-tokenize encode --vocab 500 -m "$M/bpe.model" "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: option '--vocab' is not one of encode's"
+    run tfm-tokenize encode --coverage=1 -m "$M/bpe.model" "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: option '--coverage' is not one of encode's"
+    run tfm-tokenize decode --output out.txt "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: decode: option '--output' is not one of decode's"
 }
 
 @test "--help and --version" {

@@ -39,15 +39,17 @@ static int next_line(void *ctx, const char **line, size_t *len, struct tfm_error
     return 1;
 }
 
-static struct tfm_spm *train(int vocab, unsigned seed)
+/* A model of vocab pieces (fewer if the text has fewer) from 400 generated lines, with one
+ * more trainer option when option is not NULL. */
+static struct tfm_spm *train(int vocab, unsigned seed, const char *option)
 {
     struct tfm_spm_train_opts o;
     tfm_spm_train_defaults(&o);
     o.vocab_size = vocab;
     o.coverage = 1.0;
-    const char *opts[] = {"hard_vocab_limit=false"};
+    const char *opts[] = {"hard_vocab_limit=false", option};
     o.options = opts;
-    o.noptions = 1;
+    o.noptions = option ? 2 : 1;
     struct gen g = {0, 400, seed, ""};
     struct tfm_error err;
     void *proto = NULL;
@@ -295,13 +297,67 @@ static void test_text(void)
     tfm_text_free(&t);
 }
 
+/* The id of a piece, or -1. */
+static int piece_id(const struct tfm_spm *s, const char *piece)
+{
+    for (int i = 0; i < tfm_spm_vocab_size(s); i++)
+        if (strcmp(tfm_spm_piece(s, i), piece) == 0)
+            return i;
+    return -1;
+}
+
+/* Byte-fallback pieces decode to any byte: a newline, a NUL, a carriage return and DEL
+ * come out as U+FFFD, a tab as itself, from a corpus in memory (tfm-decode --text's way)
+ * and from lines of ids (tfm-tokenize decode's). */
+static void test_one_line(void)
+{
+    struct tfm_spm *bf = train(400, 3, "byte_fallback=true");
+    if (!bf) {
+        t_skip("no byte-fallback model");
+        return;
+    }
+    struct tfm_error err;
+    int32_t *ids = NULL;
+    int64_t cap = 0, n = tfm_spm_encode(bf, "cat", 3, &ids, &cap, &err);
+    const char *bytes[] = {"<0x0A>", "<0x00>", "<0x0D>", "<0x09>", "<0x7F>"};
+    int32_t sent[16];
+    CHECK(n > 0 && n <= 8);
+    if (n < 0 || n > 8)
+        n = 0;
+    for (int64_t i = 0; i < n; i++)
+        sent[i] = ids[i];
+    for (int i = 0; i < 5; i++)
+        CHECK((sent[n + i] = piece_id(bf, bytes[i])) >= 0);
+    free(ids);
+    const char *want = "0:cat\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\t\xef\xbf\xbd|";
+
+    struct tfm_corpus c;
+    tfm_corpus_init(&c);
+    CHECK(tfm_corpus_push(&c, sent, n + 5, &err) == 0);
+    struct got g = {0};
+    CHECK(tfm_hypread_corpus(&c, bf, 0, NULL, collect, &g, &err) == 0);
+    CHECK_STR(g.buf, want);
+    tfm_corpus_free(&c);
+
+    char line[256] = "";
+    for (int64_t i = 0, k = 0; i < n + 5; i++)
+        k += snprintf(line + k, sizeof line - (size_t)k, "%s%d", i ? " " : "", sent[i]);
+    strcat(line, "\n");
+    write_file(t_path("bf.txt"), line);
+    int rc;
+    CHECK_STR(read_all(t_path("bf.txt"), TFM_HYP_TEXT_IDS, bf, &rc, &err), want);
+    CHECK_EQ_INT(rc, 0);
+    tfm_spm_free(bf);
+}
+
 int main(void)
 {
-    model = train(60, 1);
-    other = train(45, 2);
+    model = train(60, 1, NULL);
+    other = train(45, 2, NULL);
     t_run("streams: own or matching model, n-best to the best, callback errors", test_streams);
     t_run("stream errors: index gaps and overruns, no model, wrong kind", test_stream_errors);
     t_run("text lines, lines of ids, the text type", test_text);
+    t_run("decoded text is one line: control characters are U+FFFD", test_one_line);
     tfm_spm_free(model);
     tfm_spm_free(other);
     return t_done();

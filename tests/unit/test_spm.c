@@ -244,8 +244,8 @@ static void test_train_load(void)
     CHECK(strstr(err.msg, "vocabulary size 200000 too high") != NULL);
     CHECK(strstr(err.msg, "hard_vocab_limit=false") != NULL);
 
-    CHECK(train("bpe", 1000, 100, &n, &err) == NULL);               /* spm wants > 100 */
-    CHECK(strstr(err.msg, "more than 100") != NULL);
+    CHECK(train("bpe", 1000, -1, &n, &err) == NULL);
+    CHECK(strstr(err.msg, "sentence sample of -1") != NULL);
 
     /* load_file: a .model file; garbage; an empty file */
     struct tfm_spm *f = tfm_spm_load_file(path("bpe.model"), &err);

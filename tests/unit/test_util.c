@@ -1,4 +1,4 @@
-/* test_util: the monotonic clock and growing arrays (src/util.h). */
+/* test_util: the monotonic clock, growing arrays and random numbers (src/util.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +36,31 @@ static void test_now(void)
     CHECK(t1 - t0 >= 0.019 && t1 - t0 < 5);
 }
 
+static void test_rng(void)
+{
+    /* splitmix64's published first outputs for seed 0 */
+    uint64_t s = 0;
+    CHECK(tfm_rng_next(&s) == 0xe220a8397b1dcdafULL);
+    CHECK(tfm_rng_next(&s) == 0x6e789e6aa1b965f4ULL);
+    /* below n: in range, every value drawn, about equally often */
+    s = 7;
+    int count[10] = {0}, in_range = 1;
+    for (int i = 0; i < 100000; i++) {
+        uint64_t v = tfm_rng_below(&s, 10);
+        in_range &= v < 10;
+        if (v < 10)
+            count[v]++;
+    }
+    CHECK(in_range);
+    for (int k = 0; k < 10; k++)
+        CHECK(count[k] > 9500 && count[k] < 10500);
+    CHECK(tfm_rng_below(&s, 1) == 0);
+}
+
 int main(void)
 {
     t_run("tfm_grow: keeps, grows by half, refuses overflow", test_grow);
     t_run("tfm_now: a monotonic clock in seconds", test_now);
+    t_run("tfm_rng_next, tfm_rng_below: splitmix64, uniform below n", test_rng);
     return t_done();
 }
