@@ -57,7 +57,7 @@ setup() {
     for tool in "tfm-train -q -c $CONF -o $T/ck2 --max-steps 2 --threads 2 $M/b.tfm" \
                 "tfm-decode -q -m $M/model.tfm --threads 2 $M/en.tfm"; do
         run bash -c "ulimit -v 500000; timeout -k 5 60 $tool > /dev/null"
-        [ "$status" -eq 0 ] || [ "$status" -eq 1 ]
+        [ "$status" -eq 0 ] || [ "$status" -eq 1 ] || { echo "$tool: exit $status: $output"; false; }
         [ "$status" -eq 0 ] || assert_output --partial "ulimit -v"
     done
 }
