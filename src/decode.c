@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "attention.h"
 #include "backend.h"
@@ -23,6 +22,7 @@
 #include "device.h"
 #include "hypread.h"
 #include "model.h"
+#include "output.h"
 #include "spm.h"
 #include "stream.h"
 #include "treecon.h"
@@ -425,20 +425,60 @@ done:
     return rc;
 }
 
+/* Text lines, gathered in a buffer and written a chunk at a time to stdout or to an
+ * output (output.h: a file whole or not at all, a device or FIFO in place). */
 struct text_out {
-    FILE *f;
+    struct tfm_output out;  /* when not to_stdout */
+    int to_stdout;
     int nbest_format;       /* "INDEX ||| TEXT ||| SCORE" lines */
     const char *name;
+    char *buf;
+    size_t used, cap;
 };
+
+#define TEXT_CHUNK (1 << 16)
+
+static int text_flush(struct text_out *to, struct tfm_error *err)
+{
+    if (to->used == 0)
+        return 0;
+    size_t n = to->used;
+    to->used = 0;
+    if (!to->to_stdout)
+        return tfm_output_write(&to->out, to->buf, n, err);
+    if (fwrite(to->buf, 1, n, stdout) != n)
+        return tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
+    return 0;
+}
 
 static int put_text(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
 {
-    const struct text_out *to = ctx;
-    if (to->nbest_format)
-        fprintf(to->f, "%lld ||| %s ||| %.6f\n", (long long)h->index, h->text, h->score);
-    else
-        fprintf(to->f, "%s\n", h->text);
-    return ferror(to->f) ? tfm_fail(err, "%s: write error", to->name) : 0;
+    struct text_out *to = ctx;
+    /* the line's length: the text, and the index and score around it */
+    size_t need = h->len + 64;
+    if (to->used + need > to->cap) {
+        if (text_flush(to, err))
+            return -1;
+        if (need > to->cap) {
+            size_t cap = need > TEXT_CHUNK ? need : TEXT_CHUNK;
+            char *b = realloc(to->buf, cap);
+            if (!b)
+                return tfm_fail(err, "out of memory");
+            to->buf = b;
+            to->cap = cap;
+        }
+    }
+    char *p = to->buf + to->used;
+    size_t room = to->cap - to->used;
+    int k = to->nbest_format
+                ? snprintf(p, room, "%lld ||| %s ||| %.6f\n", (long long)h->index, h->text,
+                           h->score)
+                : snprintf(p, room, "%s\n", h->text);
+    if (k < 0 || (size_t)k >= room)
+        return tfm_fail(err, "%s: hypothesis %lld: cannot format its line", to->name,
+                        (long long)h->n);
+    to->used += (size_t)k;
+    return to->used >= TEXT_CHUNK ? text_flush(to, err) : 0;
 }
 
 static int write_text(const char *out_path, const struct tfm_corpus *c, const void *spm_proto,
@@ -447,32 +487,25 @@ static int write_text(const char *out_path, const struct tfm_corpus *c, const vo
     struct tfm_spm *spm = tfm_spm_load(spm_proto, spm_size, err);
     if (!spm)
         return tfm_error_prefix(err, "the model's vocabulary");
-    int to_stdout = !out_path || strcmp(out_path, "-") == 0;
-    char tmp[4096];
-    FILE *f = stdout;
-    if (!to_stdout) {
-        if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out_path, (long)getpid()) >= sizeof tmp) {
-            tfm_spm_free(spm);
-            return tfm_fail(err, "%s: path too long", out_path);
-        }
-        f = fopen(tmp, "w");
-        if (!f) {
-            tfm_spm_free(spm);
-            return tfm_fail(err, "%s: %s", tmp, strerror(errno));
-        }
+    struct text_out to = {.to_stdout = !out_path || strcmp(out_path, "-") == 0,
+                          .nbest_format = nbest_format};
+    to.name = to.to_stdout ? "<stdout>" : out_path;
+    if (!to.to_stdout && tfm_output_open(&to.out, out_path, err)) {
+        tfm_spm_free(spm);
+        return -1;
     }
-    struct text_out to = {f, nbest_format, to_stdout ? "<stdout>" : out_path};
     int rc = tfm_hypread_corpus(c, spm, 0, NULL, put_text, &to, err);
+    if (rc == 0)
+        rc = text_flush(&to, err);
     tfm_spm_free(spm);
-    if (!to_stdout) {
-        if (fclose(f) && rc == 0)
-            rc = tfm_fail(err, "%s: %s", out_path, strerror(errno));
-        if (rc == 0 && rename(tmp, out_path))
-            rc = tfm_fail(err, "%s: %s", out_path, strerror(errno));
-        if (rc)
-            unlink(tmp);
-    } else if (fflush(stdout) && rc == 0) {
-        rc = tfm_fail(err, "<stdout>: write error");
+    free(to.buf);
+    if (to.to_stdout) {
+        if (fflush(stdout) && rc == 0)
+            rc = tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
+    } else if (rc == 0) {
+        rc = tfm_output_commit(&to.out, err);
+    } else {
+        tfm_output_abort(&to.out);
     }
     return rc;
 }

@@ -469,3 +469,29 @@ PY
     run tfm-decode -q -m "$M/model.tfm" --alpha 10 --text "$M/test.tfm"
     assert_success
 }
+
+@test "tfm-decode -o writes into a FIFO, the text and the stream alike, and leaves it a FIFO" {
+    tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
+    tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/want.tfm"
+    mkfifo "$T/out.fifo"
+    for fmt in text stream; do
+        # the reader first (3>&-: bats must not wait for it); a replaced FIFO never gets a writer
+        timeout 20 cat "$T/out.fifo" > "$T/got.$fmt" 3>&- &
+        local reader=$!
+        run tfm-decode -q -m "$M/model.tfm" $([ $fmt = text ] && echo --text) -o "$T/out.fifo" \
+            "$M/test.tfm"
+        [ -p "$T/out.fifo" ] || { kill $reader; false; }
+        assert_success
+        wait $reader
+    done
+    cmp "$T/got.text" "$T/want.txt"
+    cmp "$T/got.stream" "$T/want.tfm"
+    run ls "$T"
+    refute_output --partial ".tmp."
+    # a regular file is still replaced whole, with no temporary left beside it
+    echo old > "$T/out.txt"
+    tfm-decode -q -m "$M/model.tfm" --text -o "$T/out.txt" "$M/test.tfm"
+    cmp "$T/out.txt" "$T/want.txt"
+    run ls "$T"
+    refute_output --partial ".tmp."
+}
