@@ -495,3 +495,27 @@ PY
     run ls "$T"
     refute_output --partial ".tmp."
 }
+
+@test "tfm-decode refuses a checkpoint whose vocabulary has another size than its config says" {
+    # the model's config says the size of spm.model; other.model has another
+    local have want
+    have=$(tfm-cat --header "$M/other.tfm" | sed -n 's/^meta vocab.size=//p')
+    want=$(tfm-cat --header "$M/test.tfm" | sed -n 's/^meta vocab.size=//p')
+    [ -n "$have" ] && [ -n "$want" ] && [ "$have" != "$want" ]
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/model.tfm" "$T/vocab.tfm" \
+        --spm "$M/other.model"
+    # (the stream decoded with it wrote ids outside the vocabulary, exit 0)
+    run tfm-decode -q -m "$T/vocab.tfm" -o "$T/out.tfm" "$M/other.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/vocab.tfm: its vocabulary has $have pieces, its config says vocab=$want"
+    [ ! -e "$T/out.tfm" ]
+    run tfm-decode -q -m "$M/model.tfm" -m "$T/vocab.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/vocab.tfm: its vocabulary has $have pieces, its config says vocab=$want"
+    # the editor's copy with the model's own vocabulary decodes (only the size is wrong above)
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/model.tfm" "$T/same.tfm" \
+        --spm "$M/spm.model"
+    run tfm-decode -q -m "$T/same.tfm" --text "$M/test.tfm"
+    assert_success
+    diff <(echo "$output") "$M/test.txt"
+}
