@@ -229,9 +229,18 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
     if (o.attention_all && !o.attention)
         return tfm_cli_usage_error("--attention-all needs --attention FILE");
-    if (o.attention && strcmp(o.attention, "-") == 0 && strcmp(out, "-") == 0)
-        return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
-                                   "(give -o OUT)");
+    /* by identity, not by name: "./h.tfm" is "h.tfm", and so is a link to it */
+    if (o.attention && tfm_cli_same_output(o.attention, out)) {
+        if (strcmp(o.attention, "-") == 0)
+            return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
+                                       "(give -o OUT)");
+        if (strcmp(out, "-") == 0)
+            return tfm_cli_usage_error("--attention %s is standard output, which carries the "
+                                       "hypotheses (give -o OUT)", o.attention);
+        return tfm_cli_usage_error("--attention %s and -o %s are one file: the hypotheses "
+                                   "would overwrite the attention (give two files)",
+                                   o.attention, out);
+    }
     const char *in = optind < argc ? argv[optind] : "-";
     struct progress pr = {progress && !quiet, 0};
     o.progress = report;

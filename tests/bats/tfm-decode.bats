@@ -519,3 +519,38 @@ PY
     assert_success
     diff <(echo "$output") "$M/test.txt"
 }
+
+@test "tfm-decode: --attention and -o naming one file is a usage error, however named" {
+    local o=(-q -m "$M/model.tfm")
+    run tfm-decode "${o[@]}" --attention "$T/x.tfm" -o "$T/x.tfm" "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention $T/x.tfm and -o $T/x.tfm are one file: the hypotheses would overwrite the attention (give two files)"
+    # a path that does not exist yet, spelt otherwise
+    run tfm-decode "${o[@]}" --attention "$T/./x.tfm" -o "$T/x.tfm" "$M/test.tfm"
+    assert_failure 2
+    run bash -c "cd '$T' && tfm-decode ${o[*]} --attention x.tfm -o '$T/x.tfm' '$M/test.tfm'"
+    assert_failure 2
+    # an existing file through a hard link, a symbolic link, or standard output
+    echo keep > "$T/a.tfm"
+    ln "$T/a.tfm" "$T/hard.tfm"
+    ln -s a.tfm "$T/soft.tfm"
+    ln -s new.tfm "$T/dangling.tfm"
+    run tfm-decode "${o[@]}" --attention "$T/hard.tfm" -o "$T/a.tfm" "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode "${o[@]}" --attention "$T/a.tfm" -o "$T/soft.tfm" "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode "${o[@]}" --attention "$T/dangling.tfm" -o "$T/new.tfm" "$M/test.tfm"
+    assert_failure 2
+    run bash -c "tfm-decode ${o[*]} --attention '$T/a.tfm' '$M/test.tfm' >> '$T/a.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention $T/a.tfm is standard output, which carries the hypotheses (give -o OUT)"
+    assert_equal "$(cat "$T/a.tfm")" keep
+    run tfm-decode "${o[@]}" --attention - "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention -: standard output carries the hypotheses (give -o OUT)"
+    # two files: both written
+    run tfm-decode "${o[@]}" --attention "$T/attn.tfm" -o "$T/h.tfm" "$M/test.tfm"
+    assert_success
+    assert_equal "$(tfm-cat --header "$T/attn.tfm" | sed -n 's/^meta kind=//p')" attention
+    assert_equal "$(tfm-cat --header "$T/h.tfm" | sed -n 's/^meta kind=//p')" hypotheses
+}
