@@ -941,6 +941,8 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         if (i == 0 || R.out.index[i] != R.out.index[i - 1])
             o->stats.tokens += tfm_corpus_len(&R.out, i);
     if (o->text) {
+        /* several hypotheses a sentence, searched or sampled, need their numbers; one
+         * each is a plain line, as a reference has it (tfm-score, tfm-score --restore) */
         int nbest_format = o->search.nbest > 1;
         if (write_text(out_path, &R.out, R.hdr.spm, R.hdr.spm_size, nbest_format, err))
             goto done;

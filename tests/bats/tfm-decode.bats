@@ -554,3 +554,23 @@ PY
     assert_equal "$(tfm-cat --header "$T/attn.tfm" | sed -n 's/^meta kind=//p')" attention
     assert_equal "$(tfm-cat --header "$T/h.tfm" | sed -n 's/^meta kind=//p')" hypotheses
 }
+
+@test "tfm-decode --text: one plain line per sentence with one hypothesis, searched or sampled; the n-best format with more" {
+    # --nbest 1: the lines a reference has, whatever the search (tfm-score takes them)
+    for search in "--beam 3" "--beam 1" "--sample --seed 4"; do
+        run tfm-decode -q -m "$M/model.tfm" $search --text "$M/test.tfm"
+        assert_success
+        assert_equal "${#lines[@]}" 20
+        refute_output --partial "|||"
+    done
+    run tfm-decode -q -m "$M/model.tfm" --sample --topk 1 --text "$M/test.tfm"
+    diff <(echo "$output") "$M/test.txt"
+    # --nbest 2: 'N ||| text ||| score', sampled as searched
+    for search in "--beam 3" "--sample --seed 4"; do
+        run tfm-decode -q -m "$M/model.tfm" $search --nbest 2 --text "$M/test.tfm"
+        assert_success
+        assert_equal "${#lines[@]}" 40
+        assert_line --index 0 --regexp '^0 \|\|\| .* \|\|\| -?[0-9]+\.[0-9]{6}$'
+        assert_line --index 39 --regexp '^19 \|\|\| .* \|\|\| -?[0-9]+\.[0-9]{6}$'
+    done
+}
