@@ -248,7 +248,7 @@ int main(int argc, char **argv)
     struct tfm_error err;
     if (tfm_decode_run(models, nmodels, in, out, &o, &err)) {
         fflush(stdout);
-        return tfm_cli_fail(&err, 1);
+        return tfm_cli_fail(&err, o.usage_error ? 2 : 1);
     }
     if (!quiet && o.stats.truncated)
         fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",

@@ -221,11 +221,12 @@ static int member_load(struct member *mb, const char *path, const struct tfm_che
     return 0;
 }
 
-/* The checkpoints paths[0..n) into cks (mapped, without Adam moments), and the precision
- * the device is checked for: bf16 when one asks for it, else auto when one does, else
- * fp32.  0, or -1 with err (the checkpoints loaded are left in cks to free). */
+/* The checkpoints paths[0..n) into cks (mapped, without Adam moments), the first one's
+ * config into first, and the precision the device is checked for: bf16 when one asks for
+ * it, else auto when one does, else fp32.  0, or -1 with err (the checkpoints loaded are
+ * left in cks to free). */
 static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoint **cks,
-                            int *precision, struct tfm_error *err)
+                            struct tfm_config *first, int *precision, struct tfm_error *err)
 {
     *precision = TFM_PRECISION_FP32;
     for (int i = 0; i < n; i++) {
@@ -233,6 +234,8 @@ static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoi
         cks[i] = tfm_checkpoint_load(paths[i], TFM_CKPT_NO_OPTIMIZER | TFM_CKPT_MAPPED, err);
         if (!cks[i] || tfm_checkpoint_config(cks[i], &c, err))
             return -1;
+        if (i == 0)
+            *first = c;
         if (c.precision == TFM_PRECISION_BF16 ||
             (c.precision == TFM_PRECISION_AUTO && *precision == TFM_PRECISION_FP32))
             *precision = c.precision;
@@ -807,6 +810,19 @@ done:
     return rc;
 }
 
+/* --nbest against a beam from the model's config (bin/tfm-decode.c checks a --beam given):
+ * the user's to mend, so o->usage_error is set. */
+static int nbest_check(struct tfm_decode_opts *o, const char *path, const struct tfm_config *c,
+                       struct tfm_error *err)
+{
+    if (o->search.sample || o->beam_given || o->search.nbest <= c->beam)
+        return 0;
+    o->usage_error = 1;
+    return tfm_fail(err, "--nbest %d exceeds the beam %d of %s's config (beam = %d): give "
+                    "--beam %d or more", o->search.nbest, c->beam, path, c->beam,
+                    o->search.nbest);
+}
+
 int tfm_decode_run(const char *const *paths, int n, const char *in_path, const char *out_path,
                    struct tfm_decode_opts *o, struct tfm_error *err)
 {
@@ -818,7 +834,9 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     int gpus = 0, precision;
     /* the checkpoints first: the device is checked for the precision they compute at */
     struct tfm_checkpoint *cks[TFM_DECODE_MAX_MODELS] = {NULL};
-    if (checkpoints_load(paths, n, cks, &precision, err) ||
+    struct tfm_config cfg;
+    if (checkpoints_load(paths, n, cks, &cfg, &precision, err) ||
+        nbest_check(o, paths[0], &cfg, err) ||
         tfm_device_open_gpus(o->device ? o->device : "auto", precision, o->threads, 0, 1,
                              &R.be, &gpus, o->stats.device, sizeof o->stats.device, err) ||
         (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))) {

@@ -114,9 +114,15 @@ values() {
     run tfm-decode -q -m "$M/model.tfm" --beam 2 --nbest 3 "$M/test.tfm"
     assert_failure 2
     assert_output --partial "tfm-decode: --nbest 3 exceeds --beam 2"
+    # above the config's beam: a usage error too, naming the option and the config
     run tfm-decode -q -m "$M/model.tfm" --nbest 4 "$M/test.tfm"     # config beam 3
-    assert_failure 1
-    assert_output "tfm-decode: nbest 4 exceeds the beam (3)"
+    assert_failure 2
+    assert_output "tfm-decode: --nbest 4 exceeds the beam 3 of $M/model.tfm's config (beam = 3): give --beam 4 or more"
+    run tfm-decode -q -m "$M/model.tfm" --nbest 4 --beam 4 --text "$M/test.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 80
+    run tfm-decode -q -m "$M/model.tfm" --nbest 4 --sample --text "$M/test.tfm"
+    assert_success
 }
 
 @test "tfm-decode --max-len-b bounds the output length by the source length" {
