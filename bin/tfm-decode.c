@@ -242,6 +242,16 @@ int main(int argc, char **argv)
                                    o.attention, out);
     }
     const char *in = optind < argc ? argv[optind] : "-";
+    /* standard input is read once: by one model or by the sentences */
+    int stdin_models = 0;
+    for (int i = 0; i < nmodels; i++)
+        stdin_models += strcmp(models[i], "-") == 0;
+    if (stdin_models > 1)
+        return tfm_cli_usage_error("-m - given %d times: standard input holds one model",
+                                   stdin_models);
+    if (stdin_models && strcmp(in, "-") == 0)
+        return tfm_cli_usage_error("-m -: standard input cannot feed both the model and the "
+                                   "sentences to translate (give FILE)");
     struct progress pr = {progress && !quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;

@@ -580,3 +580,33 @@ PY
         assert_line --index 39 --regexp '^19 \|\|\| .* \|\|\| -?[0-9]+\.[0-9]{6}$'
     done
 }
+
+@test "tfm-decode: standard input feeds the model or the sentences, not both" {
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m -: standard input cannot feed both the model and the sentences to translate (give FILE)"
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text -"
+    assert_failure 2
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - -m - --text '$M/test.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m - given 2 times: standard input holds one model"
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text '$M/test.tfm'"
+    assert_success
+    diff <(echo "$output") "$M/test.txt"
+}
+
+@test "tfm-decode of a batch stream with sentences left out: tfm-score names the first one missing" {
+    # a batch stream of pairs (--max-len 5 drops those of more than 4 tokens and eos): the
+    # numbers of the pairs left out are gone
+    tfm-tokenize encode -m "$M/spm.model" --eos < "$M/test.txt" > "$T/eos.tfm"
+    tfm-batch -q --max-len 5 --tokens 40 "$T/eos.tfm" "$T/eos.tfm" > "$T/b.tfm"
+    tfm-decode -q -m "$M/model.tfm" "$T/b.tfm" > "$T/h.tfm"
+    local kept first last
+    kept=$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | grep -c .)
+    first=$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | awk '$1 != NR - 1 { print NR - 1; exit }')
+    last=$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | sort -n | tail -n 1)
+    [ "$kept" -lt 20 ] && [ -n "$first" ] && [ "$last" -ge "$kept" ]
+    run tfm-score -r "$M/test.txt" "$T/h.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-score: $T/h.tfm: no hypothesis for sentence $first, though hyp.index goes up to $last \(hypothesis [0-9]+\): every sentence from 0 to the last must have one$"
+}

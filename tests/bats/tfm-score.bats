@@ -118,6 +118,28 @@ print(d[\"score\"])'"
     assert_line ' "bp": 1,'
 }
 
+@test "standard input feeds one input: naming it for two is a usage error" {
+    printf 'a b c\n' > "$BATS_TEST_TMPDIR/t"
+    run bash -c "tfm-score -r - - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the references (-r -) and the hypotheses (FILE - or none): give a file for one"
+    run bash -c "tfm-score -r - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    run bash -c "tfm-score -r - -r - '$BATS_TEST_TMPDIR/t' < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the references (-r -) and another reference (-r -): give a file for one"
+    run bash -c "tfm-score -m f1 -r '$BATS_TEST_TMPDIR/t' --source - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the source sentences (--source -) and the hypotheses (FILE - or none): give a file for one"
+    run bash -c "tfm-score --restore --source - - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the source sentences (--source -) and the linearized trees (FILE - or none): give a file for one"
+    # one of them from standard input is fine
+    run bash -c "tfm-score -r - '$BATS_TEST_TMPDIR/t' < '$BATS_TEST_TMPDIR/t'"
+    assert_success
+    assert_line -n 0 --partial "BLEU = 0.00 100.0/100.0/100.0/0.0 "
+}
+
 @test "line counts must agree: REF: N lines, hypotheses have M" {
     head -n 3003 "$REF" > "$BATS_TEST_TMPDIR/short"
     run tfm-score -r "$BATS_TEST_TMPDIR/short" "$FBK"
