@@ -238,18 +238,37 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("--nbest %d exceeds --beam %d", o.search.nbest, o.search.beam);
     if (o.attention_all && !o.attention)
         return tfm_cli_usage_error("--attention-all needs --attention FILE");
-    if (o.attention && strcmp(o.attention, "-") == 0 && strcmp(out, "-") == 0)
-        return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
-                                   "(give -o OUT)");
+    /* by identity, not by name: "./h.tfm" is "h.tfm", and so is a link to it */
+    if (o.attention && tfm_cli_same_output(o.attention, out)) {
+        if (strcmp(o.attention, "-") == 0)
+            return tfm_cli_usage_error("--attention -: standard output carries the hypotheses "
+                                       "(give -o OUT)");
+        if (strcmp(out, "-") == 0)
+            return tfm_cli_usage_error("--attention %s is standard output, which carries the "
+                                       "hypotheses (give -o OUT)", o.attention);
+        return tfm_cli_usage_error("--attention %s and -o %s are one file: the hypotheses "
+                                   "would overwrite the attention (give two files)",
+                                   o.attention, out);
+    }
     const char *in = optind < argc ? argv[optind] : "-";
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
+    /* standard input is read once: by one model or by the sentences */
+    int stdin_models = 0;
+    for (int i = 0; i < nmodels; i++)
+        stdin_models += strcmp(models[i], "-") == 0;
+    if (stdin_models > 1)
+        return tfm_cli_usage_error("-m - given %d times: standard input holds one model",
+                                   stdin_models);
+    if (stdin_models && strcmp(in, "-") == 0)
+        return tfm_cli_usage_error("-m -: standard input cannot feed both the model and the "
+                                   "sentences to translate (give FILE)");
     struct progress pr = {progress && !quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;
     struct tfm_error err;
     if (tfm_decode_run(models, nmodels, in, out, &o, &err)) {
         fflush(stdout);
-        return tfm_cli_fail(&err, 1);
+        return tfm_cli_fail(&err, o.usage_error ? 2 : 1);
     }
     if (!quiet && o.stats.truncated)
         fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",

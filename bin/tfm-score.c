@@ -277,6 +277,25 @@ int main(int argc, char **argv)
         free(refs);
         return tfm_cli_usage_error("%s", bad);
     }
+    /* standard input is read once: by one of the inputs */
+    const char *stdin_user[3];
+    int nstdin = 0;
+    for (int r = 0; r < nrefs && nstdin < 2; r++)
+        if (strcmp(refs[r], "-") == 0) {
+            stdin_user[nstdin] = nstdin ? "another reference (-r -)" : "the references (-r -)";
+            nstdin++;
+        }
+    if (fo.source && strcmp(fo.source, "-") == 0)
+        stdin_user[nstdin++] = "the source sentences (--source -)";
+    if (strcmp(in, "-") == 0)
+        stdin_user[nstdin++] = mode == MODE_SCORE ? "the hypotheses (FILE - or none)"
+                               : mode == MODE_RESTORE ? "the linearized trees (FILE - or none)"
+                                                      : "the trees (FILE - or none)";
+    if (nstdin > 1) {
+        free(refs);
+        return tfm_cli_usage_error("standard input cannot feed both %s and %s: give a file "
+                                   "for one", stdin_user[0], stdin_user[1]);
+    }
     if (bo.tok == TFM_TOK_TOKENIZED && !smooth_set)
         bo.smooth = TFM_SMOOTH_NONE;    /* multi-bleu.perl */
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "spm.h"
 
 enum { STATE_FIXED = 8, STATE_VERSION = 2, STATE_SHARD_POS = 1 };
 
@@ -425,6 +426,18 @@ static const char *const part_prefix[3] = {TFM_CKPT_PARAM, TFM_CKPT_ADAM_M, TFM_
 int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config *cfg,
                          int optimizer, struct tfm_error *err)
 {
+    /* the embedding rows are the vocabulary's pieces: a model of another vocabulary would
+     * write ids that mean other pieces, or none */
+    if (c->header.spm) {
+        struct tfm_spm *s = tfm_spm_load(c->header.spm, c->header.spm_size, err);
+        if (!s)
+            return tfm_error_prefix(err, "%s: vocabulary", c->path);
+        int pieces = tfm_spm_vocab_size(s);
+        tfm_spm_free(s);
+        if (pieces != cfg->vocab)
+            return tfm_fail(err, "%s: its vocabulary has %d pieces, its config says vocab=%d",
+                            c->path, pieces, cfg->vocab);
+    }
     struct tfm_param *p;
     int np;
     if (tfm_model_layout(cfg, &p, &np, err))

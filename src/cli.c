@@ -4,11 +4,14 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "error.h"
 
@@ -128,4 +131,51 @@ int tfm_cli_path(const char *flag, const char *s)
     if (!*s)
         return tfm_cli_usage_error("%s: an empty path", flag);
     return 0;
+}
+
+/* path made absolute, its directories and any symbolic links at its end resolved, into
+ * buf (PATH_MAX); a file that does not exist (yet) is its directory's real path and its
+ * name.  What cannot be resolved is left as given. */
+static void resolve(const char *path, char *buf)
+{
+    char cur[PATH_MAX], dir[PATH_MAX], link[PATH_MAX], real[PATH_MAX];
+    snprintf(cur, sizeof cur, "%s", path);
+    for (int depth = 0;; depth++) {
+        if (realpath(cur, buf))
+            return;
+        const char *slash = strrchr(cur, '/');
+        if (!slash)
+            snprintf(dir, sizeof dir, ".");
+        else
+            snprintf(dir, sizeof dir, "%.*s", slash == cur ? 1 : (int)(slash - cur), cur);
+        struct stat st;
+        ssize_t n;
+        if (depth == 16 || lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode) ||
+            (n = readlink(cur, link, sizeof link - 1)) <= 0)
+            break;
+        link[n] = 0;                /* a link to a file not there yet: follow it */
+        if (link[0] == '/' || snprintf(cur, sizeof cur, "%s/%s", dir, link) >= (int)sizeof cur)
+            snprintf(cur, sizeof cur, "%s", link);
+    }
+    const char *slash = strrchr(cur, '/');
+    const char *base = slash ? slash + 1 : cur;
+    if (!realpath(dir, real) ||
+        snprintf(buf, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) >= PATH_MAX)
+        snprintf(buf, PATH_MAX, "%s", path);
+}
+
+int tfm_cli_same_output(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    int is_a = strcmp(a, "-") == 0, is_b = strcmp(b, "-") == 0;
+    if (is_a && is_b)
+        return 1;
+    if ((is_a ? fstat(1, &sa) : stat(a, &sa)) == 0 && (is_b ? fstat(1, &sb) : stat(b, &sb)) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (is_a || is_b)       /* standard output is there; the other is not */
+        return 0;
+    char ra[PATH_MAX], rb[PATH_MAX];
+    resolve(a, ra);
+    resolve(b, rb);
+    return strcmp(ra, rb) == 0;
 }

@@ -55,4 +55,10 @@ int tfm_cli_size(const char *flag, const char *s, double *v);
  * output path is refused here, before any work, rather than when the output is opened. */
 int tfm_cli_path(const char *flag, const char *s);
 
+/* Do output paths a and b ("-": standard output) name one file, so that writing both
+ * would leave one of the outputs only?  Files that exist are compared by identity (device
+ * and inode: a hard or symbolic link to a file is that file); a path that does not exist
+ * yet by its resolved absolute path ("./out.tfm" and "out.tfm" are one). */
+int tfm_cli_same_output(const char *a, const char *b);
+
 #endif

@@ -9,12 +9,10 @@
 #include "decode.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "attention.h"
 #include "backend.h"
@@ -223,11 +221,12 @@ static int member_load(struct member *mb, const char *path, const struct tfm_che
     return 0;
 }
 
-/* The checkpoints paths[0..n) into cks (mapped, without Adam moments), and the precision
- * the device is checked for: bf16 when one asks for it, else auto when one does, else
- * fp32.  0, or -1 with err (the checkpoints loaded are left in cks to free). */
+/* The checkpoints paths[0..n) into cks (mapped, without Adam moments), the first one's
+ * config into first, and the precision the device is checked for: bf16 when one asks for
+ * it, else auto when one does, else fp32.  0, or -1 with err (the checkpoints loaded are
+ * left in cks to free). */
 static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoint **cks,
-                            int *precision, struct tfm_error *err)
+                            struct tfm_config *first, int *precision, struct tfm_error *err)
 {
     *precision = TFM_PRECISION_FP32;
     for (int i = 0; i < n; i++) {
@@ -235,6 +234,8 @@ static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoi
         cks[i] = tfm_checkpoint_load(paths[i], TFM_CKPT_SKIP_OPTIMIZER | TFM_CKPT_MAPPED, err);
         if (!cks[i] || tfm_checkpoint_config(cks[i], &c, err))
             return -1;
+        if (i == 0)
+            *first = c;
         if (c.precision == TFM_PRECISION_BF16 ||
             (c.precision == TFM_PRECISION_AUTO && *precision == TFM_PRECISION_FP32))
             *precision = c.precision;
@@ -427,20 +428,60 @@ done:
     return rc;
 }
 
+/* Text lines, gathered in a buffer and written a chunk at a time to stdout or to an
+ * output (output.h: a file whole or not at all, a device or FIFO in place). */
 struct text_out {
-    FILE *f;
+    struct tfm_output out;  /* when not to_stdout */
+    int to_stdout;
     int nbest_format;       /* "INDEX ||| TEXT ||| SCORE" lines */
     const char *name;
+    char *buf;
+    size_t used, cap;
 };
+
+#define TEXT_CHUNK (1 << 16)
+
+static int text_flush(struct text_out *to, struct tfm_error *err)
+{
+    if (to->used == 0)
+        return 0;
+    size_t n = to->used;
+    to->used = 0;
+    if (!to->to_stdout)
+        return tfm_output_write(&to->out, to->buf, n, err);
+    if (fwrite(to->buf, 1, n, stdout) != n)
+        return tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
+    return 0;
+}
 
 static int put_text(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
 {
-    const struct text_out *to = ctx;
-    if (to->nbest_format)
-        fprintf(to->f, "%lld ||| %s ||| %.6f\n", (long long)h->index, h->text, h->score);
-    else
-        fprintf(to->f, "%s\n", h->text);
-    return ferror(to->f) ? tfm_fail(err, "%s: write error", to->name) : 0;
+    struct text_out *to = ctx;
+    /* the line's length: the text, and the index and score around it */
+    size_t need = h->len + 64;
+    if (to->used + need > to->cap) {
+        if (text_flush(to, err))
+            return -1;
+        if (need > to->cap) {
+            size_t cap = need > TEXT_CHUNK ? need : TEXT_CHUNK;
+            char *b = realloc(to->buf, cap);
+            if (!b)
+                return tfm_fail(err, "out of memory");
+            to->buf = b;
+            to->cap = cap;
+        }
+    }
+    char *p = to->buf + to->used;
+    size_t room = to->cap - to->used;
+    int k = to->nbest_format
+                ? snprintf(p, room, "%lld ||| %s ||| %.6f\n", (long long)h->index, h->text,
+                           h->score)
+                : snprintf(p, room, "%s\n", h->text);
+    if (k < 0 || (size_t)k >= room)
+        return tfm_fail(err, "%s: hypothesis %lld: cannot format its line", to->name,
+                        (long long)h->n);
+    to->used += (size_t)k;
+    return to->used >= TEXT_CHUNK ? text_flush(to, err) : 0;
 }
 
 static int write_text(const char *out_path, const struct tfm_corpus *c, const void *spm_proto,
@@ -449,37 +490,25 @@ static int write_text(const char *out_path, const struct tfm_corpus *c, const vo
     struct tfm_spm *spm = tfm_spm_load(spm_proto, spm_size, err);
     if (!spm)
         return tfm_error_prefix(err, "the model's vocabulary");
-    int to_stdout = !out_path || strcmp(out_path, "-") == 0;
-    struct tfm_output out;
-    FILE *f = stdout;
-    if (!to_stdout) {
-        if (tfm_output_open(&out, out_path, err)) {
-            tfm_spm_free(spm);
-            return -1;
-        }
-        /* stdio's own descriptor: fclose flushes and closes it, out's stays for commit */
-        int fd = fcntl(out.fd, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0 || !(f = fdopen(fd, "w"))) {
-            int e = errno;
-            if (fd >= 0)
-                close(fd);
-            tfm_output_abort(&out);
-            tfm_spm_free(spm);
-            return tfm_fail(err, "%s: %s", out_path, strerror(e));
-        }
+    struct text_out to = {.to_stdout = !out_path || strcmp(out_path, "-") == 0,
+                          .nbest_format = nbest_format};
+    to.name = to.to_stdout ? "<stdout>" : out_path;
+    if (!to.to_stdout && tfm_output_open(&to.out, out_path, err)) {
+        tfm_spm_free(spm);
+        return -1;
     }
-    struct text_out to = {f, nbest_format, to_stdout ? "<stdout>" : out_path};
     int rc = tfm_hypread_corpus(c, spm, 0, NULL, put_text, &to, err);
+    if (rc == 0)
+        rc = text_flush(&to, err);
     tfm_spm_free(spm);
-    if (!to_stdout) {
-        if (fclose(f) && rc == 0)
-            rc = tfm_fail(err, "%s: write error: %s", out_path, strerror(errno));
-        if (rc == 0)
-            rc = tfm_output_commit(&out, err);
-        else
-            tfm_output_abort(&out);
-    } else if (fflush(stdout) && rc == 0) {
-        rc = tfm_fail(err, "<stdout>: write error");
+    free(to.buf);
+    if (to.to_stdout) {
+        if (fflush(stdout) && rc == 0)
+            rc = tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
+    } else if (rc == 0) {
+        rc = tfm_output_commit(&to.out, err);
+    } else {
+        tfm_output_abort(&to.out);
     }
     return rc;
 }
@@ -781,6 +810,19 @@ done:
     return rc;
 }
 
+/* --nbest against a beam from the model's config (bin/tfm-decode.c checks a --beam given):
+ * the user's to mend, so o->usage_error is set. */
+static int nbest_check(struct tfm_decode_opts *o, const char *path, const struct tfm_config *c,
+                       struct tfm_error *err)
+{
+    if (o->search.sample || o->beam_given || o->search.nbest <= c->beam)
+        return 0;
+    o->usage_error = 1;
+    return tfm_fail(err, "--nbest %d exceeds the beam %d of %s's config (beam = %d): give "
+                    "--beam %d or more", o->search.nbest, c->beam, path, c->beam,
+                    o->search.nbest);
+}
+
 int tfm_decode_run(const char *const *paths, int n, const char *in_path, const char *out_path,
                    struct tfm_decode_opts *o, struct tfm_error *err)
 {
@@ -792,7 +834,9 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     int gpus = 0, precision;
     /* the checkpoints first: the device is checked for the precision they compute at */
     struct tfm_checkpoint *cks[TFM_DECODE_MAX_MODELS] = {NULL};
-    if (checkpoints_load(paths, n, cks, &precision, err) ||
+    struct tfm_config cfg;
+    if (checkpoints_load(paths, n, cks, &cfg, &precision, err) ||
+        nbest_check(o, paths[0], &cfg, err) ||
         tfm_device_open_gpus(o->device ? o->device : "auto", precision, o->threads, 0, 1,
                              &R.be, &gpus, o->stats.device, sizeof o->stats.device, err) ||
         (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))) {
@@ -915,6 +959,8 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         if (i == 0 || R.out.index[i] != R.out.index[i - 1])
             o->stats.tokens += tfm_corpus_len(&R.out, i);
     if (o->text) {
+        /* several hypotheses a sentence, searched or sampled, need their numbers; one
+         * each is a plain line, as a reference has it (tfm-score, tfm-score --restore) */
         int nbest_format = o->search.nbest > 1;
         if (write_text(out_path, &R.out, R.hdr.spm, R.hdr.spm_size, nbest_format, err))
             goto done;

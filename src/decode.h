@@ -53,6 +53,8 @@ struct tfm_decode_opts {
     void (*progress)(void *ctx, const struct tfm_decode_stats *st, int final);
     void *progress_ctx;
     struct tfm_decode_stats stats;  /* filled */
+    int usage_error;                /* set when tfm_decode_run failed for the options'
+                                     * sake (--nbest above the config's beam) */
 };
 
 /* Defaults: tfm_beam_defaults, values from the config, budget TFM_DECODE_TOKENS, auto. */

@@ -66,31 +66,40 @@ static int64_t decode_line(const struct tfm_spm *s, const int32_t *ids, int64_t 
 }
 
 /* For TFM_HYP_BEST: pick[k] is the entry of c that is the best hypothesis of input
- * sentence k, for k in [0, *n). */
+ * sentence k, for k in [0, *n), *n one past the largest hyp.index.  Every sentence up to
+ * it must have one: the k-th goes with line k of the references.  A hyp.index at or past
+ * the number of entries always leaves some sentence below it without one (pigeonhole), so
+ * pick needs no more than c->n slots, whatever the numbers. */
 static int pick_best(const struct tfm_corpus *c, const char *name, int64_t **pick, int64_t *n,
                      struct tfm_error *err)
 {
+    int64_t last = -1;      /* the entry of the largest hyp.index */
     *n = 0;
     for (int64_t i = 0; i < c->n; i++) {
-        if (c->index[i] < 0 || c->index[i] >= c->n)
-            return tfm_fail(err, "%s: hypothesis %lld: hyp.index %lld out of range [0, %lld)",
-                            name, (long long)i, (long long)c->index[i], (long long)c->n);
-        if (c->index[i] + 1 > *n)
+        if (c->index[i] < 0 || c->index[i] == INT64_MAX)
+            return tfm_fail(err, "%s: hypothesis %lld: hyp.index %lld is not a sentence number",
+                            name, (long long)i, (long long)c->index[i]);
+        if (c->index[i] >= *n) {
             *n = c->index[i] + 1;
+            last = i;
+        }
     }
-    int64_t *p = malloc((size_t)(*n ? *n : 1) * sizeof *p);
+    int64_t slots = *n < c->n ? *n : c->n;
+    int64_t *p = malloc((size_t)(slots ? slots : 1) * sizeof *p);
     if (!p)
         return tfm_fail(err, "out of memory");
-    for (int64_t k = 0; k < *n; k++)
+    for (int64_t k = 0; k < slots; k++)
         p[k] = -1;
     for (int64_t i = 0; i < c->n; i++)     /* n-best lists: best first */
-        if (p[c->index[i]] < 0)
+        if (c->index[i] < slots && p[c->index[i]] < 0)
             p[c->index[i]] = i;
-    for (int64_t k = 0; k < *n; k++)
-        if (p[k] < 0) {
+    for (int64_t k = 0; k <= slots; k++)
+        if (k < *n && (k == slots || p[k] < 0)) {
             free(p);
-            return tfm_fail(err, "%s: no hypothesis for sentence %lld (hyp.index)", name,
-                            (long long)k);
+            return tfm_fail(err, "%s: no hypothesis for sentence %lld, though hyp.index goes up "
+                            "to %lld (hypothesis %lld): every sentence from 0 to the last must "
+                            "have one", name, (long long)k, (long long)c->index[last],
+                            (long long)last);
         }
     *pick = p;
     return 0;

@@ -2,6 +2,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 void tfm_json_init(struct tfm_json *j, FILE *f)
 {
@@ -116,10 +117,18 @@ void tfm_json_num(struct tfm_json *j, double x)
 {
     if (before(j, 0) < 0)
         return;
-    if (isfinite(x))
-        fprintf(j->f, "%.10g", x);
-    else
+    if (!isfinite(x)) {
         fputs("null", j->f);
+        return;
+    }
+    /* the shortest of 15, 16 and 17 digits that reads back as x: 17 always does */
+    char buf[32];
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x)
+            break;
+    }
+    fputs(buf, j->f);
 }
 
 void tfm_json_int(struct tfm_json *j, int64_t v)

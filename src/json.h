@@ -4,7 +4,8 @@
  * the commas and the layout kept here so that every report has the same shape: a
  * container opened with lines = 1 puts each member on a line of its own, indented one
  * space per level, and closes on a line of its own; any other container is written on
- * one line with ", " between members.  Numbers are "%.10g" (null when not finite),
+ * one line with ", " between members.  Numbers are unrounded: the fewest digits that
+ * read back as the same double (26.3, 26.333333333333332; null when not finite);
  * integers exact; strings escape '"', '\\' and control characters (\u00XX) and are
  * otherwise written as they are (UTF-8 passes through).
  *

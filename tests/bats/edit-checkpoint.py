@@ -14,6 +14,8 @@ usage: edit-checkpoint.py IN OUT [EDIT...]
   --copy NAME NEW       a copy of record NAME named NEW is added after the last record
   --reshape NAME DIMS   record NAME gets dimensions DIMS ("64x32": the same element count)
   --state I=V           element I of the i64 record "state" becomes V (layout: checkpoint.h)
+  --spm FILE            the embedded SentencePiece model (record tfm.spm) becomes FILE's
+                        bytes, the header's spm.size and spm.crc32 with it
 """
 import struct
 import sys
@@ -128,6 +130,17 @@ def main(argv):
             if not 0 <= i < len(r[3]) // 8:
                 sys.exit(f"edit-checkpoint: state has no element {i}")
             r[3] = r[3][:8 * i] + struct.pack("<q", int(value)) + r[3][8 * i + 8:]
+        elif op == "--spm":
+            with open(args.pop(0), "rb") as f:
+                spm = f.read()
+            r = find(records, "tfm.spm")
+            r[2], r[3] = [len(spm)], spm
+            r = find(records, "tfm.header")
+            meta = {"spm.size": str(len(spm)), "spm.crc32": f"{zlib.crc32(spm):08x}"}
+            lines = [f"{l.partition('=')[0]}={meta[l.partition('=')[0]]}"
+                     if l.partition("=")[0] in meta else l for l in r[3].decode().splitlines()]
+            r[3] = ("\n".join(lines) + "\n").encode()
+            r[2] = [len(r[3])]
         else:
             sys.exit(f"edit-checkpoint: unknown edit '{op}'")
     write(dst, records)

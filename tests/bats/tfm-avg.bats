@@ -143,6 +143,19 @@ check_mean() {
     [ ! -e "$T/x.tfm" ]
 }
 
+@test "a checkpoint whose vocabulary has another size than its config's vocab is refused" {
+    tfm-tokenize train -q -m "$T/v300.model" --vocab 300 "$M/en.txt" "$M/de.txt"
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/run/step-000006.tfm" "$T/vocab.tfm" \
+        --spm "$T/v300.model"
+    run tfm-avg -o "$T/x.tfm" "$M/run/step-000005.tfm" "$T/vocab.tfm"
+    assert_failure 1
+    assert_output "tfm-avg: $T/vocab.tfm: its vocabulary has 300 pieces, its config says vocab=400"
+    run tfm-avg -o "$T/x.tfm" "$T/vocab.tfm"
+    assert_failure 1
+    assert_output "tfm-avg: $T/vocab.tfm: its vocabulary has 300 pieces, its config says vocab=400"
+    [ ! -e "$T/x.tfm" ]
+}
+
 @test "bad input: too few checkpoints, not a checkpoint, damaged, missing, usage" {
     run tfm-avg -n 7 -o "$T/x.tfm" "$M/run"
     assert_failure 1

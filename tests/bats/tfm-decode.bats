@@ -114,9 +114,15 @@ values() {
     run tfm-decode -q -m "$M/model.tfm" --beam 2 --nbest 3 "$M/test.tfm"
     assert_failure 2
     assert_output --partial "tfm-decode: --nbest 3 exceeds --beam 2"
+    # above the config's beam: a usage error too, naming the option and the config
     run tfm-decode -q -m "$M/model.tfm" --nbest 4 "$M/test.tfm"     # config beam 3
-    assert_failure 1
-    assert_output "tfm-decode: nbest 4 exceeds the beam (3)"
+    assert_failure 2
+    assert_output "tfm-decode: --nbest 4 exceeds the beam 3 of $M/model.tfm's config (beam = 3): give --beam 4 or more"
+    run tfm-decode -q -m "$M/model.tfm" --nbest 4 --beam 4 --text "$M/test.tfm"
+    assert_success
+    assert_equal "${#lines[@]}" 80
+    run tfm-decode -q -m "$M/model.tfm" --nbest 4 --sample --text "$M/test.tfm"
+    assert_success
 }
 
 @test "tfm-decode --max-len-b bounds the output length by the source length" {
@@ -484,4 +490,139 @@ PY
     diff "$T/got.txt" "$T/want.txt"
     run ls "$T"
     refute_output --partial ".tmp"
+}
+
+@test "tfm-decode -o writes into a FIFO, the text and the stream alike, and leaves it a FIFO" {
+    tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
+    tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/want.tfm"
+    mkfifo "$T/out.fifo"
+    for fmt in text stream; do
+        # the reader first (3>&-: bats must not wait for it); a replaced FIFO never gets a writer
+        timeout 20 cat "$T/out.fifo" > "$T/got.$fmt" 3>&- &
+        local reader=$!
+        run tfm-decode -q -m "$M/model.tfm" $([ $fmt = text ] && echo --text) -o "$T/out.fifo" \
+            "$M/test.tfm"
+        [ -p "$T/out.fifo" ] || { kill $reader; false; }
+        assert_success
+        wait $reader
+    done
+    cmp "$T/got.text" "$T/want.txt"
+    cmp "$T/got.stream" "$T/want.tfm"
+    run ls "$T"
+    refute_output --partial ".tmp."
+    # a regular file is still replaced whole, with no temporary left beside it
+    echo old > "$T/out.txt"
+    tfm-decode -q -m "$M/model.tfm" --text -o "$T/out.txt" "$M/test.tfm"
+    cmp "$T/out.txt" "$T/want.txt"
+    run ls "$T"
+    refute_output --partial ".tmp."
+}
+
+@test "tfm-decode refuses a checkpoint whose vocabulary has another size than its config says" {
+    # the model's config says the size of spm.model; other.model has another
+    local have want
+    have=$(tfm-cat --header "$M/other.tfm" | sed -n 's/^meta vocab.size=//p')
+    want=$(tfm-cat --header "$M/test.tfm" | sed -n 's/^meta vocab.size=//p')
+    [ -n "$have" ] && [ -n "$want" ] && [ "$have" != "$want" ]
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/model.tfm" "$T/vocab.tfm" \
+        --spm "$M/other.model"
+    # (the stream decoded with it wrote ids outside the vocabulary, exit 0)
+    run tfm-decode -q -m "$T/vocab.tfm" -o "$T/out.tfm" "$M/other.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/vocab.tfm: its vocabulary has $have pieces, its config says vocab=$want"
+    [ ! -e "$T/out.tfm" ]
+    run tfm-decode -q -m "$M/model.tfm" -m "$T/vocab.tfm" --text "$M/test.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/vocab.tfm: its vocabulary has $have pieces, its config says vocab=$want"
+    # the editor's copy with the model's own vocabulary decodes (only the size is wrong above)
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/model.tfm" "$T/same.tfm" \
+        --spm "$M/spm.model"
+    run tfm-decode -q -m "$T/same.tfm" --text "$M/test.tfm"
+    assert_success
+    diff <(echo "$output") "$M/test.txt"
+}
+
+@test "tfm-decode: --attention and -o naming one file is a usage error, however named" {
+    local o=(-q -m "$M/model.tfm")
+    run tfm-decode "${o[@]}" --attention "$T/x.tfm" -o "$T/x.tfm" "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention $T/x.tfm and -o $T/x.tfm are one file: the hypotheses would overwrite the attention (give two files)"
+    # a path that does not exist yet, spelt otherwise
+    run tfm-decode "${o[@]}" --attention "$T/./x.tfm" -o "$T/x.tfm" "$M/test.tfm"
+    assert_failure 2
+    run bash -c "cd '$T' && tfm-decode ${o[*]} --attention x.tfm -o '$T/x.tfm' '$M/test.tfm'"
+    assert_failure 2
+    # an existing file through a hard link, a symbolic link, or standard output
+    echo keep > "$T/a.tfm"
+    ln "$T/a.tfm" "$T/hard.tfm"
+    ln -s a.tfm "$T/soft.tfm"
+    ln -s new.tfm "$T/dangling.tfm"
+    run tfm-decode "${o[@]}" --attention "$T/hard.tfm" -o "$T/a.tfm" "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode "${o[@]}" --attention "$T/a.tfm" -o "$T/soft.tfm" "$M/test.tfm"
+    assert_failure 2
+    run tfm-decode "${o[@]}" --attention "$T/dangling.tfm" -o "$T/new.tfm" "$M/test.tfm"
+    assert_failure 2
+    run bash -c "tfm-decode ${o[*]} --attention '$T/a.tfm' '$M/test.tfm' >> '$T/a.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention $T/a.tfm is standard output, which carries the hypotheses (give -o OUT)"
+    assert_equal "$(cat "$T/a.tfm")" keep
+    run tfm-decode "${o[@]}" --attention - "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention -: standard output carries the hypotheses (give -o OUT)"
+    # two files: both written
+    run tfm-decode "${o[@]}" --attention "$T/attn.tfm" -o "$T/h.tfm" "$M/test.tfm"
+    assert_success
+    assert_equal "$(tfm-cat --header "$T/attn.tfm" | sed -n 's/^meta kind=//p')" attention
+    assert_equal "$(tfm-cat --header "$T/h.tfm" | sed -n 's/^meta kind=//p')" hypotheses
+}
+
+@test "tfm-decode --text: one plain line per sentence with one hypothesis, searched or sampled; the n-best format with more" {
+    # --nbest 1: the lines a reference has, whatever the search (tfm-score takes them)
+    for search in "--beam 3" "--beam 1" "--sample --seed 4"; do
+        run tfm-decode -q -m "$M/model.tfm" $search --text "$M/test.tfm"
+        assert_success
+        assert_equal "${#lines[@]}" 20
+        refute_output --partial "|||"
+    done
+    run tfm-decode -q -m "$M/model.tfm" --sample --topk 1 --text "$M/test.tfm"
+    diff <(echo "$output") "$M/test.txt"
+    # --nbest 2: 'N ||| text ||| score', sampled as searched
+    for search in "--beam 3" "--sample --seed 4"; do
+        run tfm-decode -q -m "$M/model.tfm" $search --nbest 2 --text "$M/test.tfm"
+        assert_success
+        assert_equal "${#lines[@]}" 40
+        assert_line --index 0 --regexp '^0 \|\|\| .* \|\|\| -?[0-9]+\.[0-9]{6}$'
+        assert_line --index 39 --regexp '^19 \|\|\| .* \|\|\| -?[0-9]+\.[0-9]{6}$'
+    done
+}
+
+@test "tfm-decode: standard input feeds the model or the sentences, not both" {
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m -: standard input cannot feed both the model and the sentences to translate (give FILE)"
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text -"
+    assert_failure 2
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - -m - --text '$M/test.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m - given 2 times: standard input holds one model"
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text '$M/test.tfm'"
+    assert_success
+    diff <(echo "$output") "$M/test.txt"
+}
+
+@test "tfm-decode of a batch stream with sentences left out: tfm-score names the first one missing" {
+    # a batch stream of pairs (--max-len 5 drops those of more than 4 tokens and eos): the
+    # numbers of the pairs left out are gone
+    tfm-tokenize encode -m "$M/spm.model" --eos < "$M/test.txt" > "$T/eos.tfm"
+    tfm-batch -q --max-len 5 --tokens 40 "$T/eos.tfm" "$T/eos.tfm" > "$T/b.tfm"
+    tfm-decode -q -m "$M/model.tfm" "$T/b.tfm" > "$T/h.tfm"
+    local kept first last
+    kept=$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | grep -c .)
+    first=$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | awk '$1 != NR - 1 { print NR - 1; exit }')
+    last=$(values "$T/h.tfm" hyp.index | tr ' ' '\n' | sort -n | tail -n 1)
+    [ "$kept" -lt 20 ] && [ -n "$first" ] && [ "$last" -ge "$kept" ]
+    run tfm-score -r "$M/test.txt" "$T/h.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-score: $T/h.tfm: no hypothesis for sentence $first, though hyp.index goes up to $last \(hypothesis [0-9]+\): every sentence from 0 to the last must have one$"
 }

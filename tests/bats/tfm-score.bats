@@ -100,6 +100,46 @@ setup() {
     tfm-score -j -m f1 -v -r "$E/sample/sample.gld" -p "$E/sample/sample.prm" "$E/sample/sample.tst" 2> /dev/null | python3 -m json.tool > /dev/null
 }
 
+@test "--json numbers are unrounded: each reads back as the double computed" {
+    # a precision is 100. * counts / totals in C and in Python alike: the same double, if
+    # printed whole (10 digits gave 59.25305126 for 59.253051261187956)
+    run bash -c "tfm-score --json -r '$REF' '$FBK' | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert all(p == 100. * c / t for p, c, t in zip(d[\"precisions\"], d[\"counts\"], d[\"totals\"])), d
+assert d[\"ratio\"] == d[\"hyp_len\"] / d[\"ref_len\"], d
+print(d[\"score\"])'"
+    assert_success
+    assert_output --regexp '^26\.33162131[0-9]{3,}$'
+    # numbers that need fewer digits take no more
+    printf 'the cat sat on the mat\n' > "$BATS_TEST_TMPDIR/r"
+    run tfm-score --json -r "$BATS_TEST_TMPDIR/r" "$BATS_TEST_TMPDIR/r"
+    assert_line ' "precisions": [100, 100, 100, 100],'
+    assert_line ' "bp": 1,'
+}
+
+@test "standard input feeds one input: naming it for two is a usage error" {
+    printf 'a b c\n' > "$BATS_TEST_TMPDIR/t"
+    run bash -c "tfm-score -r - - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the references (-r -) and the hypotheses (FILE - or none): give a file for one"
+    run bash -c "tfm-score -r - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    run bash -c "tfm-score -r - -r - '$BATS_TEST_TMPDIR/t' < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the references (-r -) and another reference (-r -): give a file for one"
+    run bash -c "tfm-score -m f1 -r '$BATS_TEST_TMPDIR/t' --source - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the source sentences (--source -) and the hypotheses (FILE - or none): give a file for one"
+    run bash -c "tfm-score --restore --source - - < '$BATS_TEST_TMPDIR/t'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the source sentences (--source -) and the linearized trees (FILE - or none): give a file for one"
+    # one of them from standard input is fine
+    run bash -c "tfm-score -r - '$BATS_TEST_TMPDIR/t' < '$BATS_TEST_TMPDIR/t'"
+    assert_success
+    assert_line -n 0 --partial "BLEU = 0.00 100.0/100.0/100.0/0.0 "
+}
+
 @test "line counts must agree: REF: N lines, hypotheses have M" {
     head -n 3003 "$REF" > "$BATS_TEST_TMPDIR/short"
     run tfm-score -r "$BATS_TEST_TMPDIR/short" "$FBK"

@@ -848,6 +848,10 @@ teardown() {
     assert_output --partial "tfm-train: cannot resume: $T/reshaped/step-000004.tfm: tensor param.enc.0.ffn.w1: shape 64x32, config wants 32x64"
     bad rmoment --reshape adam.m.enc.0.ffn.w1 64x32
     assert_output --partial "$T/rmoment/step-000004.tfm: tensor adam.m.enc.0.ffn.w1: shape 64x32, config wants 32x64"
+    # a vocabulary of another size than the config's vocab = 1000 (the tensors' too)
+    tfm-tokenize train -q -m "$T/v500.model" --vocab 500 "$M/en500.txt"
+    bad vocab --spm "$T/v500.model"
+    assert_output --partial "tfm-train: cannot resume: $T/vocab/step-000004.tfm: its vocabulary has 500 pieces, its config says vocab=1000"
 }
 
 @test "two runs in one directory: the second is refused, naming the holder's pid and host" {

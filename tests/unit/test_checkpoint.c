@@ -27,7 +27,18 @@ static const char *path_in(const char *name)
 }
 
 static const char CONFIG[] = "d_model = 8\nlayers = 1\n";
-static const unsigned char SPM[] = "not a real sentencepiece model, only bytes";
+/* A SentencePiece model of 8 pieces, the vocab = 8 of the configs below (a checkpoint's
+ * vocabulary must have as many pieces as its config says): a ModelProto of its pieces
+ * alone, each (1: piece, 2: score 0, 3: type), <pad> <unk> <s> </s> (tfm's ids 0-3, of
+ * type control, unknown, control, control), then U+2581 a b c (normal). */
+#define PIECE(len, type, ...) 0x0a, (len) + 9, 0x0a, (len), __VA_ARGS__, 0x15, 0, 0, 0, 0, \
+                              0x18, (type)
+static const unsigned char SPM[] = {
+    PIECE(5, 3, '<', 'p', 'a', 'd', '>'), PIECE(5, 2, '<', 'u', 'n', 'k', '>'),
+    PIECE(3, 3, '<', 's', '>'),           PIECE(4, 3, '<', '/', 's', '>'),
+    PIECE(3, 1, 0xe2, 0x96, 0x81),        PIECE(1, 1, 'a'),
+    PIECE(1, 1, 'b'),                     PIECE(1, 1, 'c'),
+};
 
 /* A checkpoint at path with params w [2,3] = base + i and b [3] = -base - i. */
 static int write_ckpt(const char *path, int64_t step, float base, const char *config, int adam)
@@ -500,6 +511,11 @@ static void test_model_check(void)
     CHECK_STR(check_msg("dropv.tfm", MODEL1, MODEL1, &e, 0, 1),
               "dropv.tfm: tensor adam.v.dec.0.ffn.b2 missing (config wants 8): the other Adam "
               "moments are there");
+    /* a vocabulary of another size than the config's (the tensors that config's) */
+    char vocab9[256];
+    snprintf(vocab9, sizeof vocab9, "%svocab = 9\n", MODEL1);
+    CHECK_STR(check_msg("vocab.tfm", vocab9, vocab9, &none, 0, 0),
+              "vocab.tfm: its vocabulary has 8 pieces, its config says vocab=9");
     /* a config that is no model */
     CHECK_STR(check_msg("heads.tfm", MODEL1, "layers = 1\nd_model = 8\nheads = 3\nvocab = 8\n",
                         &none, 0, 0),

@@ -199,12 +199,20 @@ static void test_stream_errors(void)
     CHECK(write_stream(t_path("past.tfm"), TFM_KIND_HYPOTHESES, NULL, 0, none, 3, past) == 0);
     CHECK_STR(read_all(t_path("gap.tfm"), TFM_HYP_IDS, NULL, &rc, &err), "0:5 6|2:5 6|2:5 6|");
     read_all(t_path("gap.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
-    snprintf(want, sizeof want, "%s: no hypothesis for sentence 1 (hyp.index)", t_path("gap.tfm"));
+    snprintf(want, sizeof want, "%s: no hypothesis for sentence 1, though hyp.index goes up to 2 "
+             "(hypothesis 1): every sentence from 0 to the last must have one", t_path("gap.tfm"));
     CHECK_STR(err.msg, want);
+    /* an index past the entries: the sentence missing is named, not the entry count */
     read_all(t_path("past.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
-    snprintf(want, sizeof want, "%s: hypothesis 1: hyp.index 3 out of range [0, 3)",
+    snprintf(want, sizeof want, "%s: no hypothesis for sentence 2, though hyp.index goes up to 3 "
+             "(hypothesis 1): every sentence from 0 to the last must have one",
              t_path("past.tfm"));
     CHECK_STR(err.msg, want);
+    const int64_t far[] = {0, 1, INT64_MAX - 1};    /* no slot per number */
+    CHECK(write_stream(t_path("far.tfm"), TFM_KIND_HYPOTHESES, NULL, 0, none, 3, far) == 0);
+    read_all(t_path("far.tfm"), TFM_HYP_IDS | TFM_HYP_BEST, NULL, &rc, &err);
+    CHECK_EQ_INT(rc, -1);
+    CHECK(strstr(err.msg, ": no hypothesis for sentence 2, though hyp.index goes up to ") != NULL);
     /* no model to detokenize with: how to give one, when there is a way */
     read_all(t_path("gap.tfm"), 0, NULL, &rc, &err);
     snprintf(want, sizeof want, "%s: no embedded SentencePiece model; give one with -m MODEL",

@@ -1,5 +1,6 @@
 /* test_json: the JSON writer's layout (one member a line, or inline), escaping, numbers,
  * and misuse that is recorded rather than written. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -70,8 +71,35 @@ static void test_values(void)
     tfm_json_bool(&j, 0);
     tfm_json_end(&j);
     CHECK_EQ_INT(tfm_json_done(&j), 0);
-    CHECK_STR(t_contents(f), "[\"a\\\"b\\\\c\\u000a\\u0009\\u0001\x7f Grüße\", 26.33333333, 1e-20, "
+    CHECK_STR(t_contents(f), "[\"a\\\"b\\\\c\\u000a\\u0009\\u0001\x7f Grüße\", 26.33333333333333, 1e-20, "
                            "null, null, 100, false]\n");
+    fclose(f);
+}
+
+/* Numbers read back as the very doubles written (a score is never rounded), in the fewest
+ * digits that do. */
+static void test_round_trip(void)
+{
+    static const double x[] = {26.3, 1.0 / 3, 200.0 / 3, 0.1 + 0.2, 1e-20, 38.81001770873306,
+                               -0.0, 4.9e-324, 1.7976931348623157e308};
+    for (size_t i = 0; i < sizeof x / sizeof *x; i++) {
+        FILE *f = tmpfile();
+        struct tfm_json j;
+        tfm_json_init(&j, f);
+        tfm_json_num(&j, x[i]);
+        const char *s = t_contents(f);
+        CHECK(strtod(s, NULL) == x[i] && signbit(strtod(s, NULL)) == signbit(x[i]));
+        fclose(f);
+    }
+    FILE *f = tmpfile();
+    struct tfm_json j;
+    tfm_json_init(&j, f);
+    tfm_json_array(&j, 0);
+    tfm_json_num(&j, 26.3);
+    tfm_json_num(&j, 1.0 / 3);
+    tfm_json_num(&j, 0.1 + 0.2);
+    tfm_json_end(&j);
+    CHECK_STR(t_contents(f), "[26.3, 0.3333333333333333, 0.30000000000000004]\n");
     fclose(f);
 }
 
@@ -109,7 +137,8 @@ static void test_misuse(void)
 int main(void)
 {
     t_run("layout: lines and inline containers", test_layout);
-    t_run("strings escaped, numbers %.10g, null when not finite", test_values);
+    t_run("strings escaped, numbers unrounded, null when not finite", test_values);
+    t_run("numbers read back as the doubles written, in the fewest digits", test_round_trip);
     t_run("misuse is recorded, not written", test_misuse);
     return t_done();
 }

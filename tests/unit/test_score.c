@@ -136,13 +136,13 @@ static void test_bleu_chrf(void)
     s = tfm_bleu_scorer(&bo, 1, &so, &err);
     CHECK(s && tfm_score_run(s, &hyp, &ref, &err) == 0);
     CHECK_STR(t_contents(f),
-              "{\n \"name\": \"BLEU\",\n \"score\": 39.76353644,\n"
+              "{\n \"name\": \"BLEU\",\n \"score\": 39.76353643835254,\n"
               " \"signature\": \"nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-X\",\n"
               " \"verbose_score\": \"100.0/60.0/25.0/16.7 (BP = 1.000 ratio = 1.000 hyp_len = 6 "
               "ref_len = 6)\",\n"
               " \"nrefs\": \"1\",\n \"case\": \"mixed\",\n \"eff\": \"no\",\n \"tok\": \"13a\",\n"
               " \"smooth\": \"exp\",\n \"version\": \"tfm-X\",\n"
-              " \"precisions\": [100, 60, 25, 16.66666667],\n"
+              " \"precisions\": [100, 60, 25, 16.666666666666668],\n"
               " \"counts\": [6, 3, 1, 0],\n \"totals\": [6, 5, 4, 3],\n"
               " \"bp\": 1,\n \"ratio\": 1,\n \"hyp_len\": 6,\n \"ref_len\": 6,\n"
               " \"sentences\": 1\n}\n");
