@@ -334,9 +334,14 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART | SA_RESETHAND;    /* a second signal kills */
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);       /* a closed terminal: save and stop, as SIGTERM */
+    /* SIGHUP is a closed terminal: save and stop, as SIGTERM.  A signal ignored at the
+     * start stays ignored (nohup, a background job's SIGINT), as the shell asked. */
+    static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof stops / sizeof *stops; i++) {
+        struct sigaction old;
+        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(stops[i], &sa, NULL);
+    }
     /* A closed stderr (`2>&1 | head`) must not kill training: writes to it fail instead,
      * and the work goes on to its checkpoint. */
     signal(SIGPIPE, SIG_IGN);

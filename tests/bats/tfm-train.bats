@@ -258,9 +258,12 @@ teardown() {
 }
 
 @test "SIGTERM, SIGINT and SIGHUP finish the update, write a checkpoint and exit 143 / 130 / 129" {
+    env --default-signal=INT true 2> /dev/null || skip "env has no --default-signal"
     for sig in TERM INT HUP; do
         rm -rf "$T/s"
-        tfm-train "${SMALL[@]}" -o "$T/s" --save-every 1 --max-steps 100000 "$M/b.tfm" 2> "$T/err" &
+        # background jobs start with SIGINT ignored: env gives tfm-train the default back
+        env --default-signal=INT tfm-train "${SMALL[@]}" -o "$T/s" --save-every 1 \
+            --max-steps 100000 "$M/b.tfm" 2> "$T/err" &
         pid=$!
         for i in $(seq 3000); do [ -e "$T/s/step-000002.tfm" ] && break; sleep 0.01; done
         kill -$sig $pid
@@ -396,6 +399,24 @@ teardown() {
     assert_failure 1
     assert_output --partial "$T/none.tfm: no batch in the stream: nothing to validate on"
     [ ! -e "$T/v2" ] && [ ! -e "$T/v3" ]
+}
+
+@test "a signal ignored at the start stays ignored: nohup's SIGHUP does not stop training" {
+    nohup tfm-train "${SMALL[@]}" -o "$T/n" --save-every 0 --max-steps 100000 "$M/b.tfm" \
+        > /dev/null 2> "$T/err" &
+    pid=$!
+    BG+=($pid)
+    for i in $(seq 300); do grep -q "^tfm-train: step\|device" "$T/err" 2> /dev/null && break; sleep 0.1; done
+    sleep 1
+    kill -HUP $pid
+    sleep 1
+    kill -0 $pid                # still training
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    assert_equal $rc 143
+    run cat "$T/err"
+    assert_line --regexp '^tfm-train: stopped by a signal at update [0-9]+; last checkpoint '
 }
 
 @test "a stop signal while a pipe is silent ends the wait at once: the last update saved, exit 143" {
@@ -580,7 +601,7 @@ teardown() {
     diff <(params "$T/p4/step-000003.tfm") <(params "$T/r4/step-000003.tfm")
 }
 
-@test "a run resumes in another layout of as many ranks: processes as ranks of one process, and back" {
+@test "a run resumes in another layout of as many ranks: processes as ranks of one process, and back, across epochs" {
     export TFM_RENDEZVOUS_TIMEOUT=60
     two() {     # two processes, a rendezvous file
         rm -f "$T/rv"
@@ -590,32 +611,37 @@ teardown() {
         wait $! || return 1
         return $rc
     }
-    run tfm-train "${SMALL[@]}" -o "$T/r" --ranks 2 --max-steps 4 -q "$M/b500.tfm"
+    # an odd number of batches: the last of each epoch goes to no rank, in one process of 2
+    # ranks as in two processes, and 8 updates go into the second epoch
+    nb=$(tfm-cat --header "$M/b500.tfm" | sed -n 's/^meta batches=//p')
+    [ $((nb % 2)) = 1 ] && [ "$nb" -lt 16 ]
+    run tfm-train "${SMALL[@]}" -o "$T/r" --ranks 2 --max-steps 8 --save-every 1 -q "$M/b500.tfm"
     assert_success
-    # two processes for 2 updates (4 batches), then one process of 2 ranks
-    run two "${SMALL[@]}" -o "$T/p" --max-steps 2 -q "$M/b500.tfm"
+    # two processes for 7 updates, 2 batches into the second epoch; then one process
+    run two "${SMALL[@]}" -o "$T/p" --max-steps 7 -q "$M/b500.tfm"
     assert_success
+    diff <(params "$T/p/step-000007.tfm") <(params "$T/r/step-000007.tfm")
     cp -r "$T/p" "$T/p1"
-    run tfm-train "${SMALL[@]}" -o "$T/p" --ranks 2 --max-steps 4 --resume "$M/b500.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/p" --ranks 2 --max-steps 8 --resume "$M/b500.tfm"
     assert_success
-    assert_line --partial "update 2, epoch 0, batch 4"
-    diff <(params "$T/p/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    assert_line --partial "update 7, epoch 1, batch 2"
+    diff <(params "$T/p/step-000008.tfm") <(params "$T/r/step-000008.tfm")
     # one process of 2 ranks, then two processes
-    run tfm-train "${SMALL[@]}" -o "$T/o" --ranks 2 --max-steps 2 -q "$M/b500.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/o" --ranks 2 --max-steps 7 -q "$M/b500.tfm"
     assert_success
-    run two "${SMALL[@]}" -o "$T/o" --max-steps 4 --resume "$M/b500.tfm"
+    run two "${SMALL[@]}" -o "$T/o" --max-steps 8 --resume "$M/b500.tfm"
     assert_success
-    assert_line --partial "update 2, epoch 0, batch 4"
-    diff <(params "$T/o/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    assert_line --partial "update 7, epoch 1, batch 2"
+    diff <(params "$T/o/step-000008.tfm") <(params "$T/r/step-000008.tfm")
     # a state of layout 1 (earlier versions: one process's batches) resumes in its layout
-    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/p1/step-000002.tfm" "$T/v1.tfm" \
-        --state 0=1 --state 3=2
-    rm "$T/p1/step-000002.tfm" "$T/p1/last.tfm"
-    mv "$T/v1.tfm" "$T/p1/step-000002.tfm"
-    run two "${SMALL[@]}" -o "$T/p1" --max-steps 4 --resume "$M/b500.tfm"
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/p1/step-000007.tfm" "$T/v1.tfm" \
+        --state 0=1 --state 3=1
+    rm "$T/p1/step-000007.tfm" "$T/p1/last.tfm"
+    mv "$T/v1.tfm" "$T/p1/step-000007.tfm"
+    run two "${SMALL[@]}" -o "$T/p1" --max-steps 8 --resume "$M/b500.tfm"
     assert_success
-    assert_line --partial "update 2, epoch 0, batch 4"
-    diff <(params "$T/p1/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    assert_line --partial "update 7, epoch 1, batch 2"
+    diff <(params "$T/p1/step-000008.tfm") <(params "$T/r/step-000008.tfm")
     # 3 batches in: two processes, which take the stream in turns of 2, cannot go on
     run tfm-train "${SMALL[@]}" -o "$T/s" --max-steps 3 -q "$M/b500.tfm"
     assert_success
