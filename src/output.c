@@ -16,9 +16,6 @@
 #define PROC_SUPER_MAGIC 0x9fa0     /* <linux/magic.h> */
 #endif
 
-/* Links followed before giving up with ELOOP, as the kernel's own limit. */
-#define MAX_LINKS 40
-
 /* ---- the registry of temporary files ---------------------------------------------- */
 
 /* A fixed table a signal handler can walk without locks or allocation.  A slot goes
@@ -200,7 +197,7 @@ static int resolve(const char *path, char **target, int *regular, struct tfm_err
                 free(cur);
             return 0;
         }
-        if (links == MAX_LINKS) {
+        if (links == TFM_MAX_LINKS) {
             free(cur);
             return tfm_fail(err, "%s: %s", path, strerror(ELOOP));
         }

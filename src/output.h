@@ -24,6 +24,10 @@
 
 #include "error.h"
 
+/* Symbolic links followed before giving up with ELOOP, as the kernel's own limit; the
+ * same for tfm_cli_same_output, so that what one follows the other does. */
+#define TFM_MAX_LINKS 40
+
 struct tfm_output {
     int fd;
     char *path;     /* as given */
