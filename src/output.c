@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,6 +16,28 @@
 #include <sys/vfs.h>
 #define PROC_SUPER_MAGIC 0x9fa0     /* <linux/magic.h> */
 #endif
+
+/* ---- the descriptors open when the program started -------------------------------- */
+
+/* A path to one of this process's own descriptors (/dev/stdout, /dev/fd/N) means one the
+ * caller gave it, a redirection of the shell: only those open at start may be written.
+ * Recorded by a constructor, before main, because the tools open their inputs before
+ * their outputs: when "-o /dev/fd/3" is opened, descriptor 3 may be an input the program
+ * opened itself, and writing there would append to the input. */
+enum { START_FDS = 1024 };
+static unsigned char open_at_start[START_FDS / 8];
+
+__attribute__((constructor)) static void record_open_fds(void)
+{
+    for (int fd = 0; fd < START_FDS; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            open_at_start[fd / 8] |= (unsigned char)(1u << (fd % 8));
+}
+
+static int was_open_at_start(int fd)
+{
+    return fd >= 0 && fd < START_FDS && (open_at_start[fd / 8] >> (fd % 8) & 1);
+}
 
 /* ---- the registry of temporary files ---------------------------------------------- */
 
@@ -101,19 +124,59 @@ void tfm_output_catch_signals(void)
 
 /* ---- where a path leads ----------------------------------------------------------- */
 
+/* path's directory part ("." for none) into dir (PATH_MAX); 0, or -1 when too long. */
+static int dir_of(const char *path, char *dir)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, PATH_MAX, ".");
+    else if ((size_t)(slash - path) >= PATH_MAX)
+        return -1;
+    else
+        snprintf(dir, PATH_MAX, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return 0;
+}
+
+/* The descriptor N when path names one of this process's own descriptors, as
+ * /dev/fd/N, /dev/stdout, /proc/self/fd/N, /proc/PID/fd/N and /proc/thread-self/fd/N do
+ * (the directory leads to /proc/PID/fd or /proc/PID/task/TID/fd, PID this process's);
+ * else -1.  A name with a leading zero is no entry of /proc, as the kernel reads it. */
+static int own_fd(const char *path)
+{
+#ifdef __linux__
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    size_t len = strlen(name);
+    if (len == 0 || len > 9 || strspn(name, "0123456789") != len || (len > 1 && name[0] == '0'))
+        return -1;
+    char dir[PATH_MAX], real[PATH_MAX], self[64];
+    if (dir_of(path, dir) || !realpath(dir, real))
+        return -1;
+    size_t n = (size_t)snprintf(self, sizeof self, "/proc/%ld/", (long)getpid());
+    if (strncmp(real, self, n) != 0)
+        return -1;
+    const char *rest = real + n;
+    if (strncmp(rest, "task/", 5) == 0) {
+        size_t d = strspn(rest + 5, "0123456789");
+        if (d == 0 || rest[5 + d] != '/')
+            return -1;
+        rest += 5 + d + 1;
+    }
+    return strcmp(rest, "fd") == 0 ? atoi(name) : -1;
+#else
+    (void)path;
+    return -1;
+#endif
+}
+
 /* Whether path is an entry of /proc.  Its links (/proc/self/fd/N, where /dev/stdout and
  * /dev/fd/N lead) name open files, not places: what they lead to is written in place. */
 static int in_proc(const char *path)
 {
 #ifdef __linux__
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if ((size_t)(slash - path) >= sizeof dir)
+    char dir[PATH_MAX];
+    if (dir_of(path, dir))
         return 0;
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     struct statfs fs;
     return statfs(dir, &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
 #else
@@ -155,19 +218,49 @@ static char *link_target(const char *path, size_t size_hint)
     }
 }
 
+/* Whether descriptor fd, named by path, may be written: open when the program started,
+ * still open, open for writing, not a directory.  0, or -1 with "PATH: reason". */
+static int check_own_fd(const char *path, int fd, struct tfm_error *err)
+{
+    if (!was_open_at_start(fd))
+        return tfm_fail(err, "%s: descriptor %d was not open when the program started",
+                        path, fd);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1)
+        return tfm_fail(err, "%s: descriptor %d is not open", path, fd);
+    if ((fl & O_ACCMODE) == O_RDONLY)
+        return tfm_fail(err, "%s: descriptor %d is not open for writing", path, fd);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+        return tfm_fail(err, "%s: is a directory", path);
+    return 0;
+}
+
 /* Follow the links at path to their end: *target (malloc'd) is the file to replace
- * through a temporary beside it, or NULL when what path leads to is written in place
- * (*regular then says whether that is a regular file).  0, or -1 with "PATH: reason". */
-static int resolve(const char *path, char **target, int *regular, struct tfm_error *err)
+ * through a temporary beside it, or NULL when what path leads to is written in place: through
+ * descriptor *fd when path names one of this process's own (else *fd is -1), or opened
+ * again (*regular then says whether that is a regular file).  0, or -1 with
+ * "PATH: reason". */
+static int resolve(const char *path, char **target, int *regular, int *fd,
+                   struct tfm_error *err)
 {
     *target = NULL;
     *regular = 0;
+    *fd = -1;
     char *cur = strdup(path);
     if (!cur)
         return tfm_fail(err, "%s: out of memory", path);
     for (int links = 0;; links++) {
         struct stat st;
         int e;
+        int n = own_fd(cur);
+        if (n >= 0) {
+            free(cur);
+            if (check_own_fd(path, n, err))
+                return -1;
+            *fd = n;
+            return 0;
+        }
         if (in_proc(cur)) {
             free(cur);
             if (stat(path, &st) != 0)
@@ -229,14 +322,19 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
     o->fd = -1;
     if (!*path)
         return tfm_fail(err, "an empty output path");
-    int regular;
-    if (resolve(path, &o->target, &regular, err))
+    int regular, own;
+    if (resolve(path, &o->target, &regular, &own, err))
         return -1;
     if (!(o->path = strdup(path))) {
         output_free(o);
         return tfm_fail(err, "%s: out of memory", path);
     }
-    if (!o->target) {
+    if (own >= 0) {
+        /* the descriptor itself, not the file opened again: its offset is the one the
+         * shell shares with the commands around (`>`, `>>`, `{ ...; } > f`), and a
+         * socket, which cannot be opened through /proc, works */
+        o->fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
+    } else if (!o->target) {
         /* in place; a regular file here is an open file named through /proc */
         o->fd = open(path, O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
     } else {
