@@ -237,15 +237,17 @@ static int check_own_fd(const char *path, int fd, struct tfm_error *err)
 }
 
 /* Follow the links at path to their end: *target (malloc'd) is the file to replace
- * through a temporary beside it, or NULL when what path leads to is written in place: through
+ * through a temporary beside it (*mode then the permission bits of the file there now,
+ * 0 when there is none), or NULL when what path leads to is written in place: through
  * descriptor *fd when path names one of this process's own (else *fd is -1), or opened
  * again (*regular then says whether that is a regular file).  0, or -1 with
  * "PATH: reason". */
-static int resolve(const char *path, char **target, int *regular, int *fd,
+static int resolve(const char *path, char **target, int *regular, mode_t *mode, int *fd,
                    struct tfm_error *err)
 {
     *target = NULL;
     *regular = 0;
+    *mode = 0;
     *fd = -1;
     char *cur = strdup(path);
     if (!cur)
@@ -284,8 +286,10 @@ static int resolve(const char *path, char **target, int *regular, int *fd,
             return tfm_fail(err, "%s: is a directory", path);
         }
         if (!S_ISLNK(st.st_mode)) {
-            if (S_ISREG(st.st_mode))
+            if (S_ISREG(st.st_mode)) {
                 *target = cur;
+                *mode = st.st_mode & 0777;
+            }
             else                        /* a device, a FIFO, a socket */
                 free(cur);
             return 0;
@@ -316,14 +320,56 @@ static void output_free(struct tfm_output *o)
     o->fd = -1;
 }
 
+/* The name of the temporary for target, malloc'd: "TARGET.tmp.PID" beside it (the form
+ * tfm_checkpoint_clean looks for), or, when that last component would be longer than
+ * the directory allows (NAME_MAX), ".tfm.tmp.PID.K" in the same directory, K counting
+ * the short names this process has made, so that two outputs never share one. */
+static char *temp_name(const char *target)
+{
+    static atomic_long shorts;
+    long pid = (long)getpid();
+    size_t n = strlen(target) + 64;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return NULL;
+    int len = snprintf(tmp, n, "%s.tmp.%ld", target, pid);
+    const char *slash = strrchr(tmp, '/');
+    size_t base = (size_t)len - (slash ? (size_t)(slash + 1 - tmp) : 0);
+    char dir[PATH_MAX];
+    long max = dir_of(target, dir) ? -1 : pathconf(dir, _PC_NAME_MAX);
+    if (max <= 0)
+        max = NAME_MAX;
+    if (base > (size_t)max) {
+        int d = slash ? (int)(slash + 1 - tmp) : 0;
+        snprintf(tmp + d, n - (size_t)d, ".tfm.tmp.%ld.%ld", pid, atomic_fetch_add(&shorts, 1));
+    }
+    return tmp;
+}
+
+/* Create the temporary at tmp, never through what is already there: a link planted at
+ * that name is not followed.  A file there (a leftover of a killed process that had
+ * this PID, or something planted) is removed, the name itself and never what a link
+ * leads to, and the file created again.  The descriptor, or -1 with errno set
+ * (*existed then says whether something was at that name). */
+static int temp_create(const char *tmp, int *existed)
+{
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = open(tmp, flags, 0666);
+    *existed = fd < 0 && errno == EEXIST;
+    if (*existed && unlink(tmp) == 0)
+        fd = open(tmp, flags, 0666);
+    return fd;
+}
+
 int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err)
 {
     memset(o, 0, sizeof *o);
     o->fd = -1;
     if (!*path)
         return tfm_fail(err, "an empty output path");
-    int regular, own;
-    if (resolve(path, &o->target, &regular, &own, err))
+    int regular, own, existed = 0;
+    mode_t mode;
+    if (resolve(path, &o->target, &regular, &mode, &own, err))
         return -1;
     if (!(o->path = strdup(path))) {
         output_free(o);
@@ -338,20 +384,28 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
         /* in place; a regular file here is an open file named through /proc */
         o->fd = open(path, O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
     } else {
-        size_t n = strlen(o->target) + 32;
-        if (!(o->tmp = malloc(n))) {
+        if (!(o->tmp = temp_name(o->target))) {
             output_free(o);
             return tfm_fail(err, "%s: out of memory", path);
         }
-        snprintf(o->tmp, n, "%s.tmp.%ld", o->target, (long)getpid());
         /* in the registry before it exists: a signal in between leaves nothing */
         o->slot = temp_remember(o->tmp);
-        o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        o->fd = temp_create(o->tmp, &existed);
+        /* the file replaced keeps its permissions: private output stays private */
+        if (o->fd >= 0 && mode && fchmod(o->fd, mode) != 0) {
+            int e = errno;
+            tfm_output_abort(o);
+            return tfm_fail(err, "%s: %s", path, strerror(e));
+        }
     }
     if (o->fd < 0) {
         int e = errno;
+        if (existed)
+            tfm_fail(err, "%s: the temporary %s: %s", path, o->tmp, strerror(e));
+        else
+            tfm_fail(err, "%s: %s", path, strerror(e));
         output_free(o);
-        return tfm_fail(err, "%s: %s", path, strerror(e));
+        return -1;
     }
     return 0;
 }

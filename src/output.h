@@ -2,9 +2,12 @@
  *
  * A regular file (or a path that does not exist yet) is written as "PATH.tmp.PID" beside
  * it and renamed over PATH by tfm_output_commit, after fsync, so a reader never sees half
- * an output and a killed writer leaves the old file untouched.  A symbolic link is
- * followed to its end and that file is replaced (created beside it, renamed onto it): the
- * link stays and points at the new file.
+ * an output and a killed writer leaves the old file untouched.  The temporary is created
+ * anew (O_EXCL), never through a link or a file already at its name, and gets the
+ * permission bits of the file it replaces; other hard links to that file keep the old
+ * contents.  When "PATH.tmp.PID" would be too long a name, it is ".tfm.tmp.PID.K" in
+ * the same directory.  A symbolic link is followed to its end and that file is replaced
+ * (created beside it, renamed onto it): the link stays and points at the new file.
  *
  * A path to one of the process's own descriptors (/dev/stdout, /dev/stderr, /dev/fd/N,
  * /proc/self/fd/N) is written through that descriptor, duplicated, as the shell's `>`

@@ -585,6 +585,38 @@ ids_by_cat() {
     cmp <(echo AAAA; cat "$T/ref.tfm"; echo BBBB) "$T/grp"
 }
 
+@test "-o: a link planted at the temporary's name is not followed; the file keeps its mode" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    echo precious > "$T/victim"
+    run sh -c "cd '$T' && ln -s victim out.tfm.tmp.\$\$ && exec tfm-tokenize encode -q -m '$M/bpe.model' -o out.tfm '$M/val.en'"
+    assert_success
+    [ "$(cat "$T/victim")" = precious ]
+    [ -f "$T/out.tfm" ] && [ ! -L "$T/out.tfm" ]
+    cmp "$T/out.tfm" "$T/ref.tfm"
+    # a leftover file of a killed process that had this PID: replaced too
+    run sh -c "cd '$T' && echo left > out.tfm.tmp.\$\$ && exec tfm-tokenize encode -q -m '$M/bpe.model' -o out.tfm '$M/val.en'"
+    assert_success
+    cmp "$T/out.tfm" "$T/ref.tfm"
+    # a private file stays private
+    echo old > "$T/private.tfm"
+    chmod 600 "$T/private.tfm"
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/private.tfm" "$M/val.en"
+    [ "$(stat -c %a "$T/private.tfm")" = 600 ]
+    cmp "$T/private.tfm" "$T/ref.tfm"
+    run ls -a "$T"
+    refute_output --partial ".tmp"
+}
+
+@test "-o a name of 250 bytes: written, though NAME.tmp.PID would be too long a name" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    long=$(printf 'x%.0s' $(seq 250))
+    run tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/$long" "$M/val.en"
+    assert_success
+    cmp "$T/$long" "$T/ref.tfm"
+    run ls -a "$T"
+    refute_output --partial ".tmp"
+}
+
 @test "-o a FIFO: written in place for the process reading it" {
     tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
     mkfifo "$T/fifo"
