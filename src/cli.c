@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "output.h"
 
 static const char *cli_prog = "tfm";
 static const char *cli_usage;
@@ -150,7 +151,7 @@ static void resolve(const char *path, char *buf)
             snprintf(dir, sizeof dir, "%.*s", slash == cur ? 1 : (int)(slash - cur), cur);
         struct stat st;
         ssize_t n;
-        if (depth == 16 || lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode) ||
+        if (depth == TFM_MAX_LINKS || lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode) ||
             (n = readlink(cur, link, sizeof link - 1)) <= 0)
             break;
         link[n] = 0;                /* a link to a file not there yet: follow it */

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,8 +17,27 @@
 #define PROC_SUPER_MAGIC 0x9fa0     /* <linux/magic.h> */
 #endif
 
-/* Links followed before giving up with ELOOP, as the kernel's own limit. */
-#define MAX_LINKS 40
+/* ---- the descriptors open when the program started -------------------------------- */
+
+/* A path to one of this process's own descriptors (/dev/stdout, /dev/fd/N) means one the
+ * caller gave it, a redirection of the shell: only those open at start may be written.
+ * Recorded by a constructor, before main, because the tools open their inputs before
+ * their outputs: when "-o /dev/fd/3" is opened, descriptor 3 may be an input the program
+ * opened itself, and writing there would append to the input. */
+enum { START_FDS = 1024 };
+static unsigned char open_at_start[START_FDS / 8];
+
+__attribute__((constructor)) static void record_open_fds(void)
+{
+    for (int fd = 0; fd < START_FDS; fd++)
+        if (fcntl(fd, F_GETFD) != -1)
+            open_at_start[fd / 8] |= (unsigned char)(1u << (fd % 8));
+}
+
+static int was_open_at_start(int fd)
+{
+    return fd >= 0 && fd < START_FDS && (open_at_start[fd / 8] >> (fd % 8) & 1);
+}
 
 /* ---- the registry of temporary files ---------------------------------------------- */
 
@@ -104,19 +124,59 @@ void tfm_output_catch_signals(void)
 
 /* ---- where a path leads ----------------------------------------------------------- */
 
+/* path's directory part ("." for none) into dir (PATH_MAX); 0, or -1 when too long. */
+static int dir_of(const char *path, char *dir)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, PATH_MAX, ".");
+    else if ((size_t)(slash - path) >= PATH_MAX)
+        return -1;
+    else
+        snprintf(dir, PATH_MAX, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    return 0;
+}
+
+/* The descriptor N when path names one of this process's own descriptors, as
+ * /dev/fd/N, /dev/stdout, /proc/self/fd/N, /proc/PID/fd/N and /proc/thread-self/fd/N do
+ * (the directory leads to /proc/PID/fd or /proc/PID/task/TID/fd, PID this process's);
+ * else -1.  A name with a leading zero is no entry of /proc, as the kernel reads it. */
+static int own_fd(const char *path)
+{
+#ifdef __linux__
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    size_t len = strlen(name);
+    if (len == 0 || len > 9 || strspn(name, "0123456789") != len || (len > 1 && name[0] == '0'))
+        return -1;
+    char dir[PATH_MAX], real[PATH_MAX], self[64];
+    if (dir_of(path, dir) || !realpath(dir, real))
+        return -1;
+    size_t n = (size_t)snprintf(self, sizeof self, "/proc/%ld/", (long)getpid());
+    if (strncmp(real, self, n) != 0)
+        return -1;
+    const char *rest = real + n;
+    if (strncmp(rest, "task/", 5) == 0) {
+        size_t d = strspn(rest + 5, "0123456789");
+        if (d == 0 || rest[5 + d] != '/')
+            return -1;
+        rest += 5 + d + 1;
+    }
+    return strcmp(rest, "fd") == 0 ? atoi(name) : -1;
+#else
+    (void)path;
+    return -1;
+#endif
+}
+
 /* Whether path is an entry of /proc.  Its links (/proc/self/fd/N, where /dev/stdout and
  * /dev/fd/N lead) name open files, not places: what they lead to is written in place. */
 static int in_proc(const char *path)
 {
 #ifdef __linux__
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if ((size_t)(slash - path) >= sizeof dir)
+    char dir[PATH_MAX];
+    if (dir_of(path, dir))
         return 0;
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
     struct statfs fs;
     return statfs(dir, &fs) == 0 && fs.f_type == PROC_SUPER_MAGIC;
 #else
@@ -158,19 +218,51 @@ static char *link_target(const char *path, size_t size_hint)
     }
 }
 
+/* Whether descriptor fd, named by path, may be written: open when the program started,
+ * still open, open for writing, not a directory.  0, or -1 with "PATH: reason". */
+static int check_own_fd(const char *path, int fd, struct tfm_error *err)
+{
+    if (!was_open_at_start(fd))
+        return tfm_fail(err, "%s: descriptor %d was not open when the program started",
+                        path, fd);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1)
+        return tfm_fail(err, "%s: descriptor %d is not open", path, fd);
+    if ((fl & O_ACCMODE) == O_RDONLY)
+        return tfm_fail(err, "%s: descriptor %d is not open for writing", path, fd);
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode))
+        return tfm_fail(err, "%s: is a directory", path);
+    return 0;
+}
+
 /* Follow the links at path to their end: *target (malloc'd) is the file to replace
- * through a temporary beside it, or NULL when what path leads to is written in place
- * (*regular then says whether that is a regular file).  0, or -1 with "PATH: reason". */
-static int resolve(const char *path, char **target, int *regular, struct tfm_error *err)
+ * through a temporary beside it (*mode then the permission bits of the file there now,
+ * 0 when there is none), or NULL when what path leads to is written in place: through
+ * descriptor *fd when path names one of this process's own (else *fd is -1), or opened
+ * again (*regular then says whether that is a regular file).  0, or -1 with
+ * "PATH: reason". */
+static int resolve(const char *path, char **target, int *regular, mode_t *mode, int *fd,
+                   struct tfm_error *err)
 {
     *target = NULL;
     *regular = 0;
+    *mode = 0;
+    *fd = -1;
     char *cur = strdup(path);
     if (!cur)
         return tfm_fail(err, "%s: out of memory", path);
     for (int links = 0;; links++) {
         struct stat st;
         int e;
+        int n = own_fd(cur);
+        if (n >= 0) {
+            free(cur);
+            if (check_own_fd(path, n, err))
+                return -1;
+            *fd = n;
+            return 0;
+        }
         if (in_proc(cur)) {
             free(cur);
             if (stat(path, &st) != 0)
@@ -194,13 +286,15 @@ static int resolve(const char *path, char **target, int *regular, struct tfm_err
             return tfm_fail(err, "%s: is a directory", path);
         }
         if (!S_ISLNK(st.st_mode)) {
-            if (S_ISREG(st.st_mode))
+            if (S_ISREG(st.st_mode)) {
                 *target = cur;
+                *mode = st.st_mode & 0777;
+            }
             else                        /* a device, a FIFO, a socket */
                 free(cur);
             return 0;
         }
-        if (links == MAX_LINKS) {
+        if (links == TFM_MAX_LINKS) {
             free(cur);
             return tfm_fail(err, "%s: %s", path, strerror(ELOOP));
         }
@@ -226,37 +320,92 @@ static void output_free(struct tfm_output *o)
     o->fd = -1;
 }
 
+/* The name of the temporary for target, malloc'd: "TARGET.tmp.PID" beside it (the form
+ * tfm_checkpoint_clean looks for), or, when that last component would be longer than
+ * the directory allows (NAME_MAX), ".tfm.tmp.PID.K" in the same directory, K counting
+ * the short names this process has made, so that two outputs never share one. */
+static char *temp_name(const char *target)
+{
+    static atomic_long shorts;
+    long pid = (long)getpid();
+    size_t n = strlen(target) + 64;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return NULL;
+    int len = snprintf(tmp, n, "%s.tmp.%ld", target, pid);
+    const char *slash = strrchr(tmp, '/');
+    size_t base = (size_t)len - (slash ? (size_t)(slash + 1 - tmp) : 0);
+    char dir[PATH_MAX];
+    long max = dir_of(target, dir) ? -1 : pathconf(dir, _PC_NAME_MAX);
+    if (max <= 0)
+        max = NAME_MAX;
+    if (base > (size_t)max) {
+        int d = slash ? (int)(slash + 1 - tmp) : 0;
+        snprintf(tmp + d, n - (size_t)d, ".tfm.tmp.%ld.%ld", pid, atomic_fetch_add(&shorts, 1));
+    }
+    return tmp;
+}
+
+/* Create the temporary at tmp, never through what is already there: a link planted at
+ * that name is not followed.  A file there (a leftover of a killed process that had
+ * this PID, or something planted) is removed, the name itself and never what a link
+ * leads to, and the file created again.  The descriptor, or -1 with errno set
+ * (*existed then says whether something was at that name). */
+static int temp_create(const char *tmp, int *existed)
+{
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    int fd = open(tmp, flags, 0666);
+    *existed = fd < 0 && errno == EEXIST;
+    if (*existed && unlink(tmp) == 0)
+        fd = open(tmp, flags, 0666);
+    return fd;
+}
+
 int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err)
 {
     memset(o, 0, sizeof *o);
     o->fd = -1;
     if (!*path)
         return tfm_fail(err, "an empty output path");
-    int regular;
-    if (resolve(path, &o->target, &regular, err))
+    int regular, own, existed = 0;
+    mode_t mode;
+    if (resolve(path, &o->target, &regular, &mode, &own, err))
         return -1;
     if (!(o->path = strdup(path))) {
         output_free(o);
         return tfm_fail(err, "%s: out of memory", path);
     }
-    if (!o->target) {
+    if (own >= 0) {
+        /* the descriptor itself, not the file opened again: its offset is the one the
+         * shell shares with the commands around (`>`, `>>`, `{ ...; } > f`), and a
+         * socket, which cannot be opened through /proc, works */
+        o->fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
+    } else if (!o->target) {
         /* in place; a regular file here is an open file named through /proc */
         o->fd = open(path, O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
     } else {
-        size_t n = strlen(o->target) + 32;
-        if (!(o->tmp = malloc(n))) {
+        if (!(o->tmp = temp_name(o->target))) {
             output_free(o);
             return tfm_fail(err, "%s: out of memory", path);
         }
-        snprintf(o->tmp, n, "%s.tmp.%ld", o->target, (long)getpid());
         /* in the registry before it exists: a signal in between leaves nothing */
         o->slot = temp_remember(o->tmp);
-        o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        o->fd = temp_create(o->tmp, &existed);
+        /* the file replaced keeps its permissions: private output stays private */
+        if (o->fd >= 0 && mode && fchmod(o->fd, mode) != 0) {
+            int e = errno;
+            tfm_output_abort(o);
+            return tfm_fail(err, "%s: %s", path, strerror(e));
+        }
     }
     if (o->fd < 0) {
         int e = errno;
+        if (existed)
+            tfm_fail(err, "%s: the temporary %s: %s", path, o->tmp, strerror(e));
+        else
+            tfm_fail(err, "%s: %s", path, strerror(e));
         output_free(o);
-        return tfm_fail(err, "%s: %s", path, strerror(e));
+        return -1;
     }
     return 0;
 }

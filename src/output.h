@@ -2,15 +2,22 @@
  *
  * A regular file (or a path that does not exist yet) is written as "PATH.tmp.PID" beside
  * it and renamed over PATH by tfm_output_commit, after fsync, so a reader never sees half
- * an output and a killed writer leaves the old file untouched.  A symbolic link is
- * followed to its end and that file is replaced (created beside it, renamed onto it): the
- * link stays and points at the new file.  Anything else (a device such as /dev/null, a
- * FIFO, a terminal, or an open file named through /proc, as /dev/stdout and /dev/fd/N
- * are) is written in place, as the shell's `>` would: renaming a file over it would
- * replace the device, or the link, instead of writing to it.  A regular file reached
- * through /proc is appended to, so that what is written follows what is already there
- * (`>>` or a group of commands sharing the file).  Every tool's output path goes through
- * here.
+ * an output and a killed writer leaves the old file untouched.  The temporary is created
+ * anew (O_EXCL), never through a link or a file already at its name, and gets the
+ * permission bits of the file it replaces; other hard links to that file keep the old
+ * contents.  When "PATH.tmp.PID" would be too long a name, it is ".tfm.tmp.PID.K" in
+ * the same directory.  A symbolic link is followed to its end and that file is replaced
+ * (created beside it, renamed onto it): the link stays and points at the new file.
+ *
+ * A path to one of the process's own descriptors (/dev/stdout, /dev/stderr, /dev/fd/N,
+ * /proc/self/fd/N) is written through that descriptor, duplicated, as the shell's `>`
+ * or `>>` to it would be: at its offset, shared with the commands around it (a group of
+ * commands writing one file), and a socket works.  Only a descriptor open when the
+ * program started may be named so (an input opened since is refused, never appended
+ * to).  Anything else (a device such as /dev/null, a FIFO, a terminal, another entry of
+ * /proc) is written in place, opened again: renaming a file over it would replace the
+ * device, or the link, instead of writing to it; a regular file reached through /proc
+ * is appended to.  Every tool's output path goes through here.
  *
  * The temporary files open at any moment are kept in a registry that a signal handler can
  * read: a tool that calls tfm_output_catch_signals has them removed when SIGINT, SIGTERM
@@ -23,6 +30,10 @@
 #include <stddef.h>
 
 #include "error.h"
+
+/* Symbolic links followed before giving up with ELOOP, as the kernel's own limit; the
+ * same for tfm_cli_same_output, so that what one follows the other does. */
+#define TFM_MAX_LINKS 40
 
 struct tfm_output {
     int fd;

@@ -563,6 +563,12 @@ PY
     assert_failure 2
     run tfm-decode "${o[@]}" --attention "$T/dangling.tfm" -o "$T/new.tfm" "$M/test.tfm"
     assert_failure 2
+    # a chain of 20 links to a file not there yet: followed as far as the output is
+    prev=chained.tfm
+    for i in $(seq 20); do ln -s "$prev" "$T/c$i"; prev=c$i; done
+    run tfm-decode "${o[@]}" --attention "$T/c20" -o "$T/chained.tfm" "$M/test.tfm"
+    assert_failure 2
+    [ ! -e "$T/chained.tfm" ]
     run bash -c "tfm-decode ${o[*]} --attention '$T/a.tfm' '$M/test.tfm' >> '$T/a.tfm'"
     assert_failure 2
     assert_line --index 0 "tfm-decode: --attention $T/a.tfm is standard output, which carries the hypotheses (give -o OUT)"

@@ -548,11 +548,72 @@ ids_by_cat() {
         cmp "$T/got.tfm" "$T/ref.tfm"
     done
     [ -L "$T/out.link" ]
-    # appended to what the shell wrote before, as `>>` asks
+    # after what the shell wrote before, as `>>` asks
     run bash -c "{ echo head; tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/fd/1 '$M/val.en'; } > '$T/two'"
     assert_success
     cmp <(echo head; cat "$T/ref.tfm") "$T/two"
     run ls "$T"
+    refute_output --partial ".tmp"
+}
+
+@test "-o /dev/fd/N not open at start: refused, never the input that took descriptor N" {
+    [ -e /proc/self/fd/1 ] || skip "no /proc"
+    cp "$M/val.en" "$T/in.txt"
+    ln -s /proc/self/fd/3 "$T/three"
+    for o in /dev/fd/3 /proc/self/fd/3 "$T/three"; do
+        run bash -c "tfm-tokenize encode -q -m '$M/bpe.model' -o '$o' '$T/in.txt' 3>&-"
+        assert_failure 1
+        assert_output "tfm-tokenize: $o: descriptor 3 was not open when the program started"
+        cmp "$T/in.txt" "$M/val.en"
+    done
+    # standard output closed: the input takes descriptor 1
+    outs=(/dev/fd/1)
+    [ -w /dev ] || outs+=(/dev/stdout)
+    for o in "${outs[@]}"; do
+        run bash -c "tfm-tokenize encode -q -m '$M/bpe.model' -o '$o' '$T/in.txt' >&-"
+        assert_failure 1
+        assert_output --partial "$o: descriptor 1 was not open when the program started"
+        cmp "$T/in.txt" "$M/val.en"
+    done
+}
+
+@test "-o /dev/fd/1 in a group of commands: at the offset they share, as > would be" {
+    [ -e /proc/self/fd/1 ] || skip "no /proc"
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    run bash -c "{ echo AAAA; tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/fd/1 '$M/val.en'; echo BBBB; } > '$T/grp'"
+    assert_success
+    cmp <(echo AAAA; cat "$T/ref.tfm"; echo BBBB) "$T/grp"
+}
+
+@test "-o: a link planted at the temporary's name is not followed; the file keeps its mode" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    echo precious > "$T/victim"
+    run sh -c "cd '$T' && ln -s victim out.tfm.tmp.\$\$ && exec tfm-tokenize encode -q -m '$M/bpe.model' -o out.tfm '$M/val.en'"
+    assert_success
+    [ "$(cat "$T/victim")" = precious ]
+    [ -f "$T/out.tfm" ] && [ ! -L "$T/out.tfm" ]
+    cmp "$T/out.tfm" "$T/ref.tfm"
+    # a leftover file of a killed process that had this PID: replaced too
+    run sh -c "cd '$T' && echo left > out.tfm.tmp.\$\$ && exec tfm-tokenize encode -q -m '$M/bpe.model' -o out.tfm '$M/val.en'"
+    assert_success
+    cmp "$T/out.tfm" "$T/ref.tfm"
+    # a private file stays private
+    echo old > "$T/private.tfm"
+    chmod 600 "$T/private.tfm"
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/private.tfm" "$M/val.en"
+    [ "$(stat -c %a "$T/private.tfm")" = 600 ]
+    cmp "$T/private.tfm" "$T/ref.tfm"
+    run ls -a "$T"
+    refute_output --partial ".tmp"
+}
+
+@test "-o a name of 250 bytes: written, though NAME.tmp.PID would be too long a name" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/ref.tfm" "$M/val.en"
+    long=$(printf 'x%.0s' $(seq 250))
+    run tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/$long" "$M/val.en"
+    assert_success
+    cmp "$T/$long" "$T/ref.tfm"
+    run ls -a "$T"
     refute_output --partial ".tmp"
 }
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,10 +114,13 @@ static void test_links(void)
 static void test_in_place(void)
 {
     struct tfm_error err;
-    /* a device: written, not replaced */
-    CHECK(put("/dev/null", "x", &err) == 0);
+    /* a device: written, not replaced (as root, a regression would rename a file over
+     * /dev/null itself: not risked there) */
     struct stat st;
-    CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    if (access("/dev", W_OK) != 0) {
+        CHECK(put("/dev/null", "x", &err) == 0);
+        CHECK(stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode));
+    }
     /* a FIFO with a reader: what is written comes out of it */
     const char *fifo = t_path("fifo");
     CHECK(mkfifo(fifo, 0666) == 0);
@@ -129,28 +133,92 @@ static void test_in_place(void)
     close(r);
     CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
     CHECK(access(tmp_of(fifo, getpid()), F_OK) != 0);
-    /* an open file named through /proc (as /dev/stdout is), directly or by a link: the
-     * same file, appended to, the link kept */
-    const char *p = t_path("opened");
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    CHECK(fd >= 0 && write(fd, "head,", 5) == 5);
-    char proc[64];
-    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    if (access(proc, F_OK) != 0) {
-        close(fd);
+}
+
+/* dup2 fd onto target (1, open when the program started), saving the old one in *saved. */
+static int swap_in(int fd, int target, int *saved)
+{
+    fflush(stdout);
+    *saved = dup(target);
+    return *saved >= 0 && dup2(fd, target) == target ? 0 : -1;
+}
+
+static void swap_out(int target, int saved)
+{
+    dup2(saved, target);
+    close(saved);
+}
+
+static void test_own_fds(void)
+{
+    struct tfm_error err;
+    struct stat st;
+    if (access("/proc/self/fd/0", F_OK) != 0) {
         t_skip("no /proc");
         return;
     }
-    CHECK(stat(p, &st) == 0);
-    ino_t ino = st.st_ino;
-    CHECK(put(proc, "one,", &err) == 0);
+    /* a descriptor opened since the program started (as an input is, before the output):
+     * refused, whatever the name, the file untouched */
+    const char *p = t_path("opened");
+    int fd = open(p, O_RDWR | O_CREAT | O_TRUNC, 0666);
+    CHECK(fd >= 0 && write(fd, "input", 5) == 5);
+    char proc[64], devfd[64], pid[64], want[128];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    snprintf(devfd, sizeof devfd, "/dev/fd/%d", fd);
+    snprintf(pid, sizeof pid, "/proc/%ld/fd/%d", (long)getpid(), fd);
+    snprintf(want, sizeof want, "descriptor %d was not open when the program started", fd);
     CHECK(symlink(proc, t_path("via")) == 0);
-    CHECK(put(t_path("via"), "two", &err) == 0);
+    const char *names[] = {proc, devfd, pid, "/proc/thread-self/fd/999", t_path("via")};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        CHECK(put(names[i], "output", &err) == -1);
+        if (i != 3)
+            CHECK(strstr(err.msg, want) != NULL);
+    }
+    CHECK(strstr(err.msg, t_path("via")) != NULL);
     CHECK(is_link(t_path("via")));
-    CHECK_STR(contents(p), "head,one,two");
-    CHECK(stat(p, &st) == 0 && st.st_ino == ino);
-    CHECK(access(tmp_of(t_path("via"), getpid()), F_OK) != 0);
+    CHECK_STR(contents(p), "input");
     close(fd);
+
+    /* standard output, open at start and redirected to a file: written through the
+     * descriptor, at the offset shared with what is written before and after it (a shell's
+     * `{ echo AAAA; tool -o /dev/stdout; echo BBBB; } > f`), under every name */
+    if (fcntl(1, F_GETFD) == -1) {
+        t_skip("standard output closed");
+        return;
+    }
+    const char *g = t_path("group");
+    int saved = -1, out = open(g, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    CHECK(out >= 0 && swap_in(out, 1, &saved) == 0);
+    close(out);
+    CHECK(write(1, "AAAA,", 5) == 5);
+    snprintf(pid, sizeof pid, "/proc/%ld/fd/1", (long)getpid());
+    CHECK(symlink("/dev/stdout", t_path("via1")) == 0);
+    int ok = put("/dev/stdout", "a,", &err) == 0 && put("/dev/fd/1", "b,", &err) == 0 &&
+             put("/proc/self/fd/1", "c,", &err) == 0 && put(pid, "d,", &err) == 0 &&
+             put("/proc/thread-self/fd/1", "e,", &err) == 0 &&
+             put(t_path("via1"), "f,", &err) == 0;
+    int w = write(1, "BBBB", 4) == 4;
+    int stdout_ok = fcntl(1, F_GETFD) != -1;    /* the tool's copy closed, not fd 1 */
+    swap_out(1, saved);
+    CHECK(ok && w && stdout_ok);
+    if (!ok)
+        printf("# %s\n", err.msg);
+    CHECK_STR(contents(g), "AAAA,a,b,c,d,e,f,BBBB");
+    CHECK(is_link(t_path("via1")));
+    CHECK(stat("/dev/stdout", &st) == 0);
+
+    /* a socket, which cannot be opened through /proc: written to all the same */
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+    CHECK(swap_in(sv[0], 1, &saved) == 0);
+    close(sv[0]);
+    ok = put("/proc/self/fd/1", "sock", &err) == 0;
+    swap_out(1, saved);
+    CHECK(ok);
+    char buf[16] = {0};
+    CHECK(read(sv[1], buf, sizeof buf - 1) == 4);
+    CHECK_STR(buf, "sock");
+    close(sv[1]);
 }
 
 /* ---- signals: each case in a child, which the signal ends ------------------------- */
@@ -265,7 +333,9 @@ int main(void)
 {
     t_run("a regular file: replaced whole, an abort leaves the old one", test_regular);
     t_run("links: followed to their end, which is replaced; the links stay", test_links);
-    t_run("devices, FIFOs, open files through /proc: written in place", test_in_place);
+    t_run("devices and FIFOs: written in place", test_in_place);
+    t_run("a descriptor named (/dev/stdout, /dev/fd/N): written through it if open at start",
+          test_own_fds);
     t_run("signals: the temporary removed, the process dies of the signal", test_signals);
     return t_done();
 }
