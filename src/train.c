@@ -768,16 +768,11 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     run->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
     run->train.repeat = run->train.path != NULL;
     run->train.stop = o->stop;
-    /* A file is read again at each epoch, and its batches are taken in turns of one per
-     * rank of the run: each process reads its ranks' batches (batch.h), and the last
-     * K mod R*W of an epoch go to no rank, in one process of N ranks as in W processes of
-     * N/W ranks each, so that the two train alike across epochs too.  A pipe is read once, to its
-     * end: every batch, the slots giving them to the ranks. */
-    if (run->W > 1 || (run->R > 1 && run->train.path)) {
+    if (run->W > 1) {             /* this process's ranks' batches (batch.h) */
         run->train.world = run->R * run->W;
         run->train.rank = run->g * run->R;
         run->train.count = run->R;
-    } else {
+    } else {                    /* every batch: the slots give them to the ranks */
         run->train.world = 1;
         run->train.count = 1;
     }
