@@ -454,7 +454,10 @@ static void plan_update(struct run *run)
         run->end = TFM_TRAIN_MAX_TIME;
         return;
     }
-    for (int i = 0; i < run->K * run->R; i++) {
+    const int n = run->K * run->R;
+    int64_t epoch = run->train.epoch;
+    int restarted = 0;
+    for (int i = 0; i < n; i++) {
         int k = tfm_epochs_next(&run->train, &run->slots[i], &run->err);
         if (k == 0 && run->step == run->start_step) {
             /* a piped stream that ends before the first update: nothing to train on (a
@@ -484,6 +487,29 @@ static void plan_update(struct run *run)
         if (k < 0 || check_batch(run, &run->train, &run->slots[i], &run->err)) {
             run->failed = 1;
             return;
+        }
+        if (run->train.epoch != epoch) {  /* the file began again with slot i's batch */
+            epoch = run->train.epoch;
+            if (i == 0)
+                continue;
+            /* An epoch holds whole updates: the batches read for this one before the file
+             * ended go to none, and the update starts again with the new epoch's first.
+             * Each process's share of an epoch is the same count, so all of them do this
+             * at the same update, and one process of N ranks drops what N processes drop:
+             * the batches after the epoch's last whole update of K*N. */
+            if (restarted) {
+                tfm_fail(&run->err, "%s: an epoch of the stream gives fewer batches than the "
+                         "%d of one update (update_freq %d x %d rank%s): re-batch with a "
+                         "smaller --tokens, or lower --update-freq", tfm_epochs_name(&run->train),
+                         n, run->K, run->R, run->R > 1 ? "s" : "");
+                run->failed = 1;
+                return;
+            }
+            restarted = 1;
+            struct tfm_batch_copy first = run->slots[i];
+            run->slots[i] = run->slots[0];
+            run->slots[0] = first;
+            i = 0;
         }
     }
     run->next_epoch = run->train.epoch;

@@ -601,8 +601,7 @@ teardown() {
     diff <(params "$T/p4/step-000003.tfm") <(params "$T/r4/step-000003.tfm")
 }
 
-@test "a run resumes in another layout of as many ranks: processes as ranks of one process, and back" {
-    # within the first epoch: at its end one process and several take other batches (tfm-train(1))
+@test "a run resumes in another layout of as many ranks: processes as ranks of one process, and back, across epochs" {
     export TFM_RENDEZVOUS_TIMEOUT=60
     two() {     # two processes, a rendezvous file
         rm -f "$T/rv"
@@ -612,38 +611,47 @@ teardown() {
         wait $! || return 1
         return $rc
     }
-    run tfm-train "${SMALL[@]}" -o "$T/r" --ranks 2 --max-steps 4 -q "$M/b500.tfm"
+    # an odd number of batches: the last of each epoch goes to no update, in one process of
+    # 2 ranks as in two processes, and 8 updates go into the second epoch
+    nb=$(tfm-cat --header "$M/b500.tfm" | sed -n 's/^meta batches=//p')
+    [ $((nb % 2)) = 1 ] && [ "$nb" -lt 16 ]
+    run tfm-train "${SMALL[@]}" -o "$T/r" --ranks 2 --max-steps 8 --save-every 1 -q "$M/b500.tfm"
     assert_success
-    # two processes for 2 updates (4 batches), then one process of 2 ranks
-    run two "${SMALL[@]}" -o "$T/p" --max-steps 2 -q "$M/b500.tfm"
+    # two processes for 7 updates, 2 batches into the second epoch; then one process
+    run two "${SMALL[@]}" -o "$T/p" --max-steps 7 -q "$M/b500.tfm"
     assert_success
+    diff <(params "$T/p/step-000007.tfm") <(params "$T/r/step-000007.tfm")
     cp -r "$T/p" "$T/p1"
-    run tfm-train "${SMALL[@]}" -o "$T/p" --ranks 2 --max-steps 4 --resume "$M/b500.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/p" --ranks 2 --max-steps 8 --resume "$M/b500.tfm"
     assert_success
-    assert_line --partial "update 2, epoch 0, batch 4"
-    diff <(params "$T/p/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    assert_line --partial "update 7, epoch 1, batch 2"
+    diff <(params "$T/p/step-000008.tfm") <(params "$T/r/step-000008.tfm")
     # one process of 2 ranks, then two processes
-    run tfm-train "${SMALL[@]}" -o "$T/o" --ranks 2 --max-steps 2 -q "$M/b500.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/o" --ranks 2 --max-steps 7 -q "$M/b500.tfm"
     assert_success
-    run two "${SMALL[@]}" -o "$T/o" --max-steps 4 --resume "$M/b500.tfm"
+    run two "${SMALL[@]}" -o "$T/o" --max-steps 8 --resume "$M/b500.tfm"
     assert_success
-    assert_line --partial "update 2, epoch 0, batch 4"
-    diff <(params "$T/o/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    assert_line --partial "update 7, epoch 1, batch 2"
+    diff <(params "$T/o/step-000008.tfm") <(params "$T/r/step-000008.tfm")
     # a state of layout 1 (earlier versions: one process's batches) resumes in its layout
-    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/p1/step-000002.tfm" "$T/v1.tfm" \
-        --state 0=1 --state 3=2
-    rm "$T/p1/step-000002.tfm" "$T/p1/last.tfm"
-    mv "$T/v1.tfm" "$T/p1/step-000002.tfm"
-    run two "${SMALL[@]}" -o "$T/p1" --max-steps 4 --resume "$M/b500.tfm"
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$T/p1/step-000007.tfm" "$T/v1.tfm" \
+        --state 0=1 --state 3=1
+    rm "$T/p1/step-000007.tfm" "$T/p1/last.tfm"
+    mv "$T/v1.tfm" "$T/p1/step-000007.tfm"
+    run two "${SMALL[@]}" -o "$T/p1" --max-steps 8 --resume "$M/b500.tfm"
     assert_success
-    assert_line --partial "update 2, epoch 0, batch 4"
-    diff <(params "$T/p1/step-000004.tfm") <(params "$T/r/step-000004.tfm")
+    assert_line --partial "update 7, epoch 1, batch 2"
+    diff <(params "$T/p1/step-000008.tfm") <(params "$T/r/step-000008.tfm")
     # 3 batches in: two processes, which take the stream in turns of 2, cannot go on
     run tfm-train "${SMALL[@]}" -o "$T/s" --max-steps 3 -q "$M/b500.tfm"
     assert_success
     run two "${SMALL[@]}" -o "$T/s" --max-steps 4 --resume "$M/b500.tfm"
     assert_failure 1
     assert_output --partial "$T/s/step-000003.tfm: the run has trained on 3 batches of epoch 0, which 2 processes of 1 rank cannot take up: they read the stream in turns of 2"
+    # an epoch of fewer batches than one update cannot give one
+    run tfm-train "${SMALL[@]}" -o "$T/u" --ranks 2 --update-freq 8 -q "$M/b500.tfm"
+    assert_failure 1
+    assert_output --partial "$M/b500.tfm: an epoch of the stream gives fewer batches than the 16 of one update (update_freq 8 x 2 ranks)"
 }
 
 @test "processes of several ranks each equal one process of all the ranks, up to reassociation" {
