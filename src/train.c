@@ -103,9 +103,8 @@ struct run {
     int created_dir;                /* this process made the checkpoint directory */
     int64_t start_step, start_pos;  /* where this run started: step, batches of the epoch */
     /* the stream position after the last update done (what a checkpoint records: batches
-     * read for an update that is not done are read again on resume), and after the reads
-     * of the update planned */
-    int64_t done_epoch, done_pos, next_epoch, next_pos;
+     * read for an update that is not done are read again on resume) */
+    int64_t done_epoch, done_pos;
     char *config_text;
     float *host;                    /* [count] staging for a checkpoint's tensors */
     struct tfm_progress prog;
@@ -512,8 +511,6 @@ static void plan_update(struct run *run)
             i = 0;
         }
     }
-    run->next_epoch = run->train.epoch;
-    run->next_pos = run->train.pos;
 }
 
 /* Rank 0, after update step: counters, reports, validation, checkpoint. */
@@ -690,8 +687,9 @@ static int rank_main(int r, void *arg)
         if (r == 0) {
             run->step = step;
             run->counter += (int64_t)run->K * N;       /* micro-batches of all processes */
-            run->done_epoch = run->next_epoch;
-            run->done_pos = run->next_pos;
+            /* nothing is read between plan_update and here: the update's reads end there */
+            run->done_epoch = run->train.epoch;
+            run->done_pos = run->train.pos;
             if (after_update(run, &sums, &p->err)) {
                 tfm_comm_abort(run->comm, p->err.msg);
                 return -1;
@@ -963,8 +961,8 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     }
     run->start_step = run->step;
     run->start_pos = run->train.pos;
-    run->done_epoch = run->next_epoch = run->train.epoch;
-    run->done_pos = run->next_pos = run->train.pos;
+    run->done_epoch = run->train.epoch;
+    run->done_pos = run->train.pos;
     return 0;
 }
 
