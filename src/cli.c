@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "error.h"
 #include "output.h"
@@ -139,30 +138,20 @@ int tfm_cli_path(const char *flag, const char *s)
  * name.  What cannot be resolved is left as given. */
 static void resolve(const char *path, char *buf)
 {
-    char cur[PATH_MAX], dir[PATH_MAX], link[PATH_MAX], real[PATH_MAX];
-    snprintf(cur, sizeof cur, "%s", path);
-    for (int depth = 0;; depth++) {
-        if (realpath(cur, buf))
-            return;
-        const char *slash = strrchr(cur, '/');
-        if (!slash)
-            snprintf(dir, sizeof dir, ".");
-        else
-            snprintf(dir, sizeof dir, "%.*s", slash == cur ? 1 : (int)(slash - cur), cur);
-        struct stat st;
-        ssize_t n;
-        if (depth == TFM_MAX_LINKS || lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode) ||
-            (n = readlink(cur, link, sizeof link - 1)) <= 0)
-            break;
-        link[n] = 0;                /* a link to a file not there yet: follow it */
-        if (link[0] == '/' || snprintf(cur, sizeof cur, "%s/%s", dir, link) >= (int)sizeof cur)
-            snprintf(cur, sizeof cur, "%s", link);
-    }
-    const char *slash = strrchr(cur, '/');
-    const char *base = slash ? slash + 1 : cur;
-    if (!realpath(dir, real) ||
-        snprintf(buf, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) >= PATH_MAX)
+    char *end = tfm_output_follow(path);    /* a link to a file not there yet, followed */
+    const char *p = end ? end : path;
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", slash == p ? 1 : (int)(slash - p), p);
+    if (!realpath(p, buf) &&
+        (!realpath(dir, real) ||
+         snprintf(buf, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) >= PATH_MAX))
         snprintf(buf, PATH_MAX, "%s", path);
+    free(end);
 }
 
 int tfm_cli_same_output(const char *a, const char *b)

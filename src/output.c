@@ -218,6 +218,22 @@ static char *link_target(const char *path, size_t size_hint)
     }
 }
 
+char *tfm_output_follow(const char *path)
+{
+    char *cur = strdup(path);
+    for (int links = 0; cur && links < TFM_MAX_LINKS; links++) {
+        struct stat st;
+        if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode))
+            return cur;
+        char *next = link_target(cur, (size_t)st.st_size);
+        if (!next)
+            return cur;
+        free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
 /* Whether descriptor fd, named by path, may be written: open when the program started,
  * still open, open for writing, not a directory.  0, or -1 with "PATH: reason". */
 static int check_own_fd(const char *path, int fd, struct tfm_error *err)

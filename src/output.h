@@ -60,4 +60,9 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
  * (nohup, a background job) stays ignored. */
 void tfm_output_catch_signals(void);
 
+/* The end of path's chain of symbolic links (at most TFM_MAX_LINKS), as tfm_output_open
+ * follows it: path itself when it is no link, a link's target when it names nothing yet.
+ * Malloc'd; NULL when out of memory. */
+char *tfm_output_follow(const char *path);
+
 #endif
