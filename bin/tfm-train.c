@@ -16,6 +16,7 @@
 #include "dist.h"
 #include "progress.h"
 #include "train.h"
+#include "util.h"
 
 static const char USAGE[] =
     "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
@@ -334,14 +335,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sa.sa_flags = SA_RESTART | SA_RESETHAND;    /* a second signal kills */
     sigemptyset(&sa.sa_mask);
-    /* SIGHUP is a closed terminal: save and stop, as SIGTERM.  A signal ignored at the
-     * start stays ignored (nohup, a background job's SIGINT), as the shell asked. */
-    static const int stops[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof stops / sizeof *stops; i++) {
-        struct sigaction old;
-        if (sigaction(stops[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(stops[i], &sa, NULL);
-    }
+    tfm_catch_stop_signals(&sa);    /* SIGHUP, a closed terminal: save and stop too */
     /* A closed stderr (`2>&1 | head`) must not kill training: writes to it fail instead,
      * and the work goes on to its checkpoint. */
     signal(SIGPIPE, SIG_IGN);

@@ -1,6 +1,7 @@
 /* output.c: atomic outputs (see output.h): where a path leads, the temporary beside it,
  * the rename, and the registry of temporaries that a signal handler removes. */
 #include "output.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -115,11 +116,7 @@ void tfm_output_catch_signals(void)
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
         sigaddset(&sa.sa_mask, sigs[i]);    /* one handler at a time on a thread */
     sa.sa_flags = SA_RESTART;
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
-        struct sigaction old;
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(sigs[i], &sa, NULL);
-    }
+    tfm_catch_stop_signals(&sa);
 }
 
 /* ---- where a path leads ----------------------------------------------------------- */

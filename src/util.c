@@ -53,3 +53,13 @@ uint64_t tfm_rng_below(uint64_t *s, uint64_t n)
     }
     return (uint64_t)(m >> 64);
 }
+
+void tfm_catch_stop_signals(const struct sigaction *sa)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old;
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaction(sigs[i], sa, NULL);
+    }
+}

@@ -4,6 +4,7 @@
 #ifndef TFM_UTIL_H
 #define TFM_UTIL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,5 +21,10 @@ int tfm_grow(void *p, size_t *cap, size_t need, size_t size);
 uint64_t tfm_rng_next(uint64_t *s);
 /* Uniform in [0, n), n > 0, without bias (Lemire's multiply and reject). */
 uint64_t tfm_rng_below(uint64_t *s, uint64_t n);
+
+/* Install sa for the signals that stop a tool (SIGINT, SIGTERM, SIGHUP), except one
+ * ignored now: a tool started under nohup, or as a shell's background job, keeps it
+ * ignored, as the shell asked. */
+void tfm_catch_stop_signals(const struct sigaction *sa);
 
 #endif
