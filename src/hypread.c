@@ -22,47 +22,53 @@
  * itself gives for bytes that are not UTF-8. */
 static const char REPLACEMENT[] = "\xef\xbf\xbd";
 
-static int is_control(unsigned char c)
+/* The length of the character at t[0..left) if it must not reach a line of text, else 0:
+ * a C0 control but tab, DEL, a C1 control (U+0080-U+009F, NEL among them), and the line
+ * and paragraph separators U+2028 and U+2029, which editors and Python's str.splitlines
+ * take for line ends. */
+static size_t control_len(const unsigned char *t, size_t left)
 {
-    return (c < 0x20 && c != '\t') || c == 0x7f;
+    if ((t[0] < 0x20 && t[0] != '\t') || t[0] == 0x7f)
+        return 1;
+    if (t[0] == 0xc2 && left >= 2 && t[1] >= 0x80 && t[1] <= 0x9f)
+        return 2;
+    if (t[0] == 0xe2 && left >= 3 && t[1] == 0x80 && (t[2] == 0xa8 || t[2] == 0xa9))
+        return 3;
+    return 0;
 }
 
-/* ids[0..n) as text on one line: SentencePiece's decoding, then every C0 control character
- * but tab, and DEL, replaced by U+FFFD.  A byte-fallback piece decodes to any byte it
- * names, and a newline, a carriage return or a NUL would split or cut the line that must
- * hold the sentence.  (*text, *cap) as tfm_spm_decode; the length, or -1. */
-static int64_t decode_line(const struct tfm_spm *s, const int32_t *ids, int64_t n, char **text,
-                           size_t *cap, struct tfm_error *err)
+int64_t tfm_hyp_decode_line(const struct tfm_spm *s, const int32_t *ids, int64_t n, char **text,
+                            size_t *cap, struct tfm_error *err)
 {
     int64_t len = tfm_spm_decode(s, ids, n, text, cap, err);
     if (len <= 0)
         return len;
-    size_t bad = 0;
-    for (int64_t i = 0; i < len; i++)
-        bad += is_control((unsigned char)(*text)[i]);
-    if (bad == 0)
-        return len;
-    size_t extra = bad * (sizeof REPLACEMENT - 2), need = (size_t)len + extra + 1;
-    if (need > *cap) {
-        char *t = realloc(*text, need);
-        if (!t)
-            return tfm_fail(err, "out of memory for %zu bytes of text", need);
-        *text = t;
-        *cap = need;
+    const unsigned char *in = (const unsigned char *)*text;
+    size_t need = 1, k;
+    for (size_t i = 0; i < (size_t)len; i += k ? k : 1) {
+        k = control_len(in + i, (size_t)len - i);
+        need += k ? sizeof REPLACEMENT - 1 : 1;
     }
-    /* from the end, so every byte is read before it is overwritten */
-    char *t = *text;
-    size_t to = (size_t)len + extra;
-    t[to] = 0;
-    for (int64_t i = len - 1; i >= 0; i--) {
-        if (is_control((unsigned char)t[i])) {
-            to -= sizeof REPLACEMENT - 1;
-            memcpy(t + to, REPLACEMENT, sizeof REPLACEMENT - 1);
+    if (need == (size_t)len + 1)
+        return len;
+    char *out = malloc(need);
+    if (!out)
+        return tfm_fail(err, "out of memory for %zu bytes of text", need);
+    size_t to = 0;
+    for (size_t i = 0; i < (size_t)len; i += k ? k : 1) {
+        k = control_len(in + i, (size_t)len - i);
+        if (k) {
+            memcpy(out + to, REPLACEMENT, sizeof REPLACEMENT - 1);
+            to += sizeof REPLACEMENT - 1;
         } else {
-            t[--to] = t[i];
+            out[to++] = (char)in[i];
         }
     }
-    return len + (int64_t)extra;
+    out[to] = 0;
+    free(*text);
+    *text = out;
+    *cap = need;
+    return (int64_t)to;
 }
 
 /* For TFM_HYP_BEST: pick[k] is the entry of c that is the best hypothesis of input
@@ -125,7 +131,7 @@ int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int 
             .nids = tfm_corpus_len(c, i),
         };
         if (!(flags & TFM_HYP_IDS)) {
-            int64_t len = decode_line(s, h.ids, h.nids, &text, &cap, err);
+            int64_t len = tfm_hyp_decode_line(s, h.ids, h.nids, &text, &cap, err);
             if (len < 0) {
                 rc = name ? tfm_error_prefix(err, "%s: hypothesis %lld", name, (long long)i)
                           : -1;
@@ -247,7 +253,7 @@ static int read_text(struct tfm_lines *in, const struct tfm_hyp_opts *o, tfm_hyp
             h.text = NULL;
             h.len = 0;
             if (!(o->flags & TFM_HYP_IDS)) {
-                int64_t n = decode_line(o->model, ids, h.nids, &text, &cap, err);
+                int64_t n = tfm_hyp_decode_line(o->model, ids, h.nids, &text, &cap, err);
                 if (n < 0) {
                     rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)no);
                     break;

@@ -34,7 +34,7 @@ struct tfm_hyp {
     int64_t nids;
     const char *text;       /* the text, NUL-terminated; NULL with TFM_HYP_IDS, unless the
                              * input is lines of text, which come as they are.  Decoded
-                             * text is one line: C0 controls but tab, and DEL, are U+FFFD */
+                             * text is one line (tfm_hyp_decode_line) */
     size_t len;
 };
 
@@ -66,6 +66,14 @@ int tfm_hypread(const char *path, const struct tfm_hyp_opts *o, tfm_hyp_fn fn, v
  * front of a failure to detokenize: "NAME: hypothesis 12: ...". */
 int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int flags,
                        const char *name, tfm_hyp_fn fn, void *ctx, struct tfm_error *err);
+
+/* ids[0..n) as text on one line: SentencePiece's decoding, with every control character
+ * (C0 but tab, DEL, C1) and the separators U+2028 and U+2029 replaced by U+FFFD.  A
+ * byte-fallback piece decodes to any byte it names, and a newline, a carriage return or a
+ * NUL would split or cut the line that must hold the sentence.  (*text, *cap) as
+ * tfm_spm_decode; the length, or -1 with err. */
+int64_t tfm_hyp_decode_line(const struct tfm_spm *s, const int32_t *ids, int64_t n, char **text,
+                            size_t *cap, struct tfm_error *err);
 
 /* Hypotheses to score: the best of each input sentence from a stream, or text lines,
  * appended to t, which is named after the input. */

@@ -22,6 +22,7 @@
 #include "decode.h"
 #include "dist.h"
 #include "dist_nccl.h"
+#include "hypread.h"
 #include "optim.h"
 #include "progress.h"
 #include "spm.h"
@@ -318,10 +319,10 @@ static int bleu_batch(struct run *run, const struct tfm_batch_copy *b, const str
     int rc = tfm_decode_sources(run->rep[0].m, b->B, b->S, b->src, &o, run->cfg->max_len_b, &h,
                                 err);
     for (int i = 0; rc == 0 && i < b->B; i++) {
-        int64_t nh = tfm_spm_decode(spm, h.ids + h.offsets[i], h.offsets[i + 1] - h.offsets[i],
-                                    &hyp, &hcap, err);
-        int64_t nr = nh < 0 ? -1 : tfm_spm_decode(spm, b->tgt + (size_t)i * b->T, b->T, &ref,
-                                                  &rcap, err);     /* pad and eos ignored */
+        int64_t nh = tfm_hyp_decode_line(spm, h.ids + h.offsets[i],
+                                         h.offsets[i + 1] - h.offsets[i], &hyp, &hcap, err);
+        int64_t nr = nh < 0 ? -1 : tfm_hyp_decode_line(spm, b->tgt + (size_t)i * b->T, b->T,
+                                                       &ref, &rcap, err); /* pad, eos ignored */
         const char *refs[1] = {ref};
         size_t lens[1] = {(size_t)nr};
         if (nr < 0 || tfm_bleu_add(bleu, hyp, (size_t)nh, 1, refs, lens, err))

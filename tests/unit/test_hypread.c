@@ -315,8 +315,10 @@ static int piece_id(const struct tfm_spm *s, const char *piece)
 }
 
 /* Byte-fallback pieces decode to any byte: a newline, a NUL, a carriage return and DEL
- * come out as U+FFFD, a tab as itself, from a corpus in memory (tfm-decode --text's way)
- * and from lines of ids (tfm-tokenize decode's). */
+ * come out as U+FFFD, a tab as itself; so do the line breaks of more than one byte: NEL
+ * (U+0085, a C1 control), U+2028 and U+2029, and another C1 control (U+009F), while a
+ * no-break space (U+00A0, C2 A0, next to them in UTF-8) is kept.  From a corpus in memory
+ * (tfm-decode --text's way) and from lines of ids (tfm-tokenize decode's). */
 static void test_one_line(void)
 {
     struct tfm_spm *bf = train(400, 3, "byte_fallback=true");
@@ -327,28 +329,34 @@ static void test_one_line(void)
     struct tfm_error err;
     int32_t *ids = NULL;
     int64_t cap = 0, n = tfm_spm_encode(bf, "cat", 3, &ids, &cap, &err);
-    const char *bytes[] = {"<0x0A>", "<0x00>", "<0x0D>", "<0x09>", "<0x7F>"};
-    int32_t sent[16];
+    const char *bytes[] = {"<0x0A>", "<0x00>", "<0x0D>", "<0x09>", "<0x7F>",
+                           "<0xC2>", "<0x85>", "<0xE2>", "<0x80>", "<0xA8>",
+                           "<0xC2>", "<0xA0>", "<0xE2>", "<0x80>", "<0xA9>",
+                           "<0xC2>", "<0x9F>"};
+    enum { NB = sizeof bytes / sizeof *bytes };
+    int32_t sent[8 + NB];
     CHECK(n > 0 && n <= 8);
     if (n < 0 || n > 8)
         n = 0;
     for (int64_t i = 0; i < n; i++)
         sent[i] = ids[i];
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < NB; i++)
         CHECK((sent[n + i] = piece_id(bf, bytes[i])) >= 0);
     free(ids);
-    const char *want = "0:cat\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\t\xef\xbf\xbd|";
+#define R "\xef\xbf\xbd"
+    const char *want = "0:cat" R R R "\t" R R R "\xc2\xa0" R R "|";
+#undef R
 
     struct tfm_corpus c;
     tfm_corpus_init(&c);
-    CHECK(tfm_corpus_push(&c, sent, n + 5, &err) == 0);
+    CHECK(tfm_corpus_push(&c, sent, n + NB, &err) == 0);
     struct got g = {0};
     CHECK(tfm_hypread_corpus(&c, bf, 0, NULL, collect, &g, &err) == 0);
     CHECK_STR(g.buf, want);
     tfm_corpus_free(&c);
 
-    char line[256] = "";
-    for (int64_t i = 0, k = 0; i < n + 5; i++)
+    char line[512] = "";
+    for (int64_t i = 0, k = 0; i < n + NB; i++)
         k += snprintf(line + k, sizeof line - (size_t)k, "%s%d", i ? " " : "", sent[i]);
     strcat(line, "\n");
     write_file(t_path("bf.txt"), line);
@@ -365,7 +373,7 @@ int main(void)
     t_run("streams: own or matching model, n-best to the best, callback errors", test_streams);
     t_run("stream errors: index gaps and overruns, no model, wrong kind", test_stream_errors);
     t_run("text lines, lines of ids, the text type", test_text);
-    t_run("decoded text is one line: control characters are U+FFFD", test_one_line);
+    t_run("decoded text is one line: control characters and line separators are U+FFFD", test_one_line);
     tfm_spm_free(model);
     tfm_spm_free(other);
     return t_done();
