@@ -250,17 +250,17 @@ static int check_own_fd(const char *path, int fd, struct tfm_error *err)
 }
 
 /* Follow the links at path to their end: *target (malloc'd) is the file to replace
- * through a temporary beside it (*mode then the permission bits of the file there now,
- * 0 when there is none), or NULL when what path leads to is written in place: through
+ * through a temporary beside it (*old then the status of the file there now, with
+ * st_mode 0 when there is none), or NULL when what path leads to is written in place: through
  * descriptor *fd when path names one of this process's own (else *fd is -1), or opened
  * again (*regular then says whether that is a regular file).  0, or -1 with
  * "PATH: reason". */
-static int resolve(const char *path, char **target, int *regular, mode_t *mode, int *fd,
+static int resolve(const char *path, char **target, int *regular, struct stat *old, int *fd,
                    struct tfm_error *err)
 {
     *target = NULL;
     *regular = 0;
-    *mode = 0;
+    old->st_mode = 0;
     *fd = -1;
     char *cur = strdup(path);
     if (!cur)
@@ -301,7 +301,7 @@ static int resolve(const char *path, char **target, int *regular, mode_t *mode, 
         if (!S_ISLNK(st.st_mode)) {
             if (S_ISREG(st.st_mode)) {
                 *target = cur;
-                *mode = st.st_mode & 0777;
+                *old = st;
             }
             else                        /* a device, a FIFO, a socket */
                 free(cur);
@@ -374,6 +374,21 @@ static int temp_create(const char *tmp, int *existed)
     return fd;
 }
 
+/* The file replaced keeps its permissions, so private output stays private, and its
+ * owner and group where this process may give them (root may; anyone may keep their
+ * own file in a group they belong to), as sed -i does; else the temporary's stay.  The
+ * owner goes first: chown clears set-user-ID bits that chmod then puts back. */
+static int keep_owner_mode(int fd, const struct stat *old)
+{
+    struct stat now;
+    if (fstat(fd, &now) != 0)
+        return -1;
+    if ((now.st_uid != old->st_uid || now.st_gid != old->st_gid)
+        && fchown(fd, old->st_uid, old->st_gid) != 0)
+        (void)!fchown(fd, (uid_t)-1, old->st_gid);  /* if refused, the file stays ours */
+    return fchmod(fd, old->st_mode & 07777);
+}
+
 int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err)
 {
     memset(o, 0, sizeof *o);
@@ -381,8 +396,8 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
     if (!*path)
         return tfm_fail(err, "an empty output path");
     int regular, own, existed = 0;
-    mode_t mode;
-    if (resolve(path, &o->target, &regular, &mode, &own, err))
+    struct stat old = {0};
+    if (resolve(path, &o->target, &regular, &old, &own, err))
         return -1;
     if (!(o->path = strdup(path))) {
         output_free(o);
@@ -404,8 +419,7 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
         /* in the registry before it exists: a signal in between leaves nothing */
         o->slot = temp_remember(o->tmp);
         o->fd = temp_create(o->tmp, &existed);
-        /* the file replaced keeps its permissions: private output stays private */
-        if (o->fd >= 0 && mode && fchmod(o->fd, mode) != 0) {
+        if (o->fd >= 0 && old.st_mode && keep_owner_mode(o->fd, &old) != 0) {
             int e = errno;
             tfm_output_abort(o);
             return tfm_fail(err, "%s: %s", path, strerror(e));

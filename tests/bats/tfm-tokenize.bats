@@ -603,6 +603,18 @@ ids_by_cat() {
     tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/private.tfm" "$M/val.en"
     [ "$(stat -c %a "$T/private.tfm")" = 600 ]
     cmp "$T/private.tfm" "$T/ref.tfm"
+    # a file of no permissions stays so (mode 0 is a mode)
+    chmod 000 "$T/private.tfm"
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/private.tfm" "$M/val.en"
+    [ "$(stat -c %a "$T/private.tfm")" = 0 ]
+    # and someone else's file, replaced by root, stays theirs
+    if [ "$(id -u)" = 0 ]; then
+        chmod 640 "$T/private.tfm"
+        chown 65534:65533 "$T/private.tfm"
+        tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/private.tfm" "$M/val.en"
+        [ "$(stat -c %u:%g:%a "$T/private.tfm")" = 65534:65533:640 ]
+        cmp "$T/private.tfm" "$T/ref.tfm"
+    fi
     run ls -a "$T"
     refute_output --partial ".tmp"
 }
