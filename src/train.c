@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -707,6 +708,15 @@ static double physical_memory(void)
     return pages > 0 && size > 0 ? (double)pages * (double)size : 0;
 }
 
+/* Can path be read again from its start: a regular file (also through a link, such as
+ * /dev/stdin redirected from a file), not a pipe, a FIFO or a terminal?  Not one: 0, and
+ * opening it says why when it cannot be read. */
+static int regular_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 /* The vocabulary size of the stream's embedded model (0 when there is none). */
 static int stream_vocab(const struct tfm_header *h, const char *name, int *vocab,
                         struct tfm_error *err)
@@ -791,7 +801,7 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
 
     /* the training stream and its vocabulary */
     run->train.path = o->train_path && strcmp(o->train_path, "-") != 0 ? o->train_path : NULL;
-    run->train.repeat = run->train.path != NULL;
+    run->train.repeat = run->train.path && regular_file(run->train.path);
     run->train.stop = o->stop;
     if (run->W > 1) {             /* this process's ranks' batches (batch.h) */
         run->train.world = run->R * run->W;
@@ -844,6 +854,9 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
                             "%08x, checkpoint %s has %08x", tfm_epochs_name(&run->train), run->vocab_id,
                             resume_path, cv);
     }
+    if (o->valid_path && !regular_file(o->valid_path))
+        return tfm_fail(err, "--valid %s: not a file: the validation batches are read again "
+                        "at every validation, and a pipe is read once", o->valid_path);
     if (o->valid_path) {
         /* what would fail the first validation, hours into training, fails now */
         struct tfm_epochs v = {.path = o->valid_path, .world = 1};

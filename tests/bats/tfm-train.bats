@@ -1091,3 +1091,26 @@ teardown() {
     assert_failure 2
     assert_output --partial "--early-stop"
 }
+
+@test "a FIFO or a process substitution is one pass, as standard input: training ends with it" {
+    n=$(tfm-cat -H "$M/b500.tfm" | sed -n 's/^meta batches=//p')
+    [ "$n" -gt 2 ]
+    # at its end the stream was opened again for a second epoch: /dev/fd/N gave an empty
+    # input, and a FIFO waited for a writer that never came
+    run tfm-train "${SMALL[@]}" -o "$T/p" --max-steps 100000 --save-every 0 <(cat "$M/b500.tfm")
+    assert_success
+    assert_line "tfm-train: end of the batch stream at update $n; last checkpoint $T/p/step-$(printf %06d "$n").tfm"
+    mkfifo "$T/fifo"
+    cat "$M/b500.tfm" > "$T/fifo" &
+    run timeout 60 tfm-train "${SMALL[@]}" -o "$T/f" --max-steps 100000 --save-every 0 "$T/fifo"
+    assert_success
+    assert_line "tfm-train: end of the batch stream at update $n; last checkpoint $T/f/step-$(printf %06d "$n").tfm"
+    # the same updates as from the file for one epoch
+    tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps "$n" --save-every 0 "$M/b500.tfm"
+    diff <(params "$T/p/step-$(printf %06d "$n").tfm") <(params "$T/r/step-$(printf %06d "$n").tfm")
+    diff <(params "$T/f/step-$(printf %06d "$n").tfm") <(params "$T/r/step-$(printf %06d "$n").tfm")
+    # a validation stream is read at every validation: a pipe is refused before training
+    run tfm-train "${SMALL[@]}" -o "$T/v" --valid <(cat "$M/b500.tfm") "$M/b500.tfm"
+    assert_failure 1
+    assert_line --regexp "^tfm-train: --valid /dev/fd/[0-9]+: not a file: the validation batches are read again at every validation, and a pipe is read once$"
+}
