@@ -113,6 +113,8 @@ struct run {
     /* decided by rank 0 before each update */
     int end;                        /* enum tfm_train_end, 0: go on */
     int failed;                     /* an error in err */
+    int unagreed;                   /* rank 0 failed in the agreement before an update:
+                                     * the model is that of update step, done by all */
     struct tfm_error err;
     /* counters */
     int64_t step, counter, tokens;
@@ -611,8 +613,10 @@ static int rank_main(int r, void *arg)
             plan_update(run);
         int stop;
         if (run->W > 1) {
-            if (agree(run, r, &stop, &p->err))
+            if (agree(run, r, &stop, &p->err)) {
+                run->unagreed |= r == 0;
                 return -1;
+            }
         } else {
             if (tfm_comm_barrier(run->comm, r, &p->err))
                 return -1;
@@ -1028,7 +1032,9 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                 if (run.rep[r].err.msg[0])
                     pick = r;
             tfm_fail(err, "%s", pick >= 0 ? run.rep[pick].err.msg : "a rank failed");
-            rc = -1;
+            /* a neighbour gone between updates (killed, or silent after a signal, as
+             * while it waits for its batches): every process did the updates so far */
+            rc = run.unagreed ? keep_updates(&run, err) : -1;
         } else {
             /* a clean end: last report, validation and checkpoint of the final state */
             res->end = run.end;

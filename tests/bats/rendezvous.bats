@@ -272,7 +272,9 @@ run_ok() {
     echo "process 0 ended $SECONDS s after process 1 stopped"
     [ "$SECONDS" -le 8 ]
     run cat "$T/e0"
-    assert_output --regexp "^tfm-train: (update [0-9]+: [a-z -]+: )?process 1 of 2 (sent|took) nothing for 2 s \(TFM_COLLECTIVE_TIMEOUT\): it stopped, hangs, or waits for one that does$"
+    # in an update's sums, or between updates, when process 0 keeps the updates done
+    x="process 1 of 2 (sent|took) nothing for 2 s \(TFM_COLLECTIVE_TIMEOUT\): it stopped, hangs, or waits for one that does"
+    assert_output --regexp "^tfm-train: (update [0-9]+: [a-z -]+: $x|$x; stopped at update [0-9]+, its checkpoint saved)$"
     kill -CONT "$P1"
     rc=0
     ends "$P1" 30 || rc=$?
@@ -313,5 +315,41 @@ run_ok() {
     echo "process 0 ended $SECONDS s after SIGTERM"
     [ "$SECONDS" -le 8 ]
     run cat "$T/e0"
-    assert_output --regexp "^tfm-train: (update [0-9]+: [a-z -]+: )?stopped by a signal: process 1 of 2 (sent|took) nothing in the 3 s that followed \(TFM_STOP_TIMEOUT\)$"
+    x="stopped by a signal: process 1 of 2 (sent|took) nothing in the 3 s that followed \(TFM_STOP_TIMEOUT\)"
+    assert_output --regexp "^tfm-train: (update [0-9]+: [a-z -]+: $x|$x; stopped at update [0-9]+, its checkpoint saved)$"
+}
+
+@test "a neighbour silent between updates after SIGTERM: process 0 saves the updates done" {
+    # each process reads its own pipe, which sends the batches and then nothing: both wait
+    # for a batch, the processes' state that of the same update
+    export TFM_COLLECTIVE_TIMEOUT=300 TFM_STOP_TIMEOUT=2
+    mkfifo "$T/f0" "$T/f1"
+    start 0 2 "${ARGS[@]}" -q --max-steps 1000000 --report-every 1 --log "$T/log" -o "$T/c" "$T/f0"
+    start 1 2 "${ARGS[@]}" --max-steps 1000000 -o "$T/c" "$T/f1"
+    exec 7> "$T/f0" 8> "$T/f1"
+    # both at once: a process reads its header before it joins, and the other then waits
+    cat "$M/b.tfm" >&7 &
+    cat "$M/b.tfm" >&8 &
+    # every batch trained on: the log stops growing
+    appears "$T/log" "^train" 30
+    local n=0 was=-1
+    while [ "$n" != "$was" ]; do was=$n; sleep 1; n=$(wc -l < "$T/log"); done
+    kill -TERM "$P0"
+    rc=0
+    ends "$P0" 20 || rc=$?
+    exec 7>&- 8>&-
+    [ "$rc" = 143 ]     # 128 + SIGTERM
+    run cat "$T/e0"
+    assert_output --regexp "^tfm-train: stopped by a signal: process 1 of 2 (sent|took) nothing in the 2 s that followed \(TFM_STOP_TIMEOUT\); stopped at update ([0-9]+), its checkpoint saved$"
+    step=$(sed -E 's/.*stopped at update ([0-9]+),.*/\1/' "$T/e0")
+    [ "$step" -gt 3 ]
+    # the checkpoint of that update is one process of 2 ranks's after as many
+    tfm-train "${ARGS[@]}" -q --ranks 2 --max-steps "$step" -o "$T/r2" "$M/b.tfm"
+    f=$(printf 'step-%06d.tfm' "$step")
+    diff <(params "$T/c/$f") <(params "$T/r2/$f")
+    # process 1, its pipe ended, ends too: stopping at process 0's update with the vote
+    # process 0 sent before it left (exit 0), or finding it gone (exit 1)
+    rc=0
+    ends "$P1" 20 || rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 1 ]
 }
