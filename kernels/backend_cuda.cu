@@ -308,14 +308,15 @@ static int cu_reserve(struct tfm_backend *be, int max_tq, int max_tk, struct tfm
 
 namespace {
 
-// C (M,N) = beta C at bf16 (a product with K = 0 and beta != 0, 1), in fp32, rounded.
-__global__ void scale_bf16(bf16 *C, int64_t ldc, int M, int N, float beta)
+// C (M,N) = beta C (a product with K = 0 and beta != 0, 1), in fp32, rounded to T.
+template <typename T>
+__global__ void scale_rows(T *C, int64_t ldc, int M, int N, float beta)
 {
     size_t total = (size_t)M * (size_t)N;
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
          e += (size_t)gridDim.x * blockDim.x) {
         int64_t i = (int64_t)(e / (size_t)N), j = (int64_t)(e % (size_t)N);
-        bf16 *c = C + i * ldc + j;
+        T *c = C + i * ldc + j;
         act_store(c, __fmul_rn(beta, act_load(c)));
     }
 }
@@ -373,15 +374,16 @@ static void gemm_empty(struct tfm_backend *be, int M, int N, float beta, void *C
     if (beta == 0) {
         CUDA_CHECK(cudaMemset2DAsync(C, (size_t)ldc * size, 0, (size_t)N * size, (size_t)M,
                                      STREAM(be)));
-    } else if (beta != 1 && size == sizeof(float)) {
-        const float zero = 0;            // in place: C = beta C + 0 C
-        float *c = static_cast<float *>(C);
-        BLAS_CHECK(cublasSgeam(CU(be)->blas, CUBLAS_OP_N, CUBLAS_OP_N, N, M, &beta, c, ldc,
-                               &zero, c, ldc, c, ldc));
     } else if (beta != 1) {
-        const unsigned threads = 256;
-        scale_bf16<<<tfm_cuda_blocks((size_t)M * (size_t)N, threads), threads, 0, STREAM(be)>>>(
-            static_cast<bf16 *>(C), ldc, M, N, beta);
+        // a kernel, not cublasSgeam: geam is documented in place for C = A or C = B, not
+        // for A, B and C one matrix
+        const unsigned threads = 256, blocks = tfm_cuda_blocks((size_t)M * (size_t)N, threads);
+        if (size == sizeof(float))
+            scale_rows<<<blocks, threads, 0, STREAM(be)>>>(static_cast<float *>(C), ldc, M, N,
+                                                           beta);
+        else
+            scale_rows<<<blocks, threads, 0, STREAM(be)>>>(static_cast<bf16 *>(C), ldc, M, N,
+                                                           beta);
         LAUNCH_CHECK();
     }
 }
@@ -795,7 +797,7 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
         cu_destroy(be);
         return NULL;
     }
-    if (got != mode) {
+    if ((got & mode) != mode) {      // every flag set is kept (more may be reported)
         tfm_fail(err, "GPU %d: cuBLAS math mode is 0x%x after setting 0x%x", device,
                  (unsigned)got, (unsigned)mode);
         cu_destroy(be);
