@@ -76,6 +76,7 @@ void *tfm_cuda_work(struct tfm_backend *be, size_t bytes)
 // The plugin's work_grows (src/cuda_plugin.h): how many times be's ops grew the workspace
 // (struct tfm_cuda's work_grows).  A read of a host counter: no synchronization.
 long tfm_cuda_work_grows(struct tfm_backend *be) { return CU(be)->work_grows; }
+long tfm_cuda_bias_fallbacks(struct tfm_backend *be) { return CU(be)->bias_fallbacks; }
 
 // ---- memory ----------------------------------------------------------------------------
 
@@ -606,6 +607,7 @@ void cuda_gemm_bias(struct tfm_backend *be, int ta, int tb, int M, int N, int K,
         }
     }
     // the fallback: the bias in C's rows, the product added to it (one rounding), the ReLU
+    CU(be)->bias_fallbacks++;
     cuda_gather(be, C, ldc, bias, 0, NULL, M, N);
     cuda_gemm(be, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, C, ldc);
     if (relu) {

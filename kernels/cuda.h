@@ -57,6 +57,8 @@ struct tfm_cuda {
     size_t work_bytes;
     long work_grows;        // times an op found it too small and it was allocated again
                             // (not reserve_step's allocation): tfm_backend_cuda_work_grows
+    long bias_fallbacks;    // gemm_bias calls computed without cuBLASLt's epilogue:
+                            // tfm_backend_cuda_bias_fallbacks
     int max_tq, max_tk;     // attention sizes promised by reserve()
     int attn;               // enum tfm_cuda_attn: TFM_CUDA_ATTN, read when opened
     // Pinned staging for uploads and small downloads (backend_cuda.cu, "staging"): NULL
@@ -294,6 +296,10 @@ void tfm_cuda_nccl_free(struct tfm_nccl *c);
 // src/cuda_load.c's tfm_backend_cuda_work_grows).
 void *tfm_cuda_work(struct tfm_backend *be, size_t bytes);
 long tfm_cuda_work_grows(struct tfm_backend *be);
+// gemm_bias calls that took the fallback (gather + gemm + ReLU) instead of one cuBLASLt
+// product with the epilogue: misaligned operands, or no algorithm from the heuristic (the
+// plugin's bias_fallbacks; no synchronization).
+long tfm_cuda_bias_fallbacks(struct tfm_backend *be);
 // What the ops of a training step ask of it at most (reserve_step, backend_cuda.cu):
 // cuda_ops.cu's (embeddings, layer norm, biases) and cuda_attn.cu's; the step's statistics
 // (cuda_step.cu) need 8 KiB, below either.

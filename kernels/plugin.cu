@@ -75,6 +75,7 @@ static const struct tfm_cuda_plugin table = {
     tfm_cuda_nccl_wait,
     tfm_cuda_nccl_free,
     tfm_cuda_work_grows,
+    tfm_cuda_bias_fallbacks,
 };
 
 extern "C" __attribute__((visibility("default"))) const struct tfm_cuda_plugin *

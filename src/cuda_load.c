@@ -165,9 +165,25 @@ long tfm_backend_cuda_work_grows(const struct tfm_backend *be)
     return loaded.plugin->work_grows((struct tfm_backend *)be);
 }
 
+long tfm_backend_cuda_bias_fallbacks(const struct tfm_backend *be)
+{
+    if (!be || be->kind != TFM_BACKEND_CUDA)
+        return -1;
+    pthread_once(&loaded.once, load);
+    if (!loaded.plugin)
+        return -1;
+    return loaded.plugin->bias_fallbacks((struct tfm_backend *)be);
+}
+
 #else
 
 long tfm_backend_cuda_work_grows(const struct tfm_backend *be)
+{
+    (void)be;
+    return -1;
+}
+
+long tfm_backend_cuda_bias_fallbacks(const struct tfm_backend *be)
 {
     (void)be;
     return -1;

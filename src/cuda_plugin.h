@@ -25,7 +25,7 @@
 
 #include "error.h"
 
-#define TFM_CUDA_PLUGIN_ABI 6
+#define TFM_CUDA_PLUGIN_ABI 7
 #define TFM_CUDA_PLUGIN_NAME "libtfm-cuda.so"
 
 struct tfm_backend;
@@ -50,6 +50,9 @@ struct tfm_cuda_plugin {
     /* For tests: how many times the ops of backend be (one of this plugin's) have grown
      * its device workspace (tfm_backend_cuda_work_grows below). */
     long (*work_grows)(struct tfm_backend *be);
+    /* For tests: how many gemm_bias calls of be took the fallback instead of cuBLASLt's
+     * epilogue (tfm_backend_cuda_bias_fallbacks below). */
+    long (*bias_fallbacks)(struct tfm_backend *be);
 };
 
 /* The plugin, loaded on first call (thread-safe); NULL when CUDA cannot be used here, with
@@ -64,5 +67,11 @@ const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why, size_t n);
  * step fit in what reserve_step set aside (backend.h, reserve_step).  -1 for another
  * backend.  For tests (test_gpu_ops); no synchronization. */
 long tfm_backend_cuda_work_grows(const struct tfm_backend *be);
+
+/* How many gemm_bias calls of CUDA backend be computed the bias and ReLU apart (gather,
+ * gemm, ReLU: three launches) instead of in one cuBLASLt product's epilogue, because an
+ * operand was not 16-byte aligned or cuBLASLt had no algorithm for the shape.  -1 for
+ * another backend.  For tests (test_gpu_ops); no synchronization. */
+long tfm_backend_cuda_bias_fallbacks(const struct tfm_backend *be);
 
 #endif

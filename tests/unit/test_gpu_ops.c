@@ -657,7 +657,8 @@ static void test_gemm(void)
  * added to every leading dimension and off > 0 moves A, B, C and the bias by off elements:
  * with M, N, K and pad multiples of 8 every leading dimension is a multiple of 8 elements
  * (16 bytes at bf16, 32 at fp32), the cuBLASLt path; an odd dimension, an odd pad or an
- * offset of 1 takes the fallback.  C's padding is set
+ * offset of 1 takes the fallback, and every aligned case must take cuBLASLt
+ * (tfm_backend_cuda_bias_fallbacks counts the others).  C's padding is set
  * to NaN on the GPU and must stay NaN (not written); C itself is NaN before (not read).
  * Bound: gemm's (TOL + tc_extra(K)) plus, at bf16, one unit for the one rounding of the
  * stored value (ulp16): the bias is one more fp32 addition (2^-24 relative, inside
@@ -680,6 +681,7 @@ static void gemm_bias_run(const char *what, int ta, int tb, int M, int N, int K,
     gpu->upload_act(gpu, gact(dB, off), Bm, nb);
     gpu->upload_act(gpu, gact(db, off), bias, (size_t)N);
     gpu->upload_act(gpu, gact(dC, off), C, nc);
+    long fell = tfm_backend_cuda_bias_fallbacks(gpu);
     double t0 = now();
     cpu->gemm_bias(cpu, ta, tb, M, N, K, A, lda, Bm, ldb, bias, relu, C, ldc);
     double t1 = now();
@@ -708,6 +710,20 @@ static void gemm_bias_run(const char *what, int ta, int tb, int M, int N, int K,
                    relu ? " relu" : "", off, pad, e, bound);
         CHECK(e <= bound);
         free(h);
+    }
+    /* the path taken: cuBLASLt's epilogue exactly when every operand is 16-byte aligned
+     * (a fallback there is cuBLASLt without an algorithm: right numbers, three launches
+     * where one does) */
+    if (fell >= 0) {
+        size_t as = gpu->act_size;
+        int aligned = K > 0 && (off * as) % 16 == 0 && (lda * as) % 16 == 0 &&
+                      (ldb * as) % 16 == 0 && (ldc * as) % 16 == 0;
+        long took = tfm_backend_cuda_bias_fallbacks(gpu) - fell;
+        if (took != (aligned ? 0 : big ? 2 : 1))
+            printf("#   gemm_bias (%d,%d,%d)%s%s%s, offset %d, padding %d: %ld fallbacks, "
+                   "operands %saligned\n", M, N, K, ta ? " ta" : "", tb ? " tb" : "",
+                   relu ? " relu" : "", off, pad, took, aligned ? "" : "not ");
+        CHECK(took == (aligned ? 0 : big ? 2 : 1));
     }
     GFREE(dA, dB, db, dC);
     free(A);
@@ -1967,8 +1983,11 @@ static void test_work_grows(void)
 {
     CHECK(tfm_backend_cuda_work_grows(NULL) == -1);
     CHECK(tfm_backend_cuda_work_grows(cpu) == -1);
+    CHECK(tfm_backend_cuda_bias_fallbacks(NULL) == -1);
+    CHECK(tfm_backend_cuda_bias_fallbacks(cpu) == -1);
     if (gpu && sim) {
         CHECK(tfm_backend_cuda_work_grows(gpu) == -1);
+        CHECK(tfm_backend_cuda_bias_fallbacks(gpu) == -1);
         return;
     }
     NEED_GPU();
