@@ -8,12 +8,16 @@
 #include "cuda_plugin.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -96,10 +100,16 @@ static int driver_ready(void)
     return 0;   /* drv stays loaded: the CUDA runtime uses it next */
 }
 
-/* The plugin's path into buf: $TFM_CUDA_LIB, beside an installed tool, or this build's. */
+/* The plugin's path into buf: $TFM_CUDA_LIB, beside an installed tool, or this build's.
+ * TFM_CUDA_LIB names a file: one without a slash is in the working directory, as for every
+ * other file a tool is given (dlopen would search the library path for it instead). */
 static const char *plugin_path(char *buf, size_t n)
 {
     const char *env = getenv("TFM_CUDA_LIB");
+    if (env && *env && !strchr(env, '/')) {
+        int w = snprintf(buf, n, "./%s", env);
+        return w > 0 && (size_t)w < n ? buf : env;
+    }
     if (env)
         return env;
     char exe[PATH_MAX];
@@ -117,6 +127,66 @@ static const char *plugin_path(char *buf, size_t n)
     return TFM_CUDA_PLUGIN_PATH;
 }
 
+/* off + len, or the largest value when that overflows (a crafted header's). */
+static unsigned long long end_of(unsigned long long off, unsigned long long len)
+{
+    return len > ~0ull - off ? ~0ull : off + len;
+}
+
+/* Whether path is a whole shared object for this machine, before dlopen maps it: the
+ * loader maps each segment as the program headers describe it and reads it in place, so
+ * a truncated file (a copy or an install cut short) would end the process with SIGBUS
+ * instead of an error.  0, or -1 with loaded.why. */
+static int plugin_whole(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        why("cannot load the CUDA code: %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    Elf64_Ehdr eh;
+    int rc = -1;
+    if (fstat(fd, &st)) {
+        why("cannot load the CUDA code: %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        why("cannot load the CUDA code: %s: not a regular file", path);
+    } else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
+               memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+        why("cannot load the CUDA code: %s: not a shared object (%lld bytes, no ELF header)",
+            path, (long long)st.st_size);
+    } else if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN ||
+               eh.e_phentsize != sizeof(Elf64_Phdr)) {
+        why("cannot load the CUDA code: %s: not a 64-bit shared object", path);
+    } else {
+        /* every program header, and every segment's bytes in the file, inside the file */
+        unsigned long long size = (unsigned long long)st.st_size,
+                           need = end_of(eh.e_phoff, (unsigned long long)eh.e_phnum * sizeof(Elf64_Phdr));
+        rc = 0;
+        for (int i = 0; i < eh.e_phnum && rc == 0 && need <= size; i++) {
+            Elf64_Phdr ph;
+            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof ph)) !=
+                (ssize_t)sizeof ph) {
+                rc = -1;
+                break;
+            }
+            if (end_of(ph.p_offset, ph.p_filesz) > size)
+                need = end_of(ph.p_offset, ph.p_filesz);
+        }
+        /* the section headers, last in the file: a copy cut short loses them first */
+        unsigned long long sh = end_of(eh.e_shoff, (unsigned long long)eh.e_shnum * eh.e_shentsize);
+        if (eh.e_shnum > 0 && sh > need)
+            need = sh;
+        if (rc < 0 || need > size) {
+            why("cannot load the CUDA code: %s: truncated (%llu bytes, its headers describe "
+                "%llu or more)", path, size, need);
+            rc = -1;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
 static void load(void)
 {
     char buf[PATH_MAX + 64];
@@ -126,6 +196,8 @@ static void load(void)
         return;
     }
     if (driver_ready())
+        return;
+    if (plugin_whole(path))
         return;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {

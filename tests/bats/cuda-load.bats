@@ -107,6 +107,41 @@ real_driver() {
     assert_output --partial "CUDA turned off (TFM_CUDA_LIB is empty)"
 }
 
+@test "a truncated, empty or directory plugin is an error naming it, not a crash; TFM_CUDA_LIB without a slash is in the working directory" {
+    need_plugin
+    local size
+    size=$(stat -c %s "$PLUGIN")
+    head -c 100000 "$PLUGIN" > "$M/cut.so"          # its segments lie past the end
+    head -c $((size - 100)) "$PLUGIN" > "$M/tail.so"  # its section headers do
+    : > "$M/empty.so"
+    mkdir -p "$M/dir.so"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/cut.so" run train k
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes, its headers describe "
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/cut.so" run train l --device cuda
+    assert_failure 1
+    assert_output --partial "--device cuda: no CUDA device (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/tail.so" run train m --device cuda
+    assert_failure 1
+    assert_output --partial "$M/tail.so: truncated ($((size - 100)) bytes, its headers describe $size or more)"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/empty.so" run train n --device cuda
+    assert_failure 1
+    assert_output --partial "$M/empty.so: not a shared object (0 bytes, no ELF header)"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/dir.so" run train o --device cuda
+    assert_failure 1
+    assert_output --partial "$M/dir.so: not a regular file"
+    # a name without a slash is a file here, as any file a tool is given, not one of the
+    # library path's
+    cp "$PLUGIN" "$M/dir.so/libtfm-cuda.so"
+    cd "$M/dir.so"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB=cut.so run train p --device cuda
+    assert_failure 1
+    assert_output --partial "cannot load the CUDA code: ./cut.so: No such file or directory"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB=libtfm-cuda.so run train q
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+}
+
 @test "under ulimit -v 1000000 every tool starts (no CUDA library is mapped at start)" {
     [ -z "${TFM_SANITIZE:-}" ] || skip "ASan's shadow memory needs more address space"
     for t in tokenize batch train avg decode score cat; do
