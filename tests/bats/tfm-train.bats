@@ -699,8 +699,25 @@ teardown() {
     run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d2" --max-steps 2 "$M/b.tfm"
     wait $! || true
     assert_failure 1
-    assert_output --partial "tfm-train: process 1 does not start where process 0 does (config, batch stream or resume point differ)"
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its config differs"
     [ ! -e "$T/d2/last.tfm" ]
+    # another number of ranks in a process: the shards would overlap, and GPUs' NCCL
+    # communicators of different sizes would never start
+    rm -f "$T/rv"
+    TFM_RANK=1 tfm-train "${SMALL[@]}" --ranks 1 -o "$T/d3" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" --ranks 2 -o "$T/d3" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its layout (--ranks, --update-freq) differs"
+    [ ! -e "$T/d3/last.tfm" ]
+    # another batch stream of the same vocabulary
+    rm -f "$T/rv"
+    TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/d4" --max-steps 2 -q "$M/b500.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d4" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its batch stream (its header) differs"
+    [ ! -e "$T/d4/last.tfm" ]
     # no way to find process 0; a file to shard
     run env -u TFM_RENDEZVOUS TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
