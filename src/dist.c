@@ -62,14 +62,18 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     snprintf(e->source, sizeof e->source, "none");
     static const char *const local[] = {"TFM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                         "SLURM_LOCALID"};
-    for (size_t i = 0; i < sizeof local / sizeof *local; i++) {
+    /* Slurm's variables place a process only in a job step that srun started (which sets
+     * SLURM_STEP_NUM_TASKS): a batch script has SLURM_PROCID 0 and SLURM_NTASKS of the
+     * whole job, and an salloc shell SLURM_NTASKS alone, though each is one process. */
+    size_t nsrc = getenv("SLURM_STEP_NUM_TASKS") ? 3 : 2;
+    for (size_t i = 0; i < nsrc; i++) {
         int k = env_int(local[i], &e->local_rank, TFM_DIST_MAX_WORLD - 1, err);
         if (k < 0)
             return -1;
         if (k > 0)
             break;
     }
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    for (size_t i = 0; i < nsrc; i++) {
         int r = 0, w = 0;
         int hr = env_int(vars[i][0], &r, TFM_DIST_MAX_WORLD - 1, err);
         int hw = env_int(vars[i][1], &w, TFM_DIST_MAX_WORLD, err);
