@@ -727,12 +727,23 @@ struct where {
     const char *addr;   /* TFM_MASTER_ADDR: process 0 listens there only */
 };
 
+/* An environment variable, NULL when unset or empty (as an exported "X=" of a script that
+ * meant to leave it out). */
+static const char *env_value(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
 static int where_from_env(struct where *w, struct tfm_error *err)
 {
     memset(w, 0, sizeof *w);
-    const char *addr = getenv("TFM_MASTER_ADDR"), *port = getenv("TFM_MASTER_PORT");
+    /* one reading of each, for process 0's listening and the others' connecting alike: an
+     * empty TFM_MASTER_ADDR had process 0 listen on every interface and the others look
+     * for a host named "" */
+    const char *addr = env_value("TFM_MASTER_ADDR"), *port = env_value("TFM_MASTER_PORT");
     w->file = getenv("TFM_RENDEZVOUS");
-    w->addr = addr && *addr ? addr : NULL;
+    w->addr = addr;
     if (addr && port) {
         char *end;
         long p = strtol(port, &end, 10);
@@ -745,6 +756,10 @@ static int where_from_env(struct where *w, struct tfm_error *err)
     }
     if (w->file && *w->file)
         return 0;
+    if (addr || port)
+        return tfm_fail(err, "environment: %s is set but %s is not (or is empty): process 0 "
+                        "listens at an address and a port", addr ? "TFM_MASTER_ADDR" :
+                        "TFM_MASTER_PORT", addr ? "TFM_MASTER_PORT" : "TFM_MASTER_ADDR");
     return tfm_fail(err, "several processes need to find process 0: set TFM_MASTER_ADDR and "
                     "TFM_MASTER_PORT, or TFM_RENDEZVOUS to a file on a shared file system");
 }
