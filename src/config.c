@@ -203,6 +203,10 @@ int tfm_config_parse(struct tfm_config *c, const char *text, size_t n, const cha
                      struct tfm_error *err)
 {
     const char *p = text, *end = text + n;
+    /* a UTF-8 byte order mark, which some editors put first: invisible in the message
+     * about the first key it would otherwise be part of ("key 'layers': unknown key") */
+    if (n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        p += 3;
     for (int line = 1; p < end; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
@@ -236,7 +240,7 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
             if (cap >= (1u << 20)) {
                 free(buf);
                 fclose(f);
-                return tfm_fail(err, "%s: larger than 1 MiB: not a config file", path);
+                return tfm_fail(err, "%s: 1 MiB or more: not a config file", path);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {

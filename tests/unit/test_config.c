@@ -44,6 +44,17 @@ static void test_parse(void)
     CHECK_EQ_INT(c.norm, TFM_NORM_PRE);
     CHECK_NEAR(c.dropout, 0.3, 0);
     CHECK_EQ_INT(c.layers, 3);
+    /* as saved by an editor that starts UTF-8 with a byte order mark, CRLF, no final
+     * newline: the mark is no part of the first key */
+    t = "\xef\xbb\xbflayers = 5\r\nheads = 2\r\nd_ff = 100";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "bom.conf", &err) == 0);
+    CHECK_EQ_INT(c.layers, 5);
+    CHECK_EQ_INT(c.heads, 2);
+    CHECK_EQ_INT(c.d_ff, 100);
+    /* only at the start: elsewhere it is part of a key, an unknown one */
+    t = "layers = 5\n\xef\xbb\xbfheads = 2\n";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "bom.conf", &err) < 0);
+    CHECK_STR(err.msg, "bom.conf:2: key '\xef\xbb\xbfheads': unknown key");
 }
 
 static void test_errors(void)
@@ -90,6 +101,23 @@ static void test_errors(void)
     CHECK((float)c.adam_beta2 < 1.0f);
     CHECK(tfm_config_load(&c, "/nonexistent/x.conf", &err) < 0);
     CHECK(strstr(err.msg, "/nonexistent/x.conf: ") == err.msg);
+    /* the size limit, at its edge: 1 MiB less a byte of comments loads, 1 MiB does not */
+    char big[] = "/tmp/test_config.XXXXXX";
+    int fd = mkstemp(big);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        static char hashes[(1 << 20) + 1];
+        memset(hashes, '#', sizeof hashes);
+        CHECK(write(fd, hashes, (1 << 20) - 1) == (1 << 20) - 1);
+        CHECK(tfm_config_load(&c, big, &err) == 0);
+        CHECK(write(fd, hashes, 1) == 1);
+        CHECK(tfm_config_load(&c, big, &err) < 0);
+        char want[256];
+        snprintf(want, sizeof want, "%s: 1 MiB or more: not a config file", big);
+        CHECK_STR(err.msg, want);
+        close(fd);
+        unlink(big);
+    }
     /* relations */
     tfm_config_defaults(&c);
     c.heads = 7;
