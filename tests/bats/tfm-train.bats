@@ -111,6 +111,13 @@ teardown() {
     assert_line "keep = 3"
     assert_line "save_every = 50"
     assert_line "d_model = 64"
+    # the options that name a key win over --set of it, before or after; --set's last wins
+    run tfm-train -c "$CONF" --max-steps 3 --set max_steps=5 --set keep=7 --keep 2 \
+        --set dropout=0.2 --set dropout=0.25 --print-config
+    assert_success
+    assert_line "max_steps = 3"
+    assert_line "keep = 2"
+    assert_line "dropout = 0.25"
 }
 
 @test "training writes step-NNNNNN.tfm checkpoints and last.tfm, with config, vocabulary and state" {
