@@ -51,18 +51,26 @@ static const char HELP[] =
 
 struct progress {
     int on;
+    int quiet;
     int device_shown;       /* the device line goes first */
 };
+
+/* The device line: with the progress, or alone when a GPU is not used as asked (a
+ * fallback is logged unless --quiet). */
+static void show_device(struct progress *p, const struct tfm_decode_stats *st)
+{
+    if (!p->device_shown && st->device[0] && (p->on || (st->fallback && !p->quiet))) {
+        fprintf(stderr, "tfm-decode: %s\n", st->device);
+        p->device_shown = 1;
+    }
+}
 
 static void report(void *ctx, const struct tfm_decode_stats *st, int final)
 {
     struct progress *p = ctx;
+    show_device(p, st);
     if (!p->on)
         return;
-    if (!p->device_shown && st->device[0]) {
-        fprintf(stderr, "tfm-decode: %s\n", st->device);
-        p->device_shown = 1;
-    }
     double s = st->seconds > 0 ? st->seconds : 1e-9;
     if (final)
         fprintf(stderr, "tfm-decode: %lld sentences, %lld hypotheses, %lld tokens in %.1f s "
@@ -262,7 +270,7 @@ int main(int argc, char **argv)
     if (stdin_models && strcmp(in, "-") == 0)
         return tfm_cli_usage_error("-m -: standard input cannot feed both the model and the "
                                    "sentences to translate (give FILE)");
-    struct progress pr = {progress && !quiet, 0};
+    struct progress pr = {progress && !quiet, quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;
     struct tfm_error err;
@@ -273,8 +281,7 @@ int main(int argc, char **argv)
     if (!quiet && o.stats.truncated)
         fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",
                 (long long)o.stats.truncated);
-    if (pr.on && !pr.device_shown && o.stats.device[0])
-        fprintf(stderr, "tfm-decode: %s\n", o.stats.device);
+    show_device(&pr, &o.stats);
     if (tfm_cli_close_stdout(0))
         return 1;
     return 0;

@@ -12,6 +12,15 @@
 #include "model.h"
 #include "optim.h"
 
+/* The words of a note that says a GPU is not used as asked (tfm_device_note_fallback). */
+static const char ON_CPU[] = "computing on the cpu instead";
+static const char IN_FP32[] = "failed its check";
+
+int tfm_device_note_fallback(const char *note)
+{
+    return strstr(note, ON_CPU) != NULL || strstr(note, IN_FP32) != NULL;
+}
+
 int tfm_device_cuda_count(char *msg, size_t n)
 {
     const struct tfm_cuda_plugin *p = tfm_cuda_plugin(msg, n);
@@ -304,7 +313,7 @@ int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size
     }
     /* auto: the device computes right at fp32, so it computes so, saying why */
     be->auto_precision = TFM_PRECISION_FP32;
-    snprintf(note, n, "%s; bf16 failed its check (%.300s): computing in fp32", fp32, err->msg);
+    snprintf(note, n, "%s; bf16 %s (%.300s): computing in fp32", fp32, IN_FP32, err->msg);
     return 0;
 }
 
@@ -384,6 +393,6 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
     }
     if (strcmp(want, "auto") != 0)
         return tfm_error_prefix(err, "--device %s", want);
-    snprintf(note, len, "%s; computing on the cpu instead: %s", dev.note, err->msg);
+    snprintf(note, len, "%s; %s: %s", dev.note, ON_CPU, err->msg);
     return 0;
 }

@@ -69,6 +69,12 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
                          struct tfm_backend **gpus, int *count, char *note, size_t len,
                          struct tfm_error *err);
 
+/* Whether note, from tfm_device_open_gpus, says that a GPU was there but is not used as
+ * asked: "auto" computing on the CPU because the GPU failed to open or its check, or in
+ * fp32 because its bf16 check failed.  A tool logs such a note even where it logs nothing
+ * else about the device: a fallback is never silent. */
+int tfm_device_note_fallback(const char *note);
+
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU); msg gets a
  * description of the CUDA runtime and libraries, or "built without CUDA". */
 int tfm_device_cuda_count(char *msg, size_t n);

@@ -27,6 +27,26 @@ C
         cc -shared -fPIC -DFAKE_INIT="$2" -DFAKE_COUNT="$3" -DFAKE_VERSION="$4" \
             -o "$M/$1/libcuda.so.1" "$M/fake.c"
     }
+    # a plugin whose GPUs are there and do not open (tfm_cuda_plugin_entry's table, probe
+    # and backend only): the paths of device.c that need a GPU, on any machine
+    cat > "$M/plugin.c" <<'C'
+#include <stdio.h>
+#include "cuda_plugin.h"
+static void probe(int *count, char *msg, size_t n)
+{
+    *count = FAKE_GPUS;
+    snprintf(msg, n, "stand-in plugin, %d GPU", FAKE_GPUS);
+}
+static struct tfm_backend *backend(int device, struct tfm_error *err)
+{
+    snprintf(err->msg, sizeof err->msg, "GPU %d will not open", device);
+    return NULL;
+}
+static const struct tfm_cuda_plugin table = {.abi = TFM_CUDA_PLUGIN_ABI, .probe = probe,
+                                             .backend = backend};
+const struct tfm_cuda_plugin *tfm_cuda_plugin_entry(void) { return &table; }
+C
+    cc -shared -fPIC -DFAKE_GPUS=1 -I"$TFM_ROOT/src" -o "$M/closed.so" "$M/plugin.c"
     fake old 0 1 12040
     fake none 0 0 13000
     fake broken 100 0 13000
@@ -140,6 +160,39 @@ real_driver() {
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB=libtfm-cuda.so run train q
     assert_success
     assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+}
+
+@test "a GPU that will not open: auto computes on the CPU saying why, in tfm-decode too without --progress; cuda fails" {
+    export LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/closed.so"
+    run train r
+    assert_success
+    assert_line --index 0 "tfm-train: device: cuda (stand-in plugin, 1 GPU); computing on the cpu instead: GPU 0 will not open"
+    [ -e "$M/r/step-000001.tfm" ]
+    run train s --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: GPU 0 will not open"
+    # GPUs from the process's place on the node: --ranks, TFM_LOCAL_RANK
+    run train t --ranks 2
+    assert_failure 1
+    assert_output --partial "tfm-train: --device auto: 2 GPUs wanted from GPU 0 on, 1 visible"
+    TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" run train u
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 2, local rank 1: --device auto: 1 GPU wanted from GPU 1 on, 0 visible"
+    head -n 3 "$M/en.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$M/three.tfm"
+    # stderr is no terminal and there is no --progress: the fallback is still said, once
+    tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > "$M/h.tfm" 2> "$M/err"
+    run cat "$M/err"
+    assert_output "tfm-decode: device: cuda (stand-in plugin, 1 GPU); computing on the cpu instead: GPU 0 will not open"
+    run tfm-cat "$M/h.tfm"
+    assert_success
+    tfm-decode -q -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > /dev/null 2> "$M/err"
+    [ ! -s "$M/err" ]
+    # no GPU at all is no fallback: nothing said without --progress
+    TFM_CUDA_LIB= tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > /dev/null 2> "$M/err"
+    [ ! -s "$M/err" ]
+    run tfm-decode --device cuda -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: --device cuda: GPU 0 will not open"
 }
 
 @test "under ulimit -v 1000000 every tool starts (no CUDA library is mapped at start)" {
