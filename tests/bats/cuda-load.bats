@@ -118,7 +118,7 @@ real_driver() {
     need_plugin
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h
     assert_success
-    assert_output --partial "cannot load the CUDA code: $M/nowhere.so: cannot open shared object file"
+    assert_output --partial "cannot load the CUDA code: $M/nowhere.so: No such file or directory"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/one/libcuda.so.1" run train i
     assert_success
     assert_output --partial "$M/one/libcuda.so.1: not a tfm CUDA plugin"
