@@ -235,6 +235,7 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
         fclose(f);
         return tfm_fail(err, "%s: out of memory", path);
     }
+    int e = 0;          /* errno of a failed read (EISDIR for a directory) */
     for (;;) {
         if (n == cap) {
             if (cap >= (1u << 20)) {
@@ -251,16 +252,19 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
             buf = nb;
             cap *= 2;
         }
+        errno = 0;
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
-        if (r == 0)
+        if (r == 0) {
+            e = errno;
             break;
+        }
     }
     int bad = ferror(f);
     fclose(f);
     if (bad) {
         free(buf);
-        return tfm_fail(err, "%s: read error", path);
+        return tfm_fail(err, "%s: %s", path, e ? strerror(e) : "read error");
     }
     int rc = tfm_config_parse(c, buf, n, path, err);
     free(buf);

@@ -101,6 +101,8 @@ static void test_errors(void)
     CHECK((float)c.adam_beta2 < 1.0f);
     CHECK(tfm_config_load(&c, "/nonexistent/x.conf", &err) < 0);
     CHECK(strstr(err.msg, "/nonexistent/x.conf: ") == err.msg);
+    CHECK(tfm_config_load(&c, "/", &err) < 0);          /* the reason, not "read error" */
+    CHECK_STR(err.msg, "/: Is a directory");
     /* the size limit, at its edge: 1 MiB less a byte of comments loads, 1 MiB does not */
     char big[] = "/tmp/test_config.XXXXXX";
     int fd = mkstemp(big);
