@@ -725,6 +725,29 @@ teardown() {
     assert_failure 1
     assert_output --partial "tfm-train: process 1 does not start where process 0 does: its batch stream (its header) differs"
     [ ! -e "$T/d4/last.tfm" ]
+    # another version of tfm-train: a copy whose version string differs in its last place
+    mkdir -p "$T/other"
+    local v
+    v=$(python3 - "$(command -v tfm-train)" "$T/other/tfm-train" "$(cat "$TFM_ROOT/VERSION")" <<'PY'
+import sys
+src, dst, v = sys.argv[1], sys.argv[2], sys.argv[3]
+b = open(src, 'rb').read()
+old = b'tfm-train ' + v.encode() + b'\0'
+assert b.count(old) == 1, b.count(old)
+w = v[:-1] + ('8' if v.endswith('9') else '9')
+open(dst, 'wb').write(b.replace(old, b'tfm-train ' + w.encode() + b'\0'))
+print(w)
+PY
+)
+    chmod +x "$T/other/tfm-train"
+    run "$T/other/tfm-train" --version
+    assert_output "tfm-train $v"
+    rm -f "$T/rv"
+    TFM_RANK=1 "$T/other/tfm-train" "${SMALL[@]}" -o "$T/d5" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d5" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its tfm-train version differs"
     # no way to find process 0; a file to shard
     run env -u TFM_RENDEZVOUS TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
