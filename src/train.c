@@ -554,7 +554,7 @@ static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct t
     enum { VERSION, CONFIG, STREAM, LAYOUT, RESUME, NPARTS };
     static const char *const what[NPARTS] = {
         "tfm-train version", "config",
-        "batch stream (its header)", "layout (--ranks, --update-freq)",
+        "batch stream (its header)", "layout (--ranks, --update-freq, GPUs or CPU)",
         "resume point (the newest checkpoint of -o DIR)"};
     const uint64_t basis = 1469598103934665603ull;
     uint64_t h[NPARTS];
@@ -566,7 +566,12 @@ static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct t
         h[STREAM] = fnv(h[STREAM], hd->keys[i], strlen(hd->keys[i]) + 1);
         h[STREAM] = fnv(h[STREAM], hd->values[i], strlen(hd->values[i]) + 1);
     }
-    int64_t layout[] = {run->R, run->K};
+    /* GPU ranks sum with NCCL, whose communicators all processes open together; CPU and
+     * sim ranks through host memory: a process whose GPU failed its check under auto,
+     * computing on the CPU, cannot sum with GPU processes */
+    const struct tfm_train_opts *o = run->o;
+    int64_t layout[] = {run->R, run->K,
+                        o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA};
     h[LAYOUT] = fnv(basis, layout, sizeof layout);
     int64_t at[6] = {0};                /* no checkpoint: all 0 */
     if (ck) {

@@ -715,7 +715,7 @@ teardown() {
     run env TFM_RANK=0 tfm-train "${SMALL[@]}" --ranks 2 -o "$T/d3" --max-steps 2 "$M/b.tfm"
     wait $! || true
     assert_failure 1
-    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its layout (--ranks, --update-freq) differs"
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its layout (--ranks, --update-freq, GPUs or CPU) differs"
     [ ! -e "$T/d3/last.tfm" ]
     # another batch stream of the same vocabulary
     rm -f "$T/rv"
