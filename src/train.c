@@ -545,16 +545,18 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 /* Processes, once they have met and before any model or GPU communicator exists: every
  * one must run the same version of tfm-train with the same config, batch stream (its
- * header: vocabulary, budget, counts), layout of ranks and accumulation, and resume point
- * (ck, or none), or their sums would mix different models, take overlapping batches, or
- * (GPUs) open communicators of different sizes that never start.  The part that differs
+ * header: vocabulary, budget, counts), layout of ranks and accumulation, gradient buckets
+ * and resume point (ck, or none), or their sums would mix different models or different
+ * parameters, take overlapping batches, or (GPUs) open communicators of different sizes
+ * that never start.  The part that differs
  * first, in that order, is named. */
 static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct tfm_error *err)
 {
-    enum { VERSION, CONFIG, STREAM, LAYOUT, RESUME, NPARTS };
+    enum { VERSION, CONFIG, STREAM, LAYOUT, BUCKETS, RESUME, NPARTS };
     static const char *const what[NPARTS] = {
         "tfm-train version", "config",
         "batch stream (its header)", "layout (--ranks, --update-freq, GPUs or CPU)",
+        "gradient bucket size (TFM_BUCKET_MB)",
         "resume point (the newest checkpoint of -o DIR)"};
     const uint64_t basis = 1469598103934665603ull;
     uint64_t h[NPARTS];
@@ -573,6 +575,10 @@ static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct t
     int64_t layout[] = {run->R, run->K,
                         o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA};
     h[LAYOUT] = fnv(basis, layout, sizeof layout);
+    /* the sums over the processes go bucket by bucket, as bytes along the chain: buckets of
+     * other sizes would add one process's gradients to another's of other parameters */
+    uint64_t bucket = run->bucket;
+    h[BUCKETS] = fnv(basis, &bucket, sizeof bucket);
     int64_t at[6] = {0};                /* no checkpoint: all 0 */
     if (ck) {
         const struct tfm_ckpt_state *st = &ck->state;

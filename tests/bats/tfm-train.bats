@@ -725,6 +725,15 @@ teardown() {
     assert_failure 1
     assert_output --partial "tfm-train: process 1 does not start where process 0 does: its batch stream (its header) differs"
     [ ! -e "$T/d4/last.tfm" ]
+    # gradients summed in buckets of another size: the sums, bytes along the chain of
+    # processes, would have added the gradients of different parameters
+    rm -f "$T/rv"
+    TFM_BUCKET_MB=0.01 TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/d6" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d6" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its gradient bucket size (TFM_BUCKET_MB) differs"
+    [ ! -e "$T/d6/last.tfm" ]
     # another version of tfm-train: a copy whose version string differs in its last place
     mkdir -p "$T/other"
     local v
