@@ -54,7 +54,7 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     static const char *const vars[][2] = {
         {"TFM_RANK", "TFM_WORLD_SIZE"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
+        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
     };
     e->rank = 0;
     e->world = 1;
@@ -62,9 +62,10 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     snprintf(e->source, sizeof e->source, "none");
     static const char *const local[] = {"TFM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                         "SLURM_LOCALID"};
-    /* Slurm's variables place a process only in a job step that srun started (which sets
-     * SLURM_STEP_NUM_TASKS): a batch script has SLURM_PROCID 0 and SLURM_NTASKS of the
-     * whole job, and an salloc shell SLURM_NTASKS alone, though each is one process. */
+    /* Slurm's variables place a process only in a job step that srun started, which sets
+     * SLURM_STEP_NUM_TASKS, the step's tasks (SLURM_PROCID numbers them): a batch script
+     * has SLURM_PROCID 0 and SLURM_NTASKS of the whole job, and an salloc shell
+     * SLURM_NTASKS alone, though each is one process. */
     size_t nsrc = getenv("SLURM_STEP_NUM_TASKS") ? 3 : 2;
     for (size_t i = 0; i < nsrc; i++) {
         int k = env_int(local[i], &e->local_rank, TFM_DIST_MAX_WORLD - 1, err);

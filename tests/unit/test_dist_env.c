@@ -79,10 +79,17 @@ static void test_slurm_outside_a_step(void)
     env("SLURM_NTASKS", "4", "SLURM_LOCALID", "garbage", NULL);
     CHECK_EQ_INT(tfm_dist_env_read(&e, &err), 0);
     CHECK_EQ_INT(e.local_rank, 0);
-    /* a step: read and checked as before */
+    /* a step: its own tasks, though the job has more */
+    env("SLURM_PROCID", "1", "SLURM_NTASKS", "4", "SLURM_STEP_NUM_TASKS", "2", NULL);
+    CHECK_EQ_INT(tfm_dist_env_read(&e, &err), 0);
+    CHECK_EQ_INT(e.rank, 1);
+    CHECK_EQ_INT(e.world, 2);
     env("SLURM_NTASKS", "4", "SLURM_STEP_NUM_TASKS", "4", NULL);
     CHECK_EQ_INT(tfm_dist_env_read(&e, &err), -1);
-    CHECK_STR(err.msg, "environment: SLURM_NTASKS is set but SLURM_PROCID is not");
+    CHECK_STR(err.msg, "environment: SLURM_STEP_NUM_TASKS is set but SLURM_PROCID is not");
+    env("SLURM_PROCID", "2", "SLURM_STEP_NUM_TASKS", "2", NULL);
+    CHECK_EQ_INT(tfm_dist_env_read(&e, &err), -1);
+    CHECK_STR(err.msg, "environment: SLURM_PROCID=2 outside SLURM_STEP_NUM_TASKS=2");
 }
 
 static void test_garbage(void)
