@@ -329,7 +329,17 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
         snprintf(note, len, "%s", dev.note);
         return 0;
     }
-    int sim = dev.kind == TFM_BACKEND_SIM, have = sim ? TFM_DEVICE_MAX : dev.count - first;
+    int sim = dev.kind == TFM_BACKEND_SIM;
+    /* A launcher that gives each process its own GPUs (srun --gpus-per-task, a wrapper
+     * setting CUDA_VISIBLE_DEVICES per local rank) leaves a process seeing exactly the n
+     * it wants, numbered from 0, whatever its place on the node: it takes those. */
+    char bound[160] = "";
+    if (!sim && first > 0 && n > 0 && dev.count == n) {
+        snprintf(bound, sizeof bound, " of the %d this process sees (its launcher's; not "
+                 "GPU %d on of the node)", n, first);
+        first = 0;
+    }
+    int have = sim ? TFM_DEVICE_MAX : dev.count - first;
     if (n > TFM_DEVICE_MAX || n > have || have < 1) {
         tfm_fail(err, "%d GPU%s wanted from GPU %d on, %d %s", n > 0 ? n : 1, n > 1 ? "s" : "",
                  first, have < TFM_DEVICE_MAX ? (have > 0 ? have : 0) : TFM_DEVICE_MAX,
@@ -381,10 +391,10 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
         if (n == 1 && sim)
             snprintf(note, len, "%s; sim %s", dev.note, checked);
         else if (n == 1)
-            snprintf(note, len, "%s; GPU %d %s", dev.note, first, checked);
+            snprintf(note, len, "%s; GPU %d%s %s", dev.note, first, bound, checked);
         else
-            snprintf(note, len, "%s; %d %s, each %s", dev.note, n,
-                     sim ? "sim devices" : "GPUs", checked);
+            snprintf(note, len, "%s; %d %s%s, each %s", dev.note, n,
+                     sim ? "sim devices" : "GPUs", bound, checked);
         return 0;
     }
     while (*count > 0) {

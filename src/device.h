@@ -54,7 +54,8 @@ int tfm_device_check_bf16(struct tfm_backend *be, char *note, size_t n, struct t
 int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size_t n,
                          struct tfm_error *err);
 
-/* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1;
+/* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1, or
+ * 0 .. n-1 when exactly n are visible: a launcher gave the process its own;
  * n 0: every visible GPU from first on, up to TFM_DEVICE_MAX; for "sim", n stand-ins, 1
  * for n 0, sharing `threads` CPU threads, 0: all) into gpus, each bound to the calling
  * thread in turn and checked for a run at precision (tfm_device_check_for; when one GPU

@@ -175,9 +175,20 @@ real_driver() {
     run train t --ranks 2
     assert_failure 1
     assert_output --partial "tfm-train: --device auto: 2 GPUs wanted from GPU 0 on, 1 visible"
-    TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" run train u
+    # local rank 1 of a node: GPU 1 of 2; GPU 0 when the process sees 1, its own (a
+    # launcher's per-task binding); no GPU 2 of 2
+    cc -shared -fPIC -DFAKE_GPUS=2 -I"$TFM_ROOT/src" -o "$M/closed2.so" "$M/plugin.c"
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 \
+        TFM_RENDEZVOUS="$M/rv" run train u --device cuda
     assert_failure 1
-    assert_output "tfm-train: process 1 of 2, local rank 1: --device auto: 1 GPU wanted from GPU 1 on, 0 visible"
+    assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: GPU 1 will not open"
+    TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" run train u --device cuda
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: GPU 0 will not open"
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=3 TFM_LOCAL_RANK=2 \
+        TFM_RENDEZVOUS="$M/rv" run train u
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 3, local rank 2: --device auto: 1 GPU wanted from GPU 2 on, 0 visible"
     head -n 3 "$M/en.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$M/three.tfm"
     # stderr is no terminal and there is no --progress: the fallback is still said, once
     tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > "$M/h.tfm" 2> "$M/err"
