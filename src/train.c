@@ -548,8 +548,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
  * header: vocabulary, budget, counts), layout of ranks and accumulation, gradient buckets
  * and resume point (ck, or none), or their sums would mix different models or different
  * parameters, take overlapping batches, or (GPUs) open communicators of different sizes
- * that never start.  The part that differs
- * first, in that order, is named. */
+ * that never start.  The part that differs first, in that order, is named. */
 static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct tfm_error *err)
 {
     enum { VERSION, CONFIG, STREAM, LAYOUT, BUCKETS, RESUME, NPARTS };
