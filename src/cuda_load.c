@@ -133,7 +133,7 @@ static unsigned long long end_of(unsigned long long off, unsigned long long len)
     return len > ~0ull - off ? ~0ull : off + len;
 }
 
-/* Whether path is a whole shared object for this machine, before dlopen maps it: the
+/* Whether path is a whole 64-bit shared object, before dlopen maps it: the
  * loader maps each segment as the program headers describe it and reads it in place, so
  * a truncated file (a copy or an install cut short) would end the process with SIGBUS
  * instead of an error.  0, or -1 with loaded.why. */
@@ -160,8 +160,8 @@ static int plugin_whole(const char *path)
         why("cannot load the CUDA code: %s: not a 64-bit shared object", path);
     } else {
         /* every program header, and every segment's bytes in the file, inside the file */
-        unsigned long long size = (unsigned long long)st.st_size,
-                           need = end_of(eh.e_phoff, (unsigned long long)eh.e_phnum * sizeof(Elf64_Phdr));
+        unsigned long long size = (unsigned long long)st.st_size;
+        unsigned long long need = end_of(eh.e_phoff, eh.e_phnum * sizeof(Elf64_Phdr));
         rc = 0;
         for (int i = 0; i < eh.e_phnum && rc == 0 && need <= size; i++) {
             Elf64_Phdr ph;
