@@ -93,6 +93,14 @@ static const struct tfm_config_key *config_key(const char *name)
     abort();    /* a key of the table: a bug if missing */
 }
 
+/* An option that overrides a config key's integer, parsed in the range of that key: one
+ * place for it (a value --set refuses is refused here too, and the reverse). */
+static int cli_key_int(const char *flag, const char *key, const char *arg, long long *v)
+{
+    const struct tfm_config_key *k = config_key(key);
+    return tfm_cli_int(flag, arg, (long long)k->min, (long long)k->max, v);
+}
+
 int main(int argc, char **argv)
 {
     enum { O_TOPK = 256, O_TOPP, O_TEMP, O_SEED, O_TOKENS, O_DEVICE, O_VERSION, O_MINLEN, O_ATTN,
@@ -141,7 +149,7 @@ int main(int argc, char **argv)
             models[nmodels++] = optarg;
             break;
         case 'k':
-            if (tfm_cli_int("--beam", optarg, 1, 4096, &v))
+            if (cli_key_int("--beam", "beam", optarg, &v))
                 return 2;
             o.search.beam = (int)v;
             o.beam_given = 1;
@@ -155,12 +163,12 @@ int main(int argc, char **argv)
             break;
         }
         case 'b':
-            if (tfm_cli_int("--max-len-b", optarg, 0, 1 << 20, &v))
+            if (cli_key_int("--max-len-b", "max_len_b", optarg, &v))
                 return 2;
             o.max_len_b = (int)v;
             break;
         case O_MINLEN:
-            if (tfm_cli_int("--min-len", optarg, 0, 1 << 20, &v))
+            if (cli_key_int("--min-len", "min_len", optarg, &v))
                 return 2;
             o.search.min_len = (int)v;
             o.min_len_given = 1;

@@ -51,11 +51,12 @@ static const struct tfm_config_key keys[] = {
     KEY_INT(seed, "1", 0, 2147483647, "random seed (initialization, dropout)"),
     /* arithmetic */
     KEY_ENUM(precision, "auto", "auto|fp32|bf16", "fp32, or bf16 products and activations with fp32 statistics, master weights and Adam; auto: bf16 on CUDA, fp32 on the CPU"),
-    /* decoding defaults */
-    KEY_INT(beam, "4", 1, 1024, "beam size"),
+    /* decoding defaults: tfm-decode's --beam, --alpha, --max-len-b and --min-len take
+     * these ranges too */
+    KEY_INT(beam, "4", 1, 4096, "beam size"),
     KEY_NUM(alpha, "0.6", 0, 10, "length penalty exponent"),
-    KEY_INT(max_len_b, "50", 0, 65536, "output length limit: source length + max_len_b"),
-    KEY_INT(min_len, "1", 0, 65536, "shortest output: tokens before eos (1: never empty)"),
+    KEY_INT(max_len_b, "50", 0, 1 << 20, "output length limit: source length + max_len_b"),
+    KEY_INT(min_len, "1", 0, 1 << 20, "shortest output: tokens before eos (1: never empty)"),
     /* training loop */
     KEY_INT(max_steps, "0", 0, 2147483647, "stop after this many updates; 0: no limit"),
     KEY_INT(save_every, "0", 0, 2147483647, "updates between checkpoints; 0: at the end only"),

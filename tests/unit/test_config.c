@@ -99,6 +99,14 @@ static void test_errors(void)
                        "range [0, 0.9999999]");
     CHECK(tfm_config_set(&c, "adam_beta2=0.9999999", "--set", &err) == 0);
     CHECK((float)c.adam_beta2 < 1.0f);
+    /* the decoding keys take the ranges of tfm-decode's options, which read them from
+     * the table: a beam tfm-decode --beam takes, --set beam takes */
+    CHECK(tfm_config_set(&c, "beam=4096", "--set", &err) == 0);
+    CHECK(tfm_config_set(&c, "beam=4097", "--set", &err) < 0);
+    CHECK_STR(err.msg, "--set beam=4097: key 'beam': 4097 is out of range [1, 4096]");
+    CHECK(tfm_config_set(&c, "max_len_b=1048576", "--set", &err) == 0);
+    CHECK(tfm_config_set(&c, "min_len=1048576", "--set", &err) == 0);
+    CHECK(tfm_config_set(&c, "min_len=1048577", "--set", &err) < 0);
     CHECK(tfm_config_load(&c, "/nonexistent/x.conf", &err) < 0);
     CHECK(strstr(err.msg, "/nonexistent/x.conf: ") == err.msg);
     CHECK(tfm_config_load(&c, "/", &err) < 0);          /* the reason, not "read error" */
