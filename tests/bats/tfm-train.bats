@@ -521,6 +521,23 @@ teardown() {
     assert_output --partial "TFM_RANK=3 outside TFM_WORLD_SIZE=2"
 }
 
+@test "Slurm: an sbatch script or an salloc shell is one process; a task of srun is its step's" {
+    # the environment of an sbatch script of 4 tasks (SLURM_PROCID 0 of the job), and of an
+    # salloc shell (SLURM_NTASKS alone): no job step, one process
+    run env SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 tfm-train "${SMALL[@]}" -o "$T/sb" \
+        --max-steps 1 "$M/b.tfm"
+    assert_success
+    [ -e "$T/sb/step-000001.tfm" ]
+    run env SLURM_NTASKS=4 tfm-train "${SMALL[@]}" -o "$T/sa" --max-steps 1 "$M/b.tfm"
+    assert_success
+    [ -e "$T/sa/step-000001.tfm" ]
+    # a task of srun -n 2: process 1 of 2, which must find process 0
+    run env SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 tfm-train "${SMALL[@]}" \
+        -o "$T/st" --max-steps 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "several processes need to find process 0"
+}
+
 @test "--device sim: through device memory, the same bits as the CPU, resume included" {
     # sim keeps the model where the host cannot read it (as on a GPU): training, validation,
     # checkpoints and resume must all go through uploads and downloads
