@@ -42,11 +42,15 @@ static struct tfm_backend *backend(int device, struct tfm_error *err)
     snprintf(err->msg, sizeof err->msg, "GPU %d will not open", device);
     return NULL;
 }
-static const struct tfm_cuda_plugin table = {.abi = TFM_CUDA_PLUGIN_ABI, .probe = probe,
-                                             .backend = backend};
+#ifndef FAKE_ABI_SKEW
+#define FAKE_ABI_SKEW 0
+#endif
+static const struct tfm_cuda_plugin table = {.abi = TFM_CUDA_PLUGIN_ABI + FAKE_ABI_SKEW,
+                                             .probe = probe, .backend = backend};
 const struct tfm_cuda_plugin *tfm_cuda_plugin_entry(void) { return &table; }
 C
     cc -shared -fPIC -DFAKE_GPUS=1 -I"$TFM_ROOT/src" -o "$M/closed.so" "$M/plugin.c"
+    cc -shared -fPIC -DFAKE_GPUS=1 -DFAKE_ABI_SKEW=1 -I"$TFM_ROOT/src" -o "$M/newer.so" "$M/plugin.c"
     fake old 0 1 12040
     fake none 0 0 13000
     fake broken 100 0 13000
@@ -125,6 +129,10 @@ real_driver() {
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB= run train j --device cuda
     assert_failure 1
     assert_output --partial "CUDA turned off (TFM_CUDA_LIB is empty)"
+    # a plugin of another build's interface: refused before any of its calls
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/newer.so" run train j2
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \($M/newer.so: interface version ([0-9]+), not this build's [0-9]+ \(reinstall tfm\)\)"
 }
 
 @test "a truncated, empty or directory plugin is an error naming it, not a crash; TFM_CUDA_LIB without a slash is in the working directory" {
