@@ -17,7 +17,9 @@
  *   the build directory the tool was built with                     (an in-tree build)
  *
  * A file whose headers describe more bytes than it has (a truncated copy) is refused
- * before dlopen, which would map the missing bytes and die of SIGBUS reading them.
+ * before dlopen, which would map the missing bytes and die of SIGBUS reading them: the
+ * plugin, and the driver's libcuda.so.1 when LD_LIBRARY_PATH finds it (the system's copy,
+ * found through ld.so.cache, is the driver install's).
  *
  * Not here: choosing a device and checking it against the CPU (device.h), the backend
  * table itself (backend.h).

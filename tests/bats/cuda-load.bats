@@ -118,6 +118,31 @@ real_driver() {
     [ -e "$M/g/step-000001.tfm" ]
 }
 
+@test "a driver library cut short or not a library: the CPU, saying which file, not a crash" {
+    need_plugin
+    mkdir -p "$M/cut" "$M/text"
+    head -c 3000 "$M/one/libcuda.so.1" > "$M/cut/libcuda.so.1"
+    echo "not a library" > "$M/text/libcuda.so.1"
+    local size
+    size=$(stat -c %s "$M/one/libcuda.so.1")
+    # the loader would map its segments and die of SIGBUS reading them
+    LD_LIBRARY_PATH="$M/cut" run train v
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    LD_LIBRARY_PATH="$M/nowhere::$M/cut" run train w --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    # a whole one first on the path is the one taken
+    LD_LIBRARY_PATH="$M/one:$M/cut" run train x
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+    # not a library: the loader's own words, not 'not found'
+    LD_LIBRARY_PATH="$M/text:$M/one" run train y
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (the NVIDIA driver library cannot be loaded: $M/text/libcuda.so.1: "
+    refute_output --partial "not found"
+}
+
 @test "a missing, a foreign and a turned-off plugin" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h
