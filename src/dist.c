@@ -778,10 +778,12 @@ static int listen_on(uint32_t ip, int want, int *port, struct tfm_error *err)
     socklen_t len = sizeof a;
     if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128) ||
         getsockname(fd, (struct sockaddr *)&a, &len)) {
+        int e = errno;
         char host[INET_ADDRSTRLEN] = "?";
         inet_ntop(AF_INET, &ip, host, sizeof host);
-        tfm_fail(err, "listening on %s:%d: %s", host, want, strerror(errno));
+        tfm_fail(err, "listening on %s:%d: %s", host, want, strerror(e));
         close(fd);
+        errno = e;          /* for the caller's own words on it */
         return -1;
     }
     *port = ntohs(a.sin_port);
@@ -1050,6 +1052,9 @@ static int gather(struct tfm_comm *c, const struct meet *m, const struct where *
     if (w->addr && resolve(w->addr, &ip, why, sizeof why))
         return tfm_fail(err, "TFM_MASTER_ADDR=%s", why);
     int lfd = listen_on(ip, w->port, &port, err);
+    if (lfd < 0 && w->addr && errno == EADDRNOTAVAIL)
+        tfm_error_prefix(err, "TFM_MASTER_ADDR=%s is no address of this machine, where "
+                         "process 0 runs", w->addr);
     if (lfd < 0 || (w->file && publish(m, w, port, err))) {
         if (lfd >= 0)
             close(lfd);
