@@ -51,18 +51,26 @@ static const char HELP[] =
 
 struct progress {
     int on;
+    int quiet;
     int device_shown;       /* the device line goes first */
 };
+
+/* The device line: with the progress, or alone when a GPU is not used as asked (a
+ * fallback is logged unless --quiet). */
+static void show_device(struct progress *p, const struct tfm_decode_stats *st)
+{
+    if (!p->device_shown && st->device[0] && (p->on || (st->fallback && !p->quiet))) {
+        fprintf(stderr, "tfm-decode: %s\n", st->device);
+        p->device_shown = 1;
+    }
+}
 
 static void report(void *ctx, const struct tfm_decode_stats *st, int final)
 {
     struct progress *p = ctx;
+    show_device(p, st);
     if (!p->on)
         return;
-    if (!p->device_shown && st->device[0]) {
-        fprintf(stderr, "tfm-decode: %s\n", st->device);
-        p->device_shown = 1;
-    }
     double s = st->seconds > 0 ? st->seconds : 1e-9;
     if (final)
         fprintf(stderr, "tfm-decode: %lld sentences, %lld hypotheses, %lld tokens in %.1f s "
@@ -83,6 +91,14 @@ static const struct tfm_config_key *config_key(const char *name)
         if (strcmp(keys[i].name, name) == 0)
             return &keys[i];
     abort();    /* a key of the table: a bug if missing */
+}
+
+/* An option that overrides a config key's integer, parsed in the range of that key: one
+ * place for it (a value --set refuses is refused here too, and the reverse). */
+static int cli_key_int(const char *flag, const char *key, const char *arg, long long *v)
+{
+    const struct tfm_config_key *k = config_key(key);
+    return tfm_cli_int(flag, arg, (long long)k->min, (long long)k->max, v);
 }
 
 int main(int argc, char **argv)
@@ -133,7 +149,7 @@ int main(int argc, char **argv)
             models[nmodels++] = optarg;
             break;
         case 'k':
-            if (tfm_cli_int("--beam", optarg, 1, 4096, &v))
+            if (cli_key_int("--beam", "beam", optarg, &v))
                 return 2;
             o.search.beam = (int)v;
             o.beam_given = 1;
@@ -147,12 +163,12 @@ int main(int argc, char **argv)
             break;
         }
         case 'b':
-            if (tfm_cli_int("--max-len-b", optarg, 0, 1 << 20, &v))
+            if (cli_key_int("--max-len-b", "max_len_b", optarg, &v))
                 return 2;
             o.max_len_b = (int)v;
             break;
         case O_MINLEN:
-            if (tfm_cli_int("--min-len", optarg, 0, 1 << 20, &v))
+            if (cli_key_int("--min-len", "min_len", optarg, &v))
                 return 2;
             o.search.min_len = (int)v;
             o.min_len_given = 1;
@@ -262,7 +278,7 @@ int main(int argc, char **argv)
     if (stdin_models && strcmp(in, "-") == 0)
         return tfm_cli_usage_error("-m -: standard input cannot feed both the model and the "
                                    "sentences to translate (give FILE)");
-    struct progress pr = {progress && !quiet, 0};
+    struct progress pr = {progress && !quiet, quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;
     struct tfm_error err;
@@ -273,8 +289,7 @@ int main(int argc, char **argv)
     if (!quiet && o.stats.truncated)
         fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",
                 (long long)o.stats.truncated);
-    if (pr.on && !pr.device_shown && o.stats.device[0])
-        fprintf(stderr, "tfm-decode: %s\n", o.stats.device);
+    show_device(&pr, &o.stats);
     if (tfm_cli_close_stdout(0))
         return 1;
     return 0;

@@ -306,6 +306,9 @@ int main(int argc, char **argv)
                              env.world > 1 ? env.local_rank * o.ranks : 0,
                              env.world > 1 || ranks_given ? o.ranks : 0, gpus, &ngpus, where,
                              sizeof where, &err)) {
+        if (env.world > 1)      /* its GPUs follow from its place on the node */
+            tfm_error_prefix(&err, "process %d of %d, local rank %d", env.rank, env.world,
+                             env.local_rank);
         return tfm_cli_fail(&err, 1);
     }
     if (notes)

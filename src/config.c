@@ -51,11 +51,12 @@ static const struct tfm_config_key keys[] = {
     KEY_INT(seed, "1", 0, 2147483647, "random seed (initialization, dropout)"),
     /* arithmetic */
     KEY_ENUM(precision, "auto", "auto|fp32|bf16", "fp32, or bf16 products and activations with fp32 statistics, master weights and Adam; auto: bf16 on CUDA, fp32 on the CPU"),
-    /* decoding defaults */
-    KEY_INT(beam, "4", 1, 1024, "beam size"),
+    /* decoding defaults: tfm-decode's --beam, --alpha, --max-len-b and --min-len take
+     * these ranges too */
+    KEY_INT(beam, "4", 1, 4096, "beam size"),
     KEY_NUM(alpha, "0.6", 0, 10, "length penalty exponent"),
-    KEY_INT(max_len_b, "50", 0, 65536, "output length limit: source length + max_len_b"),
-    KEY_INT(min_len, "1", 0, 65536, "shortest output: tokens before eos (1: never empty)"),
+    KEY_INT(max_len_b, "50", 0, 1 << 20, "output length limit: source length + max_len_b"),
+    KEY_INT(min_len, "1", 0, 1 << 20, "shortest output: tokens before eos (1: never empty)"),
     /* training loop */
     KEY_INT(max_steps, "0", 0, 2147483647, "stop after this many updates; 0: no limit"),
     KEY_INT(save_every, "0", 0, 2147483647, "updates between checkpoints; 0: at the end only"),
@@ -203,6 +204,10 @@ int tfm_config_parse(struct tfm_config *c, const char *text, size_t n, const cha
                      struct tfm_error *err)
 {
     const char *p = text, *end = text + n;
+    /* a UTF-8 byte order mark, which some editors put first: invisible in the message
+     * about the first key it would otherwise be part of ("key 'layers': unknown key") */
+    if (n >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        p += 3;
     for (int line = 1; p < end; line++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
@@ -231,12 +236,13 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
         fclose(f);
         return tfm_fail(err, "%s: out of memory", path);
     }
+    int e = 0;          /* errno of a failed read (EISDIR for a directory) */
     for (;;) {
         if (n == cap) {
             if (cap >= (1u << 20)) {
                 free(buf);
                 fclose(f);
-                return tfm_fail(err, "%s: larger than 1 MiB: not a config file", path);
+                return tfm_fail(err, "%s: 1 MiB or more: not a config file", path);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
@@ -247,16 +253,19 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
             buf = nb;
             cap *= 2;
         }
+        errno = 0;
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
-        if (r == 0)
+        if (r == 0) {
+            e = errno;
             break;
+        }
     }
     int bad = ferror(f);
     fclose(f);
     if (bad) {
         free(buf);
-        return tfm_fail(err, "%s: read error", path);
+        return tfm_fail(err, "%s: %s", path, e ? strerror(e) : "read error");
     }
     int rc = tfm_config_parse(c, buf, n, path, err);
     free(buf);

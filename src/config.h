@@ -7,7 +7,8 @@
  * which a checkpoint stores and tfm_config_parse reads back, so nothing else is needed
  * to rebuild the model.
  * Text syntax: one "key = value" per line; '#' starts a comment; blank lines are ignored;
- * spaces around key and value are ignored.  A key given twice: the last one wins.
+ * spaces, tabs and carriage returns around key and value are ignored, and so is a UTF-8
+ * byte order mark at the start.  A key given twice: the last one wins.
  *
  * Adding a key (trainer and others): add a field to struct tfm_config below, in the
  * section where it belongs, and one row to the table `keys` in config.c (the macros

@@ -8,12 +8,16 @@
 #include "cuda_plugin.h"
 
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -51,13 +55,23 @@ static const char *driver_error(void *drv, int code, char *buf, size_t n)
     return buf;
 }
 
+static int driver_whole(void);
+
 /* 0 when the driver reports at least one GPU and supports this build's CUDA major
  * version; -1 with loaded.why otherwise. */
 static int driver_ready(void)
 {
+    if (driver_whole())
+        return -1;
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!drv) {
-        why("no NVIDIA driver (libcuda.so.1 not found)");
+        /* not there, or there and not loadable (not a library, missing its own
+         * dependencies): the second is a broken install, and dlopen says how */
+        const char *e = dlerror();
+        if (!e || strstr(e, "No such file"))
+            why("no NVIDIA driver (libcuda.so.1 not found)");
+        else
+            why("the NVIDIA driver library cannot be loaded: %s", e);
         return -1;
     }
     cu_init_fn init = (cu_init_fn)dlsym(drv, "cuInit");
@@ -96,10 +110,16 @@ static int driver_ready(void)
     return 0;   /* drv stays loaded: the CUDA runtime uses it next */
 }
 
-/* The plugin's path into buf: $TFM_CUDA_LIB, beside an installed tool, or this build's. */
+/* The plugin's path into buf: $TFM_CUDA_LIB, beside an installed tool, or this build's.
+ * TFM_CUDA_LIB names a file: one without a slash is in the working directory, as for every
+ * other file a tool is given (dlopen would search the library path for it instead). */
 static const char *plugin_path(char *buf, size_t n)
 {
     const char *env = getenv("TFM_CUDA_LIB");
+    if (env && *env && !strchr(env, '/')) {
+        int w = snprintf(buf, n, "./%s", env);
+        return w > 0 && (size_t)w < n ? buf : env;
+    }
     if (env)
         return env;
     char exe[PATH_MAX];
@@ -117,6 +137,107 @@ static const char *plugin_path(char *buf, size_t n)
     return TFM_CUDA_PLUGIN_PATH;
 }
 
+#if defined(__x86_64__)
+#define THIS_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define THIS_MACHINE EM_AARCH64
+#elif defined(__powerpc64__)
+#define THIS_MACHINE EM_PPC64
+#else
+#define THIS_MACHINE EM_NONE            /* not checked */
+#endif
+
+/* off + len, or the largest value when that overflows (a crafted header's). */
+static unsigned long long end_of(unsigned long long off, unsigned long long len)
+{
+    return len > ~0ull - off ? ~0ull : off + len;
+}
+
+/* Whether path is a whole 64-bit shared object, before dlopen maps it: the loader maps
+ * each segment as the program headers describe it and reads it in place, so a truncated
+ * file (a copy or an install cut short) would end the process with SIGBUS instead of an
+ * error.  0; -1 with "PATH: REASON" in bad (n bytes) when it is such a file of this
+ * machine's, cut short; -2 with it when it is no such file at all, or cannot be read (the
+ * loader passes over those in a search). */
+static int so_whole(const char *path, char *bad, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(bad, n, "%s: %s", path, strerror(errno));
+        return -2;
+    }
+    struct stat st;
+    Elf64_Ehdr eh;
+    int rc = -2;
+    if (fstat(fd, &st)) {
+        snprintf(bad, n, "%s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        snprintf(bad, n, "%s: not a regular file", path);
+    } else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
+               memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+        snprintf(bad, n, "%s: not a shared object (%lld bytes, no ELF header)", path,
+                 (long long)st.st_size);
+    } else if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN ||
+               (THIS_MACHINE != EM_NONE && eh.e_machine != THIS_MACHINE) ||
+               eh.e_phentsize != sizeof(Elf64_Phdr)) {
+        snprintf(bad, n, "%s: not a 64-bit shared object for this machine", path);
+    } else {
+        /* every program header, and every segment's bytes in the file, inside the file */
+        unsigned long long size = (unsigned long long)st.st_size;
+        unsigned long long need = end_of(eh.e_phoff, eh.e_phnum * sizeof(Elf64_Phdr));
+        rc = 0;
+        for (int i = 0; i < eh.e_phnum && rc == 0 && need <= size; i++) {
+            Elf64_Phdr ph;
+            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof ph)) !=
+                (ssize_t)sizeof ph) {
+                rc = -1;
+                break;
+            }
+            if (end_of(ph.p_offset, ph.p_filesz) > size)
+                need = end_of(ph.p_offset, ph.p_filesz);
+        }
+        /* the section headers, last in the file: a copy cut short loses them first */
+        unsigned long long sh = end_of(eh.e_shoff,
+                                       (unsigned long long)eh.e_shnum * eh.e_shentsize);
+        if (eh.e_shnum > 0 && sh > need)
+            need = sh;
+        if (rc < 0 || need > size) {
+            snprintf(bad, n, "%s: truncated (%llu bytes, its headers describe %llu or more)",
+                     path, size, need);
+            rc = -1;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+/* The driver library the loader would take from LD_LIBRARY_PATH, when one of its
+ * directories has it (the first such; an empty entry is the working directory): 0 when
+ * there is none or it is whole, -1 with loaded.why when it would crash dlopen.  The
+ * system's own copy (found through ld.so.cache) is not looked at. */
+static int driver_whole(void)
+{
+    const char *lp = getenv("LD_LIBRARY_PATH");
+    for (const char *p = lp; p && *p;) {
+        size_t l = strcspn(p, ":;");
+        char path[PATH_MAX], bad[PATH_MAX + 128];
+        int w = snprintf(path, sizeof path, "%.*s%slibcuda.so.1", (int)l, p, l ? "/" : "");
+        if (w > 0 && (size_t)w < sizeof path && access(path, F_OK) == 0) {
+            int rc = so_whole(path, bad, sizeof bad);
+            if (rc == 0)
+                return 0;
+            if (rc == -1) {
+                why("the NVIDIA driver library %s", bad);
+                return -1;
+            }
+            /* another architecture's (a 32-bit library directory), or no library: the
+             * loader goes on to the next directory, and so does this search */
+        }
+        p += l + (p[l] != '\0');
+    }
+    return 0;
+}
+
 static void load(void)
 {
     char buf[PATH_MAX + 64];
@@ -127,6 +248,11 @@ static void load(void)
     }
     if (driver_ready())
         return;
+    char bad[PATH_MAX + 128];
+    if (so_whole(path, bad, sizeof bad) < 0) {
+        why("cannot load the CUDA code: %s", bad);
+        return;
+    }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         why("cannot load the CUDA code: %s", dlerror());

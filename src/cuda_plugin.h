@@ -11,9 +11,15 @@
  * table's abi must equal TFM_CUDA_PLUGIN_ABI (a table of another build is refused).
  *
  * Where the object is looked for, first found wins:
- *   $TFM_CUDA_LIB                       (a path; set to an empty string: never load CUDA)
+ *   $TFM_CUDA_LIB                       (a path, relative to the working directory even
+ *                                        without a slash; empty: never load CUDA)
  *   <tool's directory>/../lib/tfm/libtfm-cuda.so                    (make install)
  *   the build directory the tool was built with                     (an in-tree build)
+ *
+ * A file whose headers describe more bytes than it has (a truncated copy) is refused
+ * before dlopen, which would map the missing bytes and die of SIGBUS reading them: the
+ * plugin, and the driver's libcuda.so.1 when LD_LIBRARY_PATH finds it (the system's copy,
+ * found through ld.so.cache, is the driver install's).
  *
  * Not here: choosing a device and checking it against the CPU (device.h), the backend
  * table itself (backend.h).

@@ -844,6 +844,7 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
             tfm_checkpoint_free(cks[i]);
         return -1;
     }
+    o->stats.fallback = tfm_device_note_fallback(o->stats.device);
     R.ens.m = calloc((size_t)n, sizeof *R.ens.m);
     if (!R.ens.m) {
         tfm_fail(err, "out of memory");

@@ -12,6 +12,15 @@
 #include "model.h"
 #include "optim.h"
 
+/* The words of a note that says a GPU is not used as asked (tfm_device_note_fallback). */
+static const char ON_CPU[] = "computing on the cpu instead";
+static const char IN_FP32[] = "failed its check";
+
+int tfm_device_note_fallback(const char *note)
+{
+    return strstr(note, ON_CPU) != NULL || strstr(note, IN_FP32) != NULL;
+}
+
 int tfm_device_cuda_count(char *msg, size_t n)
 {
     const struct tfm_cuda_plugin *p = tfm_cuda_plugin(msg, n);
@@ -304,7 +313,7 @@ int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size
     }
     /* auto: the device computes right at fp32, so it computes so, saying why */
     be->auto_precision = TFM_PRECISION_FP32;
-    snprintf(note, n, "%s; bf16 failed its check (%.300s): computing in fp32", fp32, err->msg);
+    snprintf(note, n, "%s; bf16 %s (%.300s): computing in fp32", fp32, IN_FP32, err->msg);
     return 0;
 }
 
@@ -320,7 +329,17 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
         snprintf(note, len, "%s", dev.note);
         return 0;
     }
-    int sim = dev.kind == TFM_BACKEND_SIM, have = sim ? TFM_DEVICE_MAX : dev.count - first;
+    int sim = dev.kind == TFM_BACKEND_SIM;
+    /* A launcher that gives each process its own GPUs (srun --gpus-per-task, a wrapper
+     * setting CUDA_VISIBLE_DEVICES per local rank) leaves a process seeing exactly the n
+     * it wants, numbered from 0, whatever its place on the node: it takes those. */
+    char bound[160] = "";
+    if (!sim && first > 0 && n > 0 && dev.count == n) {
+        snprintf(bound, sizeof bound, " of the %d this process sees (its launcher's; not "
+                 "GPU %d on of the node)", n, first);
+        first = 0;
+    }
+    int have = sim ? TFM_DEVICE_MAX : dev.count - first;
     if (n > TFM_DEVICE_MAX || n > have || have < 1) {
         tfm_fail(err, "%d GPU%s wanted from GPU %d on, %d %s", n > 0 ? n : 1, n > 1 ? "s" : "",
                  first, have < TFM_DEVICE_MAX ? (have > 0 ? have : 0) : TFM_DEVICE_MAX,
@@ -372,10 +391,10 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
         if (n == 1 && sim)
             snprintf(note, len, "%s; sim %s", dev.note, checked);
         else if (n == 1)
-            snprintf(note, len, "%s; GPU %d %s", dev.note, first, checked);
+            snprintf(note, len, "%s; GPU %d%s %s", dev.note, first, bound, checked);
         else
-            snprintf(note, len, "%s; %d %s, each %s", dev.note, n,
-                     sim ? "sim devices" : "GPUs", checked);
+            snprintf(note, len, "%s; %d %s%s, each %s", dev.note, n,
+                     sim ? "sim devices" : "GPUs", bound, checked);
         return 0;
     }
     while (*count > 0) {
@@ -384,6 +403,6 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
     }
     if (strcmp(want, "auto") != 0)
         return tfm_error_prefix(err, "--device %s", want);
-    snprintf(note, len, "%s; computing on the cpu instead: %s", dev.note, err->msg);
+    snprintf(note, len, "%s; %s: %s", dev.note, ON_CPU, err->msg);
     return 0;
 }

@@ -54,7 +54,8 @@ int tfm_device_check_bf16(struct tfm_backend *be, char *note, size_t n, struct t
 int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size_t n,
                          struct tfm_error *err);
 
-/* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1;
+/* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1, or
+ * 0 .. n-1 when exactly n are visible: a launcher gave the process its own;
  * n 0: every visible GPU from first on, up to TFM_DEVICE_MAX; for "sim", n stand-ins, 1
  * for n 0, sharing `threads` CPU threads, 0: all) into gpus, each bound to the calling
  * thread in turn and checked for a run at precision (tfm_device_check_for; when one GPU
@@ -68,6 +69,12 @@ enum { TFM_DEVICE_MAX = 64 };
 int tfm_device_open_gpus(const char *want, int precision, int threads, int first, int n,
                          struct tfm_backend **gpus, int *count, char *note, size_t len,
                          struct tfm_error *err);
+
+/* Whether note, from tfm_device_open_gpus, says that a GPU was there but is not used as
+ * asked: "auto" computing on the CPU because the GPU failed to open or its check, or in
+ * fp32 because its bf16 check failed.  A tool logs such a note even where it logs nothing
+ * else about the device: a fallback is never silent. */
+int tfm_device_note_fallback(const char *note);
 
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU); msg gets a
  * description of the CUDA runtime and libraries, or "built without CUDA". */

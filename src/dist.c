@@ -54,7 +54,7 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     static const char *const vars[][2] = {
         {"TFM_RANK", "TFM_WORLD_SIZE"},
         {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-        {"SLURM_PROCID", "SLURM_NTASKS"},
+        {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
     };
     e->rank = 0;
     e->world = 1;
@@ -62,14 +62,19 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     snprintf(e->source, sizeof e->source, "none");
     static const char *const local[] = {"TFM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                         "SLURM_LOCALID"};
-    for (size_t i = 0; i < sizeof local / sizeof *local; i++) {
+    /* Slurm's variables place a process only in a job step that srun started, which sets
+     * SLURM_STEP_NUM_TASKS, the step's tasks (SLURM_PROCID numbers them): a batch script
+     * has SLURM_PROCID 0 and SLURM_NTASKS of the whole job, and an salloc shell
+     * SLURM_NTASKS alone, though each is one process. */
+    size_t nsrc = getenv("SLURM_STEP_NUM_TASKS") ? 3 : 2;
+    for (size_t i = 0; i < nsrc; i++) {
         int k = env_int(local[i], &e->local_rank, TFM_DIST_MAX_WORLD - 1, err);
         if (k < 0)
             return -1;
         if (k > 0)
             break;
     }
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    for (size_t i = 0; i < nsrc; i++) {
         int r = 0, w = 0;
         int hr = env_int(vars[i][0], &r, TFM_DIST_MAX_WORLD - 1, err);
         int hw = env_int(vars[i][1], &w, TFM_DIST_MAX_WORLD, err);
@@ -723,12 +728,23 @@ struct where {
     const char *addr;   /* TFM_MASTER_ADDR: process 0 listens there only */
 };
 
+/* An environment variable, NULL when unset or empty (as an exported "X=" of a script that
+ * meant to leave it out). */
+static const char *env_value(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
 static int where_from_env(struct where *w, struct tfm_error *err)
 {
     memset(w, 0, sizeof *w);
-    const char *addr = getenv("TFM_MASTER_ADDR"), *port = getenv("TFM_MASTER_PORT");
+    /* one reading of each, for process 0's listening and the others' connecting alike: an
+     * empty TFM_MASTER_ADDR had process 0 listen on every interface and the others look
+     * for a host named "" */
+    const char *addr = env_value("TFM_MASTER_ADDR"), *port = env_value("TFM_MASTER_PORT");
     w->file = getenv("TFM_RENDEZVOUS");
-    w->addr = addr && *addr ? addr : NULL;
+    w->addr = addr;
     if (addr && port) {
         char *end;
         long p = strtol(port, &end, 10);
@@ -741,6 +757,10 @@ static int where_from_env(struct where *w, struct tfm_error *err)
     }
     if (w->file && *w->file)
         return 0;
+    if (addr || port)
+        return tfm_fail(err, "environment: %s is set but %s is not (or is empty): process 0 "
+                        "listens at an address and a port", addr ? "TFM_MASTER_ADDR" :
+                        "TFM_MASTER_PORT", addr ? "TFM_MASTER_PORT" : "TFM_MASTER_ADDR");
     return tfm_fail(err, "several processes need to find process 0: set TFM_MASTER_ADDR and "
                     "TFM_MASTER_PORT, or TFM_RENDEZVOUS to a file on a shared file system");
 }
@@ -758,10 +778,12 @@ static int listen_on(uint32_t ip, int want, int *port, struct tfm_error *err)
     socklen_t len = sizeof a;
     if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128) ||
         getsockname(fd, (struct sockaddr *)&a, &len)) {
+        int e = errno;
         char host[INET_ADDRSTRLEN] = "?";
         inet_ntop(AF_INET, &ip, host, sizeof host);
-        tfm_fail(err, "listening on %s:%d: %s", host, want, strerror(errno));
+        tfm_fail(err, "listening on %s:%d: %s", host, want, strerror(e));
         close(fd);
+        errno = e;          /* for the caller's own words on it */
         return -1;
     }
     *port = ntohs(a.sin_port);
@@ -1030,6 +1052,9 @@ static int gather(struct tfm_comm *c, const struct meet *m, const struct where *
     if (w->addr && resolve(w->addr, &ip, why, sizeof why))
         return tfm_fail(err, "TFM_MASTER_ADDR=%s", why);
     int lfd = listen_on(ip, w->port, &port, err);
+    if (lfd < 0 && w->addr && errno == EADDRNOTAVAIL)
+        tfm_error_prefix(err, "TFM_MASTER_ADDR=%s is no address of this machine, where "
+                         "process 0 runs", w->addr);
     if (lfd < 0 || (w->file && publish(m, w, port, err))) {
         if (lfd >= 0)
             close(lfd);

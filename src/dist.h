@@ -25,7 +25,9 @@
 #define TFM_DIST_MAX_LOCAL 256
 
 /* This process's place, from the environment: TFM_RANK/TFM_WORLD_SIZE, else
- * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS, else 0/1. */
+ * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else SLURM_PROCID/SLURM_STEP_NUM_TASKS (set
+ * in a job step srun started; a batch script or an salloc shell, which have SLURM_NTASKS
+ * of the whole job, is one process), else 0/1. */
 struct tfm_dist_env {
     int rank;
     int world;

@@ -538,29 +538,70 @@ static int after_update(struct run *run, const struct update_sums *sums, struct 
     return 0;
 }
 
-/* Processes, before the first update: every one must have the same config, stream and
- * place in it (the same resume point), or their sums would mix different models. */
-static int same_start(struct run *run, struct tfm_error *err)
+/* FNV-1a of n bytes on top of h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;             /* FNV-1a */
-    const char *t = run->config_text;
-    for (; *t; t++)
-        h = (h ^ (unsigned char)*t) * 1099511628211ull;
-    int64_t v[] = {run->step, run->counter, run->tokens, run->train.epoch, run->train.pos, run->K,
-                   (int64_t)tfm_header_vocab_id(&run->train.header)};
-    for (size_t i = 0; i < sizeof v / sizeof *v; i++)
-        for (int b = 0; b < 64; b += 8)
-            h = (h ^ (uint64_t)((v[i] >> b) & 0xff)) * 1099511628211ull;
-    double *all = calloc((size_t)run->W, sizeof *all);
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Processes, once they have met and before any model or GPU communicator exists: every
+ * one must run the same version of tfm-train with the same config, batch stream (its
+ * header: vocabulary, budget, counts), layout of ranks and accumulation, gradient buckets
+ * and resume point (ck, or none), or their sums would mix different models or different
+ * parameters, take overlapping batches, or (GPUs) open communicators of different sizes
+ * that never start.  The part that differs first, in that order, is named. */
+static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct tfm_error *err)
+{
+    enum { VERSION, CONFIG, STREAM, LAYOUT, BUCKETS, RESUME, NPARTS };
+    static const char *const what[NPARTS] = {
+        "tfm-train version", "config",
+        "batch stream (its header)", "layout (--ranks, --update-freq, GPUs or CPU)",
+        "gradient bucket size (TFM_BUCKET_MB)",
+        "resume point (the newest checkpoint of -o DIR)"};
+    const uint64_t basis = 1469598103934665603ull;
+    uint64_t h[NPARTS];
+    h[VERSION] = fnv(basis, TFM_VERSION, sizeof TFM_VERSION);
+    h[CONFIG] = fnv(basis, run->config_text, strlen(run->config_text));
+    const struct tfm_header *hd = &run->train.header;
+    h[STREAM] = fnv(basis, hd->kind, strlen(hd->kind));
+    for (int i = 0; i < hd->nmeta; i++) {
+        h[STREAM] = fnv(h[STREAM], hd->keys[i], strlen(hd->keys[i]) + 1);
+        h[STREAM] = fnv(h[STREAM], hd->values[i], strlen(hd->values[i]) + 1);
+    }
+    /* GPU ranks sum with NCCL, whose communicators all processes open together; CPU and
+     * sim ranks through host memory: a process whose GPU failed its check under auto,
+     * computing on the CPU, cannot sum with GPU processes */
+    const struct tfm_train_opts *o = run->o;
+    int64_t layout[] = {run->R, run->K,
+                        o->backends && o->backends[0]->kind == TFM_BACKEND_CUDA};
+    h[LAYOUT] = fnv(basis, layout, sizeof layout);
+    /* the sums over the processes go bucket by bucket, as bytes along the chain: buckets of
+     * other sizes would add one process's gradients to another's of other parameters */
+    uint64_t bucket = run->bucket;
+    h[BUCKETS] = fnv(basis, &bucket, sizeof bucket);
+    int64_t at[6] = {0};                /* no checkpoint: all 0 */
+    if (ck) {
+        const struct tfm_ckpt_state *st = &ck->state;
+        int64_t v[6] = {st->step, st->epoch, st->batch_pos, st->shard_pos, st->tokens,
+                        st->nrng > 0 ? (int64_t)st->rng[0] : 0};
+        memcpy(at, v, sizeof at);
+    }
+    h[RESUME] = fnv(basis, at, sizeof at);
+    double *all = calloc((size_t)run->W * NPARTS, sizeof *all);
     if (!all)
         return tfm_fail(err, "out of memory");
-    all[run->g] = (double)(h >> 12);                    /* 52 bits: exact in a double */
-    int rc = tfm_comm_sum_f64(run->procs, 0, all, (size_t)run->W, err);
-    for (int w = 0; rc == 0 && w < run->W; w++)
-        if (all[w] != all[0])
-            rc = tfm_fail(err, "process %d does not start where process 0 does (config, batch "
-                          "stream or resume point differ): give every process the same options "
-                          "and files, and a checkpoint directory they all see", w);
+    for (int i = 0; i < NPARTS; i++)
+        all[(size_t)run->g * NPARTS + i] = (double)(h[i] >> 12);   /* 52 bits: exact */
+    int rc = tfm_comm_sum_f64(run->procs, 0, all, (size_t)run->W * NPARTS, err);
+    for (int w = 1; rc == 0 && w < run->W; w++)
+        for (int i = 0; i < NPARTS && rc == 0; i++)
+            if (all[(size_t)w * NPARTS + i] != all[i])
+                rc = tfm_fail(err, "process %d does not start where process 0 does: its %s "
+                              "differs: give every process the same tfm-train, options and "
+                              "files, and a checkpoint directory they all see", w, what[i]);
     free(all);
     return rc;
 }
@@ -906,6 +947,8 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
         (run->W > 1 && !(run->procs = tfm_comm_procs(run->g, run->W, &(struct tfm_dist_watch){
                                                       o->stop, o->notes, o->prog}, err))))
         return -1;
+    if (run->procs && same_start(run, *ck, err))
+        return -1;
     if (run->procs)
         tfm_comm_stack(run->comm, run->procs);
     if (!(run->rep = calloc((size_t)run->R, sizeof *run->rep)) ||
@@ -1002,8 +1045,6 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     struct tfm_checkpoint *ck = NULL;
     int rc = setup(&run, &ck, err);
     tfm_checkpoint_free(ck);
-    if (rc == 0 && run.W > 1)
-        rc = same_start(&run, err);
     if (rc == 0)
         rc = tfm_progress_open(&run.prog, o->prog, o->progress, o->log_path, err);
     if (rc == 0) {

@@ -27,6 +27,30 @@ C
         cc -shared -fPIC -DFAKE_INIT="$2" -DFAKE_COUNT="$3" -DFAKE_VERSION="$4" \
             -o "$M/$1/libcuda.so.1" "$M/fake.c"
     }
+    # a plugin whose GPUs are there and do not open (tfm_cuda_plugin_entry's table, probe
+    # and backend only): the paths of device.c that need a GPU, on any machine
+    cat > "$M/plugin.c" <<'C'
+#include <stdio.h>
+#include "cuda_plugin.h"
+static void probe(int *count, char *msg, size_t n)
+{
+    *count = FAKE_GPUS;
+    snprintf(msg, n, "stand-in plugin, %d GPU", FAKE_GPUS);
+}
+static struct tfm_backend *backend(int device, struct tfm_error *err)
+{
+    snprintf(err->msg, sizeof err->msg, "GPU %d will not open", device);
+    return NULL;
+}
+#ifndef FAKE_ABI_SKEW
+#define FAKE_ABI_SKEW 0
+#endif
+static const struct tfm_cuda_plugin table = {.abi = TFM_CUDA_PLUGIN_ABI + FAKE_ABI_SKEW,
+                                             .probe = probe, .backend = backend};
+const struct tfm_cuda_plugin *tfm_cuda_plugin_entry(void) { return &table; }
+C
+    cc -shared -fPIC -DFAKE_GPUS=1 -I"$TFM_ROOT/src" -o "$M/closed.so" "$M/plugin.c"
+    cc -shared -fPIC -DFAKE_GPUS=1 -DFAKE_ABI_SKEW=1 -I"$TFM_ROOT/src" -o "$M/newer.so" "$M/plugin.c"
     fake old 0 1 12040
     fake none 0 0 13000
     fake broken 100 0 13000
@@ -94,17 +118,125 @@ real_driver() {
     [ -e "$M/g/step-000001.tfm" ]
 }
 
+@test "a driver library cut short or not a library: the CPU, saying which file, not a crash" {
+    need_plugin
+    mkdir -p "$M/cut" "$M/text"
+    head -c 3000 "$M/one/libcuda.so.1" > "$M/cut/libcuda.so.1"
+    echo "not a library" > "$M/text/libcuda.so.1"
+    local size
+    size=$(stat -c %s "$M/one/libcuda.so.1")
+    # the loader would map its segments and die of SIGBUS reading them
+    LD_LIBRARY_PATH="$M/cut" run train v
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    LD_LIBRARY_PATH="$M/nowhere::$M/cut" run train w --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    # a whole one first on the path is the one taken
+    LD_LIBRARY_PATH="$M/one:$M/cut" run train x
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+    # not a library: the loader's own words, not 'not found'
+    LD_LIBRARY_PATH="$M/text:$M/one" run train y
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (the NVIDIA driver library cannot be loaded: $M/text/libcuda.so.1: "
+    refute_output --partial "not found"
+}
+
 @test "a missing, a foreign and a turned-off plugin" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h
     assert_success
-    assert_output --partial "cannot load the CUDA code: $M/nowhere.so: cannot open shared object file"
+    assert_output --partial "cannot load the CUDA code: $M/nowhere.so: No such file or directory"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/one/libcuda.so.1" run train i
     assert_success
     assert_output --partial "$M/one/libcuda.so.1: not a tfm CUDA plugin"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB= run train j --device cuda
     assert_failure 1
     assert_output --partial "CUDA turned off (TFM_CUDA_LIB is empty)"
+    # a plugin of another build's interface: refused before any of its calls
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/newer.so" run train j2
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \($M/newer.so: interface version ([0-9]+), not this build's [0-9]+ \(reinstall tfm\)\)"
+}
+
+@test "a truncated, empty or directory plugin is an error naming it, not a crash; TFM_CUDA_LIB without a slash is in the working directory" {
+    need_plugin
+    local size
+    size=$(stat -c %s "$PLUGIN")
+    head -c 100000 "$PLUGIN" > "$M/cut.so"          # its segments lie past the end
+    head -c $((size - 100)) "$PLUGIN" > "$M/tail.so"  # its section headers do
+    : > "$M/empty.so"
+    mkdir -p "$M/dir.so"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/cut.so" run train k
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes, its headers describe "
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/cut.so" run train l --device cuda
+    assert_failure 1
+    assert_output --partial "--device cuda: no CUDA device (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/tail.so" run train m --device cuda
+    assert_failure 1
+    assert_output --partial "$M/tail.so: truncated ($((size - 100)) bytes, its headers describe $size or more)"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/empty.so" run train n --device cuda
+    assert_failure 1
+    assert_output --partial "$M/empty.so: not a shared object (0 bytes, no ELF header)"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/dir.so" run train o --device cuda
+    assert_failure 1
+    assert_output --partial "$M/dir.so: not a regular file"
+    # a name without a slash is a file here, as any file a tool is given, not one of the
+    # library path's
+    cp "$PLUGIN" "$M/dir.so/libtfm-cuda.so"
+    cd "$M/dir.so"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB=cut.so run train p --device cuda
+    assert_failure 1
+    assert_output --partial "cannot load the CUDA code: ./cut.so: No such file or directory"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB=libtfm-cuda.so run train q
+    assert_success
+    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+}
+
+@test "a GPU that will not open: auto computes on the CPU saying why, in tfm-decode too without --progress; cuda fails" {
+    export LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/closed.so"
+    run train r
+    assert_success
+    assert_line --index 0 "tfm-train: device: cuda (stand-in plugin, 1 GPU); computing on the cpu instead: GPU 0 will not open"
+    [ -e "$M/r/step-000001.tfm" ]
+    run train s --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: GPU 0 will not open"
+    # GPUs from the process's place on the node: --ranks, TFM_LOCAL_RANK
+    run train t --ranks 2
+    assert_failure 1
+    assert_output --partial "tfm-train: --device auto: 2 GPUs wanted from GPU 0 on, 1 visible"
+    # local rank 1 of a node: GPU 1 of 2; GPU 0 when the process sees 1, its own (a
+    # launcher's per-task binding); no GPU 2 of 2
+    cc -shared -fPIC -DFAKE_GPUS=2 -I"$TFM_ROOT/src" -o "$M/closed2.so" "$M/plugin.c"
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 \
+        TFM_RENDEZVOUS="$M/rv" run train u --device cuda
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: GPU 1 will not open"
+    TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" run train u --device cuda
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: GPU 0 will not open"
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=3 TFM_LOCAL_RANK=2 \
+        TFM_RENDEZVOUS="$M/rv" run train u
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 3, local rank 2: --device auto: 1 GPU wanted from GPU 2 on, 0 visible"
+    head -n 3 "$M/en.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$M/three.tfm"
+    # stderr is no terminal and there is no --progress: the fallback is still said, once
+    tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > "$M/h.tfm" 2> "$M/err"
+    run cat "$M/err"
+    assert_output "tfm-decode: device: cuda (stand-in plugin, 1 GPU); computing on the cpu instead: GPU 0 will not open"
+    run tfm-cat "$M/h.tfm"
+    assert_success
+    tfm-decode -q -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > /dev/null 2> "$M/err"
+    [ ! -s "$M/err" ]
+    # no GPU at all is no fallback: nothing said without --progress
+    TFM_CUDA_LIB= tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > /dev/null 2> "$M/err"
+    [ ! -s "$M/err" ]
+    run tfm-decode --device cuda -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: --device cuda: GPU 0 will not open"
 }
 
 @test "under ulimit -v 1000000 every tool starts (no CUDA library is mapped at start)" {

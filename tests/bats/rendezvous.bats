@@ -126,6 +126,30 @@ run_ok() {
     run_ok 3
 }
 
+@test "an empty TFM_MASTER_ADDR or TFM_MASTER_PORT is unset for every process, one of another machine is named: errors, not every interface" {
+    # process 0 had listened on every interface, process 1 looked for a host named ""
+    run env TFM_MASTER_ADDR= TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_line "tfm-train: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
+    run env TFM_MASTER_ADDR= TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
+    run env -u TFM_MASTER_PORT TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: environment: TFM_MASTER_ADDR is set but TFM_MASTER_PORT is not (or is empty): process 0 listens at an address and a port"
+    # with a rendezvous file an empty port is no port: process 0 listens on the address
+    # and a free port, which it writes there
+    # an address of another machine (TEST-NET-1): process 0 cannot listen there
+    run env TFM_MASTER_ADDR=192.0.2.1 TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q \
+        -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: TFM_MASTER_ADDR=192.0.2.1 is no address of this machine, where process 0 runs: listening on 192.0.2.1:$PORT: Cannot assign requested address"
+    TFM_MASTER_PORT= TFM_RENDEZVOUS="$T/rv" start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    TFM_MASTER_PORT= TFM_RENDEZVOUS="$T/rv" start 1 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    run_ok 2
+    [ ! -e "$T/x" ]
+}
+
 @test "a connection that says nothing is dropped after TFM_JOIN_TIMEOUT, logged, and the run goes on" {
     export TFM_JOIN_TIMEOUT=1
     start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"

@@ -111,6 +111,13 @@ teardown() {
     assert_line "keep = 3"
     assert_line "save_every = 50"
     assert_line "d_model = 64"
+    # the options that name a key win over --set of it, before or after; --set's last wins
+    run tfm-train -c "$CONF" --max-steps 3 --set max_steps=5 --set keep=7 --keep 2 \
+        --set dropout=0.2 --set dropout=0.25 --print-config
+    assert_success
+    assert_line "max_steps = 3"
+    assert_line "keep = 2"
+    assert_line "dropout = 0.25"
 }
 
 @test "training writes step-NNNNNN.tfm checkpoints and last.tfm, with config, vocabulary and state" {
@@ -514,6 +521,23 @@ teardown() {
     assert_output --partial "TFM_RANK=3 outside TFM_WORLD_SIZE=2"
 }
 
+@test "Slurm: an sbatch script or an salloc shell is one process; a task of srun is its step's" {
+    # the environment of an sbatch script of 4 tasks (SLURM_PROCID 0 of the job), and of an
+    # salloc shell (SLURM_NTASKS alone): no job step, one process
+    run env SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_LOCALID=0 tfm-train "${SMALL[@]}" -o "$T/sb" \
+        --max-steps 1 "$M/b.tfm"
+    assert_success
+    [ -e "$T/sb/step-000001.tfm" ]
+    run env SLURM_NTASKS=4 tfm-train "${SMALL[@]}" -o "$T/sa" --max-steps 1 "$M/b.tfm"
+    assert_success
+    [ -e "$T/sa/step-000001.tfm" ]
+    # a task of srun -n 2: process 1 of 2, which must find process 0
+    run env SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 tfm-train "${SMALL[@]}" \
+        -o "$T/st" --max-steps 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "several processes need to find process 0"
+}
+
 @test "--device sim: through device memory, the same bits as the CPU, resume included" {
     # sim keeps the model where the host cannot read it (as on a GPU): training, validation,
     # checkpoints and resume must all go through uploads and downloads
@@ -699,8 +723,57 @@ teardown() {
     run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d2" --max-steps 2 "$M/b.tfm"
     wait $! || true
     assert_failure 1
-    assert_output --partial "tfm-train: process 1 does not start where process 0 does (config, batch stream or resume point differ)"
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its config differs"
     [ ! -e "$T/d2/last.tfm" ]
+    # another number of ranks in a process: the shards would overlap, and GPUs' NCCL
+    # communicators of different sizes would never start
+    rm -f "$T/rv"
+    TFM_RANK=1 tfm-train "${SMALL[@]}" --ranks 1 -o "$T/d3" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" --ranks 2 -o "$T/d3" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its layout (--ranks, --update-freq, GPUs or CPU) differs"
+    [ ! -e "$T/d3/last.tfm" ]
+    # another batch stream of the same vocabulary
+    rm -f "$T/rv"
+    TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/d4" --max-steps 2 -q "$M/b500.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d4" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its batch stream (its header) differs"
+    [ ! -e "$T/d4/last.tfm" ]
+    # gradients summed in buckets of another size: the sums, bytes along the chain of
+    # processes, would have added the gradients of different parameters
+    rm -f "$T/rv"
+    TFM_BUCKET_MB=0.01 TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/d6" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d6" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its gradient bucket size (TFM_BUCKET_MB) differs"
+    [ ! -e "$T/d6/last.tfm" ]
+    # another version of tfm-train: a copy whose version string differs in its last place
+    mkdir -p "$T/other"
+    local v
+    v=$(python3 - "$(command -v tfm-train)" "$T/other/tfm-train" "$(cat "$TFM_ROOT/VERSION")" <<'PY'
+import sys
+src, dst, v = sys.argv[1], sys.argv[2], sys.argv[3]
+b = open(src, 'rb').read()
+old = b'tfm-train ' + v.encode() + b'\0'
+assert b.count(old) == 1, b.count(old)
+w = v[:-1] + ('8' if v.endswith('9') else '9')
+open(dst, 'wb').write(b.replace(old, b'tfm-train ' + w.encode() + b'\0'))
+print(w)
+PY
+)
+    chmod +x "$T/other/tfm-train"
+    run "$T/other/tfm-train" --version
+    assert_output "tfm-train $v"
+    rm -f "$T/rv"
+    TFM_RANK=1 "$T/other/tfm-train" "${SMALL[@]}" -o "$T/d5" --max-steps 2 -q "$M/b.tfm" 2> /dev/null &
+    run env TFM_RANK=0 tfm-train "${SMALL[@]}" -o "$T/d5" --max-steps 2 "$M/b.tfm"
+    wait $! || true
+    assert_failure 1
+    assert_output --partial "tfm-train: process 1 does not start where process 0 does: its tfm-train version differs"
     # no way to find process 0; a file to shard
     run env -u TFM_RENDEZVOUS TFM_RANK=1 tfm-train "${SMALL[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1

@@ -44,6 +44,17 @@ static void test_parse(void)
     CHECK_EQ_INT(c.norm, TFM_NORM_PRE);
     CHECK_NEAR(c.dropout, 0.3, 0);
     CHECK_EQ_INT(c.layers, 3);
+    /* as saved by an editor that starts UTF-8 with a byte order mark, CRLF, no final
+     * newline: the mark is no part of the first key */
+    t = "\xef\xbb\xbflayers = 5\r\nheads = 2\r\nd_ff = 100";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "bom.conf", &err) == 0);
+    CHECK_EQ_INT(c.layers, 5);
+    CHECK_EQ_INT(c.heads, 2);
+    CHECK_EQ_INT(c.d_ff, 100);
+    /* only at the start: elsewhere it is part of a key, an unknown one */
+    t = "layers = 5\n\xef\xbb\xbfheads = 2\n";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "bom.conf", &err) < 0);
+    CHECK_STR(err.msg, "bom.conf:2: key '\xef\xbb\xbfheads': unknown key");
 }
 
 static void test_errors(void)
@@ -88,8 +99,35 @@ static void test_errors(void)
                        "range [0, 0.9999999]");
     CHECK(tfm_config_set(&c, "adam_beta2=0.9999999", "--set", &err) == 0);
     CHECK((float)c.adam_beta2 < 1.0f);
+    /* the decoding keys take the ranges of tfm-decode's options, which read them from
+     * the table: a beam tfm-decode --beam takes, --set beam takes */
+    CHECK(tfm_config_set(&c, "beam=4096", "--set", &err) == 0);
+    CHECK(tfm_config_set(&c, "beam=4097", "--set", &err) < 0);
+    CHECK_STR(err.msg, "--set beam=4097: key 'beam': 4097 is out of range [1, 4096]");
+    CHECK(tfm_config_set(&c, "max_len_b=1048576", "--set", &err) == 0);
+    CHECK(tfm_config_set(&c, "min_len=1048576", "--set", &err) == 0);
+    CHECK(tfm_config_set(&c, "min_len=1048577", "--set", &err) < 0);
     CHECK(tfm_config_load(&c, "/nonexistent/x.conf", &err) < 0);
     CHECK(strstr(err.msg, "/nonexistent/x.conf: ") == err.msg);
+    CHECK(tfm_config_load(&c, "/", &err) < 0);          /* the reason, not "read error" */
+    CHECK_STR(err.msg, "/: Is a directory");
+    /* the size limit, at its edge: 1 MiB less a byte of comments loads, 1 MiB does not */
+    char big[] = "/tmp/test_config.XXXXXX";
+    int fd = mkstemp(big);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        static char hashes[(1 << 20) + 1];
+        memset(hashes, '#', sizeof hashes);
+        CHECK(write(fd, hashes, (1 << 20) - 1) == (1 << 20) - 1);
+        CHECK(tfm_config_load(&c, big, &err) == 0);
+        CHECK(write(fd, hashes, 1) == 1);
+        CHECK(tfm_config_load(&c, big, &err) < 0);
+        char want[256];
+        snprintf(want, sizeof want, "%s: 1 MiB or more: not a config file", big);
+        CHECK_STR(err.msg, want);
+        close(fd);
+        unlink(big);
+    }
     /* relations */
     tfm_config_defaults(&c);
     c.heads = 7;

@@ -24,7 +24,8 @@
 static void clear_env(void)
 {
     const char *v[] = {"TFM_RANK", "TFM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-                       "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"};
+                       "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+                       "SLURM_STEP_NUM_TASKS"};
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++)
         unsetenv(v[i]);
 }
@@ -38,6 +39,8 @@ static void test_env(void)
     CHECK_STR(e.source, "none");
     setenv("SLURM_PROCID", "3", 1);
     setenv("SLURM_NTASKS", "8", 1);
+    CHECK(tfm_dist_env_read(&e, &err) == 0 && e.world == 1);   /* not in an srun step */
+    setenv("SLURM_STEP_NUM_TASKS", "8", 1);
     CHECK(tfm_dist_env_read(&e, &err) == 0 && e.rank == 3 && e.world == 8);
     CHECK_STR(e.source, "SLURM_PROCID");
     setenv("OMPI_COMM_WORLD_RANK", "1", 1);     /* OpenMPI before Slurm */
