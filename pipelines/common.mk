@@ -15,6 +15,7 @@
 #   test.hyp.tfm test.hyp.txt     hypotheses as a stream and as text
 #   train.png train.svg           the curves of train.log (`plot`)
 #   attention/N.tfm, N.*.png      the attention of test sentence N (`attention SENT=N`)
+#   settings/NAME                 the variables a stage was made with (see "settings")
 
 TFM = $(BIN)/tfm-
 
@@ -64,7 +65,7 @@ cfg = $$($(TFM)train -c $(CONFIG) $(SETS) --print-config | sed -n 's/^$(1) = //p
 LIMITS = $(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(MAX_TIME),--max-time $(MAX_TIME)) \
          $(foreach s,$(SAVE_EVERY),--save-every $(s))
 DECODE_FLAGS = $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha $(ALPHA)) \
-               $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B))
+               $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B)) $(EXTRA_DECODE_FLAGS)
 
 # Lines kept of each split: sed programs, set by the corpus; TRAIN_LINES / TEST_LINES cut
 # the training set and the test set to their first N lines.
@@ -75,6 +76,43 @@ PREP      ?= cat
 head_n     = $(if $(1),| awk 'NR <= $(1)')
 # The training text before cleaning (see below): train, or train.raw when it is cleaned.
 TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
+
+# ---- settings: a changed variable redoes the stages it changes ------------------------------
+# $(W)/settings/NAME holds settings.NAME, the variables that stage NAME's files were made
+# with ("VOCAB=8000 SPM_TYPE=bpe ..."), and is a prerequisite of those files.  When the
+# values now differ from what the file holds, the file depends on FORCE: it is written
+# again, and the stage and everything after it are made again; when they are the same, it
+# is left alone and so is the stage.  Files are named by their absolute paths, so another
+# corpus file redoes its text even when it is older than the text made before.  Variables
+# that only steer a run (THREADS, DEVICE, MAX_STEPS, MAX_TIME, SAVE_EVERY, VALID_EVERY, ...)
+# are not settings: a larger MAX_STEPS trains further after `rm $(W)/train.done`.
+settings.text-train ?= TRAIN_SRC=$(abspath $(TRAIN_SRC)) TRAIN_TGT=$(abspath $(TRAIN_TGT)) \
+    TRAIN_SEL=$(TRAIN_SEL) TRAIN_LINES=$(TRAIN_LINES) PREP=$(PREP) into=$(TRAIN_TEXT)
+settings.text-valid ?= VALID_SRC=$(abspath $(VALID_SRC)) VALID_TGT=$(abspath $(VALID_TGT)) \
+    VALID_SEL=$(VALID_SEL) PREP=$(PREP)
+settings.text-test  ?= TEST_SRC=$(abspath $(TEST_SRC)) TEST_TGT=$(abspath $(TEST_TGT)) \
+    TEST_SEL=$(TEST_SEL) TEST_LINES=$(TEST_LINES) PREP=$(PREP)
+settings.clean   = CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)
+settings.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS=$(SPM_FLAGS)
+settings.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(strip $(SETS)) SEED=$(SEED)
+settings.avg     = AVG=$(AVG)
+settings.decode  = DECODE_FLAGS=$(strip $(DECODE_FLAGS))
+settings.score  ?= SCORE_FLAGS=$(SCORE_FLAGS)
+SETTINGS = text-train text-valid text-test clean spm batches avg decode score $(EXTRA_SETTINGS)
+
+# $(call quote,TEXT): TEXT as one word of the shell.
+quote = '$(subst ','\'',$(1))'
+# $(call same,A,B): non-empty when the strings A and B are equal.
+same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
+
+$(W)/settings/%:
+	@mkdir -p $(@D); printf '%s\n' $(call quote,$(strip $(settings.$*))) > $@.tmp; \
+	if [ -e $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; fi; \
+	mv $@.tmp $@
+
+FORCE:
+$(foreach n,$(SETTINGS),$(if $(call same,$(strip $(settings.$(n))),$(strip $(file <$(W)/settings/$(n)))),,\
+    $(eval $(W)/settings/$(n): FORCE)))
 
 # ---- text ---------------------------------------------------------------------------------
 # A pipeline with its own text stage sets OWN_TEXT.
@@ -88,12 +126,12 @@ $(filter-out $(CORPUS_MADE),$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALI
 text = @mkdir -p $(@D); \
        zcat -f $(1) | sed -n '$(2)' | $(PREP) $(call head_n,$(3)) > $@.tmp; mv $@.tmp $@
 
-$(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
-$(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
-$(W)/valid.src: $(VALID_SRC) ; $(call text,$<,$(VALID_SEL))
-$(W)/valid.tgt: $(VALID_TGT) ; $(call text,$<,$(VALID_SEL))
-$(W)/test.src:  $(TEST_SRC)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
-$(W)/test.tgt:  $(TEST_TGT)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
+$(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/valid.src: $(VALID_SRC) $(W)/settings/text-valid ; $(call text,$<,$(VALID_SEL))
+$(W)/valid.tgt: $(VALID_TGT) $(W)/settings/text-valid ; $(call text,$<,$(VALID_SEL))
+$(W)/test.src:  $(TEST_SRC) $(W)/settings/text-test ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
+$(W)/test.tgt:  $(TEST_TGT) $(W)/settings/text-test ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
 endif
 
 # ---- cleaning of the training pairs, by their length in pieces -----------------------------
@@ -124,20 +162,20 @@ keep = paste -d '\t' $(W)/train.len $(W)/train.raw.$(1) | \
            { kept++; print substr($$0, index($$0, "\t") + 1) } \
            END { if (report) printf "$(W)/train: %d of %d pairs kept; dropped %d empty, %d over %s pieces, %d over ratio %s\n", \
                      kept, NR, dropped["empty"], dropped["long"], max, dropped["ratio"], ratio > "/dev/stderr" }'
-$(W)/train.src: $(W)/train.len $(W)/train.raw.src ; @$(call keep,src) > $@.tmp; mv $@.tmp $@
-$(W)/train.tgt: $(W)/train.len $(W)/train.raw.tgt ; @$(call keep,tgt) > $@.tmp; mv $@.tmp $@
+$(W)/train.src: $(W)/train.len $(W)/train.raw.src $(W)/settings/clean ; @$(call keep,src) > $@.tmp; mv $@.tmp $@
+$(W)/train.tgt: $(W)/train.len $(W)/train.raw.tgt $(W)/settings/clean ; @$(call keep,tgt) > $@.tmp; mv $@.tmp $@
 endif
 
 # ---- SentencePiece model and token streams -------------------------------------------------
-$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt
+$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm
 	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
-	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $^
+	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $(wordlist 1,2,$^)
 
 $(W)/%.tfm: $(W)/% $(W)/spm.model
 	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
 
 # ---- batches: the budget and the length limit come from the effective config ---------------
-$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG)
+$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches
 	$(TFM)batch --tokens $(call cfg,tokens) --max-len $(call cfg,max_len) --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 
@@ -156,12 +194,12 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
 	touch $@
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
-$(W)/model.tfm: $(W)/train.done
+$(W)/model.tfm: $(W)/train.done $(W)/settings/avg
 	n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); [ $$n -le $(AVG) ] || n=$(AVG); \
 	$(TFM)avg -n $$n -o $@ $(W)/ckpt
 
 # ---- decoding -------------------------------------------------------------------------------
-$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm
+$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm $(W)/settings/decode
 	$(TFM)decode -m $< $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) --quiet \
 	    -o $@ $(W)/test.src.tfm
 
@@ -170,7 +208,7 @@ $(W)/test.hyp.txt: $(W)/test.hyp.tfm
 
 # ---- the score: sacreBLEU's BLEU of the detokenized hypotheses, printed and kept -------------
 ifndef OWN_SCORE
-$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt
+$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt $(W)/settings/score
 	$(TFM)score -r $(W)/test.tgt $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@
 endif

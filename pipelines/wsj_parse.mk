@@ -81,15 +81,22 @@ $(sort $(TRAIN_TREES) $(VALID_TREES) $(TEST_TREES) $(EVALB_PRM)):
 # F1 is that of the brackets alone.
 LIN_FLAGS = $(if $(filter tags,$(LEAVES)),--keep-tags)$(if $(filter words,$(LEAVES)),--keep-words)
 lin = @mkdir -p $(@D); $(TFM)score --linearize $(LIN_FLAGS) $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
-$(W)/train.lin: $(TRAIN_TREES) ; $(call lin,$<,$(TRAIN_LINES))
-$(W)/valid.lin: $(VALID_TREES) ; $(call lin,$<)
-$(W)/test.lin:  $(TEST_TREES)  ; $(call lin,$<,$(TEST_LINES))
+# The settings of these stages (common.mk, "settings"): a changed variable redoes them.
+settings.text-train = TRAIN_TREES=$(abspath $(TRAIN_TREES)) TRAIN_LINES=$(TRAIN_LINES) LIN_FLAGS=$(LIN_FLAGS)
+settings.text-valid = VALID_TREES=$(abspath $(VALID_TREES)) LIN_FLAGS=$(LIN_FLAGS)
+settings.text-test  = TEST_TREES=$(abspath $(TEST_TREES)) TEST_LINES=$(TEST_LINES) LIN_FLAGS=$(LIN_FLAGS)
+settings.source     = REVERSE=$(REVERSE)
+settings.score      = SCORE_FLAGS=$(SCORE_FLAGS) EVALB_PRM=$(abspath $(EVALB_PRM))
+EXTRA_SETTINGS      = source
+$(W)/train.lin: $(TRAIN_TREES) $(W)/settings/text-train ; $(call lin,$<,$(TRAIN_LINES))
+$(W)/valid.lin: $(VALID_TREES) $(W)/settings/text-valid ; $(call lin,$<)
+$(W)/test.lin:  $(TEST_TREES) $(W)/settings/text-test ; $(call lin,$<,$(TEST_LINES))
 # The words of each tree (test.words: what restoration and the score read) and the model's
 # source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
-# al. (2015) fed their parser.  Change REVERSE in a fresh W: made files are not redone.
+# al. (2015) fed their parser.
 $(W)/%.words: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
 reverse_words = awk '{ for (i = NF; i > 1; i--) printf "%s ", $$i; print $$1 }'
-$(W)/%.src: $(W)/%.lin
+$(W)/%.src: $(W)/%.lin $(W)/settings/source
 	cut -f1 $< $(if $(filter 1,$(REVERSE)),| $(reverse_words)) > $@.tmp; mv $@.tmp $@
 $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
 
@@ -98,7 +105,7 @@ one_tree_a_line = awk '{ for (i = 1; i <= length($$0); i++) { c = substr($$0, i,
     if (c == "(") d++; else if (c == ")") d--; } \
     gsub(/^[ \t]+|[ \t]+$$/, ""); if ($$0 == "") next; \
     t = t (t == "" ? "" : " ") $$0; if (d == 0) { print t; t = "" } }'
-$(W)/test.gold: $(TEST_TREES)
+$(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test
 	@mkdir -p $(@D)
 	$(one_tree_a_line) $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
 
@@ -115,11 +122,12 @@ $(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words
 
 # The restored trees linearized again: the decoder's output as restoration repaired it, in
 # the form of test.tgt, to compare with it line by line.
-$(W)/test.hyp.lin: $(W)/test.trees
+$(W)/test.hyp.lin: $(W)/test.trees $(W)/settings/score
 	$(TFM)score --linearize $(sort $(LIN_FLAGS) $(filter --keep-tags,$(SCORE_FLAGS))) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt \
+               $(W)/settings/score
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
@@ -133,7 +141,7 @@ $(W)/test.rb.txt: $(W)/test.words
 	awk '{ s = ""; for (i = 1; i < NF; i++) s = s (i == 1 ? "(S" : "(VP") " XX "; s = s "XX"; \
 	       for (i = NF - 1; i >= 1; i--) s = s (i == 1 ? " )S" : " )VP"); print s }' $< > $@.tmp
 	mv $@.tmp $@
-$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM)
+$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/settings/score
 	sed 's/^LABELED[ \t]*1/LABELED 0/' $(EVALB_PRM) > $(W)/unlabeled.prm
 	{ echo "labeled:"; \
 	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words $<; \
@@ -141,6 +149,6 @@ $(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM)
 	  $(TFM)score --metric f1 --param $(W)/unlabeled.prm -r $(W)/test.gold --source $(W)/test.words $<; \
 	} > $@.tmp; mv $@.tmp $@
 
+EXTRA_DECODE_FLAGS = --tree $(TREE)
 include $(PIPE_ROOT)/pipelines/common.mk
-DECODE_FLAGS += --tree $(TREE)
 .PHONY: baseline

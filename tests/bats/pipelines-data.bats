@@ -291,10 +291,12 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     refute grep -qx 'Yes.' w/train.src
     refute grep -q 'word300' w/train.src
     [ "$(grep -c . w/train.src)" -eq "$kept" ]
-    # other bounds, and none
+    # other bounds in the same W: the cleaning again, not the SentencePiece model; and none
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w VOCAB=300 THREADS=1 \
-        CLEAN_LEN=20 CLEAN_RATIO=3 w/train.src -B
+        CLEAN_LEN=20 CLEAN_RATIO=3 w/train.src
     assert_success
+    assert_line "w/settings/clean: now CLEAN_LEN=20 CLEAN_RATIO=3: made again"
+    refute_output --partial "tfm-tokenize train"
     long=$(awk '$1 > 0 && $2 > 0 && ($1 > 20 || $2 > 20)' w/train.len | wc -l)
     assert_output --regexp "w/train: [0-9]+ of 304 pairs kept; dropped 2 empty, $long over 20 pieces, [0-9]+ over ratio 3"
     [ "$(awk '{ print NF }' w/train.src | sort -n | tail -1)" -le 20 ]
@@ -302,6 +304,9 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     assert_success
     diff d/train.en w3/train.src
     assert_file_not_exist w3/train.raw.src
+    run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w VOCAB=300 THREADS=1 CLEAN_LEN= CLEAN_RATIO= w/train.src
+    assert_success
+    diff d/train.en w/train.src
 }
 
 @test "tokenize-13a.pl writes the tokens that 13a BLEU counts: the n-gram statistics of WMT17 systems" {

@@ -182,6 +182,67 @@ need_tools() {
     assert_file_exist "$W/ckpt/step-000003.tfm"
 }
 
+@test "wmt_ende: a changed variable redoes the stages it changes, and only those" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/vars"
+    run $ENDE W="$w"
+    assert_success
+    assert_equal "$(cat "$w/settings/decode")" "DECODE_FLAGS=--max-len-b 8"
+    # the beam: decoding and the score again, nothing before them
+    run $ENDE W="$w" BEAM=1
+    assert_success
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 1 --max-len-b 8: made again"
+    assert_output --partial "tfm-decode -m $w/model.tfm --beam 1 "
+    assert_line --regexp '^BLEU = '
+    refute_output --partial "tfm-avg"
+    refute_output --partial "tfm-train"
+    run $ENDE W="$w" BEAM=1
+    assert_success
+    assert_output --partial "Nothing to be done"
+    # AVG: the average again, from the same checkpoints
+    run $ENDE W="$w" BEAM=1 AVG=1
+    assert_success
+    assert_output --partial "tfm-avg -n \$n -o $w/model.tfm"
+    refute_output --partial "tfm-train"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta averaged.steps=8"
+    # TEST_LINES: the test text and what follows it, not the training
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5
+    assert_success
+    refute_output --partial "tfm-train"
+    [ "$(wc -l < "$w/test.src")" -eq 5 ]
+    [ "$(wc -l < "$w/test.hyp.txt")" -eq 5 ]
+    assert_output --partial "$w: 5 test sentences:"
+    # VOCAB: a new SentencePiece model, new streams, training from the start
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400
+    assert_success
+    assert_output --partial "tfm-tokenize train -m $w/spm.model --vocab 400 "
+    assert_output --partial "checkpoints older than the batches: starting afresh"
+    run tfm-tokenize decode --ids "$w/test.src.tfm"
+    [ "$(tr ' ' '\n' <<< "$output" | sort -n | tail -1)" -lt 400 ]
+    # another config, older than every file made, and SET: new batches, training afresh
+    cp "$TFM_ROOT/configs/tiny.conf" "$BATS_TEST_TMPDIR/old.conf"
+    touch -d 2001-01-01 "$BATS_TEST_TMPDIR/old.conf"
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf"
+    assert_success
+    assert_output --partial "tfm-batch --tokens"
+    assert_output --partial "starting afresh"
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
+        SET=dropout=0.2
+    assert_success
+    assert_output --regexp "tfm-train -c $BATS_TEST_TMPDIR/old.conf --set tokens=1024 +--set dropout=0.2 "
+    assert_output --partial "starting afresh"
+    # make -n says what a changed SEED would redo, and changes nothing
+    local before; before=$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
+        SET=dropout=0.2 SEED=2 -n
+    assert_success
+    assert_output --partial "--seed 2"
+    assert_output --partial "tfm-train -c"
+    [ "$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")" = "$before" ]
+    grep -q 'SEED=1$' "$w/settings/batches"
+}
+
 @test "wmt_ende: LAUNCH trains as several processes" {
     need_tools
     local w="$BATS_FILE_TMPDIR/ende-launch"
@@ -298,4 +359,25 @@ need_tools() {
     assert_success
     assert_equal "$(head -1 f/train.src)" \
         "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 ."
+}
+
+@test "wsj_parse: REVERSE, LEAVES and TEST_LINES changed in the same W redo what they change" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    local p="make -s -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN W=s TRAIN_LINES=1 TEST_LINES=2"
+    run $p s/train.src s/train.tgt s/test.gold
+    assert_success
+    assert_equal "$(cut -d ' ' -f1-2 s/train.src)" "Pierre Vinken"
+    run $p REVERSE=1 s/train.src s/train.tgt
+    assert_success
+    assert_equal "$(cut -d ' ' -f1-2 s/train.src)" ". 29"
+    run $p REVERSE=1 LEAVES=tags s/train.src s/train.tgt
+    assert_success
+    assert_equal "$(cut -d ' ' -f1-2 s/train.src)" ". 29"
+    assert_equal "$(cut -c1-16 s/train.tgt)" "(S (NP (NP NNP N"
+    run $p REVERSE=1 LEAVES=tags TEST_LINES=3 s/test.gold
+    assert_success
+    [ "$(wc -l < s/test.gold)" -eq 3 ]
+    run $p REVERSE=1 LEAVES=tags TEST_LINES=3 -q s/train.src s/train.tgt s/test.gold
+    assert_success
 }
