@@ -56,6 +56,13 @@ CLEAN_LEN   ?=
 CLEAN_RATIO ?=
 SCORE_FLAGS ?=
 
+# The files and directories the pipeline reads and writes, a path each: make splits a name
+# at spaces, and an empty one names the root directory (W= would make the work files there).
+PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT) \
+            $(EXTRA_PATH_VARS)
+$(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
+    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them))))
+
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 SETS = $(if $(TOKENS),--set tokens=$(TOKENS)) $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) \
        $(addprefix --set ,$(EXTRA_SET) $(SET))
@@ -247,13 +254,21 @@ stages: $(foreach s,train valid test,$(W)/$(s).src.tfm $(W)/$(s).tgt.tfm) \
 score: $(W)/score.txt
 	@cat $<
 
+# What the pipeline makes in $(W), which clean removes; W itself goes when that empties it,
+# and is kept, with what it holds besides, otherwise (W may be a directory of the user's).
+MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
+       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous \
+       train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
+       attention $(EXTRA_MADE)
 clean:
-	rm -rf $(W)
+	@rm -rf $(addprefix $(W)/,$(MADE)) $(W)/*.tmp
+	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || \
+	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
 
 help:
 	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|$(if $(HELP_TARGETS),$(HELP_TARGETS)|)clean|help]"
 	@printf '  %s\n' $(HELP_CORPUS)
-	@echo "  W=$(W)  the work directory (clean removes it)"
+	@echo "  W=$(W)  the work directory (clean removes what the pipeline made there)"
 	@echo "  BIN=$(BIN)  the tools"
 	@echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"
 	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE)  the shared SentencePiece model"

@@ -16,6 +16,9 @@ WMT_MIRROR  ?=
 WMT_SUMS    ?= $(PIPE_ROOT)/pipelines/wmt14.sums
 WMT_DL      ?= wmt-archives
 WMT_CONNECT_TIMEOUT ?= 20
+# A path each, checked here (common.mk checks the others): these are in rules before it.
+$(foreach v,WMT14_DIR WMT_DL WMT_SUMS,$(if $(filter-out 1,$(words $($(v)))),$(error \
+    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them))))
 # The paper's BLEU tokenizes both sides with PAPER_TOK (a command, stdin to stdout), by
 # default the mteval-v13a rules of tokenize-13a.pl; Moses's, for instance:
 #   PAPER_TOK='perl mosesdecoder/scripts/tokenizer/tokenizer.perl -q -l de'
@@ -88,6 +91,7 @@ SGM_TEXT = perl -CSD -ne 's{^<seg[^>]*>(.*)</seg>.*}{$$1}s or next; s/\s+/ /g; s
 
 # ---- the score: sacreBLEU and the paper's BLEU, each under its label ----------------------
 OWN_SCORE := 1
+EXTRA_MADE += test.tgt.tok test.hyp.tok
 paper_tok = $(or $(PAPER_TOK),perl $(PIPE_ROOT)/pipelines/tokenize-13a.pl)
 paper_how = $(if $(PAPER_TOK),tokenized by '$(PAPER_TOK)',tokenized by the mteval-v13a rules \
             (pipelines/tokenize-13a.pl), not by Moses's tokenizer.perl)

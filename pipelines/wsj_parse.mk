@@ -9,6 +9,9 @@
 
 MAKEFILE_NAME := wsj_parse.mk
 PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
+# make splits a name at spaces: in a directory whose path has one, PIPE_ROOT is wrong.
+$(if $(wildcard $(PIPE_ROOT)/pipelines/common.mk),,$(error $(MAKEFILE_NAME): cannot find \
+    pipelines/common.mk beside '$(MAKEFILE_LIST)': make cannot read a path with a space))
 BIN       ?= $(PIPE_ROOT)/bin
 DATA      ?= $(PIPE_ROOT)/data
 
@@ -23,6 +26,9 @@ EVALB_PRM   ?= $(DATA)/evalb-fixtures/COLLINS.prm
 W           ?= work/wsj_parse
 CONFIG      ?= $(PIPE_ROOT)/configs/parse.conf
 REVERSE     ?= 0
+EXTRA_PATH_VARS := TRAIN_TREES VALID_TREES TEST_TREES EVALB_PRM
+EXTRA_MADE := $(foreach s,train valid test,$(s).lin $(s).words) test.gold test.trees \
+              test.hyp.lin test.rb.txt baseline.txt unlabeled.prm
 
 # The targets (LEAVES): the linearized trees with the words in place (words, the default),
 # or with XX as the paper and Vinyals et al. (2015) wrote them (xx), or with POS tags (tags).

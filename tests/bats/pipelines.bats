@@ -381,3 +381,49 @@ need_tools() {
     run $p REVERSE=1 LEAVES=tags TEST_LINES=3 -q s/train.src s/train.tgt s/test.gold
     assert_success
 }
+
+@test "clean removes what the pipeline made, and W only when nothing else is in it" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    mkdir mine && echo keep > mine/notes.txt
+    local p="make -s -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=2 TEST_LINES=2"
+    run $p W=mine baseline mine/train.src mine/train.tgt
+    assert_success
+    assert_file_exist mine/baseline.txt
+    run $p W=mine clean
+    assert_success
+    assert_output "mine: kept: it holds files that wsj_parse.mk did not make: notes.txt"
+    assert_equal "$(ls -A mine)" "notes.txt"
+    # the work directory itself, holding nothing else, goes
+    run $p W=mine/w baseline
+    assert_success
+    run $p W=mine/w clean
+    assert_success
+    assert_output ""
+    assert_not_exist mine/w
+    assert_file_exist mine/notes.txt
+}
+
+@test "an empty path, or one with a space, is refused before anything is made" {
+    cd "$BATS_TEST_TMPDIR"
+    # -n: without the check, W= would have made its files in the root directory
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W= -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W='': one path expected, without spaces (make splits names at them)"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W="my work" -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W='my work': one path expected"
+    refute_output --partial "Circular"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" TEST_TREES="a b.txt" -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: TEST_TREES='a b.txt': one path expected"
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w WMT_DL= -n
+    assert_failure
+    assert_output --partial "wmt_enfr.mk: WMT_DL='': one path expected"
+    # the sources themselves under a path with a space
+    ln -s "$TFM_ROOT" "t fm"
+    run make -f "t fm/pipelines/wmt_ende.mk" help
+    assert_failure
+    assert_output --partial "wmt_ende.mk: cannot find pipelines/common.mk beside 't fm/pipelines/wmt_ende.mk': make cannot read a path with a space"
+    assert_equal "$(ls -A)" "t fm"
+}
