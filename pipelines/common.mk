@@ -66,8 +66,10 @@ $(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 SETS = $(if $(TOKENS),--set tokens=$(TOKENS)) $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) \
        $(addprefix --set ,$(EXTRA_SET) $(SET))
-# A key of the effective config (shell code for a recipe).
-cfg = $$($(TFM)train -c $(CONFIG) $(SETS) --print-config | sed -n 's/^$(1) = //p')
+# The effective config, into the shell variable config, and a key of it (shell code for a
+# recipe): a config or override that tfm-train refuses stops the recipe with its message.
+get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
+cfg = $$(sed -n 's/^$(1) = //p' <<< "$$config")
 
 LIMITS = $(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(MAX_TIME),--max-time $(MAX_TIME)) \
          $(foreach s,$(SAVE_EVERY),--save-every $(s))
@@ -182,7 +184,12 @@ $(W)/%.tfm: $(W)/% $(W)/spm.model
 	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
 
 # ---- batches: the budget and the length limit come from the effective config ---------------
+# (set -x shows the command with the values it was given)
+$(CONFIG):
+	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
+
 $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches
+	@$(get_config); set -x; \
 	$(TFM)batch --tokens $(call cfg,tokens) --max-len $(call cfg,max_len) --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 

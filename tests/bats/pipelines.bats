@@ -427,3 +427,19 @@ need_tools() {
     assert_output --partial "wmt_ende.mk: cannot find pipelines/common.mk beside 't fm/pipelines/wmt_ende.mk': make cannot read a path with a space"
     assert_equal "$(ls -A)" "t fm"
 }
+
+@test "a config or SET that tfm-train refuses stops at the batches with its message" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/bad"
+    run $ENDE W="$w" SET=bogus=1 "$w/train.batches.tfm"
+    assert_failure
+    assert_line "tfm-train: --set bogus=1: key 'bogus': unknown key"
+    refute_output --partial "usage: tfm-batch"
+    assert_file_not_exist "$w/train.batches.tfm"
+    run $ENDE W="$w" "$w/train.batches.tfm"
+    assert_success
+    assert_line "+ $BIN/tfm-batch --tokens 1024 --max-len 128 --seed 1 --quiet -o $w/train.batches.tfm $w/train.src.tfm $w/train.tgt.tfm"
+    run $ENDE W="$w" CONFIG="$BATS_TEST_TMPDIR/none.conf"
+    assert_failure
+    assert_output --partial "wmt_ende.mk: CONFIG=$BATS_TEST_TMPDIR/none.conf: no such file"
+}
