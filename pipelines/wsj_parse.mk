@@ -105,6 +105,8 @@ reverse_words = awk '{ for (i = NF; i > 1; i--) printf "%s ", $$i; print $$1 }'
 $(W)/%.src: $(W)/%.lin $(W)/settings/source
 	cut -f1 $< $(if $(filter 1,$(REVERSE)),| $(reverse_words)) > $@.tmp; mv $@.tmp $@
 $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
+# Named, so that make keeps them rather than deleting them as intermediate files.
+$(W)/valid.src $(W)/valid.tgt:
 
 # The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
 one_tree_a_line = awk '{ for (i = 1; i <= length($$0); i++) { c = substr($$0, i, 1); \

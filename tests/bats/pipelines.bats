@@ -268,8 +268,9 @@ need_tools() {
     local P="$BATS_TEST_TMPDIR/parse"
     run $PARSE W="$P"
     assert_success
-    for f in train.lin train.src train.tgt spm.model train.batches.tfm valid.batches.tfm \
-             model.tfm test.hyp.tfm test.hyp.txt test.hyp.lin test.trees test.gold; do
+    refute_line --regexp '^rm '
+    for f in train.lin train.src train.tgt valid.src valid.tgt spm.model train.batches.tfm \
+             valid.batches.tfm model.tfm test.hyp.tfm test.hyp.txt test.hyp.lin test.trees test.gold; do
         assert_file_exist "$P/$f"
     done
     [ "$(wc -l < "$P/test.trees")" -eq 6 ]
