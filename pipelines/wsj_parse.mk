@@ -59,7 +59,13 @@ LEAVES    ?= words
 ifeq ($(filter $(LEAVES),words xx tags),)
 $(error $(MAKEFILE_NAME): LEAVES=$(LEAVES): use words, xx or tags)
 endif
+ifeq ($(filter $(REVERSE),0 1),)
+$(error $(MAKEFILE_NAME): REVERSE=$(REVERSE): use 0 or 1)
+endif
 TREE      ?= $(if $(and $(filter words,$(LEAVES)),$(filter-out 1,$(REVERSE))),copy,count)
+ifeq ($(filter $(TREE),copy count off),)
+$(error $(MAKEFILE_NAME): TREE=$(TREE): use copy, count or off)
+endif
 # Linearized trees are one piece a token when pieces may mix brackets and letters.
 VOCAB     ?= 4000
 SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false

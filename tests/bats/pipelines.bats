@@ -342,6 +342,13 @@ need_tools() {
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" LEAVES=trees help
     assert_failure
     assert_output --partial "LEAVES=trees: use words, xx or tags"
+    # values that would be found wrong only after training, or not at all, refused at once
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" TREE=on help
+    assert_failure
+    assert_output --partial "wsj_parse.mk: TREE=on: use copy, count or off"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" REVERSE=yes help
+    assert_failure
+    assert_output --partial "wsj_parse.mk: REVERSE=yes: use 0 or 1"
 }
 
 @test "wsj_parse: REVERSE=1 reverses the model's source, not the words restored" {
