@@ -152,7 +152,7 @@ endif
 ifneq ($(CLEAN_LEN)$(CLEAN_RATIO),)
 pieces = $(TFM)tokenize encode -m $(W)/spm.model --threads $(THREADS) --quiet $(1) | \
          $(TFM)tokenize decode --ids | awk '{ print NF }'
-$(W)/train.len: $(W)/train.raw.src $(W)/train.raw.tgt $(W)/spm.model
+$(W)/train.len: $(W)/train.raw.src $(W)/train.raw.tgt $(W)/spm.model | $(BIN)/tfm-tokenize
 	paste -d ' ' <($(call pieces,$(W)/train.raw.src)) <($(call pieces,$(W)/train.raw.tgt)) | \
 	    awk 'NF != 2 { print "$(MAKEFILE_NAME): $(W)/train.raw.src and .tgt: line counts differ" \
 	                   > "/dev/stderr"; exit 1 } 1' > $@.tmp
@@ -175,12 +175,17 @@ $(W)/train.src: $(W)/train.len $(W)/train.raw.src $(W)/settings/clean ; @$(call 
 $(W)/train.tgt: $(W)/train.len $(W)/train.raw.tgt $(W)/settings/clean ; @$(call keep,tgt) > $@.tmp; mv $@.tmp $@
 endif
 
+# ---- the tools: each stage's are order-only prerequisites, so that a missing one stops the
+# stage with this message, and a rebuilt one redoes nothing
+$(BIN)/tfm-%:
+	@echo "$(MAKEFILE_NAME): $@: no such tool: build tfm first (make in $(PIPE_ROOT)), or set BIN" >&2; exit 1
+
 # ---- SentencePiece model and token streams -------------------------------------------------
-$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm
+$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm | $(BIN)/tfm-tokenize
 	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
 	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $(wordlist 1,2,$^)
 
-$(W)/%.tfm: $(W)/% $(W)/spm.model
+$(W)/%.tfm: $(W)/% $(W)/spm.model | $(BIN)/tfm-tokenize
 	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
 
 # ---- batches: the budget and the length limit come from the effective config ---------------
@@ -188,7 +193,7 @@ $(W)/%.tfm: $(W)/% $(W)/spm.model
 $(CONFIG):
 	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
 
-$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches
+$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train
 	@$(get_config); set -x; \
 	$(TFM)batch --tokens $(call cfg,tokens) --max-len $(call cfg,max_len) --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
@@ -197,7 +202,7 @@ $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batche
 # An interrupted run resumes from its newest checkpoint; checkpoints older than the batches
 # belong to other data, and the run starts afresh.  `rm $(W)/train.done` and make again to
 # train further (with a larger MAX_STEPS or another MAX_TIME).
-$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
+$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG) | $(BIN)/tfm-train
 	@if [ -n "$$(find $(W)/ckpt -name 'step-*.tfm' ! -newer $< 2>/dev/null)" ]; then \
 	    echo "$(W)/ckpt: checkpoints older than the batches: starting afresh" >&2; \
 	    rm -rf $(W)/ckpt; fi
@@ -208,21 +213,21 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
 	touch $@
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
-$(W)/model.tfm: $(W)/train.done $(W)/settings/avg
+$(W)/model.tfm: $(W)/train.done $(W)/settings/avg | $(BIN)/tfm-avg
 	n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); [ $$n -le $(AVG) ] || n=$(AVG); \
 	$(TFM)avg -n $$n -o $@ $(W)/ckpt
 
 # ---- decoding -------------------------------------------------------------------------------
-$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm $(W)/settings/decode
+$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm $(W)/settings/decode | $(BIN)/tfm-decode
 	$(TFM)decode -m $< $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) --quiet \
 	    -o $@ $(W)/test.src.tfm
 
-$(W)/test.hyp.txt: $(W)/test.hyp.tfm
+$(W)/test.hyp.txt: $(W)/test.hyp.tfm | $(BIN)/tfm-tokenize
 	$(TFM)tokenize decode $< > $@.tmp; mv $@.tmp $@
 
 # ---- the score: sacreBLEU's BLEU of the detokenized hypotheses, printed and kept -------------
 ifndef OWN_SCORE
-$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt $(W)/settings/score
+$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score -r $(W)/test.tgt $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@
 endif
@@ -238,7 +243,7 @@ plot:
 # the averaged model, every layer's encoder-decoder, encoder and decoder self-attention
 # written as a stream (tfm-decode --attention) and drawn as heat maps, one picture a layer
 # and kind with a panel a head: attention/SENT.{cross,enc,dec}.LAYER.png.
-attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model
+attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model | $(BIN)/tfm-tokenize $(BIN)/tfm-decode $(BIN)/tfm-cat
 	@n=$$(wc -l < $(W)/test.src); \
 	case "$(SENT)" in ''|*[!0-9]*|0*) \
 	    echo "$(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src (1 to $$n), is needed" >&2; \

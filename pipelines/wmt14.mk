@@ -99,7 +99,7 @@ paper_how = $(if $(PAPER_TOK),tokenized by '$(PAPER_TOK)',tokenized by the mteva
 # Both score the text of the hypotheses, test.hyp.txt; test.{hyp,tgt}.tok are the
 # tokenized text that the paper's BLEU counts (hyphens not yet split).
 settings.score = SCORE_FLAGS=$(SCORE_FLAGS) PAPER_TOK=$(PAPER_TOK)
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.tgt $(W)/settings/score
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm-score
 	$(paper_tok) < $(W)/test.tgt > $(W)/test.tgt.tok
 	$(paper_tok) < $(W)/test.hyp.txt > $(W)/test.hyp.tok
 	@n=$$(wc -l < $(W)/test.tgt); \

@@ -100,9 +100,9 @@ settings.text-test  = TEST_TREES=$(abspath $(TEST_TREES)) TEST_LINES=$(TEST_LINE
 settings.source     = REVERSE=$(REVERSE)
 settings.score      = SCORE_FLAGS=$(SCORE_FLAGS) EVALB_PRM=$(abspath $(EVALB_PRM))
 EXTRA_SETTINGS      = source
-$(W)/train.lin: $(TRAIN_TREES) $(W)/settings/text-train ; $(call lin,$<,$(TRAIN_LINES))
-$(W)/valid.lin: $(VALID_TREES) $(W)/settings/text-valid ; $(call lin,$<)
-$(W)/test.lin:  $(TEST_TREES) $(W)/settings/text-test ; $(call lin,$<,$(TEST_LINES))
+$(W)/train.lin: $(TRAIN_TREES) $(W)/settings/text-train | $(BIN)/tfm-score ; $(call lin,$<,$(TRAIN_LINES))
+$(W)/valid.lin: $(VALID_TREES) $(W)/settings/text-valid | $(BIN)/tfm-score ; $(call lin,$<)
+$(W)/test.lin:  $(TEST_TREES) $(W)/settings/text-test | $(BIN)/tfm-score ; $(call lin,$<,$(TEST_LINES))
 # The words of each tree (test.words: what restoration and the score read) and the model's
 # source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
 # al. (2015) fed their parser.
@@ -131,17 +131,17 @@ $(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test
 # punctuation is deleted alike on both sides (see tfm-score(1), Restoration).
 
 # The restored trees, to read; the score restores them again by the same rule (root S).
-$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words
+$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words | $(BIN)/tfm-score
 	$(TFM)score --restore --source $(W)/test.words $< > $@.tmp; mv $@.tmp $@
 
 # The restored trees linearized again: the decoder's output as restoration repaired it, in
 # the form of test.tgt, to compare with it line by line.
-$(W)/test.hyp.lin: $(W)/test.trees $(W)/settings/score
+$(W)/test.hyp.lin: $(W)/test.trees $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --linearize $(sort $(LIN_FLAGS) $(filter --keep-tags,$(SCORE_FLAGS))) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
 $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt \
-               $(W)/settings/score
+               $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
@@ -155,7 +155,7 @@ $(W)/test.rb.txt: $(W)/test.words
 	awk '{ s = ""; for (i = 1; i < NF; i++) s = s (i == 1 ? "(S" : "(VP") " XX "; s = s "XX"; \
 	       for (i = NF - 1; i >= 1; i--) s = s (i == 1 ? " )S" : " )VP"); print s }' $< > $@.tmp
 	mv $@.tmp $@
-$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/settings/score
+$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/settings/score | $(BIN)/tfm-score
 	sed 's/^LABELED[ \t]*1/LABELED 0/' $(EVALB_PRM) > $(W)/unlabeled.prm
 	{ echo "labeled:"; \
 	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words $<; \

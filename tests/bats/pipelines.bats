@@ -451,3 +451,25 @@ need_tools() {
     assert_failure
     assert_output --partial "wmt_ende.mk: CONFIG=$BATS_TEST_TMPDIR/none.conf: no such file"
 }
+
+@test "a tool that is not built stops its stage with a message naming it" {
+    cd "$BATS_TEST_TMPDIR"
+    mkdir bin
+    run $ENDE W=w BIN="$PWD/bin"
+    assert_failure
+    assert_line "wmt_ende.mk: $PWD/bin/tfm-tokenize: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
+    refute_output --partial "No such file or directory"
+    assert_not_exist w/spm.model
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
+    assert_failure
+    assert_line "wsj_parse.mk: $PWD/bin/tfm-score: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
+    # a rebuilt tool redoes nothing
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cp "$BIN/tfm-score" bin/
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
+    assert_success
+    touch bin/tfm-score
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
+    assert_success
+    assert_output --partial "is up to date"
+}
