@@ -211,6 +211,12 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG) | $(BIN
 	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
 	    --log $(W)/train.log --progress --report-every $(REPORT_EVERY) $<
 	touch $@
+# train.done without the checkpoints it records (ckpt/ deleted): train again.
+ifneq ($(wildcard $(W)/train.done),)
+ifeq ($(wildcard $(W)/ckpt/step-*.tfm),)
+$(W)/train.done: FORCE
+endif
+endif
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
 $(W)/model.tfm: $(W)/train.done $(W)/settings/avg | $(BIN)/tfm-avg

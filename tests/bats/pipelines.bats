@@ -243,6 +243,23 @@ need_tools() {
     grep -q 'SEED=1$' "$w/settings/batches"
 }
 
+@test "wmt_ende: deleted checkpoints are trained again" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/gone"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
+    assert_success
+    rm -r "$w/ckpt" "$w/model.tfm"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
+    assert_success
+    assert_output --partial "tfm-train -c"
+    assert_file_exist "$w/ckpt/step-000003.tfm"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta step=3"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
+    assert_success
+    assert_output --partial "is up to date"
+}
+
 @test "wmt_ende: LAUNCH trains as several processes" {
     need_tools
     local w="$BATS_FILE_TMPDIR/ende-launch"
