@@ -429,7 +429,7 @@ need_tools() {
     assert_file_exist mine/notes.txt
 }
 
-@test "an empty path, or one with a space, is refused before anything is made" {
+@test "an empty path, or one with a space or a character of syntax, is refused before anything is made" {
     cd "$BATS_TEST_TMPDIR"
     # -n: without the check, W= would have made its files in the root directory
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W= -n
@@ -445,6 +445,18 @@ need_tools() {
     run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w WMT_DL= -n
     assert_failure
     assert_output --partial "wmt_enfr.mk: WMT_DL='': one path expected"
+    # characters of the shell's or make's syntax: a recipe would run something else
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" "W=it's" -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=it's: ' in a path: the shell or make would read it as syntax"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" 'W=run;1' -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=run;1: ; in a path"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" 'W=w%1' -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: W=w%1: % in a path"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=ok_dir-1.2+x@y -n
+    assert_success
     # the sources themselves under a path with a space
     ln -s "$TFM_ROOT" "t fm"
     run make -f "t fm/pipelines/wmt_ende.mk" help
