@@ -59,11 +59,20 @@ $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES)):
 
 download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 
+# $(call locked,DIR,FILE...): shell code that makes DIR and holds its lock (flock) for the
+# rest of the recipe, so that two runs sharing WMT14_DIR take turns rather than writing the
+# same temporary files at once; the second finds the FILEs made, and stops there.
+locked = mkdir -p $(1); exec 9< $(1); \
+    flock -n 9 || { echo "$(1): another run is making files there: waiting for it" >&2; flock 9; }; \
+    ready=1; for f in $(2); do [ -e $$f ] || ready=; done; \
+    if [ -n "$$ready" ]; then echo "$(2): made by the other run"; exit 0; fi
+
 # ---- training corpus: both sides at once, a corpus at a time, its line counts compared ---
 %/train.en %/train.$(L2): | $(addprefix $(WMT_DL)/,$(WMT_TRAIN_ARCHIVES))
 	@$(FETCH) $(WMT_TRAIN_ARCHIVES)
-	@mkdir -p $*; rm -f $*/train.en.tmp $*/train.$(L2).tmp
-	@for c in $(WMT14_CORPORA); do \
+	@$(call locked,$*,$*/train.en $*/train.$(L2)); \
+	rm -f $*/train.en.tmp $*/train.$(L2).tmp; \
+	for c in $(WMT14_CORPORA); do \
 	    a=$(WMT_DL)/$${c%%:*}; m=$${c#*:}; \
 	    n1=$$(tar -xOf $$a "$${m//@/en}" | zcat -f | tee -a $*/train.en.tmp | wc -l); \
 	    n2=$$(tar -xOf $$a "$${m//@/$(L2)}" | zcat -f | tee -a $*/train.$(L2).tmp | wc -l); \
@@ -71,7 +80,7 @@ download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 	        echo "$(MAKEFILE_NAME): $$a: $${m//@/en} has $$n1 lines, $${m//@/$(L2)} $$n2" >&2; \
 	        exit 1; fi; \
 	    echo "$*/train: $$n1 pairs from $$a ($${m//@/*})"; \
-	done
+	done; \
 	mv $*/train.$(L2).tmp $*/train.$(L2); mv $*/train.en.tmp $*/train.en
 
 # ---- test set: the segments of the SGML, whitespace runs made one space, ends trimmed ------
@@ -79,14 +88,14 @@ SGM_TEXT = perl -CSD -ne 's{^<seg[^>]*>(.*)</seg>.*}{$$1}s or next; s/\s+/ /g; s
 
 %/newstest2014.en %/newstest2014.$(L2): | $(WMT_DL)/dev.tgz
 	@$(FETCH) dev.tgz
-	@mkdir -p $*
-	@tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp
-	@tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp
-	@n1=$$(wc -l < $*/newstest2014.en.tmp); n2=$$(wc -l < $*/newstest2014.$(L2).tmp); \
+	@$(call locked,$*,$*/newstest2014.en $*/newstest2014.$(L2)); \
+	tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp; \
+	tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp; \
+	n1=$$(wc -l < $*/newstest2014.en.tmp); n2=$$(wc -l < $*/newstest2014.$(L2).tmp); \
 	if [ $$n1 -ne $$n2 ] || [ $$n1 -eq 0 ]; then \
 	    echo "$(MAKEFILE_NAME): $(WMT_DL)/dev.tgz: $(WMT_TEST_EN) has $$n1 segments, $(WMT_TEST_L2) $$n2" >&2; \
 	    exit 1; fi; \
-	echo "$*/newstest2014: $$n1 segments from $(WMT_DL)/dev.tgz ($(WMT_TEST_EN), $(WMT_TEST_L2))"
+	echo "$*/newstest2014: $$n1 segments from $(WMT_DL)/dev.tgz ($(WMT_TEST_EN), $(WMT_TEST_L2))"; \
 	mv $*/newstest2014.$(L2).tmp $*/newstest2014.$(L2); mv $*/newstest2014.en.tmp $*/newstest2014.en
 
 # ---- the score: sacreBLEU and the paper's BLEU, each under its label ----------------------

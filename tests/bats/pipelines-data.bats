@@ -206,6 +206,48 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     cmp "$M/dev.tgz" dl/dev.tgz
 }
 
+@test "two runs sharing WMT_DL and WMT14_DIR take turns: the second waits, then uses what the first made" {
+    need_curl
+    command -v flock > /dev/null || skip "flock not installed"
+    # This test holds the lock of WMT_DL, as a download under way would, and meanwhile puts
+    # the archive there itself: the fetch waits, and then checks it instead of writing a .part.
+    mkdir dl
+    exec 8< dl
+    flock 8
+    # (8<&-: the lock is this test's, not the run's)
+    WMT_SUMS="$M/wmt14.sums" WMT_MIRROR="$OFFLINE" "$TFM_ROOT/pipelines/wmt14-fetch.sh" dl dev.tgz \
+        > fetch.out 2>&1 8<&- &
+    local pid=$!
+    sleep 1
+    assert_equal "$(cat fetch.out)" "wmt14-fetch: dl: another run is downloading or checking archives there: waiting for it"
+    assert_not_exist dl/dev.tgz.part
+    cp "$M/dev.tgz" dl/
+    exec 8<&-
+    timeout 20 tail --pid=$pid -f /dev/null
+    wait $pid
+    refute grep -q 'cannot download' fetch.out
+    cmp "$M/dev.tgz" dl/dev.tgz
+    # The same for WMT14_DIR: the other run's ready files are not made again, nor mixed
+    # with this one's.
+    mkdir d
+    exec 8< d
+    flock 8
+    $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/newstest2014.en > make.out 2>&1 8<&- &
+    pid=$!
+    sleep 1
+    assert_equal "$(cat make.out)" "d: another run is making files there: waiting for it"
+    assert_equal "$(ls -A d)" ""
+    echo 'made by the other run' > d/newstest2014.en
+    echo 'vom anderen Lauf' > d/newstest2014.de
+    exec 8<&-
+    timeout 20 tail --pid=$pid -f /dev/null
+    wait $pid
+    assert_equal "$(tail -1 make.out)" "d/newstest2014.en d/newstest2014.de: made by the other run"
+    assert_equal "$(cat d/newstest2014.en)" "made by the other run"
+    assert_equal "$(ls -A d)" "newstest2014.de
+newstest2014.en"
+}
+
 @test "offline: the download stops at once, naming the archive, its address and the ways out" {
     need_curl
     local t0=$SECONDS
