@@ -502,3 +502,17 @@ need_tools() {
     assert_success
     assert_output --partial "is up to date"
 }
+
+@test "wsj_parse: attention draws a sentence with % among its pieces" {
+    command -v gnuplot > /dev/null || skip "gnuplot is not installed"
+    need_tools
+    local p="$BATS_TEST_TMPDIR/pct"
+    # dev sentence 2: "Primerica , which had owned nearly 70 % of Williams , ..."
+    run $PARSE W="$p" TEST_LINES=2 attention SENT=2
+    assert_success
+    grep -q ' % ' "$p/test.src"
+    refute_output --partial "Bad format character"
+    for k in cross enc dec; do
+        [ -s "$p/attention/2.$k.1.png" ]
+    done
+}
