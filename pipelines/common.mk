@@ -64,7 +64,7 @@ PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VA
             $(EXTRA_PATH_VARS)
 SYNTAX_CHARS := ' " ` $$ ; & | < > ( ) { } [ ] * ? ! \ \# % : =
 $(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
-    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them))))
+    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
 $(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(v))),$(error \
     $(MAKEFILE_NAME): $(v)=$($(v)): $(c) in a path: the shell or make would read it as syntax))))
 

@@ -4,7 +4,9 @@
 # 300), decoded trees are restored with the source words (tfm-score --restore) and scored
 # with EVALB's COLLINS.prm (tfm-score --metric f1).
 #   make -f pipelines/wsj_parse.mk                 the bundled NLTK WSJ sample, small model
-#   make -f pipelines/wsj_parse.mk SIZE=paper TRAIN_TREES=02-21 VALID_TREES=22 TEST_TREES=23
+#   make -f pipelines/wsj_parse.mk SIZE=paper TRAIN_TREES=wsj-02-21.mrg VALID_TREES=wsj-22.mrg \
+#       TEST_TREES=wsj-23.mrg        the Penn Treebank's WSJ sections, each set's .mrg files
+#                                    joined into one (cat 02/*.mrg ... 21/*.mrg > wsj-02-21.mrg)
 #   make -f pipelines/wsj_parse.mk help
 
 MAKEFILE_NAME := wsj_parse.mk

@@ -434,7 +434,7 @@ need_tools() {
     # -n: without the check, W= would have made its files in the root directory
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W= -n
     assert_failure
-    assert_output --partial "wmt_ende.mk: W='': one path expected, without spaces (make splits names at them)"
+    assert_output --partial "wmt_ende.mk: W='': one path expected, without spaces (make splits names at them; several files: join them into one)"
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W="my work" -n
     assert_failure
     assert_output --partial "wmt_ende.mk: W='my work': one path expected"
@@ -442,6 +442,13 @@ need_tools() {
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" TEST_TREES="a b.txt" -n
     assert_failure
     assert_output --partial "wsj_parse.mk: TEST_TREES='a b.txt': one path expected"
+    # two files, of which only the first was read
+    local d="$TFM_ROOT/data/ptb-nltk-sample"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t \
+        TRAIN_TREES="$d/wsj_0150-0169.dev.oneline.txt $d/wsj_0001-0149.train.oneline.txt" t/train.lin
+    assert_failure
+    assert_output --partial "several files: join them into one"
+    assert_not_exist t
     run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w WMT_DL= -n
     assert_failure
     assert_output --partial "wmt_enfr.mk: WMT_DL='': one path expected"
