@@ -69,8 +69,10 @@ $(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(
     $(MAKEFILE_NAME): $(v)=$($(v)): $(c) in a path: the shell or make would read it as syntax))))
 
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
-SETS = $(if $(TOKENS),--set tokens=$(TOKENS)) $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) \
-       $(addprefix --set ,$(EXTRA_SET) $(SET))
+# The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
+# MAX_LEN and SET, later, win.
+SETS = $(strip $(addprefix --set ,$(EXTRA_SET)) $(if $(TOKENS),--set tokens=$(TOKENS)) \
+       $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) $(addprefix --set ,$(SET)))
 # The effective config, into the shell variable config, and a key of it (shell code for a
 # recipe): a config or override that tfm-train refuses stops the recipe with its message.
 get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
@@ -108,7 +110,7 @@ settings.text-test  ?= TEST_SRC=$(abspath $(TEST_SRC)) TEST_TGT=$(abspath $(TEST
     TEST_SEL=$(TEST_SEL) TEST_LINES=$(TEST_LINES) PREP=$(PREP)
 settings.clean   = CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)
 settings.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS=$(SPM_FLAGS)
-settings.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(strip $(SETS)) SEED=$(SEED)
+settings.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(SETS) SEED=$(SEED)
 settings.avg     = AVG=$(AVG)
 settings.decode  = DECODE_FLAGS=$(strip $(DECODE_FLAGS))
 settings.score  ?= SCORE_FLAGS=$(SCORE_FLAGS)
@@ -199,8 +201,8 @@ $(CONFIG):
 	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
 
 $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train
-	@$(get_config); set -x; \
-	$(TFM)batch --tokens $(call cfg,tokens) --max-len $(call cfg,max_len) --seed $(SEED) \
+	@$(get_config); tokens=$(call cfg,tokens); max_len=$(call cfg,max_len); set -x; \
+	$(TFM)batch --tokens $$tokens --max-len $$max_len --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 
 # ---- training -------------------------------------------------------------------------------

@@ -230,7 +230,7 @@ need_tools() {
     run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
         SET=dropout=0.2
     assert_success
-    assert_output --regexp "tfm-train -c $BATS_TEST_TMPDIR/old.conf --set tokens=1024 +--set dropout=0.2 "
+    assert_output --partial "tfm-train -c $BATS_TEST_TMPDIR/old.conf --set tokens=1024 --set dropout=0.2 "
     assert_output --partial "starting afresh"
     # make -n says what a changed SEED would redo, and changes nothing
     local before; before=$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")
@@ -522,4 +522,21 @@ need_tools() {
     for k in cross enc dec; do
         [ -s "$p/attention/2.$k.1.png" ]
     done
+}
+
+@test "wsj_parse: TOKENS, MAX_LEN and SET win over the settings of SIZE=small" {
+    need_tools
+    cd "$BATS_TEST_TMPDIR"
+    local p="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN W=k TRAIN_LINES=50 VOCAB=300 THREADS=1"
+    run $p k/train.batches.tfm
+    assert_success
+    assert_line --partial "tfm-batch --tokens 1024 --max-len 1024 "
+    run $p TOKENS=2048 MAX_LEN=300 SET='d_model=64 heads=2' k/train.batches.tfm
+    assert_success
+    assert_line --partial "tfm-batch --tokens 2048 --max-len 300 "
+    # the effective config of the run: the overrides as settings/batches records them
+    run tfm-train -c "$TFM_ROOT/configs/parse.conf" $(sed 's/^CONFIG=[^ ]* SETS=//; s/ SEED=.*//' k/settings/batches) --print-config
+    assert_line "d_model = 64"
+    assert_line "heads = 2"
+    assert_line "layers = 2"
 }
