@@ -68,6 +68,16 @@ $(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
 $(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(v))),$(error \
     $(MAKEFILE_NAME): $(v)=$($(v)): $(c) in a path: the shell or make would read it as syntax))))
 
+# The numbers that awk and the shell read in the recipes, checked before anything is made
+# (awk takes TRAIN_LINES=abc for 0 lines, CLEAN_LEN=x for no limit): whole numbers from 1,
+# CLEAN_RATIO a decimal; unset, where the variable may be.
+no_digits = $(subst 9,,$(subst 8,,$(subst 7,,$(subst 6,,$(subst 5,,$(subst 4,,$(subst 3,,$(subst \
+    2,,$(subst 1,,$(subst 0,,$(1)))))))))))
+$(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
+    $(if $($(v)),,$(filter AVG,$(v)))),$(error $(MAKEFILE_NAME): $(v)=$($(v)): a whole number from 1 expected)))
+$(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO))),\
+    $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number expected, such as 1.5))
+
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 # The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
 # MAX_LEN and SET, later, win.

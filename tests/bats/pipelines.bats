@@ -540,3 +540,23 @@ need_tools() {
     assert_line "heads = 2"
     assert_line "layers = 2"
 }
+
+@test "numbers that the recipes read are checked before anything is made" {
+    cd "$BATS_TEST_TMPDIR"
+    local v
+    for v in TRAIN_LINES=abc TEST_LINES=-5 AVG=x AVG= AVG=0 CLEAN_LEN=1e3; do
+        run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w "$v" -n
+        assert_failure
+        assert_output --partial "wmt_ende.mk: $v: a whole number from 1 expected"
+    done
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=x -n
+    assert_failure
+    assert_output --partial "wmt_enfr.mk: CLEAN_RATIO=x: a number expected, such as 1.5"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w TEST_LINES=1,5 -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: TEST_LINES=1,5: a whole number from 1 expected"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w TRAIN_LINES=12 TEST_LINES= AVG=3 \
+        CLEAN_LEN=80 CLEAN_RATIO=1.5 -n
+    assert_success
+    assert_not_exist w
+}
