@@ -319,4 +319,4 @@ help:
 	@echo "  SENT=$(SENT)  attention: the test sentence (line number) whose attention is drawn"
 	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
 
-.PHONY: all attention clean help plot score stages
+.PHONY: FORCE all attention clean help plot score stages
