@@ -42,6 +42,8 @@ VALID_BLEU  ?=
 REPORT_EVERY ?= 100
 SENT        ?=
 AVG         ?= 5
+# The checkpoints kept (tfm-train --keep): the newest KEEP; unset, all of them.
+KEEP        ?=
 BEAM        ?=
 ALPHA       ?=
 MAX_LEN_B   ?=
@@ -73,7 +75,7 @@ $(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(
 # CLEAN_RATIO a decimal; unset, where the variable may be.
 no_digits = $(subst 9,,$(subst 8,,$(subst 7,,$(subst 6,,$(subst 5,,$(subst 4,,$(subst 3,,$(subst \
     2,,$(subst 1,,$(subst 0,,$(1)))))))))))
-$(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
+$(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
     $(if $($(v)),,$(filter AVG,$(v)))),$(error $(MAKEFILE_NAME): $(v)=$($(v)): a whole number from 1 expected)))
 $(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO))),\
     $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number expected, such as 1.5))
@@ -89,7 +91,7 @@ get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
 cfg = $$(sed -n 's/^$(1) = //p' <<< "$$config")
 
 LIMITS = $(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(MAX_TIME),--max-time $(MAX_TIME)) \
-         $(foreach s,$(SAVE_EVERY),--save-every $(s))
+         $(foreach s,$(SAVE_EVERY),--save-every $(s)) $(if $(KEEP),--keep $(KEEP))
 DECODE_FLAGS = $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha $(ALPHA)) \
                $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B)) $(EXTRA_DECODE_FLAGS)
 
@@ -237,8 +239,9 @@ endif
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
 $(W)/model.tfm: $(W)/train.done $(W)/settings/avg | $(BIN)/tfm-avg
-	n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); [ $$n -le $(AVG) ] || n=$(AVG); \
-	$(TFM)avg -n $$n -o $@ $(W)/ckpt
+	@n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); if [ $$n -ge $(AVG) ]; then n=$(AVG); else \
+	    echo "$(W)/ckpt: $$n checkpoints, fewer than AVG=$(AVG): the average of $$n" >&2; fi; \
+	set -x; $(TFM)avg -n $$n -o $@ $(W)/ckpt
 
 # ---- decoding -------------------------------------------------------------------------------
 $(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm $(W)/settings/decode | $(BIN)/tfm-decode
@@ -309,7 +312,7 @@ help:
 	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE)  the shared SentencePiece model"
 	@echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"
 	@echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"
-	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG)  checkpoint interval (time or updates), checkpoints averaged"
+	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG) KEEP=$(KEEP)  checkpoint interval (time or updates), checkpoints averaged, kept (unset: all)"
 	@echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"
 	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
 	@echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"

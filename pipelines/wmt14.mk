@@ -38,6 +38,9 @@ CORPUS_MADE := $(WMT14_DIR)/train.en $(WMT14_DIR)/train.$(L2) \
                $(WMT14_DIR)/newstest2014.en $(WMT14_DIR)/newstest2014.$(L2)
 CLEAN_LEN   ?= 250
 CLEAN_RATIO ?= 1.5
+# A checkpoint of the base model with its Adam moments is about 0.7 GB, of the big one 2.3 GB,
+# one every 10 minutes for days: only the newest AVG, which the average needs, are kept.
+KEEP        ?= $(AVG)
 
 WMT_HELP_VARS = "WMT_MIRROR=$(WMT_MIRROR)  a mirror URL or local directory with the archives (unset: the official addresses)" \
     "WMT_DL=$(WMT_DL)  where the archives go  WMT_SUMS=$(WMT_SUMS)  their sizes and SHA-256" \

@@ -205,7 +205,7 @@ need_tools() {
     # AVG: the average again, from the same checkpoints
     run $ENDE W="$w" BEAM=1 AVG=1
     assert_success
-    assert_output --partial "tfm-avg -n \$n -o $w/model.tfm"
+    assert_output --partial "tfm-avg -n 1 -o $w/model.tfm"
     refute_output --partial "tfm-train"
     run tfm-cat --header "$w/model.tfm"
     assert_line "meta averaged.steps=8"
@@ -261,6 +261,28 @@ need_tools() {
     run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
     assert_success
     assert_output --partial "is up to date"
+}
+
+@test "wmt_ende: KEEP keeps the newest checkpoints; the WMT14 pipelines keep AVG of them" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/keep"
+    run $ENDE W="$w" KEEP=2 "$w/model.tfm"
+    assert_success
+    assert_output --partial "--save-every 3 --keep 2 "
+    assert_equal "$(ls "$w/ckpt" | grep step-)" "step-000006.tfm
+step-000008.tfm"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta averaged.steps=6,8"
+    # more asked for than there are: said, and the average of those there are
+    run $ENDE W="$w" KEEP=2 AVG=3 "$w/model.tfm"
+    assert_success
+    assert_line "$w/ckpt: 2 checkpoints, fewer than AVG=3: the average of 2"
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" help
+    assert_line --partial "AVG=20 KEEP=20 "
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt14 AVG=7 help
+    assert_line --partial "AVG=7 KEEP=7 "
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" help
+    assert_line --partial "AVG=5 KEEP= "
 }
 
 @test "wmt_ende: LAUNCH trains as several processes" {
