@@ -12,6 +12,9 @@
 # neither a newer archive nor a deleted one redoes anything.  Each archive is checked (size
 # and SHA-256) again right before it is read.
 
+# The corpus rules below match DIR/train.en: WMT14_DIR=. is named by its path instead, since
+# make reads ./train.en as train.en, which no rule matches.
+override WMT14_DIR := $(if $(filter . ./,$(WMT14_DIR)),$(CURDIR),$(WMT14_DIR))
 WMT_MIRROR  ?=
 WMT_SUMS    ?= $(PIPE_ROOT)/pipelines/wmt14.sums
 WMT_DL      ?= wmt-archives

@@ -129,6 +129,18 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     assert_file_not_exist d/train.en.tmp
 }
 
+@test "WMT14_DIR=. makes the corpus in the current directory" {
+    need_curl
+    run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=. W=w w/train.raw.src w/test.tgt
+    assert_success
+    assert_line "$PWD/train: 80 pairs from dl/training-parallel-nc-v9.tgz (training/news-commentary-v9.de-en.*)"
+    [ "$(wc -l < train.en)" -eq 304 ]
+    diff newstest2014.de w/test.tgt
+    run $ENDE WMT_MIRROR="$OFFLINE" WMT_DL=dl WMT14_DIR=./ W=w w/train.raw.src w/test.tgt
+    assert_success
+    refute_output --partial "pairs from"
+}
+
 @test "EN-FR: UN and Giga-FrEn too (gzip members of a plain tar)" {
     need_curl
     run $ENFR WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/train.en d/newstest2014.fr
