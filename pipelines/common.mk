@@ -15,6 +15,7 @@
 #   test.hyp.tfm test.hyp.txt     hypotheses as a stream and as text
 #   train.png train.svg           the curves of train.log (`plot`)
 #   attention/N.tfm, N.*.png      the attention of test sentence N (`attention SENT=N`)
+#   settings/NAME                 the variables a stage was made with (see "settings")
 
 TFM = $(BIN)/tfm-
 
@@ -41,6 +42,8 @@ VALID_BLEU  ?=
 REPORT_EVERY ?= 100
 SENT        ?=
 AVG         ?= 5
+# The checkpoints kept (tfm-train --keep): the newest KEEP; unset, all of them.
+KEEP        ?=
 BEAM        ?=
 ALPHA       ?=
 MAX_LEN_B   ?=
@@ -55,16 +58,42 @@ CLEAN_LEN   ?=
 CLEAN_RATIO ?=
 SCORE_FLAGS ?=
 
+# The files and directories the pipeline reads and writes, a path each: make splits a name
+# at spaces, and an empty one names the root directory (W= would make the work files there).
+# Recipes name them unquoted, so characters of the shell's syntax, or of make's (% in a
+# pattern, : # =), are refused too.
+PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT) \
+            $(EXTRA_PATH_VARS)
+SYNTAX_CHARS := ' " ` $$ ; & | < > ( ) { } [ ] * ? ! \ \# % : =
+$(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
+    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
+$(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(v))),$(error \
+    $(MAKEFILE_NAME): $(v)=$($(v)): $(c) in a path: the shell or make would read it as syntax))))
+
+# The numbers that awk and the shell read in the recipes, checked before anything is made
+# (awk takes TRAIN_LINES=abc for 0 lines, CLEAN_LEN=x for no limit): whole numbers from 1,
+# CLEAN_RATIO a decimal; unset, where the variable may be.
+no_digits = $(subst 9,,$(subst 8,,$(subst 7,,$(subst 6,,$(subst 5,,$(subst 4,,$(subst 3,,$(subst \
+    2,,$(subst 1,,$(subst 0,,$(1)))))))))))
+$(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
+    $(if $($(v)),,$(filter AVG,$(v)))),$(error $(MAKEFILE_NAME): $(v)=$($(v)): a whole number from 1 expected)))
+$(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO))),\
+    $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number expected, such as 1.5))
+
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
-SETS = $(if $(TOKENS),--set tokens=$(TOKENS)) $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) \
-       $(addprefix --set ,$(EXTRA_SET) $(SET))
-# A key of the effective config (shell code for a recipe).
-cfg = $$($(TFM)train -c $(CONFIG) $(SETS) --print-config | sed -n 's/^$(1) = //p')
+# The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
+# MAX_LEN and SET, later, win.
+SETS = $(strip $(addprefix --set ,$(EXTRA_SET)) $(if $(TOKENS),--set tokens=$(TOKENS)) \
+       $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) $(addprefix --set ,$(SET)))
+# The effective config, into the shell variable config, and a key of it (shell code for a
+# recipe): a config or override that tfm-train refuses stops the recipe with its message.
+get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
+cfg = $$(sed -n 's/^$(1) = //p' <<< "$$config")
 
 LIMITS = $(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(MAX_TIME),--max-time $(MAX_TIME)) \
-         $(foreach s,$(SAVE_EVERY),--save-every $(s))
+         $(foreach s,$(SAVE_EVERY),--save-every $(s)) $(if $(KEEP),--keep $(KEEP))
 DECODE_FLAGS = $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha $(ALPHA)) \
-               $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B))
+               $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B)) $(EXTRA_DECODE_FLAGS)
 
 # Lines kept of each split: sed programs, set by the corpus; TRAIN_LINES / TEST_LINES cut
 # the training set and the test set to their first N lines.
@@ -75,6 +104,43 @@ PREP      ?= cat
 head_n     = $(if $(1),| awk 'NR <= $(1)')
 # The training text before cleaning (see below): train, or train.raw when it is cleaned.
 TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
+
+# ---- settings: a changed variable redoes the stages it changes ------------------------------
+# $(W)/settings/NAME holds settings.NAME, the variables that stage NAME's files were made
+# with ("VOCAB=8000 SPM_TYPE=bpe ..."), and is a prerequisite of those files.  When the
+# values now differ from what the file holds, the file depends on FORCE: it is written
+# again, and the stage and everything after it are made again; when they are the same, it
+# is left alone and so is the stage.  Files are named by their absolute paths, so another
+# corpus file redoes its text even when it is older than the text made before.  Variables
+# that only steer a run (THREADS, DEVICE, MAX_STEPS, MAX_TIME, SAVE_EVERY, VALID_EVERY, ...)
+# are not settings: a larger MAX_STEPS trains further after `rm $(W)/train.done`.
+settings.text-train ?= TRAIN_SRC=$(abspath $(TRAIN_SRC)) TRAIN_TGT=$(abspath $(TRAIN_TGT)) \
+    TRAIN_SEL=$(TRAIN_SEL) TRAIN_LINES=$(TRAIN_LINES) PREP=$(PREP) into=$(TRAIN_TEXT)
+settings.text-valid ?= VALID_SRC=$(abspath $(VALID_SRC)) VALID_TGT=$(abspath $(VALID_TGT)) \
+    VALID_SEL=$(VALID_SEL) PREP=$(PREP)
+settings.text-test  ?= TEST_SRC=$(abspath $(TEST_SRC)) TEST_TGT=$(abspath $(TEST_TGT)) \
+    TEST_SEL=$(TEST_SEL) TEST_LINES=$(TEST_LINES) PREP=$(PREP)
+settings.clean   = CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)
+settings.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS=$(SPM_FLAGS)
+settings.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(SETS) SEED=$(SEED)
+settings.avg     = AVG=$(AVG)
+settings.decode  = DECODE_FLAGS=$(strip $(DECODE_FLAGS))
+settings.score  ?= SCORE_FLAGS=$(SCORE_FLAGS)
+SETTINGS = text-train text-valid text-test clean spm batches avg decode score $(EXTRA_SETTINGS)
+
+# $(call quote,TEXT): TEXT as one word of the shell.
+quote = '$(subst ','\'',$(1))'
+# $(call same,A,B): non-empty when the strings A and B are equal.
+same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
+
+$(W)/settings/%:
+	@mkdir -p $(@D); printf '%s\n' $(call quote,$(strip $(settings.$*))) > $@.tmp; \
+	if [ -e $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; fi; \
+	mv $@.tmp $@
+
+FORCE:
+$(foreach n,$(SETTINGS),$(if $(call same,$(strip $(settings.$(n))),$(strip $(file <$(W)/settings/$(n)))),,\
+    $(eval $(W)/settings/$(n): FORCE)))
 
 # ---- text ---------------------------------------------------------------------------------
 # A pipeline with its own text stage sets OWN_TEXT.
@@ -88,12 +154,12 @@ $(filter-out $(CORPUS_MADE),$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALI
 text = @mkdir -p $(@D); \
        zcat -f $(1) | sed -n '$(2)' | $(PREP) $(call head_n,$(3)) > $@.tmp; mv $@.tmp $@
 
-$(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
-$(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
-$(W)/valid.src: $(VALID_SRC) ; $(call text,$<,$(VALID_SEL))
-$(W)/valid.tgt: $(VALID_TGT) ; $(call text,$<,$(VALID_SEL))
-$(W)/test.src:  $(TEST_SRC)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
-$(W)/test.tgt:  $(TEST_TGT)  ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
+$(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
+$(W)/valid.src: $(VALID_SRC) $(W)/settings/text-valid ; $(call text,$<,$(VALID_SEL))
+$(W)/valid.tgt: $(VALID_TGT) $(W)/settings/text-valid ; $(call text,$<,$(VALID_SEL))
+$(W)/test.src:  $(TEST_SRC) $(W)/settings/text-test ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
+$(W)/test.tgt:  $(TEST_TGT) $(W)/settings/text-test ; $(call text,$<,$(TEST_SEL),$(TEST_LINES))
 endif
 
 # ---- cleaning of the training pairs, by their length in pieces -----------------------------
@@ -105,7 +171,7 @@ endif
 ifneq ($(CLEAN_LEN)$(CLEAN_RATIO),)
 pieces = $(TFM)tokenize encode -m $(W)/spm.model --threads $(THREADS) --quiet $(1) | \
          $(TFM)tokenize decode --ids | awk '{ print NF }'
-$(W)/train.len: $(W)/train.raw.src $(W)/train.raw.tgt $(W)/spm.model
+$(W)/train.len: $(W)/train.raw.src $(W)/train.raw.tgt $(W)/spm.model | $(BIN)/tfm-tokenize
 	paste -d ' ' <($(call pieces,$(W)/train.raw.src)) <($(call pieces,$(W)/train.raw.tgt)) | \
 	    awk 'NF != 2 { print "$(MAKEFILE_NAME): $(W)/train.raw.src and .tgt: line counts differ" \
 	                   > "/dev/stderr"; exit 1 } 1' > $@.tmp
@@ -124,28 +190,38 @@ keep = paste -d '\t' $(W)/train.len $(W)/train.raw.$(1) | \
            { kept++; print substr($$0, index($$0, "\t") + 1) } \
            END { if (report) printf "$(W)/train: %d of %d pairs kept; dropped %d empty, %d over %s pieces, %d over ratio %s\n", \
                      kept, NR, dropped["empty"], dropped["long"], max, dropped["ratio"], ratio > "/dev/stderr" }'
-$(W)/train.src: $(W)/train.len $(W)/train.raw.src ; @$(call keep,src) > $@.tmp; mv $@.tmp $@
-$(W)/train.tgt: $(W)/train.len $(W)/train.raw.tgt ; @$(call keep,tgt) > $@.tmp; mv $@.tmp $@
+$(W)/train.src: $(W)/train.len $(W)/train.raw.src $(W)/settings/clean ; @$(call keep,src) > $@.tmp; mv $@.tmp $@
+$(W)/train.tgt: $(W)/train.len $(W)/train.raw.tgt $(W)/settings/clean ; @$(call keep,tgt) > $@.tmp; mv $@.tmp $@
 endif
 
-# ---- SentencePiece model and token streams -------------------------------------------------
-$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt
-	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
-	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $^
+# ---- the tools: each stage's are order-only prerequisites, so that a missing one stops the
+# stage with this message, and a rebuilt one redoes nothing
+$(BIN)/tfm-%:
+	@echo "$(MAKEFILE_NAME): $@: no such tool: build tfm first (make in $(PIPE_ROOT)), or set BIN" >&2; exit 1
 
-$(W)/%.tfm: $(W)/% $(W)/spm.model
+# ---- SentencePiece model and token streams -------------------------------------------------
+$(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm | $(BIN)/tfm-tokenize
+	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
+	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $(wordlist 1,2,$^)
+
+$(W)/%.tfm: $(W)/% $(W)/spm.model | $(BIN)/tfm-tokenize
 	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
 
 # ---- batches: the budget and the length limit come from the effective config ---------------
-$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG)
-	$(TFM)batch --tokens $(call cfg,tokens) --max-len $(call cfg,max_len) --seed $(SEED) \
+# (set -x shows the command with the values it was given)
+$(CONFIG):
+	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
+
+$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train
+	@$(get_config); tokens=$(call cfg,tokens); max_len=$(call cfg,max_len); set -x; \
+	$(TFM)batch --tokens $$tokens --max-len $$max_len --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 
 # ---- training -------------------------------------------------------------------------------
 # An interrupted run resumes from its newest checkpoint; checkpoints older than the batches
 # belong to other data, and the run starts afresh.  `rm $(W)/train.done` and make again to
 # train further (with a larger MAX_STEPS or another MAX_TIME).
-$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
+$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG) | $(BIN)/tfm-train
 	@if [ -n "$$(find $(W)/ckpt -name 'step-*.tfm' ! -newer $< 2>/dev/null)" ]; then \
 	    echo "$(W)/ckpt: checkpoints older than the batches: starting afresh" >&2; \
 	    rm -rf $(W)/ckpt; fi
@@ -154,23 +230,30 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG)
 	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
 	    --log $(W)/train.log --progress --report-every $(REPORT_EVERY) $<
 	touch $@
+# train.done without the checkpoints it records (ckpt/ deleted): train again.
+ifneq ($(wildcard $(W)/train.done),)
+ifeq ($(wildcard $(W)/ckpt/step-*.tfm),)
+$(W)/train.done: FORCE
+endif
+endif
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
-$(W)/model.tfm: $(W)/train.done
-	n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); [ $$n -le $(AVG) ] || n=$(AVG); \
-	$(TFM)avg -n $$n -o $@ $(W)/ckpt
+$(W)/model.tfm: $(W)/train.done $(W)/settings/avg | $(BIN)/tfm-avg
+	@n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); if [ $$n -ge $(AVG) ]; then n=$(AVG); else \
+	    echo "$(W)/ckpt: $$n checkpoints, fewer than AVG=$(AVG): the average of $$n" >&2; fi; \
+	set -x; $(TFM)avg -n $$n -o $@ $(W)/ckpt
 
 # ---- decoding -------------------------------------------------------------------------------
-$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm
+$(W)/test.hyp.tfm: $(W)/model.tfm $(W)/test.src.tfm $(W)/settings/decode | $(BIN)/tfm-decode
 	$(TFM)decode -m $< $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) --quiet \
 	    -o $@ $(W)/test.src.tfm
 
-$(W)/test.hyp.txt: $(W)/test.hyp.tfm
+$(W)/test.hyp.txt: $(W)/test.hyp.tfm | $(BIN)/tfm-tokenize
 	$(TFM)tokenize decode $< > $@.tmp; mv $@.tmp $@
 
 # ---- the score: sacreBLEU's BLEU of the detokenized hypotheses, printed and kept -------------
 ifndef OWN_SCORE
-$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt
+$(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score -r $(W)/test.tgt $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@
 endif
@@ -186,7 +269,7 @@ plot:
 # the averaged model, every layer's encoder-decoder, encoder and decoder self-attention
 # written as a stream (tfm-decode --attention) and drawn as heat maps, one picture a layer
 # and kind with a panel a head: attention/SENT.{cross,enc,dec}.LAYER.png.
-attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model
+attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model | $(BIN)/tfm-tokenize $(BIN)/tfm-decode $(BIN)/tfm-cat
 	@n=$$(wc -l < $(W)/test.src); \
 	case "$(SENT)" in ''|*[!0-9]*|0*) \
 	    echo "$(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src (1 to $$n), is needed" >&2; \
@@ -209,19 +292,27 @@ stages: $(foreach s,train valid test,$(W)/$(s).src.tfm $(W)/$(s).tgt.tfm) \
 score: $(W)/score.txt
 	@cat $<
 
+# What the pipeline makes in $(W), which clean removes; W itself goes when that empties it,
+# and is kept, with what it holds besides, otherwise (W may be a directory of the user's).
+MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
+       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous \
+       train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
+       attention $(EXTRA_MADE)
 clean:
-	rm -rf $(W)
+	@rm -rf $(addprefix $(W)/,$(MADE)) $(W)/*.tmp
+	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || \
+	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
 
 help:
 	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|$(if $(HELP_TARGETS),$(HELP_TARGETS)|)clean|help]"
 	@printf '  %s\n' $(HELP_CORPUS)
-	@echo "  W=$(W)  the work directory (clean removes it)"
+	@echo "  W=$(W)  the work directory (clean removes what the pipeline made there)"
 	@echo "  BIN=$(BIN)  the tools"
 	@echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"
 	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE)  the shared SentencePiece model"
 	@echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"
 	@echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"
-	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG)  checkpoint interval (time or updates), checkpoints averaged"
+	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG) KEEP=$(KEEP)  checkpoint interval (time or updates), checkpoints averaged, kept (unset: all)"
 	@echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"
 	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
 	@echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"
@@ -231,4 +322,4 @@ help:
 	@echo "  SENT=$(SENT)  attention: the test sentence (line number) whose attention is drawn"
 	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
 
-.PHONY: all attention clean help plot score stages
+.PHONY: FORCE all attention clean help plot score stages

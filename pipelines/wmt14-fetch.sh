@@ -14,6 +14,10 @@
 # for 120 seconds) stops, and the next run continues it.  Without a network the run stops
 # at once, saying which archive it needs from where, and the ways out.
 #
+# One run at a time works in DIR: it holds DIR's lock (flock(1)) from start to end, and a
+# second run started meanwhile (another pipeline sharing WMT_DL) waits, then finds the
+# archives there and checks them, rather than writing the same NAME.part at once.
+#
 # Exit status: 0 when every archive is there and right, 1 otherwise, 2 on a usage error.
 set -u -o pipefail
 prog=wmt14-fetch
@@ -59,7 +63,6 @@ fetch() {   # NAME
         return 1
     fi
     [ -n "$mirror" ] && url=${mirror%/}/$name
-    mkdir -p "$dir" || return 1
     have=0
     [ -e "$part" ] && have=$(stat -c %s "$part")
     if [ "$have" -gt "$size" ]; then
@@ -101,6 +104,11 @@ fetch() {   # NAME
     mv "$part" "$file"
 }
 
+mkdir -p "$dir" && exec 9< "$dir" || exit 1
+if ! flock -n 9; then
+    echo "$prog: $dir: another run is downloading or checking archives there: waiting for it" >&2
+    flock 9 || exit 1
+fi
 status=0
 for name; do
     fetch "$name" || status=1

@@ -12,10 +12,16 @@
 # neither a newer archive nor a deleted one redoes anything.  Each archive is checked (size
 # and SHA-256) again right before it is read.
 
+# The corpus rules below match DIR/train.en: WMT14_DIR=. is named by its path instead, since
+# make reads ./train.en as train.en, which no rule matches.
+override WMT14_DIR := $(if $(filter . ./,$(WMT14_DIR)),$(CURDIR),$(WMT14_DIR))
 WMT_MIRROR  ?=
 WMT_SUMS    ?= $(PIPE_ROOT)/pipelines/wmt14.sums
 WMT_DL      ?= wmt-archives
 WMT_CONNECT_TIMEOUT ?= 20
+# A path each, checked here (common.mk checks the others): these are in rules before it.
+$(foreach v,WMT14_DIR WMT_DL WMT_SUMS,$(if $(filter-out 1,$(words $($(v)))),$(error \
+    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
 # The paper's BLEU tokenizes both sides with PAPER_TOK (a command, stdin to stdout), by
 # default the mteval-v13a rules of tokenize-13a.pl; Moses's, for instance:
 #   PAPER_TOK='perl mosesdecoder/scripts/tokenizer/tokenizer.perl -q -l de'
@@ -35,6 +41,9 @@ CORPUS_MADE := $(WMT14_DIR)/train.en $(WMT14_DIR)/train.$(L2) \
                $(WMT14_DIR)/newstest2014.en $(WMT14_DIR)/newstest2014.$(L2)
 CLEAN_LEN   ?= 250
 CLEAN_RATIO ?= 1.5
+# A checkpoint of the base model with its Adam moments is about 0.7 GB, of the big one 2.3 GB,
+# one every 10 minutes for days: only the newest AVG, which the average needs, are kept.
+KEEP        ?= $(AVG)
 
 WMT_HELP_VARS = "WMT_MIRROR=$(WMT_MIRROR)  a mirror URL or local directory with the archives (unset: the official addresses)" \
     "WMT_DL=$(WMT_DL)  where the archives go  WMT_SUMS=$(WMT_SUMS)  their sizes and SHA-256" \
@@ -56,11 +65,20 @@ $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES)):
 
 download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 
+# $(call locked,DIR,FILE...): shell code that makes DIR and holds its lock (flock) for the
+# rest of the recipe, so that two runs sharing WMT14_DIR take turns rather than writing the
+# same temporary files at once; the second finds the FILEs made, and stops there.
+locked = mkdir -p $(1); exec 9< $(1); \
+    flock -n 9 || { echo "$(1): another run is making files there: waiting for it" >&2; flock 9; }; \
+    ready=1; for f in $(2); do [ -e $$f ] || ready=; done; \
+    if [ -n "$$ready" ]; then echo "$(2): made by the other run"; exit 0; fi
+
 # ---- training corpus: both sides at once, a corpus at a time, its line counts compared ---
 %/train.en %/train.$(L2): | $(addprefix $(WMT_DL)/,$(WMT_TRAIN_ARCHIVES))
 	@$(FETCH) $(WMT_TRAIN_ARCHIVES)
-	@mkdir -p $*; rm -f $*/train.en.tmp $*/train.$(L2).tmp
-	@for c in $(WMT14_CORPORA); do \
+	@$(call locked,$*,$*/train.en $*/train.$(L2)); \
+	rm -f $*/train.en.tmp $*/train.$(L2).tmp; \
+	for c in $(WMT14_CORPORA); do \
 	    a=$(WMT_DL)/$${c%%:*}; m=$${c#*:}; \
 	    n1=$$(tar -xOf $$a "$${m//@/en}" | zcat -f | tee -a $*/train.en.tmp | wc -l); \
 	    n2=$$(tar -xOf $$a "$${m//@/$(L2)}" | zcat -f | tee -a $*/train.$(L2).tmp | wc -l); \
@@ -68,7 +86,7 @@ download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 	        echo "$(MAKEFILE_NAME): $$a: $${m//@/en} has $$n1 lines, $${m//@/$(L2)} $$n2" >&2; \
 	        exit 1; fi; \
 	    echo "$*/train: $$n1 pairs from $$a ($${m//@/*})"; \
-	done
+	done; \
 	mv $*/train.$(L2).tmp $*/train.$(L2); mv $*/train.en.tmp $*/train.en
 
 # ---- test set: the segments of the SGML, whitespace runs made one space, ends trimmed ------
@@ -76,25 +94,27 @@ SGM_TEXT = perl -CSD -ne 's{^<seg[^>]*>(.*)</seg>.*}{$$1}s or next; s/\s+/ /g; s
 
 %/newstest2014.en %/newstest2014.$(L2): | $(WMT_DL)/dev.tgz
 	@$(FETCH) dev.tgz
-	@mkdir -p $*
-	@tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp
-	@tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp
-	@n1=$$(wc -l < $*/newstest2014.en.tmp); n2=$$(wc -l < $*/newstest2014.$(L2).tmp); \
+	@$(call locked,$*,$*/newstest2014.en $*/newstest2014.$(L2)); \
+	tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp; \
+	tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp; \
+	n1=$$(wc -l < $*/newstest2014.en.tmp); n2=$$(wc -l < $*/newstest2014.$(L2).tmp); \
 	if [ $$n1 -ne $$n2 ] || [ $$n1 -eq 0 ]; then \
 	    echo "$(MAKEFILE_NAME): $(WMT_DL)/dev.tgz: $(WMT_TEST_EN) has $$n1 segments, $(WMT_TEST_L2) $$n2" >&2; \
 	    exit 1; fi; \
-	echo "$*/newstest2014: $$n1 segments from $(WMT_DL)/dev.tgz ($(WMT_TEST_EN), $(WMT_TEST_L2))"
+	echo "$*/newstest2014: $$n1 segments from $(WMT_DL)/dev.tgz ($(WMT_TEST_EN), $(WMT_TEST_L2))"; \
 	mv $*/newstest2014.$(L2).tmp $*/newstest2014.$(L2); mv $*/newstest2014.en.tmp $*/newstest2014.en
 
 # ---- the score: sacreBLEU and the paper's BLEU, each under its label ----------------------
 OWN_SCORE := 1
+EXTRA_MADE += test.tgt.tok test.hyp.tok
 paper_tok = $(or $(PAPER_TOK),perl $(PIPE_ROOT)/pipelines/tokenize-13a.pl)
 paper_how = $(if $(PAPER_TOK),tokenized by '$(PAPER_TOK)',tokenized by the mteval-v13a rules \
             (pipelines/tokenize-13a.pl), not by Moses's tokenizer.perl)
 
 # Both score the text of the hypotheses, test.hyp.txt; test.{hyp,tgt}.tok are the
 # tokenized text that the paper's BLEU counts (hyphens not yet split).
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.tgt
+settings.score = SCORE_FLAGS=$(SCORE_FLAGS) PAPER_TOK=$(PAPER_TOK)
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm-score
 	$(paper_tok) < $(W)/test.tgt > $(W)/test.tgt.tok
 	$(paper_tok) < $(W)/test.hyp.txt > $(W)/test.hyp.tok
 	@n=$$(wc -l < $(W)/test.tgt); \

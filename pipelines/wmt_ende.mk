@@ -8,6 +8,9 @@
 
 MAKEFILE_NAME := wmt_ende.mk
 PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
+# make splits a name at spaces: in a directory whose path has one, PIPE_ROOT is wrong.
+$(if $(wildcard $(PIPE_ROOT)/pipelines/common.mk),,$(error $(MAKEFILE_NAME): cannot find \
+    pipelines/common.mk beside '$(MAKEFILE_LIST)': make cannot read a path with a space))
 BIN       ?= $(PIPE_ROOT)/bin
 DATA      ?= $(PIPE_ROOT)/data
 

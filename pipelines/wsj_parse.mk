@@ -4,11 +4,16 @@
 # 300), decoded trees are restored with the source words (tfm-score --restore) and scored
 # with EVALB's COLLINS.prm (tfm-score --metric f1).
 #   make -f pipelines/wsj_parse.mk                 the bundled NLTK WSJ sample, small model
-#   make -f pipelines/wsj_parse.mk SIZE=paper TRAIN_TREES=02-21 VALID_TREES=22 TEST_TREES=23
+#   make -f pipelines/wsj_parse.mk SIZE=paper TRAIN_TREES=wsj-02-21.mrg VALID_TREES=wsj-22.mrg \
+#       TEST_TREES=wsj-23.mrg        the Penn Treebank's WSJ sections, each set's .mrg files
+#                                    joined into one (cat 02/*.mrg ... 21/*.mrg > wsj-02-21.mrg)
 #   make -f pipelines/wsj_parse.mk help
 
 MAKEFILE_NAME := wsj_parse.mk
 PIPE_ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))..)
+# make splits a name at spaces: in a directory whose path has one, PIPE_ROOT is wrong.
+$(if $(wildcard $(PIPE_ROOT)/pipelines/common.mk),,$(error $(MAKEFILE_NAME): cannot find \
+    pipelines/common.mk beside '$(MAKEFILE_LIST)': make cannot read a path with a space))
 BIN       ?= $(PIPE_ROOT)/bin
 DATA      ?= $(PIPE_ROOT)/data
 
@@ -23,6 +28,9 @@ EVALB_PRM   ?= $(DATA)/evalb-fixtures/COLLINS.prm
 W           ?= work/wsj_parse
 CONFIG      ?= $(PIPE_ROOT)/configs/parse.conf
 REVERSE     ?= 0
+EXTRA_PATH_VARS := TRAIN_TREES VALID_TREES TEST_TREES EVALB_PRM
+EXTRA_MADE := $(foreach s,train valid test,$(s).lin $(s).words) test.gold test.trees \
+              test.hyp.lin test.rb.txt baseline.txt unlabeled.prm
 
 # The targets (LEAVES): the linearized trees with the words in place (words, the default),
 # or with XX as the paper and Vinyals et al. (2015) wrote them (xx), or with POS tags (tags).
@@ -53,7 +61,13 @@ LEAVES    ?= words
 ifeq ($(filter $(LEAVES),words xx tags),)
 $(error $(MAKEFILE_NAME): LEAVES=$(LEAVES): use words, xx or tags)
 endif
+ifeq ($(filter $(REVERSE),0 1),)
+$(error $(MAKEFILE_NAME): REVERSE=$(REVERSE): use 0 or 1)
+endif
 TREE      ?= $(if $(and $(filter words,$(LEAVES)),$(filter-out 1,$(REVERSE))),copy,count)
+ifeq ($(filter $(TREE),copy count off),)
+$(error $(MAKEFILE_NAME): TREE=$(TREE): use copy, count or off)
+endif
 # Linearized trees are one piece a token when pieces may mix brackets and letters.
 VOCAB     ?= 4000
 SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false
@@ -81,24 +95,33 @@ $(sort $(TRAIN_TREES) $(VALID_TREES) $(TEST_TREES) $(EVALB_PRM)):
 # F1 is that of the brackets alone.
 LIN_FLAGS = $(if $(filter tags,$(LEAVES)),--keep-tags)$(if $(filter words,$(LEAVES)),--keep-words)
 lin = @mkdir -p $(@D); $(TFM)score --linearize $(LIN_FLAGS) $(1) $(call head_n,$(2)) > $@.tmp; mv $@.tmp $@
-$(W)/train.lin: $(TRAIN_TREES) ; $(call lin,$<,$(TRAIN_LINES))
-$(W)/valid.lin: $(VALID_TREES) ; $(call lin,$<)
-$(W)/test.lin:  $(TEST_TREES)  ; $(call lin,$<,$(TEST_LINES))
+# The settings of these stages (common.mk, "settings"): a changed variable redoes them.
+settings.text-train = TRAIN_TREES=$(abspath $(TRAIN_TREES)) TRAIN_LINES=$(TRAIN_LINES) LIN_FLAGS=$(LIN_FLAGS)
+settings.text-valid = VALID_TREES=$(abspath $(VALID_TREES)) LIN_FLAGS=$(LIN_FLAGS)
+settings.text-test  = TEST_TREES=$(abspath $(TEST_TREES)) TEST_LINES=$(TEST_LINES) LIN_FLAGS=$(LIN_FLAGS)
+settings.source     = REVERSE=$(REVERSE)
+settings.score      = SCORE_FLAGS=$(SCORE_FLAGS) EVALB_PRM=$(abspath $(EVALB_PRM))
+EXTRA_SETTINGS      = source
+$(W)/train.lin: $(TRAIN_TREES) $(W)/settings/text-train | $(BIN)/tfm-score ; $(call lin,$<,$(TRAIN_LINES))
+$(W)/valid.lin: $(VALID_TREES) $(W)/settings/text-valid | $(BIN)/tfm-score ; $(call lin,$<)
+$(W)/test.lin:  $(TEST_TREES) $(W)/settings/text-test | $(BIN)/tfm-score ; $(call lin,$<,$(TEST_LINES))
 # The words of each tree (test.words: what restoration and the score read) and the model's
 # source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
-# al. (2015) fed their parser.  Change REVERSE in a fresh W: made files are not redone.
+# al. (2015) fed their parser.
 $(W)/%.words: $(W)/%.lin ; cut -f1 $< > $@.tmp; mv $@.tmp $@
 reverse_words = awk '{ for (i = NF; i > 1; i--) printf "%s ", $$i; print $$1 }'
-$(W)/%.src: $(W)/%.lin
+$(W)/%.src: $(W)/%.lin $(W)/settings/source
 	cut -f1 $< $(if $(filter 1,$(REVERSE)),| $(reverse_words)) > $@.tmp; mv $@.tmp $@
 $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
+# Named, so that make keeps them rather than deleting them as intermediate files.
+$(W)/valid.src $(W)/valid.tgt:
 
 # The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
 one_tree_a_line = awk '{ for (i = 1; i <= length($$0); i++) { c = substr($$0, i, 1); \
     if (c == "(") d++; else if (c == ")") d--; } \
     gsub(/^[ \t]+|[ \t]+$$/, ""); if ($$0 == "") next; \
     t = t (t == "" ? "" : " ") $$0; if (d == 0) { print t; t = "" } }'
-$(W)/test.gold: $(TEST_TREES)
+$(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test
 	@mkdir -p $(@D)
 	$(one_tree_a_line) $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
 
@@ -110,16 +133,17 @@ $(W)/test.gold: $(TEST_TREES)
 # punctuation is deleted alike on both sides (see tfm-score(1), Restoration).
 
 # The restored trees, to read; the score restores them again by the same rule (root S).
-$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words
+$(W)/test.trees: $(W)/test.hyp.txt $(W)/test.words | $(BIN)/tfm-score
 	$(TFM)score --restore --source $(W)/test.words $< > $@.tmp; mv $@.tmp $@
 
 # The restored trees linearized again: the decoder's output as restoration repaired it, in
 # the form of test.tgt, to compare with it line by line.
-$(W)/test.hyp.lin: $(W)/test.trees
+$(W)/test.hyp.lin: $(W)/test.trees $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --linearize $(sort $(LIN_FLAGS) $(filter --keep-tags,$(SCORE_FLAGS))) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
-$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt
+$(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt \
+               $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
 	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
@@ -133,7 +157,7 @@ $(W)/test.rb.txt: $(W)/test.words
 	awk '{ s = ""; for (i = 1; i < NF; i++) s = s (i == 1 ? "(S" : "(VP") " XX "; s = s "XX"; \
 	       for (i = NF - 1; i >= 1; i--) s = s (i == 1 ? " )S" : " )VP"); print s }' $< > $@.tmp
 	mv $@.tmp $@
-$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM)
+$(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/settings/score | $(BIN)/tfm-score
 	sed 's/^LABELED[ \t]*1/LABELED 0/' $(EVALB_PRM) > $(W)/unlabeled.prm
 	{ echo "labeled:"; \
 	  $(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words $<; \
@@ -141,6 +165,6 @@ $(W)/baseline.txt: $(W)/test.rb.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM)
 	  $(TFM)score --metric f1 --param $(W)/unlabeled.prm -r $(W)/test.gold --source $(W)/test.words $<; \
 	} > $@.tmp; mv $@.tmp $@
 
+EXTRA_DECODE_FLAGS = --tree $(TREE)
 include $(PIPE_ROOT)/pipelines/common.mk
-DECODE_FLAGS += --tree $(TREE)
 .PHONY: baseline

@@ -129,6 +129,18 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     assert_file_not_exist d/train.en.tmp
 }
 
+@test "WMT14_DIR=. makes the corpus in the current directory" {
+    need_curl
+    run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=. W=w w/train.raw.src w/test.tgt
+    assert_success
+    assert_line "$PWD/train: 80 pairs from dl/training-parallel-nc-v9.tgz (training/news-commentary-v9.de-en.*)"
+    [ "$(wc -l < train.en)" -eq 304 ]
+    diff newstest2014.de w/test.tgt
+    run $ENDE WMT_MIRROR="$OFFLINE" WMT_DL=dl WMT14_DIR=./ W=w w/train.raw.src w/test.tgt
+    assert_success
+    refute_output --partial "pairs from"
+}
+
 @test "EN-FR: UN and Giga-FrEn too (gzip members of a plain tar)" {
     need_curl
     run $ENFR WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/train.en d/newstest2014.fr
@@ -204,6 +216,48 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     run $ENDE WMT_MIRROR="$OFFLINE" WMT_DL=dl dl/dev.tgz
     assert_success
     cmp "$M/dev.tgz" dl/dev.tgz
+}
+
+@test "two runs sharing WMT_DL and WMT14_DIR take turns: the second waits, then uses what the first made" {
+    need_curl
+    command -v flock > /dev/null || skip "flock not installed"
+    # This test holds the lock of WMT_DL, as a download under way would, and meanwhile puts
+    # the archive there itself: the fetch waits, and then checks it instead of writing a .part.
+    mkdir dl
+    exec 8< dl
+    flock 8
+    # (8<&-: the lock is this test's, not the run's)
+    WMT_SUMS="$M/wmt14.sums" WMT_MIRROR="$OFFLINE" "$TFM_ROOT/pipelines/wmt14-fetch.sh" dl dev.tgz \
+        > fetch.out 2>&1 8<&- &
+    local pid=$!
+    sleep 1
+    assert_equal "$(cat fetch.out)" "wmt14-fetch: dl: another run is downloading or checking archives there: waiting for it"
+    assert_not_exist dl/dev.tgz.part
+    cp "$M/dev.tgz" dl/
+    exec 8<&-
+    timeout 20 tail --pid=$pid -f /dev/null
+    wait $pid
+    refute grep -q 'cannot download' fetch.out
+    cmp "$M/dev.tgz" dl/dev.tgz
+    # The same for WMT14_DIR: the other run's ready files are not made again, nor mixed
+    # with this one's.
+    mkdir d
+    exec 8< d
+    flock 8
+    $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/newstest2014.en > make.out 2>&1 8<&- &
+    pid=$!
+    sleep 1
+    assert_equal "$(cat make.out)" "d: another run is making files there: waiting for it"
+    assert_equal "$(ls -A d)" ""
+    echo 'made by the other run' > d/newstest2014.en
+    echo 'vom anderen Lauf' > d/newstest2014.de
+    exec 8<&-
+    timeout 20 tail --pid=$pid -f /dev/null
+    wait $pid
+    assert_equal "$(tail -1 make.out)" "d/newstest2014.en d/newstest2014.de: made by the other run"
+    assert_equal "$(cat d/newstest2014.en)" "made by the other run"
+    assert_equal "$(ls -A d)" "newstest2014.de
+newstest2014.en"
 }
 
 @test "offline: the download stops at once, naming the archive, its address and the ways out" {
@@ -291,10 +345,12 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     refute grep -qx 'Yes.' w/train.src
     refute grep -q 'word300' w/train.src
     [ "$(grep -c . w/train.src)" -eq "$kept" ]
-    # other bounds, and none
+    # other bounds in the same W: the cleaning again, not the SentencePiece model; and none
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w VOCAB=300 THREADS=1 \
-        CLEAN_LEN=20 CLEAN_RATIO=3 w/train.src -B
+        CLEAN_LEN=20 CLEAN_RATIO=3 w/train.src
     assert_success
+    assert_line "w/settings/clean: now CLEAN_LEN=20 CLEAN_RATIO=3: made again"
+    refute_output --partial "tfm-tokenize train"
     long=$(awk '$1 > 0 && $2 > 0 && ($1 > 20 || $2 > 20)' w/train.len | wc -l)
     assert_output --regexp "w/train: [0-9]+ of 304 pairs kept; dropped 2 empty, $long over 20 pieces, [0-9]+ over ratio 3"
     [ "$(awk '{ print NF }' w/train.src | sort -n | tail -1)" -le 20 ]
@@ -302,6 +358,9 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
     assert_success
     diff d/train.en w3/train.src
     assert_file_not_exist w3/train.raw.src
+    run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w VOCAB=300 THREADS=1 CLEAN_LEN= CLEAN_RATIO= w/train.src
+    assert_success
+    diff d/train.en w/train.src
 }
 
 @test "tokenize-13a.pl writes the tokens that 13a BLEU counts: the n-gram statistics of WMT17 systems" {

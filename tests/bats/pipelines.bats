@@ -182,6 +182,109 @@ need_tools() {
     assert_file_exist "$W/ckpt/step-000003.tfm"
 }
 
+@test "wmt_ende: a changed variable redoes the stages it changes, and only those" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/vars"
+    run $ENDE W="$w"
+    assert_success
+    assert_equal "$(cat "$w/settings/decode")" "DECODE_FLAGS=--max-len-b 8"
+    # (a file named FORCE where make runs changes nothing)
+    cd "$BATS_TEST_TMPDIR"
+    touch FORCE
+    # the beam: decoding and the score again, nothing before them
+    run $ENDE W="$w" BEAM=1
+    assert_success
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 1 --max-len-b 8: made again"
+    assert_output --partial "tfm-decode -m $w/model.tfm --beam 1 "
+    assert_line --regexp '^BLEU = '
+    refute_output --partial "tfm-avg"
+    refute_output --partial "tfm-train"
+    run $ENDE W="$w" BEAM=1
+    assert_success
+    assert_output --partial "Nothing to be done"
+    # AVG: the average again, from the same checkpoints
+    run $ENDE W="$w" BEAM=1 AVG=1
+    assert_success
+    assert_output --partial "tfm-avg -n 1 -o $w/model.tfm"
+    refute_output --partial "tfm-train"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta averaged.steps=8"
+    # TEST_LINES: the test text and what follows it, not the training
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5
+    assert_success
+    refute_output --partial "tfm-train"
+    [ "$(wc -l < "$w/test.src")" -eq 5 ]
+    [ "$(wc -l < "$w/test.hyp.txt")" -eq 5 ]
+    assert_output --partial "$w: 5 test sentences:"
+    # VOCAB: a new SentencePiece model, new streams, training from the start
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400
+    assert_success
+    assert_output --partial "tfm-tokenize train -m $w/spm.model --vocab 400 "
+    assert_output --partial "checkpoints older than the batches: starting afresh"
+    run tfm-tokenize decode --ids "$w/test.src.tfm"
+    [ "$(tr ' ' '\n' <<< "$output" | sort -n | tail -1)" -lt 400 ]
+    # another config, older than every file made, and SET: new batches, training afresh
+    cp "$TFM_ROOT/configs/tiny.conf" "$BATS_TEST_TMPDIR/old.conf"
+    touch -d 2001-01-01 "$BATS_TEST_TMPDIR/old.conf"
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf"
+    assert_success
+    assert_output --partial "tfm-batch --tokens"
+    assert_output --partial "starting afresh"
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
+        SET=dropout=0.2
+    assert_success
+    assert_output --partial "tfm-train -c $BATS_TEST_TMPDIR/old.conf --set tokens=1024 --set dropout=0.2 "
+    assert_output --partial "starting afresh"
+    # make -n says what a changed SEED would redo, and changes nothing
+    local before; before=$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
+        SET=dropout=0.2 SEED=2 -n
+    assert_success
+    assert_output --partial "--seed 2"
+    assert_output --partial "tfm-train -c"
+    [ "$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")" = "$before" ]
+    grep -q 'SEED=1$' "$w/settings/batches"
+}
+
+@test "wmt_ende: deleted checkpoints are trained again" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/gone"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
+    assert_success
+    rm -r "$w/ckpt" "$w/model.tfm"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
+    assert_success
+    assert_output --partial "tfm-train -c"
+    assert_file_exist "$w/ckpt/step-000003.tfm"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta step=3"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
+    assert_success
+    assert_output --partial "is up to date"
+}
+
+@test "wmt_ende: KEEP keeps the newest checkpoints; the WMT14 pipelines keep AVG of them" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/keep"
+    run $ENDE W="$w" KEEP=2 "$w/model.tfm"
+    assert_success
+    assert_output --partial "--save-every 3 --keep 2 "
+    assert_equal "$(ls "$w/ckpt" | grep step-)" "step-000006.tfm
+step-000008.tfm"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta averaged.steps=6,8"
+    # more asked for than there are: said, and the average of those there are
+    run $ENDE W="$w" KEEP=2 AVG=3 "$w/model.tfm"
+    assert_success
+    assert_line "$w/ckpt: 2 checkpoints, fewer than AVG=3: the average of 2"
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" help
+    assert_line --partial "AVG=20 KEEP=20 "
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt14 AVG=7 help
+    assert_line --partial "AVG=7 KEEP=7 "
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" help
+    assert_line --partial "AVG=5 KEEP= "
+}
+
 @test "wmt_ende: LAUNCH trains as several processes" {
     need_tools
     local w="$BATS_FILE_TMPDIR/ende-launch"
@@ -207,8 +310,9 @@ need_tools() {
     local P="$BATS_TEST_TMPDIR/parse"
     run $PARSE W="$P"
     assert_success
-    for f in train.lin train.src train.tgt spm.model train.batches.tfm valid.batches.tfm \
-             model.tfm test.hyp.tfm test.hyp.txt test.hyp.lin test.trees test.gold; do
+    refute_line --regexp '^rm '
+    for f in train.lin train.src train.tgt valid.src valid.tgt spm.model train.batches.tfm \
+             valid.batches.tfm model.tfm test.hyp.tfm test.hyp.txt test.hyp.lin test.trees test.gold; do
         assert_file_exist "$P/$f"
     done
     [ "$(wc -l < "$P/test.trees")" -eq 6 ]
@@ -280,6 +384,13 @@ need_tools() {
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" LEAVES=trees help
     assert_failure
     assert_output --partial "LEAVES=trees: use words, xx or tags"
+    # values that would be found wrong only after training, or not at all, refused at once
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" TREE=on help
+    assert_failure
+    assert_output --partial "wsj_parse.mk: TREE=on: use copy, count or off"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" REVERSE=yes help
+    assert_failure
+    assert_output --partial "wsj_parse.mk: REVERSE=yes: use 0 or 1"
 }
 
 @test "wsj_parse: REVERSE=1 reverses the model's source, not the words restored" {
@@ -298,4 +409,179 @@ need_tools() {
     assert_success
     assert_equal "$(head -1 f/train.src)" \
         "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 ."
+}
+
+@test "wsj_parse: REVERSE, LEAVES and TEST_LINES changed in the same W redo what they change" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    local p="make -s -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN W=s TRAIN_LINES=1 TEST_LINES=2"
+    run $p s/train.src s/train.tgt s/test.gold
+    assert_success
+    assert_equal "$(cut -d ' ' -f1-2 s/train.src)" "Pierre Vinken"
+    run $p REVERSE=1 s/train.src s/train.tgt
+    assert_success
+    assert_equal "$(cut -d ' ' -f1-2 s/train.src)" ". 29"
+    run $p REVERSE=1 LEAVES=tags s/train.src s/train.tgt
+    assert_success
+    assert_equal "$(cut -d ' ' -f1-2 s/train.src)" ". 29"
+    assert_equal "$(cut -c1-16 s/train.tgt)" "(S (NP (NP NNP N"
+    run $p REVERSE=1 LEAVES=tags TEST_LINES=3 s/test.gold
+    assert_success
+    [ "$(wc -l < s/test.gold)" -eq 3 ]
+    run $p REVERSE=1 LEAVES=tags TEST_LINES=3 -q s/train.src s/train.tgt s/test.gold
+    assert_success
+}
+
+@test "clean removes what the pipeline made, and W only when nothing else is in it" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    mkdir mine && echo keep > mine/notes.txt
+    local p="make -s -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=2 TEST_LINES=2"
+    run $p W=mine baseline mine/train.src mine/train.tgt
+    assert_success
+    assert_file_exist mine/baseline.txt
+    run $p W=mine clean
+    assert_success
+    assert_output "mine: kept: it holds files that wsj_parse.mk did not make: notes.txt"
+    assert_equal "$(ls -A mine)" "notes.txt"
+    # the work directory itself, holding nothing else, goes
+    run $p W=mine/w baseline
+    assert_success
+    run $p W=mine/w clean
+    assert_success
+    assert_output ""
+    assert_not_exist mine/w
+    assert_file_exist mine/notes.txt
+}
+
+@test "an empty path, or one with a space or a character of syntax, is refused before anything is made" {
+    cd "$BATS_TEST_TMPDIR"
+    # -n: without the check, W= would have made its files in the root directory
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W= -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W='': one path expected, without spaces (make splits names at them; several files: join them into one)"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W="my work" -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W='my work': one path expected"
+    refute_output --partial "Circular"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" TEST_TREES="a b.txt" -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: TEST_TREES='a b.txt': one path expected"
+    # two files, of which only the first was read
+    local d="$TFM_ROOT/data/ptb-nltk-sample"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=t \
+        TRAIN_TREES="$d/wsj_0150-0169.dev.oneline.txt $d/wsj_0001-0149.train.oneline.txt" t/train.lin
+    assert_failure
+    assert_output --partial "several files: join them into one"
+    assert_not_exist t
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w WMT_DL= -n
+    assert_failure
+    assert_output --partial "wmt_enfr.mk: WMT_DL='': one path expected"
+    # characters of the shell's or make's syntax: a recipe would run something else
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" "W=it's" -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=it's: ' in a path: the shell or make would read it as syntax"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" 'W=run;1' -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=run;1: ; in a path"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" 'W=w%1' -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: W=w%1: % in a path"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=ok_dir-1.2+x@y -n
+    assert_success
+    # the sources themselves under a path with a space
+    ln -s "$TFM_ROOT" "t fm"
+    run make -f "t fm/pipelines/wmt_ende.mk" help
+    assert_failure
+    assert_output --partial "wmt_ende.mk: cannot find pipelines/common.mk beside 't fm/pipelines/wmt_ende.mk': make cannot read a path with a space"
+    assert_equal "$(ls -A)" "t fm"
+}
+
+@test "a config or SET that tfm-train refuses stops at the batches with its message" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/bad"
+    run $ENDE W="$w" SET=bogus=1 "$w/train.batches.tfm"
+    assert_failure
+    assert_line "tfm-train: --set bogus=1: key 'bogus': unknown key"
+    refute_output --partial "usage: tfm-batch"
+    assert_file_not_exist "$w/train.batches.tfm"
+    run $ENDE W="$w" "$w/train.batches.tfm"
+    assert_success
+    assert_line "+ $BIN/tfm-batch --tokens 1024 --max-len 128 --seed 1 --quiet -o $w/train.batches.tfm $w/train.src.tfm $w/train.tgt.tfm"
+    run $ENDE W="$w" CONFIG="$BATS_TEST_TMPDIR/none.conf"
+    assert_failure
+    assert_output --partial "wmt_ende.mk: CONFIG=$BATS_TEST_TMPDIR/none.conf: no such file"
+}
+
+@test "a tool that is not built stops its stage with a message naming it" {
+    cd "$BATS_TEST_TMPDIR"
+    mkdir bin
+    run $ENDE W=w BIN="$PWD/bin"
+    assert_failure
+    assert_line "wmt_ende.mk: $PWD/bin/tfm-tokenize: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
+    refute_output --partial "No such file or directory"
+    assert_not_exist w/spm.model
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
+    assert_failure
+    assert_line "wsj_parse.mk: $PWD/bin/tfm-score: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
+    # a rebuilt tool redoes nothing
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cp "$BIN/tfm-score" bin/
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
+    assert_success
+    touch bin/tfm-score
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
+    assert_success
+    assert_output --partial "is up to date"
+}
+
+@test "wsj_parse: attention draws a sentence with % among its pieces" {
+    command -v gnuplot > /dev/null || skip "gnuplot is not installed"
+    need_tools
+    local p="$BATS_TEST_TMPDIR/pct"
+    # dev sentence 2: "Primerica , which had owned nearly 70 % of Williams , ..."
+    run $PARSE W="$p" TEST_LINES=2 attention SENT=2
+    assert_success
+    grep -q ' % ' "$p/test.src"
+    refute_output --partial "Bad format character"
+    for k in cross enc dec; do
+        [ -s "$p/attention/2.$k.1.png" ]
+    done
+}
+
+@test "wsj_parse: TOKENS, MAX_LEN and SET win over the settings of SIZE=small" {
+    need_tools
+    cd "$BATS_TEST_TMPDIR"
+    local p="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN W=k TRAIN_LINES=50 VOCAB=300 THREADS=1"
+    run $p k/train.batches.tfm
+    assert_success
+    assert_line --partial "tfm-batch --tokens 1024 --max-len 1024 "
+    run $p TOKENS=2048 MAX_LEN=300 SET='d_model=64 heads=2' k/train.batches.tfm
+    assert_success
+    assert_line --partial "tfm-batch --tokens 2048 --max-len 300 "
+    # the effective config of the run: the overrides as settings/batches records them
+    run tfm-train -c "$TFM_ROOT/configs/parse.conf" $(sed 's/^CONFIG=[^ ]* SETS=//; s/ SEED=.*//' k/settings/batches) --print-config
+    assert_line "d_model = 64"
+    assert_line "heads = 2"
+    assert_line "layers = 2"
+}
+
+@test "numbers that the recipes read are checked before anything is made" {
+    cd "$BATS_TEST_TMPDIR"
+    local v
+    for v in TRAIN_LINES=abc TEST_LINES=-5 AVG=x AVG= AVG=0 CLEAN_LEN=1e3; do
+        run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w "$v" -n
+        assert_failure
+        assert_output --partial "wmt_ende.mk: $v: a whole number from 1 expected"
+    done
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=x -n
+    assert_failure
+    assert_output --partial "wmt_enfr.mk: CLEAN_RATIO=x: a number expected, such as 1.5"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w TEST_LINES=1,5 -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: TEST_LINES=1,5: a whole number from 1 expected"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w TRAIN_LINES=12 TEST_LINES= AVG=3 \
+        CLEAN_LEN=80 CLEAN_RATIO=1.5 -n
+    assert_success
+    assert_not_exist w
 }
