@@ -252,10 +252,13 @@ $(W)/test.hyp.txt: $(W)/test.hyp.tfm | $(BIN)/tfm-tokenize
 	$(TFM)tokenize decode $< > $@.tmp; mv $@.tmp $@
 
 # ---- the score: sacreBLEU's BLEU of the detokenized hypotheses, printed and kept -------------
+# The recipe that makes score.txt prints it, unless `score` is a goal of this make: that
+# target prints score.txt, made now or before, and the score would show twice.
+score_goal := $(filter score,$(MAKECMDGOALS))
 ifndef OWN_SCORE
 $(W)/score.txt: $(W)/test.hyp.tfm $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score -r $(W)/test.tgt $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
-	@echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@
+	@$(if $(score_goal),:,echo "$(W): $$(wc -l < $(W)/test.tgt) test sentences:"; cat $@)
 endif
 
 # ---- pictures -------------------------------------------------------------------------------

@@ -123,6 +123,6 @@ $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm
 	  echo "paper's BLEU, $(paper_how); hyphens split as ##AT##-##AT## (tensor2tensor's get_ende_bleu.sh), multi-bleu.perl's BLEU:"; \
 	  $(TFM)score --tokenized --compound-split -r $(W)/test.tgt.tok $(W)/test.hyp.tok; \
 	} > $@.tmp; mv $@.tmp $@
-	@cat $@
+	@$(if $(score_goal),:,cat $@)
 
 .PHONY: download

@@ -146,7 +146,7 @@ $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(
                $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
-	@echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@
+	@$(if $(score_goal),:,echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@)
 	@echo "right-branching baseline on the same trees:"; sed 's/^/  /' $(W)/baseline.txt
 
 # The right-branching baseline, what a parser must beat: every sentence of n words as

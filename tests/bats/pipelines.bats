@@ -202,6 +202,11 @@ need_tools() {
     run $ENDE W="$w" BEAM=1
     assert_success
     assert_output --partial "Nothing to be done"
+    # the goal score, with the score made again: printed once
+    run $ENDE W="$w" BEAM=2 score
+    assert_success
+    assert_output --partial "tfm-decode -m $w/model.tfm --beam 2 "
+    assert_equal "$(grep -c '^BLEU = ' <<< "$output")" 1
     # AVG: the average again, from the same checkpoints
     run $ENDE W="$w" BEAM=1 AVG=1
     assert_success
