@@ -118,7 +118,7 @@ $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.tgt $(W)/settings/score | $(BIN)/tfm
 	$(paper_tok) < $(W)/test.tgt > $(W)/test.tgt.tok
 	$(paper_tok) < $(W)/test.hyp.txt > $(W)/test.hyp.tok
 	@n=$$(wc -l < $(W)/test.tgt); \
-	{ echo "sacreBLEU, detokenized text ($$n sentences of newstest2014):"; \
+	{ echo "sacreBLEU, detokenized text ($$n sentences of $(TEST_TGT)):"; \
 	  $(TFM)score -r $(W)/test.tgt $(SCORE_FLAGS) $<; \
 	  echo "paper's BLEU, $(paper_how); hyphens split as ##AT##-##AT## (tensor2tensor's get_ende_bleu.sh), multi-bleu.perl's BLEU:"; \
 	  $(TFM)score --tokenized --compound-split -r $(W)/test.tgt.tok $(W)/test.hyp.tok; \

@@ -389,7 +389,7 @@ newstest2014.en"
     need_curl
     run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w $TINY
     assert_success
-    assert_line "sacreBLEU, detokenized text (20 sentences of newstest2014):"
+    assert_line "sacreBLEU, detokenized text (20 sentences of d/newstest2014.de):"
     assert_line "paper's BLEU, tokenized by the mteval-v13a rules (pipelines/tokenize-13a.pl), not by Moses's tokenizer.perl; hyphens split as ##AT##-##AT## (tensor2tensor's get_ende_bleu.sh), multi-bleu.perl's BLEU:"
     run cat w/score.txt
     [ "${#lines[@]}" -eq 6 ]
@@ -428,7 +428,7 @@ newstest2014.en"
     run $ENFR WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d W=w $TINY
     assert_success
     assert_output --regexp "w/train: [0-9]+ of 420 pairs kept; dropped 0 empty, 0 over 250 pieces, [0-9]+ over ratio 1.5"
-    assert_line "sacreBLEU, detokenized text (20 sentences of newstest2014):"
+    assert_line "sacreBLEU, detokenized text (20 sentences of d/newstest2014.fr):"
     assert_line --regexp "^paper's BLEU, tokenized by the mteval-v13a rules"
     [ "$(grep -c '^BLEU = ' w/score.txt)" -eq 2 ]
     diff d/newstest2014.fr w/test.tgt
