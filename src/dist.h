@@ -25,14 +25,16 @@
 #define TFM_DIST_MAX_LOCAL 256
 
 /* This process's place, from the environment: TFM_RANK/TFM_WORLD_SIZE, else
- * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else SLURM_PROCID/SLURM_STEP_NUM_TASKS (set
- * in a job step srun started; a batch script or an salloc shell, which have SLURM_NTASKS
- * of the whole job, is one process), else 0/1. */
+ * OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else PMI_RANK/PMI_SIZE (MPICH's and Intel
+ * MPI's mpiexec), else SLURM_PROCID/SLURM_STEP_NUM_TASKS (set in a job step srun started;
+ * a batch script or an salloc shell, which have SLURM_NTASKS of the whole job, is one
+ * process), else 0/1. */
 struct tfm_dist_env {
     int rank;
     int world;
     int local_rank;     /* among the processes of this node: TFM_LOCAL_RANK, else
-                         * OMPI_COMM_WORLD_LOCAL_RANK, else SLURM_LOCALID, else 0 (which GPU) */
+                         * OMPI_COMM_WORLD_LOCAL_RANK, else MPI_LOCALRANKID, else
+                         * SLURM_LOCALID, else 0 (which GPU) */
     char source[64];    /* which variables said so ("TFM_RANK", "none", ...) */
 };
 int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);

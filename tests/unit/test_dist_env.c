@@ -10,7 +10,7 @@
 static const char *const all_vars[] = {
     "TFM_RANK", "TFM_WORLD_SIZE", "TFM_LOCAL_RANK", "OMPI_COMM_WORLD_RANK",
     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
-    "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS",
+    "SLURM_LOCALID", "SLURM_STEP_NUM_TASKS", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
 };
 
 /* The environment holds exactly the NULL-ended name, value pairs given. */
@@ -58,6 +58,27 @@ static void test_launchers(void)
     CHECK_EQ_INT(e.world, 4);
     CHECK_EQ_INT(e.local_rank, 1);
     CHECK_STR(e.source, "SLURM_PROCID");
+    /* MPICH's mpiexec (Hydra), alone and from the tasks of a Slurm step, one a node, that
+     * start its processes: its place, not the node's task's */
+    env("PMI_RANK", "6", "PMI_SIZE", "8", "MPI_LOCALRANKID", "2", NULL);
+    CHECK_EQ_INT(tfm_dist_env_read(&e, &err), 0);
+    CHECK_EQ_INT(e.rank, 6);
+    CHECK_EQ_INT(e.world, 8);
+    CHECK_EQ_INT(e.local_rank, 2);
+    CHECK_STR(e.source, "PMI_RANK");
+    env("PMI_RANK", "6", "PMI_SIZE", "8", "MPI_LOCALRANKID", "2", "SLURM_PROCID", "1",
+        "SLURM_NTASKS", "2", "SLURM_LOCALID", "0", "SLURM_STEP_NUM_TASKS", "2", NULL);
+    CHECK_EQ_INT(tfm_dist_env_read(&e, &err), 0);
+    CHECK_EQ_INT(e.rank, 6);
+    CHECK_EQ_INT(e.world, 8);
+    CHECK_EQ_INT(e.local_rank, 2);
+    CHECK_STR(e.source, "PMI_RANK");
+    env("PMI_RANK", "8", "PMI_SIZE", "8", NULL);
+    CHECK_EQ_INT(tfm_dist_env_read(&e, &err), -1);
+    CHECK_STR(err.msg, "environment: PMI_RANK=8 outside PMI_SIZE=8");
+    env("PMI_SIZE", "8", NULL);
+    CHECK_EQ_INT(tfm_dist_env_read(&e, &err), -1);
+    CHECK_STR(err.msg, "environment: PMI_SIZE is set but PMI_RANK is not");
 }
 
 /* sbatch --ntasks 4 runs its script once, with SLURM_PROCID 0 and SLURM_NTASKS 4: a
