@@ -196,6 +196,7 @@ real_driver() {
 }
 
 @test "a GPU that will not open: auto computes on the CPU saying why, in tfm-decode too without --progress; cuda fails" {
+    need_plugin
     export LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/closed.so"
     run train r
     assert_success

@@ -751,17 +751,19 @@ teardown() {
     assert_failure 1
     assert_output --partial "tfm-train: process 1 does not start where process 0 does: its gradient bucket size (TFM_BUCKET_MB) differs"
     [ ! -e "$T/d6/last.tfm" ]
-    # another version of tfm-train: a copy whose version string differs in its last place
+    # another version of tfm-train: a copy whose version strings differ in their last place
+    # (every string that ends with the version: the linker may keep the version's own
+    # string apart or as the tail of "tfm-train VERSION")
     mkdir -p "$T/other"
     local v
     v=$(python3 - "$(command -v tfm-train)" "$T/other/tfm-train" "$(cat "$TFM_ROOT/VERSION")" <<'PY'
 import sys
 src, dst, v = sys.argv[1], sys.argv[2], sys.argv[3]
 b = open(src, 'rb').read()
-old = b'tfm-train ' + v.encode() + b'\0'
-assert b.count(old) == 1, b.count(old)
+old = v.encode() + b'\0'
+assert b.count(old) >= 1, b.count(old)
 w = v[:-1] + ('8' if v.endswith('9') else '9')
-open(dst, 'wb').write(b.replace(old, b'tfm-train ' + w.encode() + b'\0'))
+open(dst, 'wb').write(b.replace(old, w.encode() + b'\0'))
 print(w)
 PY
 )
