@@ -297,13 +297,15 @@ score: $(W)/score.txt
 
 # What the pipeline makes in $(W), which clean removes; W itself goes when that empties it,
 # and is kept, with what it holds besides, otherwise (W may be a directory of the user's).
+# A W that rmdir cannot remove although empty (., a symbolic link to a directory) is kept
+# without a word: it holds nothing to name.
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
        settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous \
        train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
        attention $(EXTRA_MADE)
 clean:
 	@rm -rf $(addprefix $(W)/,$(MADE)) $(W)/*.tmp
-	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || \
+	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \
 	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
 
 help:

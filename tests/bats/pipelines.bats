@@ -457,6 +457,24 @@ step-000008.tfm"
     assert_output ""
     assert_not_exist mine/w
     assert_file_exist mine/notes.txt
+    # a W that rmdir cannot remove although emptied (a link to a directory, .) is kept
+    # without a word: it holds nothing of anyone's
+    mkdir target && ln -s target link
+    run $p W=link baseline
+    assert_success
+    run $p W=link clean
+    assert_success
+    assert_output ""
+    assert_equal "$(ls -A target)" ""
+    assert [ -L link ]
+    cd target
+    run $p W=. baseline
+    assert_success
+    assert_file_exist baseline.txt
+    run $p W=. clean
+    assert_success
+    assert_output ""
+    assert_equal "$(ls -A)" ""
 }
 
 @test "an empty path, or one with a space or a character of syntax, is refused before anything is made" {
