@@ -72,13 +72,15 @@ $(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(
 
 # The numbers that awk and the shell read in the recipes, checked before anything is made
 # (awk takes TRAIN_LINES=abc for 0 lines, CLEAN_LEN=x for no limit): whole numbers from 1,
-# CLEAN_RATIO a decimal; unset, where the variable may be.
+# CLEAN_RATIO a decimal from 1 (the longer side's pieces over the shorter's: under 1, every
+# pair would be dropped, and 0 would mean no limit); unset, where the variable may be.
 no_digits = $(subst 9,,$(subst 8,,$(subst 7,,$(subst 6,,$(subst 5,,$(subst 4,,$(subst 3,,$(subst \
     2,,$(subst 1,,$(subst 0,,$(1)))))))))))
 $(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
     $(if $($(v)),,$(filter AVG,$(v)))),$(error $(MAKEFILE_NAME): $(v)=$($(v)): a whole number from 1 expected)))
-$(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO))),\
-    $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number expected, such as 1.5))
+$(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO)),\
+         $(if $(CLEAN_RATIO),$(filter x,$(subst 0,,$(firstword $(subst ., ,x$(CLEAN_RATIO))))))),\
+    $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number from 1 expected, such as 1.5))
 
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 # The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,

@@ -597,9 +597,15 @@ step-000008.tfm"
         assert_failure
         assert_output --partial "wmt_ende.mk: $v: a whole number from 1 expected"
     done
-    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=x -n
-    assert_failure
-    assert_output --partial "wmt_enfr.mk: CLEAN_RATIO=x: a number expected, such as 1.5"
+    # CLEAN_RATIO under 1 dropped every pair (0 of 400 kept), and 0 meant no limit
+    for v in CLEAN_RATIO=x CLEAN_RATIO=0.5 CLEAN_RATIO=.9 CLEAN_RATIO=0; do
+        run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w "$v" -n
+        assert_failure
+        assert_output --partial "wmt_enfr.mk: $v: a number from 1 expected, such as 1.5"
+    done
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=1 -n
+    assert_success
+    assert_output --partial "ratio=1 "
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w TEST_LINES=1,5 -n
     assert_failure
     assert_output --partial "wsj_parse.mk: TEST_LINES=1,5: a whole number from 1 expected"
