@@ -232,16 +232,21 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG) | $(BIN
 	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
 	    --log $(W)/train.log --progress --report-every $(REPORT_EVERY) $<
 	touch $@
-# train.done without the checkpoints it records (ckpt/ deleted): train again.
+# train.done without the checkpoints it records (ckpt/ deleted) and without their average:
+# train again.  With model.tfm there, ckpt/ was deleted after averaging (to free the space
+# of days of checkpoints), and the model serves as it is: decoding, the score and the
+# pictures need nothing else, and only another average (AVG) needs the checkpoints.
 ifneq ($(wildcard $(W)/train.done),)
-ifeq ($(wildcard $(W)/ckpt/step-*.tfm),)
+ifeq ($(wildcard $(W)/ckpt/step-*.tfm)$(wildcard $(W)/model.tfm),)
 $(W)/train.done: FORCE
 endif
 endif
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
 $(W)/model.tfm: $(W)/train.done $(W)/settings/avg | $(BIN)/tfm-avg
-	@n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); if [ $$n -ge $(AVG) ]; then n=$(AVG); else \
+	@set -- $(W)/ckpt/step-*.tfm; [ -e "$$1" ] || { echo "$(W)/ckpt: no checkpoint to average:" \
+	    "rm $(W)/model.tfm to train again" >&2; exit 1; }; \
+	n=$$#; if [ $$n -ge $(AVG) ]; then n=$(AVG); else \
 	    echo "$(W)/ckpt: $$n checkpoints, fewer than AVG=$(AVG): the average of $$n" >&2; fi; \
 	set -x; $(TFM)avg -n $$n -o $@ $(W)/ckpt
 

@@ -251,7 +251,7 @@ need_tools() {
     grep -q 'SEED=1$' "$w/settings/batches"
 }
 
-@test "wmt_ende: deleted checkpoints are trained again" {
+@test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
     run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
@@ -266,6 +266,21 @@ need_tools() {
     run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
     assert_success
     assert_output --partial "is up to date"
+    # ckpt/ deleted after averaging, to free the space: the model serves as it is
+    rm -r "$w/ckpt"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/test.hyp.txt"
+    assert_success
+    refute_output --partial "tfm-train"
+    assert_output --partial "tfm-decode -m $w/model.tfm"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm" -q
+    assert_success
+    # another average needs the checkpoints: said, and the model is kept
+    run $ENDE W="$w" MAX_STEPS=3 AVG=1 "$w/model.tfm"
+    assert_failure
+    assert_line "$w/ckpt: no checkpoint to average: rm $w/model.tfm to train again"
+    refute_output --partial "tfm-train"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta step=3"
 }
 
 @test "wmt_ende: KEEP keeps the newest checkpoints; the WMT14 pipelines keep AVG of them" {
