@@ -279,12 +279,15 @@ plot:
 # the averaged model, every layer's encoder-decoder, encoder and decoder self-attention
 # written as a stream (tfm-decode --attention) and drawn as heat maps, one picture a layer
 # and kind with a panel a head: attention/SENT.{cross,enc,dec}.LAYER.png.
+# SENT is checked when the makefile is read, before the model it needs is trained; whether
+# test.src has that line, in the recipe, once test.src is made.
+ifneq ($(filter attention,$(MAKECMDGOALS)),)
+$(if $(or $(call no_digits,$(SENT)),$(filter 0%,$(SENT)),$(if $(SENT),,1)),$(error \
+    $(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src$(if $(wildcard $(W)/test.src), \
+    (1 to $(shell wc -l < $(W)/test.src))), is needed))
+endif
 attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model | $(BIN)/tfm-tokenize $(BIN)/tfm-decode $(BIN)/tfm-cat
-	@n=$$(wc -l < $(W)/test.src); \
-	case "$(SENT)" in ''|*[!0-9]*|0*) \
-	    echo "$(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src (1 to $$n), is needed" >&2; \
-	    exit 1;; esac; \
-	[ "$(SENT)" -le $$n ] || \
+	@n=$$(wc -l < $(W)/test.src); [ "$(SENT)" -le $$n ] || \
 	    { echo "$(MAKEFILE_NAME): attention: SENT=$(SENT): $(W)/test.src has $$n lines" >&2; exit 1; }
 	@mkdir -p $(W)/attention
 	sed -n '$(SENT){p;q}' $(W)/test.src | \

@@ -120,6 +120,20 @@ need_tools() {
     ! grep -q 'validation BLEU' "$W/train.svg"
 }
 
+@test "attention without a SENT that names a line stops before training the model it needs" {
+    cd "$BATS_TEST_TMPDIR"
+    # (tools that are not there: had the check waited for the model, nothing would train)
+    mkdir bin
+    local s
+    for s in "" x 0 03 -1; do
+        run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$PWD/bin" W=w attention SENT="$s"
+        assert_failure
+        assert_output --partial "wmt_ende.mk: attention: SENT=n, a line of w/test.src, is needed"
+        refute_output --partial "tfm-"
+        assert_not_exist w
+    done
+}
+
 @test "wmt_ende: attention SENT=n decodes test sentence n alone and draws its heat maps" {
     command -v gnuplot > /dev/null || skip "gnuplot is not installed"
     need_tools
