@@ -116,6 +116,11 @@ TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 # corpus file redoes its text even when it is older than the text made before.  Variables
 # that only steer a run (THREADS, DEVICE, MAX_STEPS, MAX_TIME, SAVE_EVERY, VALID_EVERY, ...)
 # are not settings: a larger MAX_STEPS trains further after `rm $(W)/train.done`.
+# A settings file written where there was none (or an empty one, as `make -t` leaves) is
+# dated 1970, older than any file: a W
+# made before the settings were kept (or whose settings/ was deleted) is taken as made
+# with the values given now, rather than made again from its text, its checkpoints
+# deleted; in a new W the stages are made anyway, their files being missing.
 settings.text-train ?= TRAIN_SRC=$(abspath $(TRAIN_SRC)) TRAIN_TGT=$(abspath $(TRAIN_TGT)) \
     TRAIN_SEL=$(TRAIN_SEL) TRAIN_LINES=$(TRAIN_LINES) PREP=$(PREP) into=$(TRAIN_TEXT)
 settings.text-valid ?= VALID_SRC=$(abspath $(VALID_SRC)) VALID_TGT=$(abspath $(VALID_TGT)) \
@@ -137,7 +142,8 @@ same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
 
 $(W)/settings/%:
 	@mkdir -p $(@D); printf '%s\n' $(call quote,$(strip $(settings.$*))) > $@.tmp; \
-	if [ -e $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; fi; \
+	if [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
+	else touch -d @0 $@.tmp; fi; \
 	mv $@.tmp $@
 
 FORCE:

@@ -196,6 +196,35 @@ need_tools() {
     assert_file_exist "$W/ckpt/step-000003.tfm"
 }
 
+@test "wmt_ende: a W made before the settings were kept is taken as it is, its checkpoints kept" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the tests before"
+    local w="$BATS_TEST_TMPDIR/old"
+    cp -a "$W" "$w"
+    rm -r "$w/settings"
+    local before; before=$(stat -c '%n %.9Y' "$w"/* "$w"/ckpt/*)
+    run $ENDE W="$w"
+    assert_success
+    refute_output --partial "starting afresh"
+    refute_output --partial "tfm-"
+    assert_equal "$(stat -c '%n %.9Y' "$w"/* "$w"/ckpt/* | grep -v '/settings ')" "$before"
+    # the values given now are recorded, and a change of them is seen
+    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
+    run $ENDE W="$w" -q
+    assert_success
+    run $ENDE W="$w" BEAM=2
+    assert_success
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 2 --max-len-b 8: made again"
+    refute_output --partial "tfm-train"
+    # the empty settings files of make -t are no record either
+    : > "$w/settings/spm"
+    run $ENDE W="$w" BEAM=2
+    assert_success
+    refute_output --partial "tfm-"
+    refute_output --partial "was"
+    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
+}
+
 @test "wmt_ende: a changed variable redoes the stages it changes, and only those" {
     need_tools
     local w="$BATS_TEST_TMPDIR/vars"
