@@ -58,17 +58,11 @@ CLEAN_LEN   ?=
 CLEAN_RATIO ?=
 SCORE_FLAGS ?=
 
-# The files and directories the pipeline reads and writes, a path each: make splits a name
-# at spaces, and an empty one names the root directory (W= would make the work files there).
-# Recipes name them unquoted, so characters of the shell's syntax, or of make's (% in a
-# pattern, : # =), are refused too.
+# The files and directories the pipeline reads and writes, a path each (paths.mk).
 PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT) \
             $(EXTRA_PATH_VARS)
-SYNTAX_CHARS := ' " ` $$ ; & | < > ( ) { } [ ] * ? ! \ \# % : =
-$(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
-    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
-$(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(v))),$(error \
-    $(MAKEFILE_NAME): $(v)=$($(v)): $(c) in a path: the shell or make would read it as syntax))))
+include $(PIPE_ROOT)/pipelines/paths.mk
+$(call check_paths,$(PATH_VARS))
 
 # The numbers that awk and the shell read in the recipes, checked before anything is made
 # (awk takes TRAIN_LINES=abc for 0 lines, CLEAN_LEN=x for no limit): whole numbers from 1,

@@ -20,8 +20,8 @@ WMT_SUMS    ?= $(PIPE_ROOT)/pipelines/wmt14.sums
 WMT_DL      ?= wmt-archives
 WMT_CONNECT_TIMEOUT ?= 20
 # A path each, checked here (common.mk checks the others): these are in rules before it.
-$(foreach v,WMT14_DIR WMT_DL WMT_SUMS,$(if $(filter-out 1,$(words $($(v)))),$(error \
-    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
+include $(PIPE_ROOT)/pipelines/paths.mk
+$(call check_paths,WMT14_DIR WMT_DL WMT_SUMS)
 # The paper's BLEU tokenizes both sides with PAPER_TOK (a command, stdin to stdout), by
 # default the mteval-v13a rules of tokenize-13a.pl; Moses's, for instance:
 #   PAPER_TOK='perl mosesdecoder/scripts/tokenizer/tokenizer.perl -q -l de'

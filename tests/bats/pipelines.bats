@@ -568,6 +568,15 @@ step-000008.tfm"
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" 'W=w%1' -n
     assert_failure
     assert_output --partial "wsj_parse.mk: W=w%1: % in a path"
+    # the WMT14 paths too, which rules name before common.mk is read: make took the ; for
+    # the start of a recipe ("missing separator"), the shell the ' for an unmatched quote
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w 'WMT_DL=dl;date' -n
+    assert_failure
+    assert_output --partial "wmt_enfr.mk: WMT_DL=dl;date: ; in a path"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w CORPUS=wmt14 "WMT_SUMS=it's" -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: WMT_SUMS=it's: ' in a path"
+    refute_output --partial "unexpected EOF"
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=ok_dir-1.2+x@y -n
     assert_success
     # the sources themselves under a path with a space
