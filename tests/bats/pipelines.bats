@@ -403,6 +403,13 @@ step-000008.tfm"
     assert_output 0
     run $PARSE W="$P" -q
     assert_success
+    # the goal score prints score.txt alone, made now as before (not the baseline first)
+    rm "$P/score.txt"
+    run $PARSE W="$P" score
+    assert_success
+    refute_output --partial "right-branching"
+    assert_equal "$(grep -c '^F1 = ' <<< "$output")" 1
+    assert_equal "$(tail -3 <<< "$output")" "$(cat "$P/score.txt")"
 }
 
 @test "wsj_parse: the right-branching baseline, labeled and unlabeled, scored by hand" {
