@@ -305,8 +305,10 @@ stages: $(foreach s,train valid test,$(W)/$(s).src.tfm $(W)/$(s).tgt.tfm) \
 score: $(W)/score.txt
 	@cat $<
 
-# What the pipeline makes in $(W), which clean removes; W itself goes when that empties it,
-# and is kept, with what it holds besides, otherwise (W may be a directory of the user's).
+# What the pipeline makes in $(W), which clean removes with the FILE.tmp (a recipe's) and
+# FILE.tmp.PID (a tool's) that an interrupted stage leaves, those alone (W=. may hold .tmp
+# files of the user's); W itself goes when that empties it, and is kept, with what it holds
+# besides, otherwise (W may be a directory of the user's).
 # A W that rmdir cannot remove although empty (., a symbolic link to a directory) is kept
 # without a word: it holds nothing to name.
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
@@ -314,7 +316,7 @@ MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s
        train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
        attention $(EXTRA_MADE)
 clean:
-	@rm -rf $(addprefix $(W)/,$(MADE)) $(W)/*.tmp
+	@rm -rf $(addprefix $(W)/,$(MADE) $(addsuffix .tmp,$(MADE)) $(addsuffix .tmp.*,$(MADE)))
 	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \
 	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
 

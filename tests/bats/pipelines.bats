@@ -505,15 +505,18 @@ step-000008.tfm"
 @test "clean removes what the pipeline made, and W only when nothing else is in it" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"
-    mkdir mine && echo keep > mine/notes.txt
+    mkdir mine && echo keep > mine/notes.txt && echo draft > mine/draft.tmp
     local p="make -s -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=2 TEST_LINES=2"
     run $p W=mine baseline mine/train.src mine/train.tgt
     assert_success
     assert_file_exist mine/baseline.txt
+    # (what an interrupted stage leaves goes too)
+    touch mine/test.gold.tmp mine/train.batches.tfm.tmp.123
     run $p W=mine clean
     assert_success
-    assert_output "mine: kept: it holds files that wsj_parse.mk did not make: notes.txt"
-    assert_equal "$(ls -A mine)" "notes.txt"
+    assert_output "mine: kept: it holds files that wsj_parse.mk did not make: draft.tmp notes.txt"
+    assert_equal "$(ls -A mine)" "draft.tmp
+notes.txt"
     # the work directory itself, holding nothing else, goes
     run $p W=mine/w baseline
     assert_success
