@@ -306,13 +306,13 @@ score: $(W)/score.txt
 	@cat $<
 
 # What the pipeline makes in $(W), which clean removes with the FILE.tmp (a recipe's) and
-# FILE.tmp.PID (a tool's) that an interrupted stage leaves, those alone (W=. may hold .tmp
-# files of the user's); W itself goes when that empties it, and is kept, with what it holds
-# besides, otherwise (W may be a directory of the user's).
+# FILE.tmp.PID (a tool's; the rendezvous's is rendezvous.RANDOM.tmp) that an interrupted
+# stage leaves, those alone (W=. may hold .tmp files of the user's); W itself goes when that
+# empties it, and is kept, with what it holds besides, otherwise (W may be the user's).
 # A W that rmdir cannot remove although empty (., a symbolic link to a directory) is kept
 # without a word: it holds nothing to name.
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
-       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous \
+       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
        train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
        attention $(EXTRA_MADE)
 clean:

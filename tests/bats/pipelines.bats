@@ -511,7 +511,7 @@ step-000008.tfm"
     assert_success
     assert_file_exist mine/baseline.txt
     # (what an interrupted stage leaves goes too)
-    touch mine/test.gold.tmp mine/train.batches.tfm.tmp.123
+    touch mine/test.gold.tmp mine/train.batches.tfm.tmp.123 mine/rendezvous.0a1b2c3d4e5f6071.tmp
     run $p W=mine clean
     assert_success
     assert_output "mine: kept: it holds files that wsj_parse.mk did not make: draft.tmp notes.txt"
