@@ -198,8 +198,9 @@ endif
 
 # ---- the tools: each stage's are order-only prerequisites, so that a missing one stops the
 # stage with this message, and a rebuilt one redoes nothing
+# (named without the // of a BIN that ends in /)
 $(BIN)/tfm-%:
-	@echo "$(MAKEFILE_NAME): $@: no such tool: build tfm first (make in $(PIPE_ROOT)), or set BIN" >&2; exit 1
+	@echo "$(MAKEFILE_NAME): $(subst //,/,$@): no such tool: build tfm first (make in $(PIPE_ROOT)), or set BIN" >&2; exit 1
 
 # ---- SentencePiece model and token streams -------------------------------------------------
 $(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm | $(BIN)/tfm-tokenize

@@ -621,6 +621,9 @@ notes.txt"
     assert_line "wmt_ende.mk: $PWD/bin/tfm-tokenize: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
     refute_output --partial "No such file or directory"
     assert_not_exist w/spm.model
+    run $ENDE W=w BIN="$PWD/bin/"
+    assert_failure
+    assert_line "wmt_ende.mk: $PWD/bin/tfm-tokenize: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
     assert_failure
     assert_line "wsj_parse.mk: $PWD/bin/tfm-score: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
