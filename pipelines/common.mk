@@ -58,27 +58,23 @@ CLEAN_LEN   ?=
 CLEAN_RATIO ?=
 SCORE_FLAGS ?=
 
-# The files and directories the pipeline reads and writes, a path each: make splits a name
-# at spaces, and an empty one names the root directory (W= would make the work files there).
-# Recipes name them unquoted, so characters of the shell's syntax, or of make's (% in a
-# pattern, : # =), are refused too.
+# The files and directories the pipeline reads and writes, a path each (paths.mk).
 PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT) \
             $(EXTRA_PATH_VARS)
-SYNTAX_CHARS := ' " ` $$ ; & | < > ( ) { } [ ] * ? ! \ \# % : =
-$(foreach v,$(PATH_VARS),$(if $(filter-out 1,$(words $($(v)))),$(error \
-    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
-$(foreach v,$(PATH_VARS),$(foreach c,$(SYNTAX_CHARS),$(if $(findstring $(c),$($(v))),$(error \
-    $(MAKEFILE_NAME): $(v)=$($(v)): $(c) in a path: the shell or make would read it as syntax))))
+include $(PIPE_ROOT)/pipelines/paths.mk
+$(call check_paths,$(PATH_VARS))
 
 # The numbers that awk and the shell read in the recipes, checked before anything is made
 # (awk takes TRAIN_LINES=abc for 0 lines, CLEAN_LEN=x for no limit): whole numbers from 1,
-# CLEAN_RATIO a decimal; unset, where the variable may be.
+# CLEAN_RATIO a decimal from 1 (the longer side's pieces over the shorter's: under 1, every
+# pair would be dropped, and 0 would mean no limit); unset, where the variable may be.
 no_digits = $(subst 9,,$(subst 8,,$(subst 7,,$(subst 6,,$(subst 5,,$(subst 4,,$(subst 3,,$(subst \
     2,,$(subst 1,,$(subst 0,,$(1)))))))))))
 $(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
     $(if $($(v)),,$(filter AVG,$(v)))),$(error $(MAKEFILE_NAME): $(v)=$($(v)): a whole number from 1 expected)))
-$(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO))),\
-    $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number expected, such as 1.5))
+$(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO)),\
+         $(if $(CLEAN_RATIO),$(filter x,$(subst 0,,$(firstword $(subst ., ,x$(CLEAN_RATIO))))))),\
+    $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number from 1 expected, such as 1.5))
 
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 # The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
@@ -114,6 +110,11 @@ TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 # corpus file redoes its text even when it is older than the text made before.  Variables
 # that only steer a run (THREADS, DEVICE, MAX_STEPS, MAX_TIME, SAVE_EVERY, VALID_EVERY, ...)
 # are not settings: a larger MAX_STEPS trains further after `rm $(W)/train.done`.
+# A settings file written where there was none (or an empty one, as `make -t` leaves) is
+# dated 1970, older than any file: a W
+# made before the settings were kept (or whose settings/ was deleted) is taken as made
+# with the values given now, rather than made again from its text, its checkpoints
+# deleted; in a new W the stages are made anyway, their files being missing.
 settings.text-train ?= TRAIN_SRC=$(abspath $(TRAIN_SRC)) TRAIN_TGT=$(abspath $(TRAIN_TGT)) \
     TRAIN_SEL=$(TRAIN_SEL) TRAIN_LINES=$(TRAIN_LINES) PREP=$(PREP) into=$(TRAIN_TEXT)
 settings.text-valid ?= VALID_SRC=$(abspath $(VALID_SRC)) VALID_TGT=$(abspath $(VALID_TGT)) \
@@ -135,7 +136,8 @@ same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
 
 $(W)/settings/%:
 	@mkdir -p $(@D); printf '%s\n' $(call quote,$(strip $(settings.$*))) > $@.tmp; \
-	if [ -e $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; fi; \
+	if [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
+	else touch -d @0 $@.tmp; fi; \
 	mv $@.tmp $@
 
 FORCE:
@@ -196,8 +198,9 @@ endif
 
 # ---- the tools: each stage's are order-only prerequisites, so that a missing one stops the
 # stage with this message, and a rebuilt one redoes nothing
+# (named without the // of a BIN that ends in /)
 $(BIN)/tfm-%:
-	@echo "$(MAKEFILE_NAME): $@: no such tool: build tfm first (make in $(PIPE_ROOT)), or set BIN" >&2; exit 1
+	@echo "$(MAKEFILE_NAME): $(subst //,/,$@): no such tool: build tfm first (make in $(PIPE_ROOT)), or set BIN" >&2; exit 1
 
 # ---- SentencePiece model and token streams -------------------------------------------------
 $(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm | $(BIN)/tfm-tokenize
@@ -230,16 +233,21 @@ $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG) | $(BIN
 	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
 	    --log $(W)/train.log --progress --report-every $(REPORT_EVERY) $<
 	touch $@
-# train.done without the checkpoints it records (ckpt/ deleted): train again.
+# train.done without the checkpoints it records (ckpt/ deleted) and without their average:
+# train again.  With model.tfm there, ckpt/ was deleted after averaging (to free the space
+# of days of checkpoints), and the model serves as it is: decoding, the score and the
+# pictures need nothing else, and only another average (AVG) needs the checkpoints.
 ifneq ($(wildcard $(W)/train.done),)
-ifeq ($(wildcard $(W)/ckpt/step-*.tfm),)
+ifeq ($(wildcard $(W)/ckpt/step-*.tfm)$(wildcard $(W)/model.tfm),)
 $(W)/train.done: FORCE
 endif
 endif
 
 # The average of the last AVG checkpoints (fewer when fewer were written).
 $(W)/model.tfm: $(W)/train.done $(W)/settings/avg | $(BIN)/tfm-avg
-	@n=$$(ls $(W)/ckpt/step-*.tfm | wc -l); if [ $$n -ge $(AVG) ]; then n=$(AVG); else \
+	@set -- $(W)/ckpt/step-*.tfm; [ -e "$$1" ] || { echo "$(W)/ckpt: no checkpoint to average:" \
+	    "rm $(W)/model.tfm to train again" >&2; exit 1; }; \
+	n=$$#; if [ $$n -ge $(AVG) ]; then n=$(AVG); else \
 	    echo "$(W)/ckpt: $$n checkpoints, fewer than AVG=$(AVG): the average of $$n" >&2; fi; \
 	set -x; $(TFM)avg -n $$n -o $@ $(W)/ckpt
 
@@ -272,12 +280,15 @@ plot:
 # the averaged model, every layer's encoder-decoder, encoder and decoder self-attention
 # written as a stream (tfm-decode --attention) and drawn as heat maps, one picture a layer
 # and kind with a panel a head: attention/SENT.{cross,enc,dec}.LAYER.png.
+# SENT is checked when the makefile is read, before the model it needs is trained; whether
+# test.src has that line, in the recipe, once test.src is made.
+ifneq ($(filter attention,$(MAKECMDGOALS)),)
+$(if $(or $(call no_digits,$(SENT)),$(filter 0%,$(SENT)),$(if $(SENT),,1)),$(error \
+    $(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src$(if $(wildcard $(W)/test.src), \
+    (1 to $(shell wc -l < $(W)/test.src))), is needed))
+endif
 attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model | $(BIN)/tfm-tokenize $(BIN)/tfm-decode $(BIN)/tfm-cat
-	@n=$$(wc -l < $(W)/test.src); \
-	case "$(SENT)" in ''|*[!0-9]*|0*) \
-	    echo "$(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src (1 to $$n), is needed" >&2; \
-	    exit 1;; esac; \
-	[ "$(SENT)" -le $$n ] || \
+	@n=$$(wc -l < $(W)/test.src); [ "$(SENT)" -le $$n ] || \
 	    { echo "$(MAKEFILE_NAME): attention: SENT=$(SENT): $(W)/test.src has $$n lines" >&2; exit 1; }
 	@mkdir -p $(W)/attention
 	sed -n '$(SENT){p;q}' $(W)/test.src | \
@@ -295,15 +306,19 @@ stages: $(foreach s,train valid test,$(W)/$(s).src.tfm $(W)/$(s).tgt.tfm) \
 score: $(W)/score.txt
 	@cat $<
 
-# What the pipeline makes in $(W), which clean removes; W itself goes when that empties it,
-# and is kept, with what it holds besides, otherwise (W may be a directory of the user's).
+# What the pipeline makes in $(W), which clean removes with the FILE.tmp (a recipe's) and
+# FILE.tmp.PID (a tool's; the rendezvous's is rendezvous.RANDOM.tmp) that an interrupted
+# stage leaves, those alone (W=. may hold .tmp files of the user's); W itself goes when that
+# empties it, and is kept, with what it holds besides, otherwise (W may be the user's).
+# A W that rmdir cannot remove although empty (., a symbolic link to a directory) is kept
+# without a word: it holds nothing to name.
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
-       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous \
+       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
        train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
        attention $(EXTRA_MADE)
 clean:
-	@rm -rf $(addprefix $(W)/,$(MADE)) $(W)/*.tmp
-	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || \
+	@rm -rf $(addprefix $(W)/,$(MADE) $(addsuffix .tmp,$(MADE)) $(addsuffix .tmp.*,$(MADE)))
+	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \
 	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
 
 help:

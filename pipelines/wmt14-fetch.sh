@@ -16,7 +16,8 @@
 #
 # One run at a time works in DIR: it holds DIR's lock (flock(1)) from start to end, and a
 # second run started meanwhile (another pipeline sharing WMT_DL) waits, then finds the
-# archives there and checks them, rather than writing the same NAME.part at once.
+# archives there and checks them, rather than writing the same NAME.part at once.  Where
+# DIR cannot be locked, the run says so and goes on without the lock.
 #
 # Exit status: 0 when every archive is there and right, 1 otherwise, 2 on a usage error.
 set -u -o pipefail
@@ -104,10 +105,19 @@ fetch() {   # NAME
     mv "$part" "$file"
 }
 
+# flock -n exits 1 when another run holds the lock.  Any other failure (a file system that
+# cannot lock a directory: NFSv4, whose flock needs a descriptor open for writing, Lustre
+# mounted without flock; or no flock at all) is said, and the run goes on alone, as it
+# would without a second run.
 mkdir -p "$dir" && exec 9< "$dir" || exit 1
-if ! flock -n 9; then
+rc=0
+flock -n 9 || rc=$?
+if [ $rc -eq 1 ]; then
     echo "$prog: $dir: another run is downloading or checking archives there: waiting for it" >&2
     flock 9 || exit 1
+elif [ $rc -ne 0 ]; then
+    echo "$prog: $dir: cannot lock it (flock exit status $rc): going on without taking turns" \
+         "with other runs" >&2
 fi
 status=0
 for name; do

@@ -20,8 +20,8 @@ WMT_SUMS    ?= $(PIPE_ROOT)/pipelines/wmt14.sums
 WMT_DL      ?= wmt-archives
 WMT_CONNECT_TIMEOUT ?= 20
 # A path each, checked here (common.mk checks the others): these are in rules before it.
-$(foreach v,WMT14_DIR WMT_DL WMT_SUMS,$(if $(filter-out 1,$(words $($(v)))),$(error \
-    $(MAKEFILE_NAME): $(v)='$($(v))': one path expected, without spaces (make splits names at them; several files: join them into one))))
+include $(PIPE_ROOT)/pipelines/paths.mk
+$(call check_paths,WMT14_DIR WMT_DL WMT_SUMS)
 # The paper's BLEU tokenizes both sides with PAPER_TOK (a command, stdin to stdout), by
 # default the mteval-v13a rules of tokenize-13a.pl; Moses's, for instance:
 #   PAPER_TOK='perl mosesdecoder/scripts/tokenizer/tokenizer.perl -q -l de'
@@ -67,9 +67,13 @@ download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 
 # $(call locked,DIR,FILE...): shell code that makes DIR and holds its lock (flock) for the
 # rest of the recipe, so that two runs sharing WMT14_DIR take turns rather than writing the
-# same temporary files at once; the second finds the FILEs made, and stops there.
-locked = mkdir -p $(1); exec 9< $(1); \
-    flock -n 9 || { echo "$(1): another run is making files there: waiting for it" >&2; flock 9; }; \
+# same temporary files at once; the second finds the FILEs made, and stops there.  flock -n
+# exits 1 when another run holds the lock; where DIR cannot be locked (NFSv4, Lustre without
+# flock, no flock), the run says so and goes on alone, as wmt14-fetch.sh does.
+locked = mkdir -p $(1); exec 9< $(1); rc=0; flock -n 9 || rc=$$?; \
+    if [ $$rc -eq 1 ]; then echo "$(1): another run is making files there: waiting for it" >&2; flock 9; \
+    elif [ $$rc -ne 0 ]; then echo "$(1): cannot lock it (flock exit status $$rc):" \
+        "going on without taking turns with other runs" >&2; fi; \
     ready=1; for f in $(2); do [ -e $$f ] || ready=; done; \
     if [ -n "$$ready" ]; then echo "$(2): made by the other run"; exit 0; fi
 

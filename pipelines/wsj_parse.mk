@@ -142,12 +142,14 @@ $(W)/test.hyp.lin: $(W)/test.trees $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --linearize $(sort $(LIN_FLAGS) $(filter --keep-tags,$(SCORE_FLAGS))) $< | cut -f2 > $@.tmp
 	mv $@.tmp $@
 
+# Printed with the baseline after it, unless `score` is a goal: that target prints
+# score.txt alone, made now or before (`baseline` prints the baseline).
 $(W)/score.txt: $(W)/test.hyp.txt $(W)/test.words $(W)/test.gold $(EVALB_PRM) $(W)/baseline.txt \
                $(W)/settings/score | $(BIN)/tfm-score
 	$(TFM)score --metric f1 --param $(EVALB_PRM) -r $(W)/test.gold --source $(W)/test.words \
 	    $(SCORE_FLAGS) $< > $@.tmp; mv $@.tmp $@
-	@$(if $(score_goal),:,echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@)
-	@echo "right-branching baseline on the same trees:"; sed 's/^/  /' $(W)/baseline.txt
+	@$(if $(score_goal),:,echo "$(W): $$(wc -l < $(W)/test.gold) test trees:"; cat $@; \
+	    echo "right-branching baseline on the same trees:"; sed 's/^/  /' $(W)/baseline.txt)
 
 # The right-branching baseline, what a parser must beat: every sentence of n words as
 # (S w1 (VP w2 (VP ... (VP wn-1 wn)))), restored and scored as the decoder's output

@@ -260,6 +260,23 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 newstest2014.en"
 }
 
+@test "where WMT_DL and WMT14_DIR cannot be locked, the run says so and goes on alone" {
+    need_curl
+    # flock as util-linux's fails on NFSv4 (a lock needs a descriptor open for writing, and
+    # a directory's is not) or on Lustre mounted without flock: exit status 65
+    mkdir fake
+    printf '#!/bin/sh\necho "flock: $*: Bad file descriptor" >&2\nexit 65\n' > fake/flock
+    chmod +x fake/flock
+    PATH="$PWD/fake:$PATH" run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/newstest2014.en
+    assert_success
+    assert_line "wmt14-fetch: dl: cannot lock it (flock exit status 65): going on without taking turns with other runs"
+    assert_line "d: cannot lock it (flock exit status 65): going on without taking turns with other runs"
+    refute_output --partial "waiting for it"
+    assert_line "d/newstest2014: 20 segments from dl/dev.tgz (dev/newstest2014-deen-ref.en.sgm, dev/newstest2014-deen-src.de.sgm)"
+    cmp "$M/dev.tgz" dl/dev.tgz
+    [ "$(wc -l < d/newstest2014.en)" -eq 20 ]
+}
+
 @test "offline: the download stops at once, naming the archive, its address and the ways out" {
     need_curl
     local t0=$SECONDS

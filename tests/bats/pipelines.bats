@@ -120,6 +120,20 @@ need_tools() {
     ! grep -q 'validation BLEU' "$W/train.svg"
 }
 
+@test "attention without a SENT that names a line stops before training the model it needs" {
+    cd "$BATS_TEST_TMPDIR"
+    # (tools that are not there: had the check waited for the model, nothing would train)
+    mkdir bin
+    local s
+    for s in "" x 0 03 -1; do
+        run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$PWD/bin" W=w attention SENT="$s"
+        assert_failure
+        assert_output --partial "wmt_ende.mk: attention: SENT=n, a line of w/test.src, is needed"
+        refute_output --partial "tfm-"
+        assert_not_exist w
+    done
+}
+
 @test "wmt_ende: attention SENT=n decodes test sentence n alone and draws its heat maps" {
     command -v gnuplot > /dev/null || skip "gnuplot is not installed"
     need_tools
@@ -180,6 +194,35 @@ need_tools() {
     assert_output --partial "checkpoints older than the batches: starting afresh"
     assert_file_not_exist "$W/ckpt/step-000011.tfm"
     assert_file_exist "$W/ckpt/step-000003.tfm"
+}
+
+@test "wmt_ende: a W made before the settings were kept is taken as it is, its checkpoints kept" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the tests before"
+    local w="$BATS_TEST_TMPDIR/old"
+    cp -a "$W" "$w"
+    rm -r "$w/settings"
+    local before; before=$(stat -c '%n %.9Y' "$w"/* "$w"/ckpt/*)
+    run $ENDE W="$w"
+    assert_success
+    refute_output --partial "starting afresh"
+    refute_output --partial "tfm-"
+    assert_equal "$(stat -c '%n %.9Y' "$w"/* "$w"/ckpt/* | grep -v '/settings ')" "$before"
+    # the values given now are recorded, and a change of them is seen
+    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
+    run $ENDE W="$w" -q
+    assert_success
+    run $ENDE W="$w" BEAM=2
+    assert_success
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 2 --max-len-b 8: made again"
+    refute_output --partial "tfm-train"
+    # the empty settings files of make -t are no record either
+    : > "$w/settings/spm"
+    run $ENDE W="$w" BEAM=2
+    assert_success
+    refute_output --partial "tfm-"
+    refute_output --partial "was"
+    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
 }
 
 @test "wmt_ende: a changed variable redoes the stages it changes, and only those" {
@@ -251,7 +294,7 @@ need_tools() {
     grep -q 'SEED=1$' "$w/settings/batches"
 }
 
-@test "wmt_ende: deleted checkpoints are trained again" {
+@test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
     run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
@@ -266,6 +309,21 @@ need_tools() {
     run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm"
     assert_success
     assert_output --partial "is up to date"
+    # ckpt/ deleted after averaging, to free the space: the model serves as it is
+    rm -r "$w/ckpt"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/test.hyp.txt"
+    assert_success
+    refute_output --partial "tfm-train"
+    assert_output --partial "tfm-decode -m $w/model.tfm"
+    run $ENDE W="$w" MAX_STEPS=3 "$w/model.tfm" -q
+    assert_success
+    # another average needs the checkpoints: said, and the model is kept
+    run $ENDE W="$w" MAX_STEPS=3 AVG=1 "$w/model.tfm"
+    assert_failure
+    assert_line "$w/ckpt: no checkpoint to average: rm $w/model.tfm to train again"
+    refute_output --partial "tfm-train"
+    run tfm-cat --header "$w/model.tfm"
+    assert_line "meta step=3"
 }
 
 @test "wmt_ende: KEEP keeps the newest checkpoints; the WMT14 pipelines keep AVG of them" {
@@ -345,6 +403,13 @@ step-000008.tfm"
     assert_output 0
     run $PARSE W="$P" -q
     assert_success
+    # the goal score prints score.txt alone, made now as before (not the baseline first)
+    rm "$P/score.txt"
+    run $PARSE W="$P" score
+    assert_success
+    refute_output --partial "right-branching"
+    assert_equal "$(grep -c '^F1 = ' <<< "$output")" 1
+    assert_equal "$(tail -3 <<< "$output")" "$(cat "$P/score.txt")"
 }
 
 @test "wsj_parse: the right-branching baseline, labeled and unlabeled, scored by hand" {
@@ -440,15 +505,18 @@ step-000008.tfm"
 @test "clean removes what the pipeline made, and W only when nothing else is in it" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"
-    mkdir mine && echo keep > mine/notes.txt
+    mkdir mine && echo keep > mine/notes.txt && echo draft > mine/draft.tmp
     local p="make -s -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=2 TEST_LINES=2"
     run $p W=mine baseline mine/train.src mine/train.tgt
     assert_success
     assert_file_exist mine/baseline.txt
+    # (what an interrupted stage leaves goes too)
+    touch mine/test.gold.tmp mine/train.batches.tfm.tmp.123 mine/rendezvous.0a1b2c3d4e5f6071.tmp
     run $p W=mine clean
     assert_success
-    assert_output "mine: kept: it holds files that wsj_parse.mk did not make: notes.txt"
-    assert_equal "$(ls -A mine)" "notes.txt"
+    assert_output "mine: kept: it holds files that wsj_parse.mk did not make: draft.tmp notes.txt"
+    assert_equal "$(ls -A mine)" "draft.tmp
+notes.txt"
     # the work directory itself, holding nothing else, goes
     run $p W=mine/w baseline
     assert_success
@@ -457,6 +525,24 @@ step-000008.tfm"
     assert_output ""
     assert_not_exist mine/w
     assert_file_exist mine/notes.txt
+    # a W that rmdir cannot remove although emptied (a link to a directory, .) is kept
+    # without a word: it holds nothing of anyone's
+    mkdir target && ln -s target link
+    run $p W=link baseline
+    assert_success
+    run $p W=link clean
+    assert_success
+    assert_output ""
+    assert_equal "$(ls -A target)" ""
+    assert [ -L link ]
+    cd target
+    run $p W=. baseline
+    assert_success
+    assert_file_exist baseline.txt
+    run $p W=. clean
+    assert_success
+    assert_output ""
+    assert_equal "$(ls -A)" ""
 }
 
 @test "an empty path, or one with a space or a character of syntax, is refused before anything is made" {
@@ -492,6 +578,15 @@ step-000008.tfm"
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" 'W=w%1' -n
     assert_failure
     assert_output --partial "wsj_parse.mk: W=w%1: % in a path"
+    # the WMT14 paths too, which rules name before common.mk is read: make took the ; for
+    # the start of a recipe ("missing separator"), the shell the ' for an unmatched quote
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w 'WMT_DL=dl;date' -n
+    assert_failure
+    assert_output --partial "wmt_enfr.mk: WMT_DL=dl;date: ; in a path"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w CORPUS=wmt14 "WMT_SUMS=it's" -n
+    assert_failure
+    assert_output --partial "wmt_ende.mk: WMT_SUMS=it's: ' in a path"
+    refute_output --partial "unexpected EOF"
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=ok_dir-1.2+x@y -n
     assert_success
     # the sources themselves under a path with a space
@@ -526,6 +621,9 @@ step-000008.tfm"
     assert_line "wmt_ende.mk: $PWD/bin/tfm-tokenize: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
     refute_output --partial "No such file or directory"
     assert_not_exist w/spm.model
+    run $ENDE W=w BIN="$PWD/bin/"
+    assert_failure
+    assert_line "wmt_ende.mk: $PWD/bin/tfm-tokenize: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$PWD/bin" W=p TRAIN_LINES=1 p/train.tgt
     assert_failure
     assert_line "wsj_parse.mk: $PWD/bin/tfm-score: no such tool: build tfm first (make in $TFM_ROOT), or set BIN"
@@ -579,9 +677,15 @@ step-000008.tfm"
         assert_failure
         assert_output --partial "wmt_ende.mk: $v: a whole number from 1 expected"
     done
-    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=x -n
-    assert_failure
-    assert_output --partial "wmt_enfr.mk: CLEAN_RATIO=x: a number expected, such as 1.5"
+    # CLEAN_RATIO under 1 dropped every pair (0 of 400 kept), and 0 meant no limit
+    for v in CLEAN_RATIO=x CLEAN_RATIO=0.5 CLEAN_RATIO=.9 CLEAN_RATIO=0; do
+        run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w "$v" -n
+        assert_failure
+        assert_output --partial "wmt_enfr.mk: $v: a number from 1 expected, such as 1.5"
+    done
+    run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=1 -n
+    assert_success
+    assert_output --partial "ratio=1 "
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w TEST_LINES=1,5 -n
     assert_failure
     assert_output --partial "wsj_parse.mk: TEST_LINES=1,5: a whole number from 1 expected"
