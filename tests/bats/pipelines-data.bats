@@ -12,8 +12,8 @@ setup_file() {
     "$TFM_ROOT/tests/fixtures/wmt14/make-mirror.sh" "$M"
     export NT="$TFM_ROOT/data/newstest2013/newstest2013"
     export OFFLINE=http://127.0.0.1:9
-    export ENDE="make -f $TFM_ROOT/pipelines/wmt_ende.mk BIN=$BIN CORPUS=wmt14 WMT_SUMS=$M/wmt14.sums"
-    export ENFR="make -f $TFM_ROOT/pipelines/wmt_enfr.mk BIN=$BIN WMT_SUMS=$M/wmt14.sums"
+    export ENDE="make --no-print-directory -f $TFM_ROOT/pipelines/wmt_ende.mk BIN=$BIN CORPUS=wmt14 WMT_SUMS=$M/wmt14.sums"
+    export ENFR="make --no-print-directory -f $TFM_ROOT/pipelines/wmt_enfr.mk BIN=$BIN WMT_SUMS=$M/wmt14.sums"
     # a tiny run: the tiny model, 2 updates, short outputs, 1 thread
     export TINY="CONFIG=$TFM_ROOT/configs/tiny.conf VOCAB=300 TOKENS=1024 MAX_STEPS=2 MAX_TIME=
         SAVE_EVERY=1 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1"

@@ -8,10 +8,10 @@ setup_file() {
     export BATS_NO_PARALLELIZE_WITHIN_FILE=true
     export BIN=${TFM_BIN:-$(dirname "$(command -v tfm-cat)")}
     # A tiny budget: 400 pairs, 8 updates, 12 test sentences, short outputs, 1 thread each.
-    export ENDE="make -f $TFM_ROOT/pipelines/wmt_ende.mk BIN=$BIN CORPUS=multi30k
+    export ENDE="make --no-print-directory -f $TFM_ROOT/pipelines/wmt_ende.mk BIN=$BIN CORPUS=multi30k
         TRAIN_LINES=400 TEST_LINES=12 VOCAB=500 TOKENS=1024 MAX_STEPS=8 MAX_TIME=
         SAVE_EVERY=3 AVG=2 VALID_EVERY=0 MAX_LEN_B=8 THREADS=1 REPORT_EVERY=2"
-    export PARSE="make -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
+    export PARSE="make --no-print-directory -f $TFM_ROOT/pipelines/wsj_parse.mk BIN=$BIN TRAIN_LINES=300
         TEST_LINES=6 VOCAB=300 MAX_STEPS=4 MAX_TIME= SAVE_EVERY=0 VALID_EVERY=0
         BEAM=2 MAX_LEN_B=40 THREADS=1"
 }
