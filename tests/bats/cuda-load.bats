@@ -143,6 +143,37 @@ real_driver() {
     refute_output --partial "not found"
 }
 
+@test "a FIFO for the plugin or the driver library, the working directory as the library path's last entry, glibc-hwcaps: refused, not a hang or SIGBUS" {
+    need_plugin
+    local size
+    size=$(stat -c %s "$M/one/libcuda.so.1")
+    mkdir -p "$M/fifo" "$M/cwd" "$M/hw/glibc-hwcaps/x86-64-v2"
+    mkfifo "$M/fifo/libcuda.so.1" "$M/fifo/plugin.so"
+    head -c 3000 "$M/one/libcuda.so.1" > "$M/cwd/libcuda.so.1"
+    head -c 3000 "$M/one/libcuda.so.1" > "$M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1"
+    # open(2) of a FIFO waits for a writer: the check before dlopen must not
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/fifo/plugin.so" run timeout -s KILL 60 \
+        tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f1" --device cuda "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (cannot load the CUDA code: $M/fifo/plugin.so: not a regular file)"
+    LD_LIBRARY_PATH="$M/fifo:$M/one" run timeout -s KILL 60 \
+        tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f2" --device cuda "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/fifo/libcuda.so.1: not a regular file)"
+    # a trailing separator is the working directory to the loader, as a leading one is
+    cd "$M/cwd"
+    LD_LIBRARY_PATH="$M/nowhere:" run tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f3" --device cuda "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library ./libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    cd "$M"
+    # the loader looks in DIR/glibc-hwcaps/LEVEL before DIR
+    if [ "$(uname -m)" = x86_64 ]; then
+        LD_LIBRARY_PATH="$M/hw:$M/one" run tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f4" --device cuda "$M/b.tfm"
+        assert_failure 1
+        assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    fi
+}
+
 @test "a missing, a foreign and a turned-off plugin" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h
