@@ -1185,5 +1185,13 @@ PY
     # a validation stream is read at every validation: a pipe is refused before training
     run tfm-train "${SMALL[@]}" -o "$T/v" --valid <(cat "$M/b500.tfm") "$M/b500.tfm"
     assert_failure 1
-    assert_line --regexp "^tfm-train: --valid /dev/fd/[0-9]+: not a file: the validation batches are read again at every validation, and a pipe is read once$"
+    assert_line --regexp "^tfm-train: --valid /dev/fd/[0-9]+: a pipe, read once, not a regular file: the validation batches are read again at every validation$"
+    run tfm-train "${SMALL[@]}" -o "$T/v" --valid "$T" "$M/b500.tfm"
+    assert_failure 1
+    assert_line "tfm-train: --valid $T: a directory, not a regular file: the validation batches are read again at every validation"
+    # one that is not there is named so, not as a pipe
+    run tfm-train "${SMALL[@]}" -o "$T/v" --valid "$T/none.tfm" "$M/b500.tfm"
+    assert_failure 1
+    assert_line "tfm-train: $T/none.tfm: No such file or directory"
+    [ ! -e "$T/v" ]
 }
