@@ -476,6 +476,24 @@ PY
     assert_success
 }
 
+@test "tfm-decode: --beam, --max-len-b and --min-len take their config keys' ranges, as tfm-decode(1) says" {
+    run tfm-decode -m "$M/model.tfm" --beam 4097 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --beam: '4097': expected an integer from 1 to 4096"
+    run tfm-decode -m "$M/model.tfm" --max-len-b 1048577 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --max-len-b: '1048577': expected an integer from 0 to 1048576"
+    run tfm-decode -m "$M/model.tfm" --min-len 1048577 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --min-len: '1048577': expected an integer from 0 to 1048576"
+    # the man page states each range
+    run mandoc -Tascii "$TFM_ROOT/man/tfm-decode.1"
+    assert_output --partial "1 to 4096"
+    [ "$(printf '%s\n' "$output" | col -b | grep -c '0 to 1048576')" = 2 ]
+    run tfm-decode -q -m "$M/model.tfm" --max-len-b 1048576 --min-len 0 --beam 2 "$M/test.tfm"
+    assert_success
+}
+
 @test "tfm-decode --text -o: a link keeps the link, /dev/fd/1 writes the redirected file" {
     tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
     echo old > "$T/target.txt"
