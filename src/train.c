@@ -1012,9 +1012,10 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
         run->tokens = st->tokens;
         run->elapsed0 = (double)st->elapsed_ms / 1000;
         run->saved_step = run->step;
-        if (!run->train.repeat && (st->epoch > 0))
-            return tfm_fail(err, "<stdin>: the checkpoint is in epoch %lld of its stream; "
-                            "resume from a file", (long long)st->epoch);
+        if (!run->train.repeat && (st->epoch > 0))     /* a pipe cannot go back to epoch 0 */
+            return tfm_fail(err, "%s: the checkpoint is in epoch %lld of its stream, and a "
+                            "pipe is read once: resume from a regular file",
+                            tfm_epochs_name(&run->train), (long long)st->epoch);
         int64_t pos;
         if (shard_position(run, st, resume_path, &pos, err) ||
             tfm_epochs_skip(&run->train, st->epoch, pos, err))
