@@ -253,6 +253,16 @@ real_driver() {
         TFM_RENDEZVOUS="$M/rv" run train u
     assert_failure 1
     assert_output "tfm-train: process 1 of 3, local rank 2: --device auto: 1 GPU wanted from GPU 2 on, 0 visible"
+    # a process but 0, which logs nothing else, says that auto left its GPU for the CPU
+    # (its layout then differs from GPU processes'); -q keeps it quiet
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 \
+        TFM_RENDEZVOUS="$M/rv" TFM_RENDEZVOUS_TIMEOUT=1 run train u2
+    assert_failure 1
+    assert_line --index 0 "tfm-train: process 1 of 2: device: cuda (stand-in plugin, 2 GPU); computing on the cpu instead: GPU 1 will not open"
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 \
+        TFM_RENDEZVOUS="$M/rv" TFM_RENDEZVOUS_TIMEOUT=1 run train u3 -q
+    assert_failure 1
+    refute_output --partial "computing on the cpu instead"
     head -n 3 "$M/en.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$M/three.tfm"
     # stderr is no terminal and there is no --progress: the fallback is still said, once
     tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > "$M/h.tfm" 2> "$M/err"
