@@ -313,6 +313,8 @@ int main(int argc, char **argv)
     }
     if (notes)
         fprintf(notes, "tfm-train: %s\n", where);
+    else if (!quiet && tfm_device_note_fallback(where))   /* a fallback is never silent */
+        fprintf(stderr, "tfm-train: process %d of %d: %s\n", env.rank, env.world, where);
     if (ngpus) {
         o.backends = gpus;
         o.ranks = ngpus;

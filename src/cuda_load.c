@@ -157,11 +157,13 @@ static unsigned long long end_of(unsigned long long off, unsigned long long len)
  * each segment as the program headers describe it and reads it in place, so a truncated
  * file (a copy or an install cut short) would end the process with SIGBUS instead of an
  * error.  0; -1 with "PATH: REASON" in bad (n bytes) when it is such a file of this
- * machine's, cut short; -2 with it when it is no such file at all, or cannot be read (the
- * loader passes over those in a search). */
+ * machine's, cut short, or no regular file (the loader would wait in open for a FIFO's
+ * writer, and fails on a directory); -2 with it when it is no such file at all, or cannot
+ * be opened (the loader passes over those in a search).  Opened without waiting, so a
+ * FIFO is only looked at. */
 static int so_whole(const char *path, char *bad, size_t n)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         snprintf(bad, n, "%s: %s", path, strerror(errno));
         return -2;
@@ -173,6 +175,7 @@ static int so_whole(const char *path, char *bad, size_t n)
         snprintf(bad, n, "%s: %s", path, strerror(errno));
     } else if (!S_ISREG(st.st_mode)) {
         snprintf(bad, n, "%s: not a regular file", path);
+        rc = -1;
     } else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
                memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
         snprintf(bad, n, "%s: not a shared object (%lld bytes, no ELF header)", path,
@@ -211,31 +214,55 @@ static int so_whole(const char *path, char *bad, size_t n)
     return rc;
 }
 
+/* The subdirectories of glibc-hwcaps that the loader looks in before each directory of
+ * the library path (glibc 2.33 on), best first; which it takes depends on the CPU. */
+static const char *const hwcaps[] = {
+#if defined(__x86_64__)
+    "x86-64-v4", "x86-64-v3", "x86-64-v2",
+#elif defined(__powerpc64__)
+    "power10", "power9",
+#endif
+    NULL};
+
 /* The driver library the loader would take from LD_LIBRARY_PATH, when one of its
- * directories has it (the first such; an empty entry is the working directory): 0 when
- * there is none or it is whole, -1 with loaded.why when it would crash dlopen.  The
- * system's own copy (found through ld.so.cache) is not looked at. */
+ * directories has it: 0 when there is none or it is whole, -1 with loaded.why when it
+ * would crash dlopen or hang it.  Each directory is looked at as the loader does: an
+ * empty entry (leading, doubled or trailing separator) is the working directory, and its
+ * glibc-hwcaps subdirectories come before it.  A copy in one of those that is cut short
+ * is refused even where this CPU would skip that subdirectory; the search ends at the
+ * first whole copy in a directory itself.  The system's own copy (found through
+ * ld.so.cache) is not looked at. */
 static int driver_whole(void)
 {
-    const char *lp = getenv("LD_LIBRARY_PATH");
-    for (const char *p = lp; p && *p;) {
+    const char *p = getenv("LD_LIBRARY_PATH");
+    if (!p || !*p)
+        return 0;
+    for (;;) {
         size_t l = strcspn(p, ":;");
-        char path[PATH_MAX], bad[PATH_MAX + 128];
-        int w = snprintf(path, sizeof path, "%.*s%slibcuda.so.1", (int)l, p, l ? "/" : "");
-        if (w > 0 && (size_t)w < sizeof path && access(path, F_OK) == 0) {
+        int dl = l ? (int)l : 1;
+        const char *dir = l ? p : ".";
+        for (size_t k = 0; k < sizeof hwcaps / sizeof *hwcaps; k++) {
+            const char *sub = hwcaps[k];
+            char path[PATH_MAX], bad[PATH_MAX + 128];
+            int w = sub ? snprintf(path, sizeof path, "%.*s/glibc-hwcaps/%s/libcuda.so.1",
+                                   dl, dir, sub)
+                        : snprintf(path, sizeof path, "%.*s/libcuda.so.1", dl, dir);
+            if (w <= 0 || (size_t)w >= sizeof path || access(path, F_OK) != 0)
+                continue;
             int rc = so_whole(path, bad, sizeof bad);
-            if (rc == 0)
-                return 0;
             if (rc == -1) {
                 why("the NVIDIA driver library %s", bad);
                 return -1;
             }
+            if (rc == 0 && !sub)
+                return 0;
             /* another architecture's (a 32-bit library directory), or no library: the
              * loader goes on to the next directory, and so does this search */
         }
-        p += l + (p[l] != '\0');
+        if (!p[l])
+            return 0;
+        p += l + 1;
     }
-    return 0;
 }
 
 static void load(void)

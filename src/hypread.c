@@ -44,12 +44,14 @@ int64_t tfm_hyp_decode_line(const struct tfm_spm *s, const int32_t *ids, int64_t
     if (len <= 0)
         return len;
     const unsigned char *in = (const unsigned char *)*text;
-    size_t need = 1, k;
+    size_t need = 1, bad = 0, k;
     for (size_t i = 0; i < (size_t)len; i += k ? k : 1) {
         k = control_len(in + i, (size_t)len - i);
         need += k ? sizeof REPLACEMENT - 1 : 1;
+        bad += k != 0;
     }
-    if (need == (size_t)len + 1)
+    /* by the count, not the length: U+2028 and U+2029 are as long as U+FFFD */
+    if (bad == 0)
         return len;
     char *out = malloc(need);
     if (!out)

@@ -1470,6 +1470,15 @@ struct tfm_decoder *tfm_decoder_create(struct tfm_model *m, int max_sent, int ma
 }
 
 
+/* A decoder state that does not fit: its size and what it grows with, the hypotheses in
+ * flight (the sentences of a batch times the beam, which a config may set to 4096) and
+ * the steps, so that a beam too large for the memory is seen as the cause. */
+static int dec_too_big(struct tfm_error *err, size_t bytes, int rows, int steps)
+{
+    return tfm_error_prefix(err, "decoder state of %.1f MiB for %d hypotheses (sentences x "
+                            "beam) of %d steps", bytes / 1048576.0, rows, steps);
+}
+
 int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int max_rows,
                         int max_steps, struct tfm_error *err)
 {
@@ -1513,11 +1522,11 @@ int tfm_decoder_reshape(struct tfm_decoder *d, int max_sent, int max_src, int ma
         d->mem_bytes = 0;
         if (!(d->mem = m->be->alloc(m->be, want, err)) &&
             (want == bytes || !(d->mem = m->be->alloc(m->be, want = bytes, err))))
-            return tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
+            return dec_too_big(err, bytes, max_rows, max_steps);
         d->mem_bytes = want;
     }
     if (m->be->reserve(m->be, max_steps, max_steps > max_src ? max_steps : max_src, err) < 0)
-        return tfm_error_prefix(err, "decoder state of %.1f MiB", bytes / 1048576.0);
+        return dec_too_big(err, bytes, max_rows, max_steps);
     d->max_rows = max_rows;
     d->max_sent = max_sent;
     dec_carve(d, d->mem);

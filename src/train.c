@@ -899,9 +899,13 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
                             "%08x, checkpoint %s has %08x", tfm_epochs_name(&run->train), run->vocab_id,
                             resume_path, cv);
     }
-    if (o->valid_path && !regular_file(o->valid_path))
-        return tfm_fail(err, "--valid %s: not a file: the validation batches are read again "
-                        "at every validation, and a pipe is read once", o->valid_path);
+    /* one that is not there, or cannot be read, is named by opening it below */
+    struct stat vst;
+    if (o->valid_path && stat(o->valid_path, &vst) == 0 && !S_ISREG(vst.st_mode))
+        return tfm_fail(err, "--valid %s: %s, not a regular file: the validation batches are "
+                        "read again at every validation", o->valid_path,
+                        S_ISDIR(vst.st_mode) ? "a directory" :
+                        S_ISFIFO(vst.st_mode) ? "a pipe, read once" : "a device or socket");
     if (o->valid_path) {
         /* what would fail the first validation, hours into training, fails now */
         struct tfm_epochs v = {.path = o->valid_path, .world = 1};
@@ -1008,9 +1012,10 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
         run->tokens = st->tokens;
         run->elapsed0 = (double)st->elapsed_ms / 1000;
         run->saved_step = run->step;
-        if (!run->train.repeat && (st->epoch > 0))
-            return tfm_fail(err, "<stdin>: the checkpoint is in epoch %lld of its stream; "
-                            "resume from a file", (long long)st->epoch);
+        if (!run->train.repeat && (st->epoch > 0))     /* a pipe cannot go back to epoch 0 */
+            return tfm_fail(err, "%s: the checkpoint is in epoch %lld of its stream, and a "
+                            "pipe is read once: resume from a regular file",
+                            tfm_epochs_name(&run->train), (long long)st->epoch);
         int64_t pos;
         if (shard_position(run, st, resume_path, &pos, err) ||
             tfm_epochs_skip(&run->train, st->epoch, pos, err))

@@ -143,6 +143,37 @@ real_driver() {
     refute_output --partial "not found"
 }
 
+@test "a FIFO for the plugin or the driver library, the working directory as the library path's last entry, glibc-hwcaps: refused, not a hang or SIGBUS" {
+    need_plugin
+    local size
+    size=$(stat -c %s "$M/one/libcuda.so.1")
+    mkdir -p "$M/fifo" "$M/cwd" "$M/hw/glibc-hwcaps/x86-64-v2"
+    mkfifo "$M/fifo/libcuda.so.1" "$M/fifo/plugin.so"
+    head -c 3000 "$M/one/libcuda.so.1" > "$M/cwd/libcuda.so.1"
+    head -c 3000 "$M/one/libcuda.so.1" > "$M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1"
+    # open(2) of a FIFO waits for a writer: the check before dlopen must not
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/fifo/plugin.so" run timeout -s KILL 60 \
+        tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f1" --device cuda "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (cannot load the CUDA code: $M/fifo/plugin.so: not a regular file)"
+    LD_LIBRARY_PATH="$M/fifo:$M/one" run timeout -s KILL 60 \
+        tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f2" --device cuda "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/fifo/libcuda.so.1: not a regular file)"
+    # a trailing separator is the working directory to the loader, as a leading one is
+    cd "$M/cwd"
+    LD_LIBRARY_PATH="$M/nowhere:" run tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f3" --device cuda "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library ./libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    cd "$M"
+    # the loader looks in DIR/glibc-hwcaps/LEVEL before DIR
+    if [ "$(uname -m)" = x86_64 ]; then
+        LD_LIBRARY_PATH="$M/hw:$M/one" run tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f4" --device cuda "$M/b.tfm"
+        assert_failure 1
+        assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    fi
+}
+
 @test "a missing, a foreign and a turned-off plugin" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h
@@ -223,6 +254,16 @@ real_driver() {
         TFM_RENDEZVOUS="$M/rv" run train u
     assert_failure 1
     assert_output "tfm-train: process 1 of 3, local rank 2: --device auto: 1 GPU wanted from GPU 2 on, 0 visible"
+    # a process but 0, which logs nothing else, says that auto left its GPU for the CPU
+    # (its layout then differs from GPU processes'); -q keeps it quiet
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 \
+        TFM_RENDEZVOUS="$M/rv" TFM_RENDEZVOUS_TIMEOUT=1 run train u2
+    assert_failure 1
+    assert_line --index 0 "tfm-train: process 1 of 2: device: cuda (stand-in plugin, 2 GPU); computing on the cpu instead: GPU 1 will not open"
+    TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 \
+        TFM_RENDEZVOUS="$M/rv" TFM_RENDEZVOUS_TIMEOUT=1 run train u3 -q
+    assert_failure 1
+    refute_output --partial "computing on the cpu instead"
     head -n 3 "$M/en.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$M/three.tfm"
     # stderr is no terminal and there is no --progress: the fallback is still said, once
     tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > "$M/h.tfm" 2> "$M/err"

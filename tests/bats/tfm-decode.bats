@@ -476,6 +476,36 @@ PY
     assert_success
 }
 
+@test "tfm-decode: --beam, --max-len-b and --min-len take their config keys' ranges, as tfm-decode(1) says" {
+    run tfm-decode -m "$M/model.tfm" --beam 4097 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --beam: '4097': expected an integer from 1 to 4096"
+    run tfm-decode -m "$M/model.tfm" --max-len-b 1048577 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --max-len-b: '1048577': expected an integer from 0 to 1048576"
+    run tfm-decode -m "$M/model.tfm" --min-len 1048577 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --min-len: '1048577': expected an integer from 0 to 1048576"
+    # the man page states each range
+    run mandoc -Tascii "$TFM_ROOT/man/tfm-decode.1"
+    assert_output --partial "1 to 4096"
+    [ "$(printf '%s\n' "$output" | col -b | grep -c '0 to 1048576')" = 2 ]
+    run tfm-decode -q -m "$M/model.tfm" --max-len-b 1048576 --min-len 0 --beam 2 "$M/test.tfm"
+    assert_success
+}
+
+@test "tfm-decode: a config's beam of 4096 that the memory cannot hold is an error naming the hypotheses and the steps" {
+    [ -z "${TFM_SANITIZE:-}" ] || skip "ASan's shadow memory needs more address space"
+    # 4096 hypotheses of 48 steps (max_len caps max_len_b) at d_model 384, 2 layers: over
+    # 1 GiB of decoder state
+    tfm-train -q -c "$M/copy.conf" --set d_model=384 --set d_ff=256 --set beam=4096 \
+        --set max_len_b=48 -o "$T/big" --max-steps 1 --threads 1 "$M/batches.tfm"
+    head -n 1 "$M/test.txt" | tfm-tokenize encode -q -m "$M/spm.model" --eos > "$T/one.tfm"
+    run timeout -s KILL 60 bash -c "ulimit -v 1000000 && tfm-decode -j 1 -m '$T/big/last.tfm' '$T/one.tfm'"
+    assert_failure 1
+    assert_output --regexp "^tfm-decode: $T/big/last.tfm: decoder state of [0-9.]+ MiB for 4096 hypotheses \(sentences x beam\) of 48 steps: the address-space limit \(ulimit -v\)"
+}
+
 @test "tfm-decode --text -o: a link keeps the link, /dev/fd/1 writes the redirected file" {
     tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > "$T/want.txt"
     echo old > "$T/target.txt"

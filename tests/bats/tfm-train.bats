@@ -1184,8 +1184,21 @@ PY
     tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps "$n" --save-every 0 "$M/b500.tfm"
     diff <(params "$T/p/step-$(printf %06d "$n").tfm") <(params "$T/r/step-$(printf %06d "$n").tfm")
     diff <(params "$T/f/step-$(printf %06d "$n").tfm") <(params "$T/r/step-$(printf %06d "$n").tfm")
+    # a pipe cannot go back to a checkpoint's later epoch: the error names it, not stdin
+    tfm-train "${SMALL[@]}" -q -o "$T/e1" --max-steps $((n + 1)) --save-every 0 "$M/b500.tfm"
+    run tfm-train "${SMALL[@]}" --resume -o "$T/e1" --max-steps $((n + 2)) <(cat "$M/b500.tfm")
+    assert_failure 1
+    assert_line --regexp "^tfm-train: /dev/fd/[0-9]+: the checkpoint is in epoch 1 of its stream, and a pipe is read once: resume from a regular file$"
     # a validation stream is read at every validation: a pipe is refused before training
     run tfm-train "${SMALL[@]}" -o "$T/v" --valid <(cat "$M/b500.tfm") "$M/b500.tfm"
     assert_failure 1
-    assert_line --regexp "^tfm-train: --valid /dev/fd/[0-9]+: not a file: the validation batches are read again at every validation, and a pipe is read once$"
+    assert_line --regexp "^tfm-train: --valid /dev/fd/[0-9]+: a pipe, read once, not a regular file: the validation batches are read again at every validation$"
+    run tfm-train "${SMALL[@]}" -o "$T/v" --valid "$T" "$M/b500.tfm"
+    assert_failure 1
+    assert_line "tfm-train: --valid $T: a directory, not a regular file: the validation batches are read again at every validation"
+    # one that is not there is named so, not as a pipe
+    run tfm-train "${SMALL[@]}" -o "$T/v" --valid "$T/none.tfm" "$M/b500.tfm"
+    assert_failure 1
+    assert_line "tfm-train: $T/none.tfm: No such file or directory"
+    [ ! -e "$T/v" ]
 }

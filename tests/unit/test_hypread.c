@@ -363,6 +363,24 @@ static void test_one_line(void)
     int rc;
     CHECK_STR(read_all(t_path("bf.txt"), TFM_HYP_TEXT_IDS, bf, &rc, &err), want);
     CHECK_EQ_INT(rc, 0);
+
+    /* separators alone: U+2028 and U+2029 are as long as U+FFFD, so the text keeps its
+     * length and must still change (tfm_hyp_decode_line directly, and a line of ids) */
+    const char *seps[] = {"<0xE2>", "<0x80>", "<0xA8>", "<0xE2>", "<0x80>", "<0xA9>"};
+    int32_t only[6];
+    for (int i = 0; i < 6; i++)
+        CHECK((only[i] = piece_id(bf, seps[i])) >= 0);
+    char *text = NULL;
+    size_t tcap = 0;
+    CHECK_EQ_INT(tfm_hyp_decode_line(bf, only, 3, &text, &tcap, &err), 3);
+    CHECK_STR(text, "\xef\xbf\xbd");
+    CHECK_EQ_INT(tfm_hyp_decode_line(bf, only, 6, &text, &tcap, &err), 6);
+    CHECK_STR(text, "\xef\xbf\xbd\xef\xbf\xbd");
+    free(text);
+    snprintf(line, sizeof line, "%d %d %d\n", only[3], only[4], only[5]);
+    write_file(t_path("sep.txt"), line);
+    CHECK_STR(read_all(t_path("sep.txt"), TFM_HYP_TEXT_IDS, bf, &rc, &err), "0:\xef\xbf\xbd|");
+    CHECK_EQ_INT(rc, 0);
     tfm_spm_free(bf);
 }
 
