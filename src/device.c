@@ -335,8 +335,12 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
      * it wants, numbered from 0, whatever its place on the node: it takes those. */
     char bound[160] = "";
     if (!sim && first > 0 && n > 0 && dev.count == n) {
-        snprintf(bound, sizeof bound, " of the %d this process sees (its launcher's; not "
-                 "GPU %d on of the node)", n, first);
+        if (n == 1)
+            snprintf(bound, sizeof bound, " of the 1 this process sees (its launcher's, in "
+                     "place of GPU %d of the node)", first);
+        else
+            snprintf(bound, sizeof bound, " of the %d this process sees (its launcher's, in "
+                     "place of GPUs %d to %d of the node)", n, first, first + n - 1);
         first = 0;
     }
     int have = sim ? TFM_DEVICE_MAX : dev.count - first;
