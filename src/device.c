@@ -332,9 +332,11 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
     int sim = dev.kind == TFM_BACKEND_SIM;
     /* A launcher that gives each process its own GPUs (srun --gpus-per-task, a wrapper
      * setting CUDA_VISIBLE_DEVICES per local rank) leaves a process seeing exactly the n
-     * it wants, numbered from 0, whatever its place on the node: it takes those. */
+     * it wants, numbered from 0, whatever its place on the node: it takes those.  Without
+     * CUDA_VISIBLE_DEVICES nothing bound it: a second process on a node of one GPU is
+     * refused here, not left to share that GPU with the first. */
     char bound[160] = "";
-    if (!sim && first > 0 && n > 0 && dev.count == n) {
+    if (!sim && first > 0 && n > 0 && dev.count == n && getenv("CUDA_VISIBLE_DEVICES")) {
         if (n == 1)
             snprintf(bound, sizeof bound, " of the 1 this process sees (its launcher's, in "
                      "place of GPU %d of the node)", first);

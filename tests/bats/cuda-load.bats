@@ -247,9 +247,15 @@ real_driver() {
         TFM_RENDEZVOUS="$M/rv" run train u --device cuda
     assert_failure 1
     assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: GPU 1 will not open"
-    TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" run train u --device cuda
+    CUDA_VISIBLE_DEVICES=1 TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" \
+        run train u --device cuda
     assert_failure 1
     assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: GPU 0 will not open"
+    # nothing bound it (no CUDA_VISIBLE_DEVICES): the node's GPU 0 is process 0's, not its
+    unset CUDA_VISIBLE_DEVICES
+    TFM_RANK=1 TFM_WORLD_SIZE=2 TFM_LOCAL_RANK=1 TFM_RENDEZVOUS="$M/rv" run train u --device cuda
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 2, local rank 1: --device cuda: 1 GPU wanted from GPU 1 on, 0 visible"
     TFM_CUDA_LIB="$M/closed2.so" TFM_RANK=1 TFM_WORLD_SIZE=3 TFM_LOCAL_RANK=2 \
         TFM_RENDEZVOUS="$M/rv" run train u
     assert_failure 1
