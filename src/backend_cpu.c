@@ -32,6 +32,7 @@
 #ifdef __SSE2__
 #include <immintrin.h>
 #endif
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,25 @@ static inline float exp_shifted(float *s, int n, float mx)
 
 static double mib(double bytes) { return bytes / 1048576.0; }
 
+/* When the buffers are short, OpenBLAS's own threads, which take theirs as they start, may
+ * already be retrying forever, and its exit handler joins them: a process that returned
+ * from main would hang there after its message.  So once headroom() has refused, the
+ * process leaves at exit without running the libraries' exit handlers (its own streams
+ * flushed, its exit status kept); what the tools clean up on an error is done before. */
+static void leave_without_blas(int status, void *arg)
+{
+    (void)arg;
+    fflush(NULL);
+    _exit(status);
+}
+
+static void starved(void)
+{
+    static atomic_flag once = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&once))
+        on_exit(leave_without_blas, NULL);
+}
+
 /* 0 if `extra` more bytes leave the BLAS buffers room under the limits; else -1, err. */
 static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
 {
@@ -187,6 +207,7 @@ static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
     for (int i = 0; i < 2; i++) {
         if (lim[i] == RLIM_INFINITY || used[i] + need <= (double)lim[i])
             continue;
+        starved();
         double left = (double)lim[i] > used[i] ? (double)lim[i] - used[i] : 0;
         char more[64] = "";
         if (extra)

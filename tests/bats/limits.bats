@@ -62,6 +62,18 @@ setup() {
     done
 }
 
+@test "under a limit too small for OpenBLAS's own threads: the refusal, then the exit, not a hang" {
+    # OpenBLAS's threads take their buffers as they start and retry forever when they
+    # cannot; its exit handler waited for them after the message (killed by timeout: 137)
+    for tool in "tfm-train -q -c $CONF -o $T/ck4 --max-steps 2 --threads 2 $M/b.tfm" \
+                "tfm-decode -q -m $M/model.tfm --threads 2 $M/en.tfm"; do
+        run bash -c "ulimit -v 150000; timeout -s KILL 30 $tool > /dev/null"
+        [ "$status" -eq 1 ] || { echo "$tool: exit $status: $output"; false; }
+        assert_output --partial "address-space limit (ulimit -v)"
+    done
+    [ ! -e "$T/ck4/last.tfm" ]
+}
+
 @test "SIGTERM ends a computation that never ends: TFM_STOP_GRACE seconds after it" {
     # with the check off (TFM_BLAS_BUFFER_MB=0), OpenBLAS spins under the limit; the
     # signal's grace period ends the process with a message, exit 128 + 15
