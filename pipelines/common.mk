@@ -324,10 +324,14 @@ clean:
 help:
 	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|$(if $(HELP_TARGETS),$(HELP_TARGETS)|)clean|help]"
 	@printf '  %s\n' $(HELP_CORPUS)
+	$(if $(OWN_TEXT),,@echo "  TRAIN_SRC=$(TRAIN_SRC) TRAIN_TGT=$(TRAIN_TGT)"; \
+	    echo "  VALID_SRC=$(VALID_SRC) VALID_TGT=$(VALID_TGT)"; \
+	    echo "  TEST_SRC=$(TEST_SRC) TEST_TGT=$(TEST_TGT)  the text of each set (.gz read too)")
+	@echo "  DATA=$(DATA)  the bundled corpora"
 	@echo "  W=$(W)  the work directory (clean removes what the pipeline made there)"
 	@echo "  BIN=$(BIN)  the tools"
 	@echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"
-	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE)  the shared SentencePiece model"
+	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS='$(SPM_FLAGS)'  the shared SentencePiece model"
 	@echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"
 	@echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"
 	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG) KEEP=$(KEEP)  checkpoint interval (time or updates), checkpoints averaged, kept (unset: all)"

@@ -36,13 +36,18 @@ need_tools() {
     assert_line --partial "CORPUS=toy"
     assert_line --partial "W=work/wmt_ende-toy"
     assert_line --partial "MAX_STEPS=77 MAX_TIME=20m"
-    for v in CONFIG= VOCAB= TOKENS= SAVE_EVERY= AVG=5 BEAM= ALPHA= THREADS= TRAIN_LINES=; do
+    for v in CONFIG= VOCAB= TOKENS= SAVE_EVERY= AVG=5 BEAM= ALPHA= THREADS= TRAIN_LINES= \
+             "SPM_FLAGS='--coverage 1'" "DATA=$TFM_ROOT/data"; do
         assert_output --partial "$v"
     done
+    # the corpus files, with the values of this corpus
+    assert_line "  TRAIN_SRC=$TFM_ROOT/data/onmt-toy-ende/src-train.txt TRAIN_TGT=$TFM_ROOT/data/onmt-toy-ende/tgt-train.txt"
+    assert_line --regexp "^  TEST_SRC=\S+ TEST_TGT=\S+  the text of each set"
     run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" help
     assert_success
     assert_line --partial "SIZE=small"
     assert_output --partial "EVALB_PRM="
+    refute_output --partial "TRAIN_SRC="       # its own text stage reads trees
 }
 
 @test "an unknown CORPUS is refused by name" {
