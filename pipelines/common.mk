@@ -70,7 +70,9 @@ $(call check_paths,$(PATH_VARS))
 # pair would be dropped, and 0 would mean no limit); unset, where the variable may be.
 no_digits = $(subst 9,,$(subst 8,,$(subst 7,,$(subst 6,,$(subst 5,,$(subst 4,,$(subst 3,,$(subst \
     2,,$(subst 1,,$(subst 0,,$(1)))))))))))
-$(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call no_digits,$($(v))),$(filter 0%,$($(v))),\
+# $(call not_count,VALUE): non-empty unless VALUE is empty or a whole number from 1.
+not_count = $(or $(call no_digits,$(1)),$(filter 0%,$(1)))
+$(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call not_count,$($(v))),\
     $(if $($(v)),,$(filter AVG,$(v)))),$(error $(MAKEFILE_NAME): $(v)=$($(v)): a whole number from 1 expected)))
 $(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO)),\
          $(if $(CLEAN_RATIO),$(filter x,$(subst 0,,$(firstword $(subst ., ,x$(CLEAN_RATIO))))))),\
@@ -111,10 +113,10 @@ TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 # that only steer a run (THREADS, DEVICE, MAX_STEPS, MAX_TIME, SAVE_EVERY, VALID_EVERY, ...)
 # are not settings: a larger MAX_STEPS trains further after `rm $(W)/train.done`.
 # A settings file written where there was none (or an empty one, as `make -t` leaves) is
-# dated 1970, older than any file: a W
-# made before the settings were kept (or whose settings/ was deleted) is taken as made
-# with the values given now, rather than made again from its text, its checkpoints
-# deleted; in a new W the stages are made anyway, their files being missing.
+# dated 1970, older than any file: a W made before the settings were kept (or whose
+# settings/ was deleted) is taken as made with the values given now, rather than made
+# again from its text, its checkpoints deleted; in a new W the stages are made anyway,
+# their files being missing.
 settings.text-train ?= TRAIN_SRC=$(abspath $(TRAIN_SRC)) TRAIN_TGT=$(abspath $(TRAIN_TGT)) \
     TRAIN_SEL=$(TRAIN_SEL) TRAIN_LINES=$(TRAIN_LINES) PREP=$(PREP) into=$(TRAIN_TEXT)
 settings.text-valid ?= VALID_SRC=$(abspath $(VALID_SRC)) VALID_TGT=$(abspath $(VALID_TGT)) \
@@ -211,10 +213,10 @@ $(W)/%.tfm: $(W)/% $(W)/spm.model | $(BIN)/tfm-tokenize
 	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
 
 # ---- batches: the budget and the length limit come from the effective config ---------------
-# (set -x shows the command with the values it was given)
 $(CONFIG):
 	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
 
+# (set -x shows the command with the values it was given)
 $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train
 	@$(get_config); tokens=$(call cfg,tokens); max_len=$(call cfg,max_len); set -x; \
 	$(TFM)batch --tokens $$tokens --max-len $$max_len --seed $(SEED) \
@@ -283,7 +285,7 @@ plot:
 # SENT is checked when the makefile is read, before the model it needs is trained; whether
 # test.src has that line, in the recipe, once test.src is made.
 ifneq ($(filter attention,$(MAKECMDGOALS)),)
-$(if $(or $(call no_digits,$(SENT)),$(filter 0%,$(SENT)),$(if $(SENT),,1)),$(error \
+$(if $(or $(call not_count,$(SENT)),$(if $(SENT),,1)),$(error \
     $(MAKEFILE_NAME): attention: SENT=n, a line of $(W)/test.src$(if $(wildcard $(W)/test.src), \
     (1 to $(shell wc -l < $(W)/test.src))), is needed))
 endif
