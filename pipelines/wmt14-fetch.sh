@@ -105,20 +105,8 @@ fetch() {   # NAME
     mv "$part" "$file"
 }
 
-# flock -n exits 1 when another run holds the lock.  Any other failure (a file system that
-# cannot lock a directory: NFSv4, whose flock needs a descriptor open for writing, Lustre
-# mounted without flock; or no flock at all) is said, and the run goes on alone, as it
-# would without a second run.
-mkdir -p "$dir" && exec 9< "$dir" || exit 1
-rc=0
-flock -n 9 || rc=$?
-if [ $rc -eq 1 ]; then
-    echo "$prog: $dir: another run is downloading or checking archives there: waiting for it" >&2
-    flock 9 || exit 1
-elif [ $rc -ne 0 ]; then
-    echo "$prog: $dir: cannot lock it (flock exit status $rc): going on without taking turns" \
-         "with other runs" >&2
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/lock-dir.sh"
+lock_dir "$dir" "$prog: $dir" "downloading or checking archives" || exit 1
 status=0
 for name; do
     fetch "$name" || status=1

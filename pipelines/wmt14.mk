@@ -65,15 +65,11 @@ $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES)):
 
 download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 
-# $(call locked,DIR,FILE...): shell code that makes DIR and holds its lock (flock) for the
-# rest of the recipe, so that two runs sharing WMT14_DIR take turns rather than writing the
-# same temporary files at once; the second finds the FILEs made, and stops there.  flock -n
-# exits 1 when another run holds the lock; where DIR cannot be locked (NFSv4, Lustre without
-# flock, no flock), the run says so and goes on alone, as wmt14-fetch.sh does.
-locked = mkdir -p $(1); exec 9< $(1); rc=0; flock -n 9 || rc=$$?; \
-    if [ $$rc -eq 1 ]; then echo "$(1): another run is making files there: waiting for it" >&2; flock 9; \
-    elif [ $$rc -ne 0 ]; then echo "$(1): cannot lock it (flock exit status $$rc):" \
-        "going on without taking turns with other runs" >&2; fi; \
+# $(call locked,DIR,FILE...): shell code that makes DIR and holds its lock for the rest of
+# the recipe (lock-dir.sh, as wmt14-fetch.sh does for WMT_DL), so that two runs sharing
+# WMT14_DIR take turns rather than writing the same temporary files at once; the second
+# finds the FILEs made, and stops there.
+locked = . $(PIPE_ROOT)/pipelines/lock-dir.sh; lock_dir $(1) $(1) "making files"; \
     ready=1; for f in $(2); do [ -e $$f ] || ready=; done; \
     if [ -n "$$ready" ]; then echo "$(2): made by the other run"; exit 0; fi
 
