@@ -582,13 +582,9 @@ static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct t
      * other sizes would add one process's gradients to another's of other parameters */
     uint64_t bucket = run->bucket;
     h[BUCKETS] = fnv(basis, &bucket, sizeof bucket);
-    int64_t at[6] = {0};                /* no checkpoint: all 0 */
-    if (ck) {
-        const struct tfm_ckpt_state *st = &ck->state;
-        int64_t v[6] = {st->step, st->epoch, st->batch_pos, st->shard_pos, st->tokens,
-                        st->nrng > 0 ? (int64_t)st->rng[0] : 0};
-        memcpy(at, v, sizeof at);
-    }
+    const struct tfm_ckpt_state *st = ck ? &ck->state : &(struct tfm_ckpt_state){0};
+    int64_t at[] = {st->step, st->epoch, st->batch_pos, st->shard_pos, st->tokens,
+                    st->nrng > 0 ? (int64_t)st->rng[0] : 0};     /* no checkpoint: all 0 */
     h[RESUME] = fnv(basis, at, sizeof at);
     double *all = calloc((size_t)run->W * NPARTS, sizeof *all);
     if (!all)
