@@ -429,11 +429,9 @@ int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config
     /* the embedding rows are the vocabulary's pieces: a model of another vocabulary would
      * write ids that mean other pieces, or none */
     if (c->header.spm) {
-        struct tfm_spm *s = tfm_spm_load(c->header.spm, c->header.spm_size, err);
-        if (!s)
+        int pieces = tfm_spm_proto_vocab_size(c->header.spm, c->header.spm_size, err);
+        if (pieces < 0)
             return tfm_error_prefix(err, "%s: vocabulary", c->path);
-        int pieces = tfm_spm_vocab_size(s);
-        tfm_spm_free(s);
         if (pieces != cfg->vocab)
             return tfm_fail(err, "%s: its vocabulary has %d pieces, its config says vocab=%d",
                             c->path, pieces, cfg->vocab);

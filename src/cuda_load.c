@@ -308,24 +308,22 @@ const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
     return loaded.plugin;
 }
 
+/* The plugin of CUDA backend be (loaded: a CUDA backend came from it); NULL for another. */
+static const struct tfm_cuda_plugin *plugin_of(const struct tfm_backend *be)
+{
+    return be && be->kind == TFM_BACKEND_CUDA ? tfm_cuda_plugin(NULL, 0) : NULL;
+}
+
 long tfm_backend_cuda_work_grows(const struct tfm_backend *be)
 {
-    if (!be || be->kind != TFM_BACKEND_CUDA)
-        return -1;
-    pthread_once(&loaded.once, load);   /* done: a CUDA backend came from the plugin */
-    if (!loaded.plugin)
-        return -1;
-    return loaded.plugin->work_grows((struct tfm_backend *)be);
+    const struct tfm_cuda_plugin *p = plugin_of(be);
+    return p ? p->work_grows((struct tfm_backend *)be) : -1;
 }
 
 long tfm_backend_cuda_bias_fallbacks(const struct tfm_backend *be)
 {
-    if (!be || be->kind != TFM_BACKEND_CUDA)
-        return -1;
-    pthread_once(&loaded.once, load);
-    if (!loaded.plugin)
-        return -1;
-    return loaded.plugin->bias_fallbacks((struct tfm_backend *)be);
+    const struct tfm_cuda_plugin *p = plugin_of(be);
+    return p ? p->bias_fallbacks((struct tfm_backend *)be) : -1;
 }
 
 #else

@@ -57,9 +57,8 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
         {"PMI_RANK", "PMI_SIZE"},           /* MPICH's and Intel MPI's mpiexec (Hydra) */
         {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
     };
-    enum { SLURM = 3 };                     /* the launcher nearest the process wins:
-                                             * mpirun and mpiexec start theirs from a
-                                             * Slurm step (one task a node) */
+    /* the launcher nearest the process wins: mpirun and mpiexec start theirs from a
+     * Slurm step (one task a node), so Slurm's come last */
     e->rank = 0;
     e->world = 1;
     e->local_rank = 0;
@@ -70,12 +69,9 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     /* Slurm's variables place a process only in a job step that srun started, which sets
      * SLURM_STEP_NUM_TASKS, the step's tasks (SLURM_PROCID numbers them): a batch script
      * has SLURM_PROCID 0 and SLURM_NTASKS of the whole job, and an salloc shell
-     * SLURM_NTASKS alone, though each is one process. */
-    const int slurm_step = getenv("SLURM_STEP_NUM_TASKS") != NULL;
-    const size_t nsrc = sizeof vars / sizeof *vars;
+     * SLURM_NTASKS alone, though each is one process: without it, Slurm's are left out. */
+    const size_t nsrc = sizeof vars / sizeof *vars - !getenv("SLURM_STEP_NUM_TASKS");
     for (size_t i = 0; i < nsrc; i++) {
-        if (i == SLURM && !slurm_step)
-            continue;
         int k = env_int(local[i], &e->local_rank, TFM_DIST_MAX_WORLD - 1, err);
         if (k < 0)
             return -1;
@@ -83,8 +79,6 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
             break;
     }
     for (size_t i = 0; i < nsrc; i++) {
-        if (i == SLURM && !slurm_step)
-            continue;
         int r = 0, w = 0;
         int hr = env_int(vars[i][0], &r, TFM_DIST_MAX_WORLD - 1, err);
         int hw = env_int(vars[i][1], &w, TFM_DIST_MAX_WORLD, err);

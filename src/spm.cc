@@ -198,6 +198,16 @@ extern "C" int tfm_spm_vocab_size(const struct tfm_spm *s)
     return s->size;
 }
 
+extern "C" int tfm_spm_proto_vocab_size(const void *proto, size_t n, struct tfm_error *err)
+{
+    struct tfm_spm *s = tfm_spm_load(proto, n, err);
+    if (!s)
+        return -1;
+    int size = s->size;
+    tfm_spm_free(s);
+    return size;
+}
+
 extern "C" const void *tfm_spm_proto(const struct tfm_spm *s, size_t *n)
 {
     *n = s->proto.size();

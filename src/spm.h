@@ -41,6 +41,9 @@ struct tfm_spm *tfm_spm_load(const void *proto, size_t n, struct tfm_error *err)
 struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error *err);
 void tfm_spm_free(struct tfm_spm *s);
 int tfm_spm_vocab_size(const struct tfm_spm *s);
+/* The pieces of a serialized ModelProto (a stream header's embedded one), loaded only to
+ * count them; -1 with err when it does not load. */
+int tfm_spm_proto_vocab_size(const void *proto, size_t n, struct tfm_error *err);
 /* The serialized model (what tfm_header_set_spm embeds); valid while s lives. */
 const void *tfm_spm_proto(const struct tfm_spm *s, size_t *n);
 /* The piece of an id ("<pad>", "▁the"...), or NULL when id is outside the vocabulary. */

@@ -582,13 +582,9 @@ static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct t
      * other sizes would add one process's gradients to another's of other parameters */
     uint64_t bucket = run->bucket;
     h[BUCKETS] = fnv(basis, &bucket, sizeof bucket);
-    int64_t at[6] = {0};                /* no checkpoint: all 0 */
-    if (ck) {
-        const struct tfm_ckpt_state *st = &ck->state;
-        int64_t v[6] = {st->step, st->epoch, st->batch_pos, st->shard_pos, st->tokens,
-                        st->nrng > 0 ? (int64_t)st->rng[0] : 0};
-        memcpy(at, v, sizeof at);
-    }
+    const struct tfm_ckpt_state *st = ck ? &ck->state : &(struct tfm_ckpt_state){0};
+    int64_t at[] = {st->step, st->epoch, st->batch_pos, st->shard_pos, st->tokens,
+                    st->nrng > 0 ? (int64_t)st->rng[0] : 0};     /* no checkpoint: all 0 */
     h[RESUME] = fnv(basis, at, sizeof at);
     double *all = calloc((size_t)run->W * NPARTS, sizeof *all);
     if (!all)
@@ -762,21 +758,6 @@ static int regular_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* The vocabulary size of the stream's embedded model (0 when there is none). */
-static int stream_vocab(const struct tfm_header *h, const char *name, int *vocab,
-                        struct tfm_error *err)
-{
-    *vocab = 0;
-    if (!h->spm)
-        return 0;
-    struct tfm_spm *s = tfm_spm_load(h->spm, h->spm_size, err);
-    if (!s)
-        return tfm_error_prefix(err, "%s: vocabulary", name);
-    *vocab = tfm_spm_vocab_size(s);
-    tfm_spm_free(s);
-    return 0;
-}
-
 /* The batches of this process's shard that the checkpoint's position in its epoch stands
  * for.  The ranks of the run take the stream's batches in turns of N = R*W, R to a process,
  * so a position of whole turns is one of every layout with N ranks in all: W processes of
@@ -862,9 +843,10 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (tfm_epochs_open(&run->train, err))
         return -1;
     const struct tfm_header *h = &run->train.header;
-    int vocab;
-    if (stream_vocab(h, tfm_epochs_name(&run->train), &vocab, err))
-        return -1;
+    /* the pieces of the stream's embedded vocabulary (0 when it has none) */
+    int vocab = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, err) : 0;
+    if (vocab < 0)
+        return tfm_error_prefix(err, "%s: vocabulary", tfm_epochs_name(&run->train));
     if (cfg->vocab == 0 && *ck) {
         struct tfm_config ckc;
         if (tfm_checkpoint_config(*ck, &ckc, err))
