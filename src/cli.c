@@ -133,27 +133,6 @@ int tfm_cli_path(const char *flag, const char *s)
     return 0;
 }
 
-/* path made absolute, its directories and any symbolic links at its end resolved, into
- * buf (PATH_MAX); a file that does not exist (yet) is its directory's real path and its
- * name.  What cannot be resolved is left as given. */
-static void resolve(const char *path, char *buf)
-{
-    char *end = tfm_output_follow(path);    /* a link to a file not there yet, followed */
-    const char *p = end ? end : path;
-    char dir[PATH_MAX], real[PATH_MAX];
-    const char *slash = strrchr(p, '/');
-    const char *base = slash ? slash + 1 : p;
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", slash == p ? 1 : (int)(slash - p), p);
-    if (!realpath(p, buf) &&
-        (!realpath(dir, real) ||
-         snprintf(buf, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) >= PATH_MAX))
-        snprintf(buf, PATH_MAX, "%s", path);
-    free(end);
-}
-
 int tfm_cli_same_output(const char *a, const char *b)
 {
     struct stat sa, sb;
@@ -165,7 +144,7 @@ int tfm_cli_same_output(const char *a, const char *b)
     if (is_a || is_b)       /* standard output is there; the other is not */
         return 0;
     char ra[PATH_MAX], rb[PATH_MAX];
-    resolve(a, ra);
-    resolve(b, rb);
+    tfm_output_where(a, ra);
+    tfm_output_where(b, rb);
     return strcmp(ra, rb) == 0;
 }

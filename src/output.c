@@ -215,7 +215,10 @@ static char *link_target(const char *path, size_t size_hint)
     }
 }
 
-char *tfm_output_follow(const char *path)
+/* The end of path's chain of symbolic links (at most TFM_MAX_LINKS), as tfm_output_open
+ * follows it: path itself when it is no link, a link's target when it names nothing yet.
+ * Malloc'd; NULL when out of memory. */
+static char *follow(const char *path)
 {
     char *cur = strdup(path);
     for (int links = 0; cur && links < TFM_MAX_LINKS; links++) {
@@ -229,6 +232,20 @@ char *tfm_output_follow(const char *path)
         cur = next;
     }
     return cur;
+}
+
+void tfm_output_where(const char *path, char *buf)
+{
+    char *end = follow(path);       /* a link to a file not there yet, followed */
+    const char *p = end ? end : path;
+    char dir[PATH_MAX], real[PATH_MAX];
+    const char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    if (!realpath(p, buf) &&
+        (dir_of(p, dir) || !realpath(dir, real) ||
+         snprintf(buf, PATH_MAX, "%s/%s", strcmp(real, "/") ? real : "", base) >= PATH_MAX))
+        snprintf(buf, PATH_MAX, "%s", path);
+    free(end);
 }
 
 /* Whether descriptor fd, named by path, may be written: open when the program started,

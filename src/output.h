@@ -32,7 +32,7 @@
 #include "error.h"
 
 /* Symbolic links followed before giving up with ELOOP, as the kernel's own limit; the
- * same for tfm_cli_same_output, so that what one follows the other does. */
+ * same for tfm_output_where, so that what one follows the other does. */
 #define TFM_MAX_LINKS 40
 
 struct tfm_output {
@@ -60,9 +60,10 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
  * (nohup, a background job) stays ignored. */
 void tfm_output_catch_signals(void);
 
-/* The end of path's chain of symbolic links (at most TFM_MAX_LINKS), as tfm_output_open
- * follows it: path itself when it is no link, a link's target when it names nothing yet.
- * Malloc'd; NULL when out of memory. */
-char *tfm_output_follow(const char *path);
+/* Where output path leads, into buf (PATH_MAX): made absolute, its directories and its
+ * chain of symbolic links (at most TFM_MAX_LINKS, as tfm_output_open follows it) resolved;
+ * a file that does not exist (yet) is its directory's real path and its name.  What cannot
+ * be resolved is left as given. */
+void tfm_output_where(const char *path, char *buf);
 
 #endif
