@@ -101,14 +101,16 @@ static int pick_best(const struct tfm_corpus *c, const char *name, int64_t **pic
     for (int64_t i = 0; i < c->n; i++)     /* n-best lists: best first */
         if (c->index[i] < slots && p[c->index[i]] < 0)
             p[c->index[i]] = i;
-    for (int64_t k = 0; k <= slots; k++)
-        if (k < *n && (k == slots || p[k] < 0)) {
-            free(p);
-            return tfm_fail(err, "%s: no hypothesis for sentence %lld, though hyp.index goes up "
-                            "to %lld (hypothesis %lld): every sentence from 0 to the last must "
-                            "have one", name, (long long)k, (long long)c->index[last],
-                            (long long)last);
-        }
+    int64_t k = 0;                          /* the first sentence without one */
+    while (k < slots && p[k] >= 0)
+        k++;
+    if (k < *n) {
+        free(p);
+        return tfm_fail(err, "%s: no hypothesis for sentence %lld, though hyp.index goes up "
+                        "to %lld (hypothesis %lld): every sentence from 0 to the last must "
+                        "have one", name, (long long)k, (long long)c->index[last],
+                        (long long)last);
+    }
     *pick = p;
     return 0;
 }
