@@ -278,7 +278,7 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("%s", bad);
     }
     /* standard input is read once: by one of the inputs */
-    const char *stdin_user[3];
+    const char *stdin_user[4];      /* two references at most, the source, the input */
     int nstdin = 0;
     for (int r = 0; r < nrefs && nstdin < 2; r++)
         if (strcmp(refs[r], "-") == 0) {
