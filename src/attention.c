@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "output.h"
 #include "spm.h"
 
 struct tfm_attn_writer {
@@ -18,13 +19,16 @@ struct tfm_attn_writer {
     size_t tcap;
 };
 
-struct tfm_attn_writer *tfm_attn_open(const char *path, struct tfm_model *m, const void *spm,
-                                      size_t spm_size, int all, const char *producer,
-                                      const char *model_path, struct tfm_error *err)
+struct tfm_attn_writer *tfm_attn_open(struct tfm_output *out, struct tfm_model *m,
+                                      const void *spm, size_t spm_size, int all,
+                                      const char *producer, const char *model_path,
+                                      struct tfm_error *err)
 {
     const struct tfm_config *c = tfm_model_config(m);
     struct tfm_attn_writer *a = calloc(1, sizeof *a);
     if (!a) {
+        if (out)
+            tfm_output_abort(out);
         tfm_fail(err, "out of memory");
         return NULL;
     }
@@ -34,6 +38,8 @@ struct tfm_attn_writer *tfm_attn_open(const char *path, struct tfm_model *m, con
     a->H = c->heads;
     if (!(a->spm = tfm_spm_load(spm, spm_size, err))) {
         tfm_error_prefix(err, "the model's vocabulary");
+        if (out)
+            tfm_output_abort(out);
         free(a);
         return NULL;
     }
@@ -45,7 +51,9 @@ struct tfm_attn_writer *tfm_attn_open(const char *path, struct tfm_model *m, con
         tfm_header_setf(&h, err, "layers", "%d", a->N) ||
         tfm_header_setf(&h, err, "heads", "%d", a->H) ||
         tfm_header_set(&h, "attention", all ? "all" : "cross", err) ||
-        !(a->w = tfm_writer_open(path, &h, 0, err))) {
+        !(a->w = tfm_writer_open_output(out, &h, 0, err))) {
+        if (out)
+            tfm_output_abort(out);      /* nothing left to do once the writer took it */
         tfm_header_free(&h);
         tfm_spm_free(a->spm);
         free(a);

@@ -29,12 +29,15 @@
 struct tfm_model;
 struct tfm_attn_writer;
 
-/* Open path ("-": stdout) for the attention of model m (its vocabulary: the SentencePiece
- * model spm of spm_size bytes); all: self-attention too.  The header gets producer (when
- * not NULL), model (model_path), layers, heads and attention=cross|all.  NULL with err. */
-struct tfm_attn_writer *tfm_attn_open(const char *path, struct tfm_model *m, const void *spm,
-                                      size_t spm_size, int all, const char *producer,
-                                      const char *model_path, struct tfm_error *err);
+/* Write the attention of model m (its vocabulary: the SentencePiece model spm of spm_size
+ * bytes) to out, an output already open (output.h), which the writer takes over (NULL:
+ * stdout); all: self-attention too.  The header gets producer (when not NULL), model
+ * (model_path), layers, heads and attention=cross|all.  NULL with err (out given up). */
+struct tfm_output;
+struct tfm_attn_writer *tfm_attn_open(struct tfm_output *out, struct tfm_model *m,
+                                      const void *spm, size_t spm_size, int all,
+                                      const char *producer, const char *model_path,
+                                      struct tfm_error *err);
 /* Compute and write the group of sentence index: src (S) and tgt (T) ids, no padding,
  * tgt ending in eos.  0, or -1 with err. */
 int tfm_attn_put(struct tfm_attn_writer *w, int64_t index, const int32_t *src, int S,

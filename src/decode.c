@@ -431,8 +431,7 @@ done:
 /* Text lines, gathered in a buffer and written a chunk at a time to stdout or to an
  * output (output.h: a file whole or not at all, a device or FIFO in place). */
 struct text_out {
-    struct tfm_output out;  /* when not to_stdout */
-    int to_stdout;
+    struct tfm_output *out; /* NULL: stdout */
     int nbest_format;       /* "INDEX ||| TEXT ||| SCORE" lines */
     const char *name;
     char *buf;
@@ -447,8 +446,8 @@ static int text_flush(struct text_out *to, struct tfm_error *err)
         return 0;
     size_t n = to->used;
     to->used = 0;
-    if (!to->to_stdout)
-        return tfm_output_write(&to->out, to->buf, n, err);
+    if (to->out)
+        return tfm_output_write(to->out, to->buf, n, err);
     if (fwrite(to->buf, 1, n, stdout) != n)
         return tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
     return 0;
@@ -484,42 +483,36 @@ static int put_text(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
     return to->used >= TEXT_CHUNK ? text_flush(to, err) : 0;
 }
 
-static int write_text(const char *out_path, const struct tfm_corpus *c, const void *spm_proto,
+/* The text of c into out (NULL: stdout, flushed), not committed. */
+static int write_text(struct tfm_output *out, const struct tfm_corpus *c, const void *spm_proto,
                       size_t spm_size, int nbest_format, struct tfm_error *err)
 {
     struct tfm_spm *spm = tfm_spm_load(spm_proto, spm_size, err);
     if (!spm)
         return tfm_error_prefix(err, "the model's vocabulary");
-    struct text_out to = {.to_stdout = !out_path || strcmp(out_path, "-") == 0,
-                          .nbest_format = nbest_format};
-    to.name = to.to_stdout ? "<stdout>" : out_path;
-    if (!to.to_stdout && tfm_output_open(&to.out, out_path, err)) {
-        tfm_spm_free(spm);
-        return -1;
-    }
+    struct text_out to = {.out = out, .nbest_format = nbest_format,
+                          .name = out ? out->path : "<stdout>"};
     int rc = tfm_hypread_corpus(c, spm, 0, NULL, put_text, &to, err);
     if (rc == 0)
         rc = text_flush(&to, err);
     tfm_spm_free(spm);
     free(to.buf);
-    if (to.to_stdout) {
-        if (fflush(stdout) && rc == 0)
-            rc = tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
-    } else if (rc == 0) {
-        rc = tfm_output_commit(&to.out, err);
-    } else {
-        tfm_output_abort(&to.out);
-    }
+    if (!out && fflush(stdout) && rc == 0)
+        rc = tfm_fail(err, "<stdout>: write error: %s", strerror(errno));
     return rc;
 }
 
-static int write_stream(const char *out_path, const struct tfm_corpus *c,
-                        const struct tfm_header *model_hdr, const char *const *paths, int nmodels,
-                        const struct tfm_decode_opts *o, int max_len_b, struct tfm_error *err)
+/* The hypothesis stream of c on out (NULL: stdout), which it takes over: the writer, its
+ * records written but not closed, or NULL with err. */
+static struct tfm_writer *write_stream(struct tfm_output *out, const struct tfm_corpus *c,
+                                       const struct tfm_header *model_hdr,
+                                       const char *const *paths, int nmodels,
+                                       const struct tfm_decode_opts *o, int max_len_b,
+                                       struct tfm_error *err)
 {
     struct tfm_header h;
     tfm_header_init(&h, TFM_KIND_HYPOTHESES);
-    int rc = -1;
+    struct tfm_writer *w = NULL;
     const struct tfm_beam_opts *s = &o->search;
     if (tfm_header_set_spm(&h, model_hdr->spm, model_hdr->spm_size, err) ||
         (o->producer && tfm_header_set(&h, "producer", o->producer, err)) ||
@@ -537,34 +530,39 @@ static int write_stream(const char *out_path, const struct tfm_corpus *c,
                       tfm_header_setf(&h, err, "temperature", "%.9g", s->temperature) ||
                       tfm_header_setf(&h, err, "seed", "%llu", (unsigned long long)s->seed)))
         goto done;
-    struct tfm_writer *w = tfm_writer_open(out_path, &h, 0, err);
-    if (!w)
-        goto done;
-    if (tfm_corpus_write(w, c, err)) {
+    w = tfm_writer_open_output(out, &h, 0, err);
+    if (w && tfm_corpus_write(w, c, err)) {
         tfm_writer_abort(w);
-        goto done;
+        w = NULL;
     }
-    rc = tfm_writer_close(w, err);
 done:
+    if (out)
+        tfm_output_abort(out);      /* nothing left to do once the writer took it */
     tfm_header_free(&h);
-    return rc;
+    return w;
 }
 
 /* The attention stream of the best hypothesis of every source (out: the hypotheses in
- * input order, best first), under the first model, in input order. */
-static int write_attention(const struct tfm_corpus *src, const int64_t *number,
-                           const struct tfm_corpus *out, struct member *mb,
-                           const struct tfm_header *hdr, const struct tfm_decode_opts *o,
-                           struct tfm_error *err)
+ * input order, best first), under the first model, in input order, on file (NULL:
+ * stdout), which it takes over: the writer, its sentences written but not closed, or
+ * NULL with err. */
+static struct tfm_attn_writer *write_attention(struct tfm_output *file,
+                                               const struct tfm_corpus *src,
+                                               const int64_t *number,
+                                               const struct tfm_corpus *out, struct member *mb,
+                                               const struct tfm_header *hdr,
+                                               const struct tfm_decode_opts *o,
+                                               struct tfm_error *err)
 {
-    struct tfm_attn_writer *a = tfm_attn_open(o->attention, mb->model, hdr->spm, hdr->spm_size,
+    struct tfm_attn_writer *a = tfm_attn_open(file, mb->model, hdr->spm, hdr->spm_size,
                                               o->attention_all, o->producer, mb->path, err);
     if (!a)
-        return -1;
+        return NULL;
     int32_t *tgt = malloc(((size_t)mb->cfg.max_len + 1) * sizeof *tgt);
     if (!tgt) {
         tfm_attn_abort(a);
-        return tfm_fail(err, "out of memory");
+        tfm_fail(err, "out of memory");
+        return NULL;
     }
     int64_t p = 0;      /* the source of out's entry j: entries follow the sources' order */
     for (int64_t j = 0; j < out->n; j++) {
@@ -576,8 +574,8 @@ static int write_attention(const struct tfm_corpus *src, const int64_t *number,
         if (p == src->n || T > mb->cfg.max_len) {
             free(tgt);
             tfm_attn_abort(a);
-            return tfm_fail(err, "internal error: hypothesis %lld without its source",
-                            (long long)j);
+            tfm_fail(err, "internal error: hypothesis %lld without its source", (long long)j);
+            return NULL;
         }
         memcpy(tgt, tfm_corpus_sent(out, j), (size_t)(T - 1) * sizeof *tgt);
         tgt[T - 1] = TFM_EOS_ID;
@@ -585,13 +583,49 @@ static int write_attention(const struct tfm_corpus *src, const int64_t *number,
                          tgt, (int)T, err)) {
             free(tgt);
             tfm_attn_abort(a);
-            return tfm_error_prefix(err, "%s", strcmp(o->attention, "-") ? o->attention
-                                                                          : "<stdout>");
+            tfm_error_prefix(err, "%s", strcmp(o->attention, "-") ? o->attention : "<stdout>");
+            return NULL;
         }
         p++;
     }
     free(tgt);
-    return tfm_attn_close(a, err);
+    return a;
+}
+
+/* The outputs of a run.  Paths are opened before decoding, so that one that cannot be
+ * written fails before the work, not after it; when the hypotheses are there, the data go
+ * to the files' temporaries first and to standard output (which cannot be taken back)
+ * last, and the files are committed at the very end, the hypotheses before the attention:
+ * a run that fails leaves neither file, where the attention had been written whole before
+ * the hypotheses failed. */
+struct outputs {
+    struct tfm_output hyp, attn;    /* open when written to a path (not "-") */
+    int hyp_file, attn_file;
+    struct tfm_writer *hw;          /* the hypothesis stream, being written */
+    struct tfm_attn_writer *aw;     /* the attention stream, being written */
+};
+
+static int outputs_open(struct outputs *so, const char *out_path, const char *attention,
+                        struct tfm_error *err)
+{
+    so->hyp.fd = so->attn.fd = -1;
+    so->hyp_file = out_path && strcmp(out_path, "-") != 0;
+    so->attn_file = attention && strcmp(attention, "-") != 0;
+    if (so->hyp_file && tfm_output_open(&so->hyp, out_path, err))
+        return -1;
+    if (so->attn_file && tfm_output_open(&so->attn, attention, err))
+        return -1;
+    return 0;
+}
+
+static void outputs_abort(struct outputs *so)
+{
+    tfm_writer_abort(so->hw);
+    tfm_attn_abort(so->aw);
+    so->hw = NULL;
+    so->aw = NULL;
+    tfm_output_abort(&so->hyp);     /* nothing when a writer took it or it was committed */
+    tfm_output_abort(&so->attn);
 }
 
 /* ---- the run -------------------------------------------------------------------------- */
@@ -823,6 +857,28 @@ static int nbest_check(struct tfm_decode_opts *o, const char *path, const struct
                     o->search.nbest);
 }
 
+/* The hypotheses (text, or the stream into so->hw) on so->hyp, or on stdout when
+ * to_stdout (and then finished). */
+static int outputs_hyps(struct outputs *so, int to_stdout, const struct run *R,
+                        const char *const *paths, int n, const struct tfm_decode_opts *o,
+                        int max_len_b, struct tfm_error *err)
+{
+    struct tfm_output *out = to_stdout ? NULL : &so->hyp;
+    if (o->text) {
+        /* several hypotheses a sentence, searched or sampled, need their numbers; one
+         * each is a plain line, as a reference has it (tfm-score, tfm-score --restore) */
+        return write_text(out, &R->out, R->hdr.spm, R->hdr.spm_size, o->search.nbest > 1, err);
+    }
+    so->hw = write_stream(out, &R->out, &R->hdr, paths, n, o, max_len_b, err);
+    if (!so->hw)
+        return -1;
+    if (!to_stdout)
+        return 0;
+    int rc = tfm_writer_close(so->hw, err);
+    so->hw = NULL;
+    return rc;
+}
+
 int tfm_decode_run(const char *const *paths, int n, const char *in_path, const char *out_path,
                    struct tfm_decode_opts *o, struct tfm_error *err)
 {
@@ -830,6 +886,7 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         return tfm_fail(err, "%d models: between 1 and %d expected", n, TFM_DECODE_MAX_MODELS);
     struct run R;
     memset(&R, 0, sizeof R);
+    struct outputs so = {.hyp = {.fd = -1}, .attn = {.fd = -1}};
     int rc = -1;
     int gpus = 0, precision;
     /* the checkpoints first: the device is checked for the precision they compute at */
@@ -913,6 +970,8 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         }
     }
     int width = o->search.sample ? o->search.nbest : o->search.beam;
+    if (outputs_open(&so, out_path, o->attention, err))
+        goto done;
     if (read_sources(&R, in_path, paths[0], R.ens.vocab, max_pos, o, err))
         goto done;
     int64_t ns = R.src.n;
@@ -953,26 +1012,45 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     if (hypset_ordered(&R.hs, R.number, ns, &R.out, err))
         goto done;
     o->stats.hyps = R.out.n;
-    if (o->attention &&
-        write_attention(&R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o, err))
-        goto done;
     for (int64_t i = 0; i < R.out.n; i++)
         if (i == 0 || R.out.index[i] != R.out.index[i - 1])
             o->stats.tokens += tfm_corpus_len(&R.out, i);
-    if (o->text) {
-        /* several hypotheses a sentence, searched or sampled, need their numbers; one
-         * each is a plain line, as a reference has it (tfm-score, tfm-score --restore) */
-        int nbest_format = o->search.nbest > 1;
-        if (write_text(out_path, &R.out, R.hdr.spm, R.hdr.spm_size, nbest_format, err))
-            goto done;
-    } else if (write_stream(out_path, &R.out, &R.hdr, paths, n, o, max_len_b, err)) {
+    /* files first, standard output last, commits at the end (struct outputs) */
+    if (o->attention && so.attn_file &&
+        !(so.aw = write_attention(&so.attn, &R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o,
+                                  err)))
         goto done;
+    if (so.hyp_file && outputs_hyps(&so, 0, &R, paths, n, o, max_len_b, err))
+        goto done;
+    if (o->attention && !so.attn_file) {
+        so.aw = write_attention(NULL, &R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o, err);
+        int bad = !so.aw || tfm_attn_close(so.aw, err);
+        so.aw = NULL;
+        if (bad)
+            goto done;
+    }
+    if (!so.hyp_file && outputs_hyps(&so, 1, &R, paths, n, o, max_len_b, err))
+        goto done;
+    if (so.hw) {
+        int bad = tfm_writer_close(so.hw, err);
+        so.hw = NULL;
+        if (bad)
+            goto done;
+    } else if (so.hyp_file && tfm_output_commit(&so.hyp, err)) {
+        goto done;
+    }
+    if (so.aw) {
+        int bad = tfm_attn_close(so.aw, err);
+        so.aw = NULL;
+        if (bad)
+            goto done;
     }
     o->stats.seconds = tfm_now() - t0;
     if (o->progress)
         o->progress(o->progress_ctx, &o->stats, 1);
     rc = 0;
 done:
+    outputs_abort(&so);
     for (int i = 0; i < n; i++)
         tfm_checkpoint_free(cks[i]);
     run_free(&R);

@@ -1169,24 +1169,35 @@ int tfm_writer_put(struct tfm_writer *w, const char *name, int dtype, int rank,
 struct tfm_writer *tfm_writer_open(const char *path, const struct tfm_header *h, int flags,
                                    struct tfm_error *err)
 {
+    if (!path || strcmp(path, "-") == 0)
+        return tfm_writer_open_output(NULL, h, flags, err);
+    struct tfm_output out;
+    if (tfm_output_open(&out, path, err))
+        return NULL;
+    return tfm_writer_open_output(&out, h, flags, err);
+}
+
+struct tfm_writer *tfm_writer_open_output(struct tfm_output *out, const struct tfm_header *h,
+                                          int flags, struct tfm_error *err)
+{
     struct tfm_writer *w = calloc(1, sizeof *w);
     if (!w) {
+        if (out)
+            tfm_output_abort(out);
         tfm_fail(err, "out of memory");
         return NULL;
     }
     w->flags = flags;
     w->out.fd = -1;
-    if (!path || strcmp(path, "-") == 0) {
+    if (!out) {
         w->fd = 1;
         w->name = strdup("<stdout>");
     } else {
-        if (tfm_output_open(&w->out, path, err)) {
-            free(w);
-            return NULL;
-        }
+        w->out = *out;              /* the writer owns it now; the caller's copy is inert */
+        *out = (struct tfm_output){.fd = -1};
         w->to_file = 1;
         w->fd = w->out.fd;
-        w->name = strdup(path);
+        w->name = strdup(w->out.path);
     }
     if (!w->name) {
         tfm_writer_abort(w);

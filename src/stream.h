@@ -171,6 +171,14 @@ struct tfm_writer;
  * is written as a temporary file beside it and appears on tfm_writer_close. */
 struct tfm_writer *tfm_writer_open(const char *path, const struct tfm_header *h, int flags,
                                    struct tfm_error *err);
+/* The same on an output already open (output.h; NULL: stdout), which the writer takes
+ * over (*out is left empty: tfm_output_abort on it does nothing): tfm_writer_close
+ * commits it, tfm_writer_abort (or a failure here) gives it up.
+ * A tool that must not learn only after its work that an output path cannot be written
+ * opens the output first and the writer when it has something to write. */
+struct tfm_output;
+struct tfm_writer *tfm_writer_open_output(struct tfm_output *out, const struct tfm_header *h,
+                                          int flags, struct tfm_error *err);
 /* Write one record.  dims has rank entries; data has product(dims) * size(dtype) bytes. */
 int tfm_writer_put(struct tfm_writer *w, const char *name, int dtype, int rank,
                    const int64_t *dims, const void *data, struct tfm_error *err);

@@ -159,6 +159,36 @@ worst_row() {
     assert_not_exist "$T/h.tfm"
 }
 
+@test "--attention: a run that fails writes neither file; a bad path fails before decoding" {
+    # the hypotheses cannot be written: the attention must not appear either
+    run tfm-decode -q -m "$M/model.tfm" --attention "$T/a.tfm" -o /dev/full "$M/test.tfm"
+    assert_failure 1
+    assert_output --partial "/dev/full"
+    assert_not_exist "$T/a.tfm"
+    run bash -c "tfm-decode -q -m '$M/model.tfm' --attention '$T/a.tfm' '$M/test.tfm' > /dev/full"
+    assert_failure 1
+    assert_not_exist "$T/a.tfm"
+    run bash -c "tfm-decode -q -m '$M/model.tfm' --attention '$T/a.tfm' --text '$M/test.tfm' > /dev/full"
+    assert_failure 1
+    assert_not_exist "$T/a.tfm"
+    # and the other way round
+    run tfm-decode -q -m "$M/model.tfm" --attention /dev/full -o "$T/h.tfm" "$M/test.tfm"
+    assert_failure 1
+    assert_not_exist "$T/h.tfm"
+    # an output path that cannot be written is found before any sentence is decoded
+    run tfm-decode --progress -m "$M/model.tfm" --attention "$T/a.tfm" -o "$T/no/dir/h.tfm" \
+        "$M/test.tfm"
+    assert_failure 1
+    assert_output --partial "$T/no/dir/h.tfm"
+    refute_output --partial "sentences"
+    assert_not_exist "$T/a.tfm"
+    run tfm-decode --progress -m "$M/model.tfm" --text -o "$T/no/dir/h.txt" "$M/test.tfm"
+    assert_failure 1
+    refute_output --partial "sentences"
+    run ls "$T"
+    refute_output --partial ".tmp."
+}
+
 @test "plot-attention: the heat maps of a known sentence, a picture a layer and kind" {
     run "$TFM_ROOT/pipelines/plot-attention" -n 1 -o "$T/s1" "$M/all.tfm"
     assert_success
