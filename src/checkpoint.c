@@ -810,10 +810,14 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         if (used >= 0 && (size_t)used < sizeof steps)
             used += snprintf(steps + used, sizeof steps - (size_t)used, ",%lld",
                              (long long)c->state.step);
-        /* the newest keeps its header, config and state */
+        /* the newest keeps its header, config and state (the run keys of its config, such
+         * as max_steps or precision, may differ from the others') */
         tfm_header_free(&acc->header);
         acc->header = c->header;
         tfm_header_init(&c->header, "");
+        char *cfg = acc->config;
+        acc->config = c->config;
+        c->config = cfg;
         acc->state = c->state;
         tfm_checkpoint_free(c);
         c = NULL;

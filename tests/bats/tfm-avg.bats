@@ -143,6 +143,19 @@ check_mean() {
     [ ! -e "$T/x.tfm" ]
 }
 
+@test "checkpoints of one run at two precisions (resumed at another) are averaged" {
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/run/step-000006.tfm" "$T/bf16.tfm" \
+        --config precision=bf16
+    run tfm-avg -o "$T/p.tfm" "$M/run/step-000005.tfm" "$T/bf16.tfm"
+    assert_success
+    # the config of the last one averaged
+    run bash -c "tfm-cat --values '$T/p.tfm' | awk '\$1 == \"record\" { p = (\$3 == \"config\"); next }
+        p { for (i = 1; i <= NF; i++) printf \"%c\", \$i }' | grep '^precision'"
+    assert_output "precision = bf16"
+    run check_mean param.emb "$T/p.tfm" "$M/run/step-000005.tfm" "$T/bf16.tfm"
+    awk -v r="${output#* }" 'BEGIN { exit !(r < 1e-6) }'
+}
+
 @test "a checkpoint whose vocabulary has another size than its config's vocab is refused" {
     tfm-tokenize train -q -m "$T/v300.model" --vocab 300 "$M/en.txt" "$M/de.txt"
     python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/run/step-000006.tfm" "$T/vocab.tfm" \
