@@ -14,6 +14,7 @@
 #include "topk.h"
 
 #include <stdint.h>
+#include <time.h>
 
 static struct tfm_backend *be, *be1;
 
@@ -657,6 +658,102 @@ static void test_xent(void)
     CHECK_NEAR(ls[2], -0.40760596444438013, 1e-6);
 }
 
+/* tfm_topk_row against a reference: every candidate sorted best first, ties by smaller id,
+ * the first k taken; for short lists (kept by insertion) and long ones (a heap), with
+ * ties, -inf, NaN, banned ids, block maxima, and k beyond the candidates. */
+struct topk_ref {
+    float y;
+    int32_t id;
+};
+
+static int by_topk_ref(const void *a, const void *b)
+{
+    const struct topk_ref *x = a, *y = b;
+    if (x->y != y->y)
+        return x->y < y->y ? 1 : -1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static void test_topk_row(void)
+{
+    enum { V = 1000, BS = 64 };
+    static float z[V], bmax[V / BS + 1], top[V + 8];
+    static int32_t tok[V + 8];
+    static struct topk_ref ref[V];
+    int32_t ban[3] = {0, 2, 3};
+    int ks[] = {1, 5, 64, 65, 100, 333, 600, 995, 997, 998, 1000};
+    int bad = 0;
+    for (int row = 0; row < 6; row++) {
+        for (int v = 0; v < V; v++) {
+            uint32_t h = (uint32_t)(row * 7919 + v * 104729) * 2654435761u;
+            /* rows 0-2: coarse values, many ties; 3-5: fine ones */
+            z[v] = row < 3 ? (float)(h >> 28) - 8.0f : (float)(h >> 8) / 65536.0f - 128.0f;
+        }
+        if (row == 1 || row == 4)
+            for (int v = 0; v < V; v += 7)
+                z[v] = v % 2 ? -INFINITY : NAN;
+        if (row == 2)
+            for (int v = 0; v < V; v++)
+                if (v % 97)
+                    z[v] = -INFINITY;
+        for (int b = 0; b * BS < V; b++) {
+            bmax[b] = -INFINITY;
+            for (int v = b * BS; v < V && v < (b + 1) * BS; v++)
+                bmax[b] = z[v] > bmax[b] ? z[v] : bmax[b];
+        }
+        float l = row == 5 ? 1.5f : 0.0f;
+        for (int nban = 0; nban <= 3; nban += 3)
+            for (int ki = 0; ki < (int)(sizeof ks / sizeof *ks); ki++) {
+                int k = ks[ki], n = 0;
+                for (int v = 0; v < V; v++) {
+                    float y = z[v] - l;
+                    if (!(y > -INFINITY) || (nban && (v == 0 || v == 2 || v == 3)))
+                        continue;
+                    ref[n++] = (struct topk_ref){y, v};
+                }
+                qsort(ref, (size_t)n, sizeof *ref, by_topk_ref);
+                for (int with_bmax = 0; with_bmax < 2; with_bmax++) {
+                    tfm_topk_row(z, l, V, k, ban, nban, with_bmax ? bmax : NULL, BS, top, tok);
+                    for (int j = 0; j < k; j++) {
+                        int ok = j < n ? tok[j] == ref[j].id && top[j] == ref[j].y
+                                       : tok[j] == -1 && top[j] == -INFINITY;
+                        if (!ok && bad++ < 5)
+                            printf("# row %d k %d nban %d bmax %d: entry %d is %d (%g), "
+                                   "expected %d (%g)\n", row, k, nban, with_bmax, j, tok[j],
+                                   top[j], j < n ? ref[j].id : -1, j < n ? ref[j].y : -1.0);
+                    }
+                }
+            }
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* A long list costs about a heap's O(V log k) a row, not an insertion's O(V k): 400 rows
+ * of 8192 entries, k = 4097 (a beam of 4096) took seconds of CPU time by insertion. */
+static void test_topk_row_long_is_fast(void)
+{
+    enum { V = 8192, K = 4097, ROWS = 400 };
+    float *z = malloc((size_t)V * sizeof *z), *top = malloc((size_t)K * sizeof *top);
+    int32_t *tok = malloc((size_t)K * sizeof *tok);
+    CHECK(z && top && tok);
+    if (z && top && tok) {
+        clock_t c0 = clock();
+        double sum = 0;
+        for (int r = 0; r < ROWS; r++) {
+            for (int v = 0; v < V; v++)
+                z[v] = (float)((uint32_t)(r * 7919 + v * 104729) * 2654435761u >> 8) / 1e6f;
+            tfm_topk_row(z, 0.0f, V, K, NULL, 0, NULL, 0, top, tok);
+            sum += top[0] + top[K - 1];
+        }
+        double s = (double)(clock() - c0) / CLOCKS_PER_SEC;
+        printf("# %d rows of %d, k %d: %.3f s CPU (checksum %g)\n", ROWS, V, K, s, sum);
+        CHECK(s < 1.0);
+    }
+    free(z);
+    free(top);
+    free(tok);
+}
+
 /* log_softmax_top: the same bits as log_softmax followed by tfm_topk_row, on rows with ties,
  * -inf and NaN entries, banned ids, k from 1 to beyond the candidates; and by hand. */
 static void test_log_softmax_top(void)
@@ -1015,6 +1112,9 @@ int main(void)
     t_run("log_softmax_top = log_softmax, then the best tokens", test_log_softmax_top);
     t_run("out_logits: fma chains, the same bits for any threads and rows; out_top",
           test_out_layer);
+    t_run("tfm_topk_row: the k best, ties by smaller id, short and long lists", test_topk_row);
+    t_run("tfm_topk_row: a long list (a beam of 4096) costs O(V log k)",
+          test_topk_row_long_is_fast);
     t_run("Adam update by hand", test_adam);
     t_run("reductions give the same bits on 1 and 2 threads", test_threads_same_bits);
     t_run("fused ops give their sequences' bits (fp32, bf16; 1 and 2 threads)", test_fused);
