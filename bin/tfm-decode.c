@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "config.h"
 #include "decode.h"
@@ -210,7 +211,7 @@ int main(int argc, char **argv)
             o.tokens = v;
             break;
         case 'j':
-            if (tfm_cli_int("--threads", optarg, 0, 4096, &v))
+            if (tfm_cli_int("--threads", optarg, 0, TFM_CPU_MAX_THREADS, &v))
                 return 2;
             o.threads = (int)v;
             break;

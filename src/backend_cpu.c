@@ -1885,13 +1885,13 @@ static void cpu_destroy(struct tfm_backend *be)
 
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
 {
-    if (threads < 0 || threads > 1024) {
-        tfm_fail(err, "threads %d: out of range [0, 1024]", threads);
+    if (threads < 0 || threads > TFM_CPU_MAX_THREADS) {
+        tfm_fail(err, "threads %d: out of range [0, %d]", threads, TFM_CPU_MAX_THREADS);
         return NULL;
     }
     if (threads == 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (int)n : 1;
+        threads = n < 1 ? 1 : n > TFM_CPU_MAX_THREADS ? TFM_CPU_MAX_THREADS : (int)n;
     }
     struct tfm_backend *be = calloc(1, sizeof *be);
     struct cpu *c = calloc(1, sizeof *c);

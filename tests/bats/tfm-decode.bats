@@ -267,6 +267,11 @@ values() {
     assert_failure 2
     run tfm-decode --bogus
     assert_failure 2
+    # the CPU backend's own limit, found when the options are read (it was an exit 1
+    # after the models were loaded, for 1025 to 4096)
+    run tfm-decode -m "$M/model.tfm" --threads 1025 "$M/test.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --threads: '1025': expected an integer from 0 to 1024"
 }
 
 @test "tfm-decode --device sim: through device memory, the same output as the CPU" {
