@@ -281,56 +281,39 @@ fail:
 const char *const tfm_checkpoint_run_keys[] = {"max_steps", "save_every", "keep", "precision",
                                                NULL};
 
-/* Is the config line (len bytes) "KEY = ..." for a run key? */
-static int is_run_line(const char *line, size_t len)
+/* 0 when the configs of c and ref give every key but the run keys the same value, else
+ * -1 naming the first key that differs.  Values, not the text: a config written without
+ * a key that a later version added (its default), with comments or other spacing, is the
+ * same model, as tfm-train --resume takes it (tfm_checkpoint_same_config). */
+static int compare_configs(const struct tfm_checkpoint *c, const struct tfm_checkpoint *ref,
+                           struct tfm_error *err)
 {
-    while (len > 0 && (*line == ' ' || *line == '\t'))
-        line++, len--;
-    for (int i = 0; tfm_checkpoint_run_keys[i]; i++) {
-        size_t k = strlen(tfm_checkpoint_run_keys[i]);
-        if (len > k && memcmp(line, tfm_checkpoint_run_keys[i], k) == 0 &&
-            (line[k] == ' ' || line[k] == '\t' || line[k] == '='))
-            return 1;
-    }
-    return 0;
-}
-
-/* The next config line of *p that is not a run key: its start and length; 0 at the end. */
-static int next_line(const char **p, const char **line, size_t *len)
-{
-    while (**p) {
-        const char *e = strchr(*p, '\n');
-        size_t n = e ? (size_t)(e - *p) : strlen(*p);
-        *line = *p;
-        *len = n;
-        *p += n + (e != NULL);
-        if (!is_run_line(*line, n))
-            return 1;
-    }
-    return 0;
-}
-
-/* 0 when the configs agree but for run keys, else -1 with the first differing lines. */
-static int compare_configs(const char *a, const char *b, struct tfm_error *err)
-{
-    for (;;) {
-        const char *la, *lb;
-        size_t na, nb;
-        int ha = next_line(&a, &la, &na), hb = next_line(&b, &lb, &nb);
-        if (!ha && !hb)
-            return 0;
-        if (ha && hb && na == nb && memcmp(la, lb, na) == 0)
+    struct tfm_config a, b;
+    tfm_config_defaults(&a);
+    tfm_config_defaults(&b);
+    if (tfm_config_parse(&a, c->config, strlen(c->config), "config", err))
+        return tfm_error_prefix(err, "%s", c->path);
+    if (tfm_config_parse(&b, ref->config, strlen(ref->config), "config", err))
+        return tfm_error_prefix(err, "%s", ref->path);
+    int n;
+    const struct tfm_config_key *keys = tfm_config_keys(&n);
+    for (int i = 0; i < n; i++) {
+        char va[256], vb[256];
+        if (tfm_checkpoint_key_may_change(keys[i].name))
             continue;
-        return tfm_fail(err, "different config: '%.*s' against '%.*s'",
-                        ha ? (int)(na > 200 ? 200 : na) : 5, ha ? la : "(end)",
-                        hb ? (int)(nb > 200 ? 200 : nb) : 5, hb ? lb : "(end)");
+        tfm_config_get(&a, keys[i].name, va, sizeof va);
+        tfm_config_get(&b, keys[i].name, vb, sizeof vb);
+        if (strcmp(va, vb) != 0)
+            return tfm_fail(err, "different config: '%s = %s' against '%s = %s'", keys[i].name,
+                            va, keys[i].name, vb);
     }
+    return 0;
 }
 
 int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_checkpoint *ref,
                               struct tfm_error *err)
 {
-    if (compare_configs(c->config, ref->config, err))
+    if (compare_configs(c, ref, err))
         return -1;
     uint32_t va = tfm_header_vocab_id(&c->header), vb = tfm_header_vocab_id(&ref->header);
     if (va != vb)

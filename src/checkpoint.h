@@ -108,7 +108,7 @@ struct tfm_ckpt_tensor *tfm_checkpoint_find(const struct tfm_checkpoint *c, cons
 /* Config keys that describe a run, not a model: they may differ between checkpoints of
  * one model (a resumed run with a new --max-steps).  NULL-terminated. */
 extern const char *const tfm_checkpoint_run_keys[];
-/* Is c usable where ref is (same config text but for the run keys, same vocabulary,
+/* Is c usable where ref is (the same config values but for the run keys, same vocabulary,
  * tensor names and shapes)?  0, or -1 with a message naming the first difference. */
 int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_checkpoint *ref,
                               struct tfm_error *err);
