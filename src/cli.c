@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "output.h"
@@ -22,6 +24,20 @@ void tfm_cli_init(const char *prog, const char *usage)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
+    /* A standard descriptor the caller closed (`>&-`) is held by /dev/null opened the
+     * other way (read-only for 1 and 2, write-only for 0): using it fails as on a closed
+     * descriptor, but no file the tool opens gets its number, where an output's temporary
+     * file opened as descriptor 1 had taken what was meant for standard output (tfm-decode
+     * --attention - -o FILE wrote its attention into FILE). */
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+            continue;
+        int k = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+        if (k >= 0 && k != fd) {
+            dup2(k, fd);
+            close(k);
+        }
+    }
 }
 
 int tfm_cli_usage(void)

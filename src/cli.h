@@ -11,7 +11,10 @@
 #define TFM_CLI_H
 
 /* Program name for messages ("tfm-batch") and the usage text printed after a usage error
- * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call. */
+ * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call.
+ * Standard descriptors found closed are held by /dev/null opened the other way, so that
+ * using them fails as before but no file the tool opens takes their numbers.  Called
+ * first in every main. */
 void tfm_cli_init(const char *prog, const char *usage);
 
 struct tfm_error;

@@ -189,6 +189,22 @@ worst_row() {
     refute_output --partial ".tmp."
 }
 
+@test "--attention - with standard output closed: an error, and the -o file untouched" {
+    # descriptor 1 closed: the hypotheses' temporary file must not become 'standard output'
+    run bash -c "tfm-decode -q -m '$M/model.tfm' --attention - -o '$T/h.tfm' '$M/test.tfm' >&-"
+    assert_failure 1
+    assert_output --partial "<stdout>: write error"
+    assert_not_exist "$T/h.tfm"
+    # and a run that writes nothing there succeeds with it closed
+    run bash -c "tfm-decode -q -m '$M/model.tfm' --attention '$T/a.tfm' -o '$T/h.tfm' '$M/test.tfm' >&-"
+    assert_success
+    assert_output ""
+    run tfm-cat "$T/h.tfm"
+    assert_success
+    run tfm-cat "$T/a.tfm"
+    assert_success
+}
+
 @test "plot-attention: the heat maps of a known sentence, a picture a layer and kind" {
     run "$TFM_ROOT/pipelines/plot-attention" -n 1 -o "$T/s1" "$M/all.tfm"
     assert_success
