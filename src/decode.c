@@ -592,8 +592,8 @@ static struct tfm_attn_writer *write_attention(struct tfm_output *file,
     return a;
 }
 
-/* The outputs of a run.  Paths are opened before decoding, so that one that cannot be
- * written fails before the work, not after it; when the hypotheses are there, the data go
+/* The outputs of a run.  Paths are opened once the input is read, before decoding, so that
+ * one that cannot be written fails before the work, not after it; when the hypotheses are there, the data go
  * to the files' temporaries first and to standard output (which cannot be taken back)
  * last, and the files are committed at the very end, the hypotheses before the attention:
  * a run that fails leaves neither file, where the attention had been written whole before
@@ -970,9 +970,10 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         }
     }
     int width = o->search.sample ? o->search.nbest : o->search.beam;
-    if (outputs_open(&so, out_path, o->attention, err))
-        goto done;
-    if (read_sources(&R, in_path, paths[0], R.ens.vocab, max_pos, o, err))
+    /* the outputs after the input (a process that writes the input, then reads the output
+     * through FIFOs, gets both), before the decoding */
+    if (read_sources(&R, in_path, paths[0], R.ens.vocab, max_pos, o, err) ||
+        outputs_open(&so, out_path, o->attention, err))
         goto done;
     int64_t ns = R.src.n;
     o->stats.sentences = ns;

@@ -553,6 +553,19 @@ PY
     refute_output --partial ".tmp."
 }
 
+@test "tfm-decode through two FIFOs: a process writes the input, then reads the output" {
+    tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/want.tfm"
+    mkfifo "$T/in.fifo" "$T/out.fifo"
+    # the other side: the whole input first, the output after (3>&-: bats must not wait)
+    timeout 20 sh -c 'cat "$1" > "$2" && cat "$3" > "$4"' sh "$M/test.tfm" "$T/in.fifo" \
+        "$T/out.fifo" "$T/got.tfm" 3>&- &
+    local peer=$!
+    run timeout 20 tfm-decode -q -m "$M/model.tfm" -o "$T/out.fifo" "$T/in.fifo"
+    wait $peer
+    assert_success
+    cmp "$T/got.tfm" "$T/want.tfm"
+}
+
 @test "tfm-decode refuses a checkpoint whose vocabulary has another size than its config says" {
     # the model's config says the size of spm.model; other.model has another
     local have want
