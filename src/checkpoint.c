@@ -18,32 +18,43 @@
 #include <unistd.h>
 
 #include "model.h"
+#include "output.h"
 #include "spm.h"
 
 enum { STATE_FIXED = 8, STATE_VERSION = 2, STATE_SHARD_POS = 1 };
 
 /* ---- writing ---------------------------------------------------------------------- */
 
-struct tfm_writer *tfm_checkpoint_begin(const char *path, const struct tfm_header *base,
-                                        const char *config, const struct tfm_ckpt_state *st,
-                                        struct tfm_error *err)
+/* tfm_checkpoint_begin on out, an output already open that the writer takes over (given
+ * up on failure), or at path when out is NULL. */
+static struct tfm_writer *begin(const char *path, struct tfm_output *out,
+                                const struct tfm_header *base, const char *config,
+                                const struct tfm_ckpt_state *st, struct tfm_error *err)
 {
     struct tfm_header h;
     if (st->nrng < 0 || st->nrng > TFM_CKPT_MAX_RNG) {
+        if (out)
+            tfm_output_abort(out);
         tfm_fail(err, "%s: %d rng words (at most %d)", path, st->nrng, TFM_CKPT_MAX_RNG);
         return NULL;
     }
     if (base) {
-        if (tfm_header_copy(&h, base, err))
+        if (tfm_header_copy(&h, base, err)) {
+            if (out)
+                tfm_output_abort(out);
             return NULL;
+        }
         snprintf(h.kind, sizeof h.kind, "%s", TFM_KIND_CHECKPOINT);
     } else {
         tfm_header_init(&h, TFM_KIND_CHECKPOINT);
     }
     struct tfm_writer *w = NULL;
-    if (tfm_header_setf(&h, err, "step", "%lld", (long long)st->step))
+    if (tfm_header_setf(&h, err, "step", "%lld", (long long)st->step)) {
+        if (out)
+            tfm_output_abort(out);
         goto out;
-    w = tfm_writer_open(path, &h, 0, err);
+    }
+    w = out ? tfm_writer_open_output(out, &h, 0, err) : tfm_writer_open(path, &h, 0, err);
     if (!w)
         goto out;
     int64_t n = (int64_t)strlen(config);
@@ -66,6 +77,13 @@ fail:
 out:
     tfm_header_free(&h);
     return w;
+}
+
+struct tfm_writer *tfm_checkpoint_begin(const char *path, const struct tfm_header *base,
+                                        const char *config, const struct tfm_ckpt_state *st,
+                                        struct tfm_error *err)
+{
+    return begin(path, NULL, base, config, st, err);
 }
 
 int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *name, int rank,
@@ -770,10 +788,17 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
 {
     if (n < 1)
         return tfm_fail(err, "no checkpoint to average");
+    /* the output first: a path that cannot be written fails before the inputs are read */
+    struct tfm_output o = {.fd = -1};
+    int to_file = out && strcmp(out, "-") != 0;
+    if (to_file && tfm_output_open(&o, out, err))
+        return -1;
     int flags = keep_optimizer ? 0 : TFM_CKPT_NO_OPTIMIZER;
     struct tfm_checkpoint *acc = load_checked(paths[0], flags, err), *c = NULL;
-    if (!acc)
+    if (!acc) {
+        tfm_output_abort(&o);
         return -1;
+    }
     char steps[TFM_MAX_VALUE + 1];
     int64_t first = acc->state.step;
     int used = snprintf(steps, sizeof steps, "%lld", (long long)first);
@@ -816,7 +841,8 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         snprintf(steps, sizeof steps, "%lld,...,%lld", (long long)first, (long long)acc->state.step);
     if (tfm_header_set(&acc->header, "averaged.steps", steps, err))
         goto fail;
-    struct tfm_writer *w = tfm_checkpoint_begin(out, &acc->header, acc->config, &acc->state, err);
+    struct tfm_writer *w = begin(out, to_file ? &o : NULL, &acc->header, acc->config,
+                                 &acc->state, err);
     if (!w)
         goto fail;
     for (int i = 0; i < acc->ntensors; i++) {
@@ -829,6 +855,7 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
     tfm_checkpoint_free(acc);
     return tfm_writer_close(w, err);
 fail:
+    tfm_output_abort(&o);           /* nothing once the writer took it */
     tfm_checkpoint_free(c);
     tfm_checkpoint_free(acc);
     return -1;

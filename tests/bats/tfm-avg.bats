@@ -196,6 +196,23 @@ check_mean() {
     [ ! -e "$T/x.tfm" ]
 }
 
+@test "an output that cannot be written is found before the checkpoints are read" {
+    head -c 3000 "$M/run/step-000006.tfm" > "$T/cut.tfm"
+    # the output's error, not the damaged input's: nothing was read
+    run tfm-avg -o "$T/no/dir/x.tfm" "$T/cut.tfm" "$M/run/step-000005.tfm"
+    assert_failure 1
+    assert_output "tfm-avg: $T/no/dir/x.tfm: No such file or directory"
+    # a failure after the output is open leaves the old file and no temporary
+    echo old > "$T/x.tfm"
+    run tfm-avg -o "$T/x.tfm" "$M/run/step-000005.tfm" "$T/cut.tfm"
+    assert_failure 1
+    assert_output --partial "tfm-avg: $T/cut.tfm: "
+    run cat "$T/x.tfm"
+    assert_output old
+    run ls "$T"
+    refute_output --partial ".tmp."
+}
+
 @test "a damaged Adam record is refused without --keep-optimizer too; decoding passes it over" {
     f="$T/bad.tfm"
     cp "$M/run/step-000006.tfm" "$f"
