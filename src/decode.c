@@ -831,20 +831,22 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     struct run R;
     memset(&R, 0, sizeof R);
     int rc = -1;
-    int gpus = 0, precision;
+    int precision;
     /* the checkpoints first: the device is checked for the precision they compute at */
     struct tfm_checkpoint *cks[TFM_DECODE_MAX_MODELS] = {NULL};
     struct tfm_config cfg;
+    struct tfm_gpus gpu;
     if (checkpoints_load(paths, n, cks, &cfg, &precision, err) ||
         nbest_check(o, paths[0], &cfg, err) ||
         tfm_device_open_gpus(o->device ? o->device : "auto", precision, o->threads, 0, 1,
-                             &R.be, &gpus, o->stats.device, sizeof o->stats.device, err) ||
-        (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))) {
+                             &gpu, err) ||
+        !(R.be = gpu.count ? gpu.be[0] : tfm_backend_cpu(o->threads, err))) {
         for (int i = 0; i < n; i++)
             tfm_checkpoint_free(cks[i]);
         return -1;
     }
-    o->stats.fallback = tfm_device_note_fallback(o->stats.device);
+    snprintf(o->stats.device, sizeof o->stats.device, "%s", gpu.note);
+    o->stats.fallback = gpu.fallback;
     R.ens.m = calloc((size_t)n, sizeof *R.ens.m);
     if (!R.ens.m) {
         tfm_fail(err, "out of memory");
