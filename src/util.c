@@ -57,9 +57,12 @@ uint64_t tfm_rng_below(uint64_t *s, uint64_t n)
 void tfm_catch_stop_signals(const struct sigaction *sa)
 {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction one = *sa;
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
+        sigaddset(&one.sa_mask, sigs[i]);   /* one handler at a time on a thread */
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
         struct sigaction old;
         if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-            sigaction(sigs[i], sa, NULL);
+            sigaction(sigs[i], &one, NULL);
     }
 }

@@ -22,9 +22,9 @@ uint64_t tfm_rng_next(uint64_t *s);
 /* Uniform in [0, n), n > 0, without bias (Lemire's multiply and reject). */
 uint64_t tfm_rng_below(uint64_t *s, uint64_t n);
 
-/* Install sa for the signals that stop a tool (SIGINT, SIGTERM, SIGHUP), except one
- * ignored now: a tool started under nohup, or as a shell's background job, keeps it
- * ignored, as the shell asked. */
+/* Install sa for the signals that stop a tool (SIGINT, SIGTERM, SIGHUP), the three blocked
+ * while its handler runs, except one ignored now: a tool started under nohup, or as a
+ * shell's background job, keeps it ignored, as the shell asked. */
 void tfm_catch_stop_signals(const struct sigaction *sa);
 
 #endif
