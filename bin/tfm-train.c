@@ -319,9 +319,8 @@ int main(int argc, char **argv)
 
     const char *grace = getenv("TFM_STOP_GRACE");
     if (grace && *grace) {      /* seconds, a fraction allowed, as every time limit */
-        char *end;
-        double g = strtod(grace, &end);
-        if (*end || !(g >= 0 && g <= 1e7)) {
+        double g;
+        if (tfm_parse_double(grace, &g) || !(g >= 0 && g <= 1e7)) {
             fprintf(stderr, "tfm-train: TFM_STOP_GRACE=%s: expected seconds from 0 (none) to "
                     "1e7\n", grace);
             return 2;

@@ -376,18 +376,6 @@ static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
     o->progress(o->progress_ctx, line);
 }
 
-/* A non-negative integer header value, or -1 when absent or not one. */
-static int64_t header_int(const struct tfm_header *h, const char *key)
-{
-    const char *v = tfm_header_get(h, key);
-    if (!v || *v < '0' || *v > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    return *end || errno ? -1 : (int64_t)x;
-}
-
 /* One input stream read whole: its header (with the vocabulary) and its sentences. */
 struct input {
     struct tfm_reader *r;
@@ -413,7 +401,7 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
     in->eos = !(e && strcmp(e, "1") == 0);
     /* a vocab.size that is not a positive count would turn the id check off */
     const char *v = tfm_header_get(h, "vocab.size");
-    in->vocab = v ? header_int(h, "vocab.size") : 0;
+    in->vocab = v ? tfm_header_int(h, "vocab.size") : 0;
     if (v && in->vocab <= 0)
         return tfm_fail(err, "%s: header: vocab.size=%s is not a positive count",
                         tfm_reader_name(in->r), v);
@@ -638,7 +626,7 @@ static int header_counts(const struct tfm_header *h, const char *name, int64_t v
 {
     static const char *const keys[] = {"batches", "vocab.size", "tokens", "sentences"};
     for (int i = 0; i < 4; i++) {
-        vals[i] = header_int(h, keys[i]);
+        vals[i] = tfm_header_int(h, keys[i]);
         if (tfm_header_get(h, keys[i]) && vals[i] < 0)
             return tfm_fail(err, "%s: header: %s=%s is not a count", name, keys[i],
                             tfm_header_get(h, keys[i]));

@@ -2,7 +2,6 @@
  * The one src/ module that writes to stderr; library code never calls it. */
 #include "cli.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -14,6 +13,7 @@
 
 #include "error.h"
 #include "output.h"
+#include "util.h"
 
 static const char *cli_prog = "tfm";
 static const char *cli_usage;
@@ -75,19 +75,13 @@ int tfm_cli_usage_error(const char *fmt, ...)
     return tfm_cli_usage();
 }
 
-/* strtoll and strtod skip leading white space, and stop before trailing: a value that
- * has either is refused by every parser here, as tfm_duration_parse refuses it. */
-static int spaced(const char *s)
-{
-    return isspace((unsigned char)s[0]);
-}
+/* Numbers are whole and decimal (tfm_parse_int, tfm_parse_double): a value with space
+ * around it, hex or inf is refused by every parser here, as tfm_duration_parse refuses it. */
 
 int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (spaced(s) || end == s || *end || errno || x < lo || x > hi)
+    long long x;
+    if (tfm_parse_int(s, &x) || x < lo || x > hi)
         return tfm_cli_usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s,
                                    lo, hi);
     *v = x;
@@ -97,11 +91,8 @@ int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, lon
 int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int open_lo,
                    double *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (spaced(s) || end == s || *end || errno || !isfinite(x) || !(x >= lo && x <= hi) ||
-        (open_lo && x == lo))
+    double x;
+    if (tfm_parse_double(s, &x) || !(x >= lo && x <= hi) || (open_lo && x == lo))
         return tfm_cli_usage_error("%s: '%s': expected a number in %c%g, %g]", flag, s,
                                    open_lo ? '(' : '[', lo, hi);
     *v = x;
@@ -110,17 +101,23 @@ int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int op
 
 int tfm_cli_size(const char *flag, const char *s, double *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end), unit = 1;
-    switch (end == s ? 0 : *end) {
-    case 'K': case 'k': unit = 1024.0; end++; break;
-    case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
-    case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': case 't': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    static const char units[] = "KkMmGgTt";
+    char num[64];
+    size_t n = strlen(s);
+    const char *u = n ? strchr(units, s[n - 1]) : NULL;
+    double x = 0, unit = 1;
+    if (u) {
+        n--;
+        for (long k = (u - units) / 2; k >= 0; k--)
+            unit *= 1024.0;
     }
-    if (spaced(s) || end == s || *end || errno || !(x > 0) || !isfinite(x * unit))
+    int ok = n < sizeof num;
+    if (ok) {
+        memcpy(num, s, n);
+        num[n] = '\0';
+        ok = tfm_parse_double(num, &x) == 0;
+    }
+    if (!ok || !(x > 0) || !isfinite(x * unit))
         return tfm_cli_usage_error("%s: '%s' is not a size (512M, 8G)", flag, s);
     *v = x * unit;
     return 0;

@@ -245,18 +245,6 @@ static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoi
 
 /* ---- sources -------------------------------------------------------------------------- */
 
-/* The sentences= of a batch stream's header, or -1. */
-static int64_t header_sentences(const struct tfm_header *h)
-{
-    const char *v = tfm_header_get(h, "sentences");
-    char *end;
-    if (!v || *v < '0' || *v > '9')
-        return -1;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    return *end || errno ? -1 : (int64_t)n;
-}
-
 /* Rows of a batch stream become sentences (tokens before the padding); their numbers
  * come from batch.index.  Sentences are appended to c, numbers to *index.  Of
  * concatenated batch streams, each one's numbers go on after the stream before it: its
@@ -268,7 +256,7 @@ static int read_batches(struct tfm_reader *r, struct tfm_corpus *c, int64_t **in
     int k;
     int64_t B = -1;     /* rows announced by the last batch.index, -1: none pending */
     uint64_t member = 0;
-    int64_t base = 0, next = 0, count = header_sentences(tfm_reader_header(r));
+    int64_t base = 0, next = 0, count = tfm_header_int(tfm_reader_header(r), "sentences");
     while ((k = tfm_reader_next(r, &rec, err)) == 1) {
         if (rec.member != member) {
             if (B >= 0)
@@ -279,7 +267,7 @@ static int read_batches(struct tfm_reader *r, struct tfm_corpus *c, int64_t **in
             if (count >= 0 && base + count > next)
                 next = base + count;
             base = next;
-            count = header_sentences(tfm_reader_member_header(r));
+            count = tfm_header_int(tfm_reader_member_header(r), "sentences");
             member = rec.member;
         }
         if (strcmp(rec.name, "batch.index") == 0) {

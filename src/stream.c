@@ -20,6 +20,7 @@
 #include "stream.h"
 
 #include "output.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -233,6 +234,13 @@ const char *tfm_header_get(const struct tfm_header *h, const char *key)
         if (strcmp(h->keys[i], key) == 0)
             return h->values[i];
     return NULL;
+}
+
+int64_t tfm_header_int(const struct tfm_header *h, const char *key)
+{
+    const char *v = tfm_header_get(h, key);
+    long long x;
+    return v && tfm_parse_int(v, &x) == 0 && x >= 0 ? (int64_t)x : -1;
 }
 
 int tfm_header_set_spm(struct tfm_header *h, const void *spm, size_t n, struct tfm_error *err)

@@ -89,6 +89,8 @@ int tfm_header_setf(struct tfm_header *h, struct tfm_error *err, const char *key
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* The value of key, or NULL. */
 const char *tfm_header_get(const struct tfm_header *h, const char *key);
+/* The value of key as a non-negative decimal integer, or -1 when absent or not one. */
+int64_t tfm_header_int(const struct tfm_header *h, const char *key);
 /* Copy spm bytes into the header (replacing any).  Sets "spm.crc32" and "spm.size". */
 int tfm_header_set_spm(struct tfm_header *h, const void *spm, size_t n, struct tfm_error *err);
 /* The CRC32 of the embedded SentencePiece model, identifying a vocabulary (0 if none). */

@@ -206,9 +206,7 @@ static int bucket_floats(size_t *floats, struct tfm_error *err)
     const char *v = getenv("TFM_BUCKET_MB");
     double mb = 25;
     if (v && *v) {
-        char *end;
-        mb = strtod(v, &end);
-        if (*end || !(mb > 0) || mb > 65536)
+        if (tfm_parse_double(v, &mb) || !(mb > 0) || mb > 65536)
             return tfm_fail(err, "TFM_BUCKET_MB=%s: not a size in megabytes in (0, 65536]", v);
     }
     *floats = (size_t)(mb * 1048576 / sizeof(float));
@@ -787,12 +785,12 @@ static int shard_position(const struct run *run, const struct tfm_ckpt_state *st
 static int fits_budget(const struct tfm_header *h, const char *name,
                        const struct tfm_config *cfg, struct tfm_error *err)
 {
-    const char *budget = tfm_header_get(h, "tokens");
-    if (budget && atoll(budget) > cfg->tokens)
-        return tfm_fail(err, "%s: batches of up to %s tokens, more than the batch budget "
+    int64_t budget = tfm_header_int(h, "tokens");
+    if (budget > cfg->tokens)
+        return tfm_fail(err, "%s: batches of up to %lld tokens, more than the batch budget "
                         "tokens=%d: re-batch with tfm-batch --tokens %d or less, or raise "
-                        "--set tokens=N (memory grows with it)", name, budget, cfg->tokens,
-                        cfg->tokens);
+                        "--set tokens=N (memory grows with it)", name, (long long)budget,
+                        cfg->tokens, cfg->tokens);
     return 0;
 }
 

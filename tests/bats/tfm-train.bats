@@ -447,9 +447,11 @@ teardown() {
     run tfm-cat "$T/s/last.tfm"
     assert_success
     # TFM_STOP_GRACE takes a fraction, and says what it wants
-    run env TFM_STOP_GRACE=x tfm-train "${SMALL[@]}" -q -o "$T/g" "$M/b500.tfm"
-    assert_failure 2
-    assert_output "tfm-train: TFM_STOP_GRACE=x: expected seconds from 0 (none) to 1e7"
+    for g in x 0x10 ' 5' inf; do
+        run env TFM_STOP_GRACE="$g" tfm-train "${SMALL[@]}" -q -o "$T/g" "$M/b500.tfm"
+        assert_failure 2
+        assert_output "tfm-train: TFM_STOP_GRACE=$g: expected seconds from 0 (none) to 1e7"
+    done
     run env TFM_STOP_GRACE=0.5 tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 -q "$M/b500.tfm"
     assert_success
     # a run resumed at its last update names the checkpoint it resumed
@@ -1105,7 +1107,7 @@ PY
     [ ! -e "$T/z" ]
 }
 
-@test "numbers with white space are refused by every numeric option, as --max-time's are" {
+@test "numbers with white space, hex or inf are refused by every numeric option, as --max-time's are" {
     run tfm-train "${SMALL[@]}" -o "$T/w" -n '  2' --print-config
     assert_failure 2
     assert_line --index 0 "tfm-train: --max-steps: '  2': expected an integer from 0 to 2147483647"
@@ -1123,6 +1125,15 @@ PY
     run tfm-train "${SMALL[@]}" -o "$T/w" --max-memory ' 5G' --print-config
     assert_failure 2
     assert_line --index 0 "tfm-train: --max-memory: ' 5G' is not a size (512M, 8G)"
+    # decimal numbers only: no hex, no inf
+    for v in 0x10M 0x1p4G infG 5GG; do
+        run tfm-train "${SMALL[@]}" -o "$T/w" --max-memory "$v" --print-config
+        assert_failure 2
+        assert_line --index 0 "tfm-train: --max-memory: '$v' is not a size (512M, 8G)"
+    done
+    run tfm-train "${SMALL[@]}" -o "$T/w" --set lr_scale=0x1p-3 --print-config
+    assert_failure 2
+    assert_output --partial "key 'lr_scale': '0x1p-3' is not a number"
     run tfm-train "${SMALL[@]}" -o "$T/w" -n 2 --max-memory 5G --print-config
     assert_success
     assert_line "max_steps = 2"
