@@ -681,7 +681,10 @@ static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_l
     struct f1_scorer *fs = s->metric;
     const struct tfm_f1_opts *fo = &fs->fo;
     size_t pos = 0;
-    if (tfm_tree_parse(&fs->gold, refs[0], ref_lens[0], &pos, 0, err) < 0)
+    /* bracketed test trees and their gold are read as EVALB reads them, "(X )" a word;
+     * restoration needs the gold's real words */
+    int flags = fo->source || fo->linearized ? 0 : TFM_TREE_EMPTY_WORDS;
+    if (tfm_tree_parse(&fs->gold, refs[0], ref_lens[0], &pos, flags, err) < 0)
         return tfm_error_prefix(err, "%s: line %lld", s->ref_name, (long long)i + 1);
     const struct tfm_tree *tp = &fs->test;
     char reason[300] = "";
@@ -707,7 +710,7 @@ static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_l
             return -1;
     } else {
         pos = 0;
-        if (tfm_tree_parse(&fs->test, hyp, hyp_len, &pos, 0, err) < 0) {
+        if (tfm_tree_parse(&fs->test, hyp, hyp_len, &pos, flags, err) < 0) {
             snprintf(reason, sizeof reason, "malformed tree: %.250s", err->msg);
             tp = NULL;
         }

@@ -252,6 +252,24 @@ print(d[\"score\"])'"
     assert_output "tfm-score: $BATS_TEST_TMPDIR/t: line 2: column 17: unbalanced brackets: 1 left open at the end"
 }
 
+@test "f1: \"(X )\" is a preterminal with an empty word, as EVALB reads it" {
+    # the expected rows and counts are EVALB's own output for these lines
+    printf '(S (NP (NN x)) (VP (VB y)))\n(S (NP (NN x)) (NP (NN )) (VP (VB y)))\n' > "$BATS_TEST_TMPDIR/g"
+    printf '( )\n(S (NP (NN x)) (NP (NN )) (VP (VB y)))\n' > "$BATS_TEST_TMPDIR/t"
+    run tfm-score -m f1 -v -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 1: length mismatch (2|1)"
+    assert_line "   2    3    0  100.00 100.00     4      4    4      0      3     3   100.00"
+    assert_line "Number of sentence        =      2"
+    assert_line "Number of Error sentence  =      1"
+    assert_line "Number of Skip  sentence  =      0"
+    # "(X)" without the space stays a bracket over nothing: the test has no words
+    printf '(S (NP (NN x)) (VP (VB y)))\n' > "$BATS_TEST_TMPDIR/g"
+    printf '(S (X))\n' > "$BATS_TEST_TMPDIR/t"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_line -n 0 --partial "(sentences = 1 valid = 0 errors = 0 skipped = 1"
+}
+
 @test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
     for i in $(seq 12); do echo "(S (NN a) (NN b))"; done > "$BATS_TEST_TMPDIR/g"
     for i in $(seq 12); do echo "(S (NN a) (NN c))"; done > "$BATS_TEST_TMPDIR/t"
