@@ -199,7 +199,7 @@ FUZZ_TIME    ?= 600
 FUZZ_TARGETS ?= stream config lines tree evalb
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_IO      := src/stream.c src/output.c src/error.c
+FUZZ_IO      := src/stream.c src/output.c src/error.c src/util.c
 FUZZ_SRC_stream := src/corpus.c $(FUZZ_IO)
 FUZZ_SRC_config := src/config.c src/lines.c $(FUZZ_IO)
 FUZZ_SRC_lines  := src/lines.c $(FUZZ_IO)
