@@ -212,7 +212,8 @@ struct term {
 
 struct bracket {
     int start, end;
-    char label[256];
+    const char *label;  /* the tree's label, of any length; only its first len bytes count */
+    size_t len;         /* the whole label, then up to its first '-' or '=' (massage) */
     int result;         /* 0 unmatched, 1 matched, 5 not counted */
 };
 
@@ -260,6 +261,24 @@ static int pair_eq(char *const *pairs, int n, const char *a, const char *b)
     for (int i = 0; i < n; i++)
         if ((strcmp(a, pairs[2 * i]) == 0 && strcmp(b, pairs[2 * i + 1]) == 0) ||
             (strcmp(a, pairs[2 * i + 1]) == 0 && strcmp(b, pairs[2 * i]) == 0))
+            return 1;
+    return 0;
+}
+
+/* pair_eq for a label given as its first alen and blen bytes. */
+static int is_n(const char *s, const char *a, size_t alen)
+{
+    return strncmp(s, a, alen) == 0 && s[alen] == '\0';
+}
+
+static int pair_eq_n(char *const *pairs, int n, const char *a, size_t alen, const char *b,
+                     size_t blen)
+{
+    if (alen == blen && memcmp(a, b, alen) == 0)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if ((is_n(pairs[2 * i], a, alen) && is_n(pairs[2 * i + 1], b, blen)) ||
+            (is_n(pairs[2 * i + 1], a, alen) && is_n(pairs[2 * i], b, blen)))
             return 1;
     return 0;
 }
@@ -314,7 +333,8 @@ static int read_node(const struct tfm_evalb_params *p, const struct tfm_tree *t,
     int b = s->nbr++;
     s->br[b].start = s->nterm;
     s->br[b].end = -1;
-    snprintf(s->br[b].label, sizeof s->br[b].label, "%s", label);
+    s->br[b].label = label;
+    s->br[b].len = strlen(label);
     s->br[b].result = 0;
     GROW(s->stack, s->depth, s->capstack);
     s->stack[s->depth++] = b;
@@ -389,10 +409,10 @@ static void massage(const struct tfm_evalb_params *p, struct side *s)
             b->result = 5;
             continue;
         }
-        char *c = b->label + strcspn(b->label, "-=");
-        *c = '\0';
+        b->len = strcspn(b->label, "-=");
         for (int j = 0; j < p->ndelete; j++)
-            if (pair_eq(p->eq_label, p->neq_label, b->label, p->delete_label[j]))
+            if (pair_eq_n(p->eq_label, p->neq_label, b->label, b->len, p->delete_label[j],
+                          strlen(p->delete_label[j])))
                 b->result = 5;
     }
 }
@@ -517,7 +537,8 @@ int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
             if (t.br[j].result != 0 || g.br[i].start != t.br[j].start ||
                 g.br[i].end != t.br[j].end)
                 continue;
-            if (!p->labeled || pair_eq(p->eq_label, p->neq_label, g.br[i].label, t.br[j].label)) {
+            if (!p->labeled || pair_eq_n(p->eq_label, p->neq_label, g.br[i].label,
+                                         g.br[i].len, t.br[j].label, t.br[j].len)) {
                 g.br[i].result = t.br[j].result = 1;
                 s->matched++;
                 break;

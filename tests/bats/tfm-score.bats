@@ -270,6 +270,24 @@ print(d[\"score\"])'"
     assert_line -n 0 --partial "(sentences = 1 valid = 0 errors = 0 skipped = 1"
 }
 
+@test "f1: labels that differ only after 255 bytes are different labels" {
+    # EVALB gives matched 1 of 2 for labels of 21 bytes that differ in the last; labels
+    # of 301 bytes score the same
+    for n in 20 300; do
+        a=$(printf 'A%.0s' $(seq $n))
+        printf '(S (%sX (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/g"
+        printf '(S (%sY (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/t"
+        run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+        assert_success
+        assert_line -n 0 "F1 = 50.00 P = 50.00 R = 50.00 (sentences = 1 valid = 1 errors = 0 skipped = 0 matched = 1 gold = 2 test = 2)"
+    done
+    # and the function tag is still cut from a long label
+    printf '(S (%s-SBJ (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/t"
+    printf '(S (%s-TMP (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_line -n 0 --partial "F1 = 100.00 "
+}
+
 @test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
     for i in $(seq 12); do echo "(S (NN a) (NN b))"; done > "$BATS_TEST_TMPDIR/g"
     for i in $(seq 12); do echo "(S (NN a) (NN c))"; done > "$BATS_TEST_TMPDIR/t"
