@@ -187,6 +187,15 @@ print(d[\"score\"])'"
     assert_failure 2
 }
 
+@test "--tokenized and --tok exclude each other in either order" {
+    printf 'a b c d\n' > "$BATS_TEST_TMPDIR/h"
+    for args in "--tok intl --tokenized" "--tokenized --tok intl" "--tokenized --compound-split --tok 13a"; do
+        run tfm-score $args -r "$BATS_TEST_TMPDIR/h" "$BATS_TEST_TMPDIR/h"
+        assert_failure 2
+        assert_line -n 0 "tfm-score: --tokenized and --tok exclude each other"
+    done
+}
+
 @test "--help and --version" {
     run tfm-score --help
     assert_success
