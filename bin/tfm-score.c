@@ -207,11 +207,15 @@ int main(int argc, char **argv)
                 fo.max_error = (int)v;
             break;
         case 'j': json = 1; break;
-        case OPT_LINEARIZE: mode = MODE_LINEARIZE; break;
+        case OPT_LINEARIZE:
+        case OPT_RESTORE:
+            if (mode != MODE_SCORE && mode != (c == OPT_LINEARIZE ? MODE_LINEARIZE : MODE_RESTORE))
+                st = tfm_cli_usage_error("--linearize and --restore exclude each other");
+            mode = c == OPT_LINEARIZE ? MODE_LINEARIZE : MODE_RESTORE;
+            break;
         case OPT_KEEP_TAGS: lo.keep_tags = fo.keep_tags = 1; break;
         case OPT_KEEP_FTAGS: lo.keep_function_tags = 1; break;
         case OPT_KEEP_WORDS: lo.keep_words = 1; break;
-        case OPT_RESTORE: mode = MODE_RESTORE; break;
         case OPT_ROOT:
             if (!*optarg || strpbrk(optarg, " \t\n\r\f\v()"))
                 st = tfm_cli_usage_error("--root: '%s': expected a label (no space or "

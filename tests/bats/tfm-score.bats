@@ -423,6 +423,13 @@ print(d[\"score\"])'"
     run tfm-score --linearize --keep-words --keep-tags "$E/bug/bug.gld"
     assert_failure 2
     assert_line -n 0 "tfm-score: --keep-tags and --keep-words exclude each other"
+    # one mode: neither option overrides the other, in either order
+    run tfm-score --linearize --restore --source "$E/bug/bug.gld" "$E/bug/bug.gld"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --linearize and --restore exclude each other"
+    run tfm-score --restore --source "$E/bug/bug.gld" --linearize "$E/bug/bug.gld"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --linearize and --restore exclude each other"
     run tfm-score --restore --keep-words --source "$E/bug/bug.gld" "$E/bug/bug.gld"
     assert_failure 2
     run tfm-score --restore --keep-tags --source "$E/bug/bug.gld" "$E/bug/bug.tst"
