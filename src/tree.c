@@ -221,7 +221,7 @@ int tfm_tree_parse_next(struct tfm_tree *t, const char *text, size_t len, size_t
                         struct tfm_error *err)
 {
     size_t at = *pos;
-    int k = tfm_tree_parse(t, text, len, pos, 1, err);
+    int k = tfm_tree_parse(t, text, len, pos, TFM_TREE_ONE, err);
     if (k >= 0)
         return k;
     while (at < len && (text[at] == ' ' || text[at] == '\n' || text[at] == '\t'))
