@@ -517,9 +517,13 @@ int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
     }
     for (int i = 0; i < g.nterm; i++)
         if (!pair_eq(p->eq_word, p->neq_word, g.terms[i].word, t.terms[i].word)) {
+            /* quoted: whole characters (valid UTF-8 in the JSON report too), control
+             * characters escaped; both fit in reason */
+            char qg[112], qt[112];
             s->status = TFM_EVALB_ERROR;
-            snprintf(s->reason, sizeof s->reason, "word mismatch (%.100s|%.100s)",
-                     g.terms[i].word, t.terms[i].word);
+            snprintf(s->reason, sizeof s->reason, "word mismatch (%s|%s)",
+                     tfm_quote(qg, sizeof qg, g.terms[i].word, strlen(g.terms[i].word)),
+                     tfm_quote(qt, sizeof qt, t.terms[i].word, strlen(t.terms[i].word)));
             goto count;
         }
     massage(p, &g);

@@ -297,6 +297,21 @@ print(d[\"score\"])'"
     assert_line -n 0 --partial "F1 = 100.00 "
 }
 
+@test "f1: a word mismatch quotes the words whole and escaped, in the message and the JSON" {
+    a=$(printf 'a%.0s' $(seq 99))
+    # byte 100 of each word is the first of a two-byte character, and a control character
+    printf '(S (NN %s\303\251x) (NN \001b))\n' "$a" > "$BATS_TEST_TMPDIR/g"
+    printf '(S (NN %s\303\251y) (NN \001b))\n(S (NN a) (NN \001b))\n' "$a" > "$BATS_TEST_TMPDIR/t"
+    printf '(S (NN a) (NN \001c))\n' >> "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 1: word mismatch ($a$(printf '\303\251')x|$a$(printf '\303\251')y)"
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 2: word mismatch (\\x01c|\\x01b)"
+    run bash -c "tfm-score -m f1 --json -v -r '$BATS_TEST_TMPDIR/g' '$BATS_TEST_TMPDIR/t' 2> /dev/null | iconv -f UTF-8 -t UTF-8"
+    assert_success
+    assert_output --partial '"reason": "word mismatch (\\x01c|\\x01b)"'
+}
+
 @test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
     for i in $(seq 12); do echo "(S (NN a) (NN b))"; done > "$BATS_TEST_TMPDIR/g"
     for i in $(seq 12); do echo "(S (NN a) (NN c))"; done > "$BATS_TEST_TMPDIR/t"
