@@ -199,7 +199,8 @@ int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct t
         size_t bl = strlen(base);
         if (bl > 4 && strcmp(base + bl - 4, ".prm") == 0)
             bl -= 4;
-        snprintf(p->name, sizeof p->name, "%.*s", (int)(bl < 63 ? bl : 63), base);
+        /* printed in the signature and the JSON: whole characters, controls escaped */
+        tfm_quote(p->name, sizeof p->name, base, bl);
     }
     return rc;
 }

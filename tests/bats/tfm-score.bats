@@ -312,6 +312,20 @@ print(d[\"score\"])'"
     assert_output --partial '"reason": "word mismatch (\\x01c|\\x01b)"'
 }
 
+@test "f1: the parameter file's name in the signature and JSON is whole characters, escaped" {
+    a=$(printf 'a%.0s' $(seq 62))
+    e=$(printf '\303\251')
+    cp "$E/COLLINS.prm" "$BATS_TEST_TMPDIR/$a$e$e$e.prm"
+    printf '(S (NN a))\n' > "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -p "$BATS_TEST_TMPDIR/$a$e$e$e.prm" -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/g"
+    assert_line -n 2 "evalb:$a$e$e$e|labeled:yes|cutoff:40|version:tfm-0.1.0"
+    p="$BATS_TEST_TMPDIR/x$(printf '\001')y.prm"
+    cp "$E/COLLINS.prm" "$p"
+    run bash -c 'tfm-score -m f1 --json -p "$1" -r "$2" "$2" | iconv -f UTF-8 -t UTF-8' _ "$p" "$BATS_TEST_TMPDIR/g"
+    assert_success
+    assert_line ' "param": "x\\x01y",'
+}
+
 @test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
     for i in $(seq 12); do echo "(S (NN a) (NN b))"; done > "$BATS_TEST_TMPDIR/g"
     for i in $(seq 12); do echo "(S (NN a) (NN c))"; done > "$BATS_TEST_TMPDIR/t"
