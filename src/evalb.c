@@ -266,12 +266,13 @@ static int pair_eq(char *const *pairs, int n, const char *a, const char *b)
     return 0;
 }
 
-/* pair_eq for a label given as its first alen and blen bytes. */
+/* Is s the string a[0..alen)? */
 static int is_n(const char *s, const char *a, size_t alen)
 {
     return strncmp(s, a, alen) == 0 && s[alen] == '\0';
 }
 
+/* pair_eq for labels given as their first alen and blen bytes. */
 static int pair_eq_n(char *const *pairs, int n, const char *a, size_t alen, const char *b,
                      size_t blen)
 {
