@@ -590,6 +590,13 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         return rfail(r, r->member, idx, r->rname, off, err, "shape too large (over %llu bytes)",
                      (unsigned long long)TFM_MAX_PAYLOAD);
     rec->nbytes = (size_t)nbytes;
+    /* the records of fixed size are checked before their payload is read or inflated:
+     * a few bytes of deflate must not make a header of gigabytes */
+    if (strcmp(r->rname, "tfm.header") == 0 && nbytes > TFM_MAX_HEADER_TEXT)
+        return rfail(r, r->member, idx, r->rname, off, err, "header of %llu bytes, more than "
+                     "a header can hold (%d)", (unsigned long long)nbytes, TFM_MAX_HEADER_TEXT);
+    if (strcmp(r->rname, "tfm.end") == 0 && nbytes != 8)
+        return rfail(r, r->member, idx, r->rname, off, err, "end record must be i64 [1]");
     uint64_t stored = get64(fixed + 16);
     if (codec == CODEC_RAW && stored != nbytes)
         return rfail(r, r->member, idx, r->rname, off, err,
