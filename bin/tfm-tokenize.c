@@ -222,8 +222,15 @@ static int run(int argc, char **argv, const char **options)
     } else {            /* decode */
         dopt.model = s;
         dopt.model_name = model;
+        double t0 = tfm_now();
         if (tfm_tokenize_decode(in, stdout, &dopt, &err)) {
             status = tfm_cli_fail(&err, 1);
+        } else if (progress) {
+            double dt = tfm_now() - t0;
+            fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), "
+                    "%.2f s, %.0f sentences/s\n", (long long)dopt.sentences,
+                    (long long)dopt.tokens, (long long)dopt.unknown, dt,
+                    dt > 0 ? (double)dopt.sentences / dt : 0.0);
         }
     }
     tfm_spm_free(s);

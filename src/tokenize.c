@@ -376,10 +376,17 @@ int tfm_tokenize_encode(const struct tfm_spm *s, const char *in_path, const char
 
 /* ---- decode ------------------------------------------------------------------------- */
 
-/* One sentence to the FILE in ctx: its text, or its ids with TFM_HYP_IDS. */
+/* Where decoded sentences go, and the counts of what went. */
+struct detok_out {
+    FILE *out;
+    struct tfm_detok_opts *o;
+};
+
+/* One sentence to the output: its text, or its ids with TFM_HYP_IDS. */
 static int put_sentence(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
 {
-    FILE *out = ctx;
+    struct detok_out *d = ctx;
+    FILE *out = d->out;
     int bad = 0;
     if (h->text) {
         bad = fwrite(h->text, 1, h->len, out) != h->len;
@@ -389,10 +396,14 @@ static int put_sentence(void *ctx, const struct tfm_hyp *h, struct tfm_error *er
     }
     if (bad || putc('\n', out) == EOF)
         return tfm_fail(err, "write error: %s", strerror(errno));
+    d->o->sentences++;
+    d->o->tokens += h->nids;
+    for (int64_t i = 0; i < h->nids; i++)
+        d->o->unknown += h->ids[i] == TFM_UNK_ID;
     return 0;
 }
 
-int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_opts *o,
+int tfm_tokenize_decode(const char *in_path, FILE *out, struct tfm_detok_opts *o,
                         struct tfm_error *err)
 {
     struct tfm_hyp_opts ho = {
@@ -401,5 +412,7 @@ int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_o
         .model_name = o->model_name,
         .model_option = "-m MODEL",
     };
-    return tfm_hypread(in_path, &ho, put_sentence, out, err);
+    struct detok_out d = {out, o};
+    o->sentences = o->tokens = o->unknown = 0;
+    return tfm_hypread(in_path, &ho, put_sentence, &d, err);
 }

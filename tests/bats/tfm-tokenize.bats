@@ -441,6 +441,20 @@ ids_by_cat() {
     assert_output ""
 }
 
+@test "decode --progress prints its summary too; stdout stays the text" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/v.tfm" "$M/val.en"
+    printf '5 1 7\n\n1\n' > "$T/ids.txt"
+    run bash -c "tfm-tokenize decode --progress '$T/v.tfm' 2>&1 > /dev/null"
+    assert_success
+    assert_output --regexp '^tfm-tokenize: 300 sentences, [0-9]+ tokens \([0-9]+ unknown\), [0-9.]+ s'
+    run bash -c "tfm-tokenize decode -m '$M/bpe.model' --ids -p '$T/ids.txt' 2>&1 > /dev/null"
+    assert_output --regexp '^tfm-tokenize: 3 sentences, 4 tokens \(2 unknown\), '
+    run bash -c "tfm-tokenize decode -p '$T/v.tfm' 2> /dev/null | cmp - <(tfm-tokenize decode -q '$T/v.tfm')"
+    assert_success
+    run bash -c "tfm-tokenize decode --quiet '$T/v.tfm' 2>&1 > /dev/null"
+    assert_output ""
+}
+
 @test "decode: concatenated streams are read as one, from a file or a pipe" {
     head -n 100 "$M/val.en" > "$T/a.en"
     sed -n 101,300p "$M/val.en" > "$T/b.en"
