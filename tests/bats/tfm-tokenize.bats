@@ -506,6 +506,22 @@ ids_by_cat() {
     assert_equal "$output" "$(tfm-tokenize decode "$T/a.tfm")"
 }
 
+@test "train on lines all too long for the trainer names the files and says why" {
+    python3 -c "print('ab ' * 2000); print(); print('cd ' * 1500)" > "$T/long.txt"
+    : > "$T/empty.txt"
+    for s in 0 5; do
+        run tfm-tokenize train -q -m "$T/l.model" --vocab 20 --max-sentences $s "$T/long.txt" "$T/empty.txt"
+        assert_failure 1
+        assert_output "tfm-tokenize: $T/long.txt, $T/empty.txt: no text to train on (every line is empty or longer than max_sentence_length, 4192 bytes, which the trainer leaves out; --trainer-option max_sentence_length=N raises it)"
+        [ ! -e "$T/l.model" ]
+    done
+    run tfm-tokenize train -q -m "$T/l.model" --vocab 20 -O max_sentence_length=100 "$T/long.txt"
+    assert_output --partial "max_sentence_length, 100 bytes,"
+    run tfm-tokenize train -q -m "$T/l.model" --vocab 12 -O max_sentence_length=8000 "$T/long.txt"
+    assert_success
+    [ -s "$T/l.model" ]
+}
+
 @test "train on empty files names them" {
     : > "$T/empty.txt"
     printf '\n\n' > "$T/blank.txt"
