@@ -214,6 +214,21 @@ ids_by_cat() {
     assert_output --partial "line 1: '1000' is not a token id"
 }
 
+@test "decode: a NUL in a line of ids is a bad id, never the end of the line" {
+    printf '5\0 16\n17\n' > "$T/nul1.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" --ids "$T/nul1.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nul1.txt: line 1: '5\\x00' is not a token id of this model (0 to 999)"
+    printf '5 16\0 99\n' > "$T/nul2.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/nul2.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nul2.txt: line 1: '16\\x00' is not a token id of this model (0 to 999)"
+    printf '5 \v7\n' > "$T/vt.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/vt.txt"
+    assert_failure 1
+    assert_output --partial "line 1: '\\x0b7' is not a token id"
+}
+
 @test "decode: a stream without a model needs -m; ids outside the model are refused" {
     run tfm-tokenize decode "$TFM_ROOT/tests/fixtures/good.tfm"
     assert_failure 1
