@@ -497,6 +497,10 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
                      sname, tname, (long long)s.vocab, (long long)t.vocab);
             goto done;
         }
+        /* one vocabulary: a target without vocab.size is checked against the source's,
+         * which the output's header states */
+        if (!t.vocab)
+            t.vocab = s.vocab;
     }
     /* the source stream is read whole first: a pipe feeding it must not wait on the
      * target (both from one pipe is refused by the caller) */

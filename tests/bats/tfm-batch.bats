@@ -348,6 +348,36 @@ rows() {
     assert_equal "$(meta "$T/b.tfm" vocab.size)" ""
 }
 
+@test "a target without vocab.size is checked against the source's, which the output states" {
+    # token streams of no embedded model, by the independent writer: the source says
+    # vocab.size=100, the target says nothing and holds id 150
+    python3 -c '
+import struct, sys
+sys.path.insert(0, sys.argv[1] + "/tests/fixtures")
+import make_bad as mb
+def tok(path, hdr, sents):
+    s = mb.Stream(); s.header(hdr)
+    off = [0]; ids = []
+    for x in sents:
+        ids += x; off.append(len(ids))
+    s.record("tokens.offsets", "i64", [len(off)], struct.pack("<%dq" % len(off), *off))
+    s.record("tokens.ids", "i32", [len(ids)], struct.pack("<%di" % len(ids), *ids))
+    s.end(); open(path, "wb").write(s.b)
+t = sys.argv[2]
+tok(t + "/src.tfm", "kind=tokens\nvocab.size=100\n", [[5, 6], [7]])
+tok(t + "/bad.tfm", "kind=tokens\n", [[150], [8, 9]])
+tok(t + "/good.tfm", "kind=tokens\n", [[99], [8, 9]])
+' "$TFM_ROOT" "$T"
+    run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/bad.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bad.tfm: record 2 'tokens.ids': at byte 280: id 150 at position 0 outside the vocabulary (100)"
+    [ ! -e "$T/b.tfm" ]
+    run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/good.tfm"
+    assert_success
+    assert_equal "$(meta "$T/b.tfm" vocab.size)" 100
+    tfm-cat "$T/b.tfm" > /dev/null
+}
+
 @test "-o a link keeps the link; -o /dev/fd/1 or /dev/stdout writes the redirected file" {
     tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/ref.tfm"
     echo old > "$T/target.tfm"
