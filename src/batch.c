@@ -417,6 +417,19 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
     if (v && in->vocab <= 0)
         return tfm_fail(err, "%s: header: vocab.size=%s is not a positive count",
                         tfm_reader_name(in->r), v);
+    /* the embedded model is the vocabulary: no id may reach past its pieces, whatever
+     * vocab.size says (the ids are checked against the smaller), and it bounds them when
+     * the key is absent */
+    if (h->spm) {
+        int pieces = tfm_spm_proto_vocab_size(h->spm, h->spm_size, err);
+        if (pieces < 0)
+            return tfm_error_prefix(err, "%s: embedded model", tfm_reader_name(in->r));
+        if (v && in->vocab > pieces)
+            return tfm_fail(err, "%s: header: vocab.size=%s, but the embedded model has %d "
+                            "pieces", tfm_reader_name(in->r), v, pieces);
+        if (!v)
+            in->vocab = pieces;
+    }
     return 0;
 }
 

@@ -378,6 +378,35 @@ tok(t + "/good.tfm", "kind=tokens\n", [[99], [8, 9]])
     tfm-cat "$T/b.tfm" > /dev/null
 }
 
+@test "ids are checked against the embedded model: vocab.size may not exceed its pieces" {
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/en.tfm" "$T/big.tfm" --header vocab.size=5000
+    run tfm-batch -q -o "$T/b.tfm" "$T/big.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/big.tfm: header: vocab.size=5000, but the embedded model has 1000 pieces"
+    [ ! -e "$T/b.tfm" ]
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$T/big.tfm"
+    assert_failure 1
+    # a stream with the model and without the key: the model's pieces bound the ids
+    python3 -c '
+import struct, sys, zlib
+sys.path.insert(0, sys.argv[1] + "/tests/fixtures")
+import make_bad as mb
+spm = open(sys.argv[2] + "/spm.model", "rb").read()
+for name, ids in (("nokey", [5, 6, 1500]), ("nokey-ok", [5, 6, 999])):
+    s = mb.Stream()
+    s.header("kind=tokens\nspm.size=%d\nspm.crc32=%08x\n" % (len(spm), zlib.crc32(spm)))
+    s.record("tfm.spm", "u8", [len(spm)], spm)
+    s.record("tokens.offsets", "i64", [2], struct.pack("<2q", 0, len(ids)))
+    s.record("tokens.ids", "i32", [len(ids)], struct.pack("<%di" % len(ids), *ids))
+    s.end(); open(sys.argv[3] + "/" + name + ".tfm", "wb").write(s.b)
+' "$TFM_ROOT" "$M" "$T"
+    run tfm-batch -q -o "$T/b.tfm" "$T/nokey.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: $T/nokey.tfm: record 3 'tokens.ids': .*id 1500 at position 2 outside the vocabulary \(1000\)$"
+    run tfm-batch -q -o "$T/b.tfm" "$T/nokey-ok.tfm"
+    assert_success
+}
+
 @test "-o a link keeps the link; -o /dev/fd/1 or /dev/stdout writes the redirected file" {
     tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/ref.tfm"
     echo old > "$T/target.tfm"
