@@ -28,9 +28,9 @@ extern "C" {
 
 namespace sp = sentencepiece;
 
-// The largest .model file we read.  Real models are a few MiB (mostly the normalizer's
-// character map); this only bounds what a wrong path can make us allocate.
-static const long MAX_MODEL_BYTES = 1L << 30;
+// The largest .model file we read (as the largest tfm.spm record): this only bounds what
+// a wrong path can make us allocate.
+static const long MAX_MODEL_BYTES = (long)TFM_MAX_SPM;
 
 struct tfm_spm {
     sp::SentencePieceProcessor proc;

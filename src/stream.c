@@ -595,6 +595,10 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     if (strcmp(r->rname, "tfm.header") == 0 && nbytes > TFM_MAX_HEADER_TEXT)
         return rfail(r, r->member, idx, r->rname, off, err, "header of %llu bytes, more than "
                      "a header can hold (%d)", (unsigned long long)nbytes, TFM_MAX_HEADER_TEXT);
+    if (strcmp(r->rname, "tfm.spm") == 0 && nbytes > TFM_MAX_SPM)
+        return rfail(r, r->member, idx, r->rname, off, err, "vocabulary of %llu bytes, more "
+                     "than a SentencePiece model is read (%llu)", (unsigned long long)nbytes,
+                     (unsigned long long)TFM_MAX_SPM);
     if (strcmp(r->rname, "tfm.end") == 0 && nbytes != 8)
         return rfail(r, r->member, idx, r->rname, off, err, "end record must be i64 [1]");
     uint64_t stored = get64(fixed + 16);

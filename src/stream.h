@@ -42,6 +42,9 @@
  * "kind=K\n" and TFM_MAX_META lines "key=value\n".  A header record claiming more is
  * refused before its payload is read (or inflated). */
 #define TFM_MAX_KIND 31
+/* The largest SentencePiece model read, from a .model file or a tfm.spm record (real
+ * ones are a few MiB, mostly the normalizer's character map). */
+#define TFM_MAX_SPM ((uint64_t)1 << 30)
 #define TFM_MAX_HEADER_TEXT (5 + TFM_MAX_KIND + 1 + TFM_MAX_META * (TFM_MAX_KEY + TFM_MAX_VALUE + 2))
 
 enum tfm_dtype {
