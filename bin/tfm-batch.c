@@ -92,6 +92,8 @@ int main(int argc, char **argv)
     if ((!out || strcmp(out, "-") == 0) && isatty(1))
         return tfm_cli_usage_error("refusing to write a binary stream to a terminal "
                                    "(redirect it or use -o OUT)");
+    if (out && tfm_cli_not_terminal("--output", out))
+        return 2;
     if (show) {
         o.progress = progress;
     }

@@ -209,6 +209,10 @@ static int run(int argc, char **argv, const char **options)
             return tfm_cli_usage_error("encode: refusing to write a binary stream to a terminal "
                                        "(redirect it or use -o OUT)");
         }
+        if (output && tfm_cli_not_terminal("--output", output)) {
+            tfm_spm_free(s);
+            return 2;
+        }
         double t0 = tfm_now();
         if (tfm_tokenize_encode(s, in, output, &eopt, &err)) {
             status = tfm_cli_fail(&err, 1);

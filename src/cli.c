@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "output.h"
@@ -130,6 +132,23 @@ int tfm_cli_path(const char *flag, const char *s)
 {
     if (!*s)
         return tfm_cli_usage_error("%s: an empty path", flag);
+    return 0;
+}
+
+int tfm_cli_not_terminal(const char *flag, const char *path)
+{
+    struct stat st;
+    if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
+        return 0;
+    /* opened without becoming the controlling terminal, and without waiting */
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;       /* the output's own open says why */
+    int tty = isatty(fd);
+    close(fd);
+    if (tty)
+        return tfm_cli_usage_error("%s: '%s' is a terminal: refusing to write a binary stream "
+                                   "to it", flag, path);
     return 0;
 }
 

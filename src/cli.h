@@ -55,6 +55,12 @@ int tfm_cli_size(const char *flag, const char *s, double *v);
  * output path is refused here, before any work, rather than when the output is opened. */
 int tfm_cli_path(const char *flag, const char *s);
 
+/* Is the output path given to FLAG a terminal (a character device that is a tty, as
+ * /dev/tty or /dev/stdout on one)?  0 when not, or 2 after "PROG: FLAG: 'PATH' is a
+ * terminal: refusing to write a binary stream to it" and the usage.  For the tools that
+ * write only streams; standard output ("-") is for the caller to test with isatty. */
+int tfm_cli_not_terminal(const char *flag, const char *path);
+
 /* Do output paths a and b ("-": standard output) name one file, so that writing both
  * would leave one of the outputs only?  Files that exist are compared by identity (device
  * and inode: a hard or symbolic link to a file is that file); a path that does not exist

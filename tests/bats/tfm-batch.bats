@@ -348,6 +348,17 @@ rows() {
     assert_equal "$(meta "$T/b.tfm" vocab.size)" ""
 }
 
+@test "-o a terminal (/dev/tty, /dev/stdout on one) is refused as stdout on one is" {
+    run script -qec "tfm-batch -q -o /dev/stdout '$M/en.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-batch: --output: '/dev/stdout' is a terminal: refusing to write a binary stream to it"
+    assert_line --partial "rc=2"
+    run script -qec "tfm-batch -q -o /dev/tty '$M/en.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    run script -qec "tfm-batch -q '$M/en.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    tfm-batch -q -o /dev/stdout "$M/en.tfm" | tfm-cat > /dev/null
+}
+
 @test "a target without vocab.size is checked against the source's, which the output states" {
     # token streams of no embedded model, by the independent writer: the source says
     # vocab.size=100, the target says nothing and holds id 150

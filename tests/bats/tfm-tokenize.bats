@@ -456,6 +456,21 @@ ids_by_cat() {
     assert_output ""
 }
 
+@test "encode -o a terminal (/dev/tty, /dev/stdout on one) is refused as stdout on one is" {
+    cd "$T"
+    printf 'a b\n' > in.txt
+    run script -qec "tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/stdout in.txt; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-tokenize: --output: '/dev/stdout' is a terminal: refusing to write a binary stream to it"
+    assert_line --partial "rc=2"
+    run script -qec "tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/tty in.txt; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    run script -qec "tfm-tokenize encode -q -m '$M/bpe.model' in.txt; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    # not a terminal: written
+    tfm-tokenize encode -q -m "$M/bpe.model" -o /dev/stdout in.txt > out.tfm
+    tfm-cat out.tfm > /dev/null
+}
+
 @test "decode --progress prints its summary too; stdout stays the text" {
     tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/v.tfm" "$M/val.en"
     printf '5 1 7\n\n1\n' > "$T/ids.txt"
