@@ -918,6 +918,10 @@ int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_err
         }
         if (rec->index > 0 && strcmp(rec->name, "tfm.header") == 0)
             return tfm_reader_fail(r, rec, err, "second header record");
+        /* the vocabulary, when there is one, is record 1, taken when the stream starts */
+        if (strcmp(rec->name, "tfm.spm") == 0)
+            return tfm_reader_fail(r, rec, err, "vocabulary record out of place (it is record "
+                                   "1 or absent)");
         r->rec_member = rec->member;
         return 1;
     }
