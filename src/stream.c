@@ -820,6 +820,26 @@ static int take_vocab(struct tfm_reader *r, struct tfm_header *h, const struct t
     snprintf(want, sizeof want, "%08x", tfm_header_vocab_id(h));
     if (crc && strcmp(crc, want) != 0)
         return tfm_reader_fail(r, rec, err, "vocabulary crc %s, header says %s", want, crc);
+    const char *size = tfm_header_get(h, "spm.size");
+    char have[32];
+    snprintf(have, sizeof have, "%zu", rec->nbytes);
+    if (size && strcmp(size, have) != 0)
+        return tfm_reader_fail(r, rec, err, "vocabulary of %s bytes, header says spm.size=%s",
+                               have, size);
+    return 0;
+}
+
+/* A stream without a vocabulary record (rec is its record 1, held): its header must not
+ * say it has one. */
+static int check_no_vocab(struct tfm_reader *r, const struct tfm_header *h,
+                          const struct tfm_record *rec, struct tfm_error *err)
+{
+    const char *size = tfm_header_get(h, "spm.size"), *crc = tfm_header_get(h, "spm.crc32");
+    if (size || crc)
+        return tfm_reader_fail(r, rec, err, "the header says %s%.40s%s%s%.40s, but the stream "
+                               "has no vocabulary record (record 1 'tfm.spm')",
+                               size ? "spm.size=" : "", size ? size : "", size && crc ? ", " : "",
+                               crc ? "spm.crc32=" : "", crc ? crc : "");
     return 0;
 }
 
@@ -860,6 +880,8 @@ static int member_begin(struct tfm_reader *r, struct tfm_error *err)
                                    "streams of different vocabularies are not read as one",
                                    (unsigned)tfm_header_vocab_id(&r->mheader),
                                    (unsigned)tfm_header_vocab_id(&r->header));
+    } else if (check_no_vocab(r, &r->mheader, &rec, err)) {
+        return -1;
     } else if (r->header.spm) {
         return tfm_reader_fail(r, &rec, err, "no vocabulary, where the first stream has %08x: "
                                "streams of different vocabularies are not read as one",
@@ -959,7 +981,7 @@ static int reader_start(struct tfm_reader *r, struct tfm_error *err)
     int k = read_vocab(r, &rec, err);
     if (k < 0)
         return -1;
-    return k == 1 ? take_vocab(r, &r->header, &rec, err) : 0;
+    return k == 1 ? take_vocab(r, &r->header, &rec, err) : check_no_vocab(r, &r->header, &rec, err);
 }
 
 static struct tfm_reader *reader_new(int fd, const char *name, struct tfm_error *err)
