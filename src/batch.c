@@ -419,11 +419,11 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
                         tfm_reader_name(in->r), v);
     /* the embedded model is the vocabulary: no id may reach past its pieces, whatever
      * vocab.size says (the ids are checked against the smaller), and it bounds them when
-     * the key is absent */
-    if (h->spm) {
-        int pieces = tfm_spm_proto_vocab_size(h->spm, h->spm_size, err);
-        if (pieces < 0)
-            return tfm_error_prefix(err, "%s: embedded model", tfm_reader_name(in->r));
+     * the key is absent.  A model that does not load is left to the tools that load it
+     * (tfm-train, tfm-decode): batching needs only its bytes. */
+    struct tfm_error ignored;
+    int pieces = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, &ignored) : -1;
+    if (pieces > 0) {
         if (v && in->vocab > pieces)
             return tfm_fail(err, "%s: header: vocab.size=%s, but the embedded model has %d "
                             "pieces", tfm_reader_name(in->r), v, pieces);
