@@ -135,6 +135,16 @@ int tfm_cli_path(const char *flag, const char *s)
     return 0;
 }
 
+int tfm_cli_output_is_input(const char *out, const char *in)
+{
+    struct stat so, si;
+    if (strcmp(out, "-") == 0 || stat(out, &so) != 0 || !S_ISREG(so.st_mode))
+        return 0;
+    if ((strcmp(in, "-") == 0 ? fstat(0, &si) : stat(in, &si)) != 0 || !S_ISREG(si.st_mode))
+        return 0;
+    return so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+}
+
 int tfm_cli_not_terminal(const char *flag, const char *path)
 {
     struct stat st;

@@ -359,6 +359,20 @@ rows() {
     tfm-batch -q -o /dev/stdout "$M/en.tfm" | tfm-cat > /dev/null
 }
 
+@test "-o naming an input is a usage error: the input stays" {
+    cp "$M/en.tfm" "$T/en.tfm"
+    run tfm-batch -q -o "$T/en.tfm" "$T/en.tfm" "$M/de.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: --output '$T/en.tfm' is the input $T/en.tfm: the batches would replace it"
+    ln -s en.tfm "$T/link.tfm"
+    run tfm-batch -q -o "$T/link.tfm" "$M/de.tfm" "$T/en.tfm"
+    assert_failure 2
+    run bash -c "tfm-batch -q -o '$T/en.tfm' '$M/de.tfm' - < '$T/en.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: --output '$T/en.tfm' is the input on standard input: the batches would replace it"
+    cmp "$M/en.tfm" "$T/en.tfm"
+}
+
 @test "a target without vocab.size is checked against the source's, which the output states" {
     # token streams of no embedded model, by the independent writer: the source says
     # vocab.size=100, the target says nothing and holds id 150

@@ -471,6 +471,32 @@ ids_by_cat() {
     tfm-cat out.tfm > /dev/null
 }
 
+@test "-m of train or -o of encode naming an input is a usage error: the input stays" {
+    cd "$T"
+    head -n 50 "$M/val.en" > a.txt
+    cp a.txt keep.txt
+    ln -s a.txt link.txt
+    run tfm-tokenize train -q -m a.txt --vocab 50 a.txt
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: train: -m MODEL 'a.txt' is the input a.txt: the model would replace it"
+    run tfm-tokenize train -q -m link.txt --vocab 50 "$M/val.en" a.txt
+    assert_failure 2
+    run bash -c "tfm-tokenize train -q -m a.txt --vocab 50 - < a.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: train: -m MODEL 'a.txt' is the input on standard input: the model would replace it"
+    run tfm-tokenize encode -q -m "$M/bpe.model" -o a.txt a.txt
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: --output 'a.txt' is the input a.txt: the stream would replace it"
+    run bash -c "tfm-tokenize encode -q -m '$M/bpe.model' -o link.txt < a.txt"
+    assert_failure 2
+    cmp a.txt keep.txt
+    [ -L link.txt ]
+    # another file is written, over an old one too
+    tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
+    tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
+    tfm-cat b.tfm > /dev/null
+}
+
 @test "decode --progress prints its summary too; stdout stays the text" {
     tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/v.tfm" "$M/val.en"
     printf '5 1 7\n\n1\n' > "$T/ids.txt"
