@@ -24,6 +24,17 @@ void tfm_cli_init(const char *prog, const char *usage)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
+    /* A standard descriptor closed by the caller (<&-, >&-) is opened on /dev/null the
+     * wrong way round, standard input for writing and the outputs for reading, so that no
+     * file the tool opens takes its number (an input read again as "-", or a file
+     * written as standard output) and using it fails as on a closed one (EBADF). */
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+            continue;
+        int k = open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_NOCTTY);
+        if (k >= 0 && k != fd)      /* a lower one was closed and could not be held */
+            close(k);
+    }
 }
 
 int tfm_cli_usage(void)

@@ -11,7 +11,10 @@
 #define TFM_CLI_H
 
 /* Program name for messages ("tfm-batch") and the usage text printed after a usage error
- * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call. */
+ * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call.
+ * Call it first: it also holds standard descriptors that were closed at start on
+ * /dev/null (unreadable standard input, unwritable outputs), so that the tool's own files
+ * never take their numbers. */
 void tfm_cli_init(const char *prog, const char *usage);
 
 struct tfm_error;

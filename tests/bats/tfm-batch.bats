@@ -359,6 +359,21 @@ rows() {
     tfm-batch -q -o /dev/stdout "$M/en.tfm" | tfm-cat > /dev/null
 }
 
+@test "a closed standard input is not the source file opened in its place" {
+    # SRC opened first takes descriptor 0 when stdin is closed; '-' must not read it again
+    run bash -c "tfm-batch -q -o '$T/b.tfm' '$M/en.tfm' - <&-"
+    assert_failure 1
+    assert_output "tfm-batch: <stdin>: at byte 0: Bad file descriptor"
+    [ ! -e "$T/b.tfm" ]
+    # a closed standard output stays unwritable, -o /dev/stdout too
+    run bash -c "tfm-batch -q '$M/en.tfm' '$M/de.tfm' >&-"
+    assert_failure 1
+    assert_output "tfm-batch: <stdout>: write error: Bad file descriptor"
+    run bash -c "tfm-batch -q -o /dev/stdout '$M/en.tfm' >&-"
+    assert_failure 1
+    assert_output "tfm-batch: /dev/stdout: descriptor 1 was not open when the program started"
+}
+
 @test "-o naming an input is a usage error: the input stays" {
     cp "$M/en.tfm" "$T/en.tfm"
     run tfm-batch -q -o "$T/en.tfm" "$T/en.tfm" "$M/de.tfm"
