@@ -405,6 +405,19 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
     if (v && in->vocab <= 0)
         return tfm_fail(err, "%s: header: vocab.size=%s is not a positive count",
                         tfm_reader_name(in->r), v);
+    /* the embedded model is the vocabulary: no id may reach past its pieces, whatever
+     * vocab.size says (the ids are checked against the smaller), and it bounds them when
+     * the key is absent.  A model that does not load is left to the tools that load it
+     * (tfm-train, tfm-decode): batching needs only its bytes. */
+    struct tfm_error ignored;
+    int pieces = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, &ignored) : -1;
+    if (pieces > 0) {
+        if (v && in->vocab > pieces)
+            return tfm_fail(err, "%s: header: vocab.size=%s, but the embedded model has %d "
+                            "pieces", tfm_reader_name(in->r), v, pieces);
+        if (!v)
+            in->vocab = pieces;
+    }
     return 0;
 }
 
@@ -485,6 +498,10 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
                      sname, tname, (long long)s.vocab, (long long)t.vocab);
             goto done;
         }
+        /* one vocabulary: a target without vocab.size is checked against the source's,
+         * which the output's header states */
+        if (!t.vocab)
+            t.vocab = s.vocab;
     }
     /* the source stream is read whole first: a pipe feeding it must not wait on the
      * target (both from one pipe is refused by the caller) */

@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "output.h"
@@ -22,6 +24,17 @@ void tfm_cli_init(const char *prog, const char *usage)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
+    /* A standard descriptor closed by the caller (<&-, >&-) is opened on /dev/null the
+     * wrong way round, standard input for writing and the outputs for reading, so that no
+     * file the tool opens takes its number (an input read again as "-", or a file
+     * written as standard output) and using it fails as on a closed one (EBADF). */
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
+            continue;
+        int k = open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_NOCTTY);
+        if (k >= 0 && k != fd)      /* a lower one was closed and could not be held */
+            close(k);
+    }
 }
 
 int tfm_cli_usage(void)
@@ -127,6 +140,33 @@ int tfm_cli_path(const char *flag, const char *s)
 {
     if (!*s)
         return tfm_cli_usage_error("%s: an empty path", flag);
+    return 0;
+}
+
+int tfm_cli_output_is_input(const char *out, const char *in)
+{
+    struct stat so, si;
+    if (strcmp(out, "-") == 0 || stat(out, &so) != 0 || !S_ISREG(so.st_mode))
+        return 0;
+    if ((strcmp(in, "-") == 0 ? fstat(0, &si) : stat(in, &si)) != 0 || !S_ISREG(si.st_mode))
+        return 0;
+    return so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+}
+
+int tfm_cli_not_terminal(const char *flag, const char *path)
+{
+    struct stat st;
+    if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
+        return 0;
+    /* opened without becoming the controlling terminal, and without waiting */
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;       /* the output's own open says why */
+    int tty = isatty(fd);
+    close(fd);
+    if (tty)
+        return tfm_cli_usage_error("%s: '%s' is a terminal: refusing to write a binary stream "
+                                   "to it", flag, path);
     return 0;
 }
 

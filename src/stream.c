@@ -598,6 +598,17 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         return rfail(r, r->member, idx, r->rname, off, err, "shape too large (over %llu bytes)",
                      (unsigned long long)TFM_MAX_PAYLOAD);
     rec->nbytes = (size_t)nbytes;
+    /* the records of fixed size are checked before their payload is read or inflated:
+     * a few bytes of deflate must not make a header of gigabytes */
+    if (strcmp(r->rname, "tfm.header") == 0 && nbytes > TFM_MAX_HEADER_TEXT)
+        return rfail(r, r->member, idx, r->rname, off, err, "header of %llu bytes, more than "
+                     "a header can hold (%d)", (unsigned long long)nbytes, TFM_MAX_HEADER_TEXT);
+    if (strcmp(r->rname, "tfm.spm") == 0 && nbytes > TFM_MAX_SPM)
+        return rfail(r, r->member, idx, r->rname, off, err, "vocabulary of %llu bytes, more "
+                     "than a SentencePiece model is read (%llu)", (unsigned long long)nbytes,
+                     (unsigned long long)TFM_MAX_SPM);
+    if (strcmp(r->rname, "tfm.end") == 0 && nbytes != 8)
+        return rfail(r, r->member, idx, r->rname, off, err, "end record must be i64 [1]");
     uint64_t stored = get64(fixed + 16);
     if (codec == CODEC_RAW && stored != nbytes)
         return rfail(r, r->member, idx, r->rname, off, err,
@@ -817,6 +828,26 @@ static int take_vocab(struct tfm_reader *r, struct tfm_header *h, const struct t
     snprintf(want, sizeof want, "%08x", tfm_header_vocab_id(h));
     if (crc && strcmp(crc, want) != 0)
         return tfm_reader_fail(r, rec, err, "vocabulary crc %s, header says %s", want, crc);
+    const char *size = tfm_header_get(h, "spm.size");
+    char have[32];
+    snprintf(have, sizeof have, "%zu", rec->nbytes);
+    if (size && strcmp(size, have) != 0)
+        return tfm_reader_fail(r, rec, err, "vocabulary of %s bytes, header says spm.size=%s",
+                               have, size);
+    return 0;
+}
+
+/* A stream without a vocabulary record (rec is its record 1, held): its header must not
+ * say it has one. */
+static int check_no_vocab(struct tfm_reader *r, const struct tfm_header *h,
+                          const struct tfm_record *rec, struct tfm_error *err)
+{
+    const char *size = tfm_header_get(h, "spm.size"), *crc = tfm_header_get(h, "spm.crc32");
+    if (size || crc)
+        return tfm_reader_fail(r, rec, err, "the header says %s%.40s%s%s%.40s, but the stream "
+                               "has no vocabulary record (record 1 'tfm.spm')",
+                               size ? "spm.size=" : "", size ? size : "", size && crc ? ", " : "",
+                               crc ? "spm.crc32=" : "", crc ? crc : "");
     return 0;
 }
 
@@ -857,6 +888,8 @@ static int member_begin(struct tfm_reader *r, struct tfm_error *err)
                                    "streams of different vocabularies are not read as one",
                                    (unsigned)tfm_header_vocab_id(&r->mheader),
                                    (unsigned)tfm_header_vocab_id(&r->header));
+    } else if (check_no_vocab(r, &r->mheader, &rec, err)) {
+        return -1;
     } else if (r->header.spm) {
         return tfm_reader_fail(r, &rec, err, "no vocabulary, where the first stream has %08x: "
                                "streams of different vocabularies are not read as one",
@@ -915,6 +948,10 @@ int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_err
         }
         if (rec->index > 0 && strcmp(rec->name, "tfm.header") == 0)
             return tfm_reader_fail(r, rec, err, "second header record");
+        /* the vocabulary, when there is one, is record 1, taken when the stream starts */
+        if (strcmp(rec->name, "tfm.spm") == 0)
+            return tfm_reader_fail(r, rec, err, "vocabulary record out of place (it is record "
+                                   "1 or absent)");
         r->rec_member = rec->member;
         return 1;
     }
@@ -952,7 +989,7 @@ static int reader_start(struct tfm_reader *r, struct tfm_error *err)
     int k = read_vocab(r, &rec, err);
     if (k < 0)
         return -1;
-    return k == 1 ? take_vocab(r, &r->header, &rec, err) : 0;
+    return k == 1 ? take_vocab(r, &r->header, &rec, err) : check_no_vocab(r, &r->header, &rec, err);
 }
 
 static struct tfm_reader *reader_new(int fd, const char *name, struct tfm_error *err)

@@ -38,6 +38,14 @@
 #define TFM_MAX_META 64
 #define TFM_MAX_KEY 63
 #define TFM_MAX_VALUE 4095
+/* The most kind can hold (struct tfm_header), and so the longest header text there is:
+ * "kind=K\n" and TFM_MAX_META lines "key=value\n".  A header record claiming more is
+ * refused before its payload is read (or inflated). */
+#define TFM_MAX_KIND 31
+/* The largest SentencePiece model read, from a .model file or a tfm.spm record (real
+ * ones are a few MiB, mostly the normalizer's character map). */
+#define TFM_MAX_SPM ((uint64_t)1 << 30)
+#define TFM_MAX_HEADER_TEXT (5 + TFM_MAX_KIND + 1 + TFM_MAX_META * (TFM_MAX_KEY + TFM_MAX_VALUE + 2))
 
 enum tfm_dtype {
     TFM_U8 = 1,
@@ -70,7 +78,7 @@ int tfm_dtype_parse(const char *s);
 /* The header: kind, key=value metadata, and the embedded SentencePiece model (may be
  * absent: spm == NULL).  Keys are [A-Za-z0-9_.-]+, values any bytes but '\n' and NUL. */
 struct tfm_header {
-    char kind[32];
+    char kind[TFM_MAX_KIND + 1];
     int nmeta;
     char *keys[TFM_MAX_META];
     char *values[TFM_MAX_META];
