@@ -684,11 +684,6 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     return 1;
 }
 
-void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop)
-{
-    r->stop = stop;
-}
-
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx)
 {
     r->skip = skip;
@@ -983,15 +978,24 @@ static struct tfm_reader *reader_finish_open(struct tfm_reader *r, struct tfm_er
     return r;
 }
 
-struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err)
+/* tfm_reader_open_fd, waiting for the header on a pipe only until *stop is set (stop may
+ * be NULL). */
+static struct tfm_reader *open_fd(int fd, const char *name, volatile sig_atomic_t *stop,
+                                  struct tfm_error *err)
 {
     struct tfm_reader *r = reader_new(fd, name, err);
     if (!r)
         return NULL;
+    r->stop = stop;
     off_t cur = lseek(fd, 0, SEEK_CUR);
     if (cur >= 0)
         reader_map(r, cur);
     return reader_finish_open(r, err);
+}
+
+struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err)
+{
+    return open_fd(fd, name, NULL, err);
 }
 
 struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *peek,
@@ -1012,14 +1016,20 @@ struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *
 
 struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err)
 {
+    return tfm_reader_open_stop(path, NULL, err);
+}
+
+struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t *stop,
+                                        struct tfm_error *err)
+{
     if (!path || strcmp(path, "-") == 0)
-        return tfm_reader_open_fd(0, "<stdin>", err);
+        return open_fd(0, "<stdin>", stop, err);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         tfm_fail(err, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    struct tfm_reader *r = tfm_reader_open_fd(fd, path, err);
+    struct tfm_reader *r = open_fd(fd, path, stop, err);
     if (!r) {
         close(fd);
         return NULL;

@@ -840,8 +840,12 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (run->W > 1 && !run->train.path)
         return tfm_fail(err, "%d processes: each reads its own shard of the batch stream, so "
                         "it must be a file, not standard input", run->W);
-    if (tfm_epochs_open(&run->train, err))
+    if (tfm_epochs_open(&run->train, err)) {
+        if (o->stop && *o->stop)    /* a pipe that had not yet said what it holds */
+            return tfm_fail(err, "%s: stopped by a signal while waiting for the batch "
+                            "stream: nothing trained", tfm_epochs_name(&run->train));
         return -1;
+    }
     const struct tfm_header *h = &run->train.header;
     /* the pieces of the stream's embedded vocabulary (0 when it has none) */
     int vocab = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, err) : 0;

@@ -458,6 +458,34 @@ teardown() {
     assert_line "tfm-train: max steps reached at update 1; last checkpoint $T/g/step-000001.tfm"
 }
 
+@test "a stop signal before a pipe has sent its header or first batch ends the wait at once: exit 143, nothing left" {
+    # nothing yet; then the header and vocabulary, but no batch
+    first=$(tfm-cat "$M/b500.tfm" | awk '$1 == "record" && $2 == 2 { print $NF }')
+    for part in 0 $first; do
+        rm -rf "$T/h"
+        mkfifo "$T/fifo"
+        tfm-train "${SMALL[@]}" -o "$T/h" "$T/fifo" 2> "$T/err" &
+        pid=$!
+        BG+=($pid)
+        exec 7> "$T/fifo"
+        head -c $part "$M/b500.tfm" >&7
+        for i in $(seq 300); do grep -q device "$T/err" 2> /dev/null && break; sleep 0.1; done
+        sleep 0.5
+        kill -TERM $pid
+        for i in $(seq 50); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+        run kill -0 $pid            # ended within 5 s, not TFM_STOP_GRACE (120 s) later
+        assert_failure
+        rc=0
+        wait $pid || rc=$?
+        exec 7>&-
+        rm "$T/fifo"
+        assert_equal $rc 143
+        run cat "$T/err"
+        assert_line "tfm-train: $T/fifo: stopped by a signal while waiting for the batch stream: nothing trained"
+        [ ! -e "$T/h" ]         # the directory it made is gone with its lock
+    done
+}
+
 @test "a batch over the budget or the memory names the budget to lower" {
     run tfm-train "${SMALL[@]}" --set tokens=512 --set max_len=128 -o "$T/b" "$M/b.tfm"
     assert_failure 1
