@@ -529,12 +529,16 @@ static int after_update(struct run *run, const struct update_sums *sums, struct 
         return -1;
     if (run->g != 0)              /* process 0 validates and saves for the run */
         return 0;
+    double t = tfm_now();
     if (o->valid_path && o->valid_every > 0 && run->step % o->valid_every == 0 && validate(run, err))
         return keep_updates(run, err);
     if (((run->cfg->save_every > 0 && run->step % run->cfg->save_every == 0) ||
          (o->save_every_sec > 0 && tfm_now() - run->last_save >= o->save_every_sec)) &&
         save_checkpoint(run, err))
         return tfm_error_prefix(err, "update %lld", (long long)run->step);
+    /* tok/s is the rate of training: the interval of the next report leaves out the time
+     * spent validating and saving */
+    run->iv_time += tfm_now() - t;
     return 0;
 }
 

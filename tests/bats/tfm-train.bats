@@ -203,6 +203,19 @@ teardown() {
     assert_output 0
 }
 
+@test "tok/s is the rate of training: the time spent validating and saving is left out" {
+    # every update validates on a set of about 100 batches and saves: most of the time
+    run tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps 4 --report-every 1 --valid-every 1 \
+        --save-every 1 --valid "$M/b.tfm" --log "$T/log" "$M/b500.tfm"
+    assert_success
+    # tokens_per_s of each report after the first against its tokens over the elapsed time
+    # (which counts validation): training alone is several times faster
+    run awk -F '\t' '$1 == "train" { if (t != "") { wall = ($8 - k) / ($7 - t);
+                                        print ($6 > 3 * wall) ? "ok" : "slow " $6 " " wall }
+                                      t = $7; k = $8 }' "$T/log"
+    assert_output $'ok\nok\nok'
+}
+
 @test "--quiet prints nothing but errors" {
     run tfm-train "${SMALL[@]}" -o "$T/q" --max-steps 2 --progress --quiet "$M/b.tfm"
     assert_success
