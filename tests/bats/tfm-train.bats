@@ -75,6 +75,11 @@ teardown() {
     run tfm-train -c "$CONF" -o "$T/x" --save-every 10x "$M/b.tfm"
     assert_failure 2
     assert_output --partial "--save-every: '10x' is neither"
+    # a fraction without a unit is neither updates nor a duration: '1' is 1 update, '1.5'
+    # is not 1.5 seconds
+    run tfm-train -c "$CONF" -o "$T/x" --save-every 1.5 "$M/b.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-train: --save-every: '1.5': a number of updates is whole, a duration has a unit (1.5s, 1.5m)"
     run tfm-train -c "$CONF" -o "$T/x" --ranks 0 "$M/b.tfm"
     assert_failure 2
     assert_line --index 0 "tfm-train: --ranks: '0': expected an integer from 1 to 256"
