@@ -1070,6 +1070,8 @@ struct tfm_writer {
     size_t zbuf_cap;
 };
 
+const char *tfm_writer_name(const struct tfm_writer *w) { return w->name; }
+
 uint64_t tfm_writer_offset(const struct tfm_writer *w) { return w->pos; }
 
 static int wflush(struct tfm_writer *w, struct tfm_error *err)

@@ -180,6 +180,8 @@ int tfm_writer_put(struct tfm_writer *w, const char *name, int dtype, int rank,
 int tfm_writer_close(struct tfm_writer *w, struct tfm_error *err);
 /* Give up: remove the temporary file, free w.  Safe on NULL. */
 void tfm_writer_abort(struct tfm_writer *w);
+/* The name messages give the output (the path it was opened with, or "<stdout>"). */
+const char *tfm_writer_name(const struct tfm_writer *w);
 /* Bytes written so far. */
 uint64_t tfm_writer_offset(const struct tfm_writer *w);
 

@@ -241,8 +241,8 @@ static int save_checkpoint(struct run *run, struct tfm_error *err)
             const struct tfm_param *p = tfm_model_param(m, i);
             if (tfm_checkpoint_put(w, parts[k].prefix, p->name, p->rank, p->dims,
                                    run->host + p->offset, err)) {
-                tfm_writer_abort(w);
-                return tfm_error_prefix(err, "%s", path);
+                tfm_writer_abort(w);    /* err names the file */
+                return -1;
             }
         }
     }

@@ -361,6 +361,24 @@ teardown() {
     refute_output --partial "saved"
 }
 
+@test "a checkpoint the disk cannot hold stops the run naming the file once; the one before stays whole" {
+    run tfm-train "${SMALL[@]}" -q -o "$T/f" --max-steps 2 "$M/b.tfm"
+    assert_success
+    # a file size limit (SIGXFSZ ignored: writes fail with EFBIG, as on a full disk) that
+    # holds the header and vocabulary but not the tensors
+    kb=$(( $(stat -c %s "$T/f/step-000002.tfm") / 1024 - 100 ))
+    run bash -c "trap '' XFSZ; ulimit -f $kb; exec tfm-train ${SMALL[*]} -q -o '$T/f' \
+        --max-steps 4 --save-every 1 --resume '$M/b.tfm'"
+    assert_failure 1
+    assert_output "tfm-train: update 3: $T/f/step-000003.tfm: write error: File too large"
+    run ls -A "$T/f"
+    assert_output $'last.tfm\nstep-000002.tfm'
+    run tfm-train "${SMALL[@]}" -q -o "$T/f" --max-steps 4 --resume "$M/b.tfm"
+    assert_success
+    run tfm-cat --header "$T/f/last.tfm"
+    assert_line "meta step=4"
+}
+
 @test "a corrupt or truncated checkpoint on resume is an error naming it" {
     run tfm-train "${SMALL[@]}" -o "$T/c" --max-steps 2 -q "$M/b.tfm"
     assert_success
