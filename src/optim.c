@@ -56,7 +56,8 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
         st->read = 1;
     }
     if (!isfinite(h.grad_norm))
-        return tfm_fail(err, "optimizer step %lld: gradient norm is %g (diverged); "
-                        "parameters not updated", (long long)step, h.grad_norm);
+        return tfm_fail(err, "optimizer step %lld: gradient norm is %s (diverged); "
+                        "parameters not updated", (long long)step,
+                        isnan(h.grad_norm) ? "NaN" : "Inf");
     return 0;
 }

@@ -380,6 +380,11 @@ static void test_optim(void)
     be->upload(be, p->grad, &inf, 4);
     CHECK(tfm_optim_step(m, 31, 9, &st, &err) < 0);
     CHECK(strstr(err.msg, "not updated") != NULL);
+    CHECK(strstr(err.msg, "gradient norm is Inf (diverged)") != NULL);
+    float nan = NAN;            /* named as NaN, not as printf's "-nan" or "nan" */
+    be->upload(be, p->grad, &nan, 4);
+    CHECK(tfm_optim_step(m, 31, 9, &st, &err) < 0);
+    CHECK(strstr(err.msg, "gradient norm is NaN (diverged)") != NULL);
     free(NULL);
     tfm_model_free(m);
 }
