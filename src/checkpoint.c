@@ -815,6 +815,9 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         tfm_header_free(&acc->header);
         acc->header = c->header;
         tfm_header_init(&c->header, "");
+        free(acc->config);      /* its run keys (precision, max_steps...) may differ */
+        acc->config = c->config;
+        c->config = NULL;
         acc->state = c->state;
         tfm_checkpoint_free(c);
         c = NULL;
