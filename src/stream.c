@@ -1024,7 +1024,21 @@ struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t 
 {
     if (!path || strcmp(path, "-") == 0)
         return open_fd(0, "<stdin>", stop, err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* open(2) of a FIFO waits for a writer, deaf to the stop flag: with one, it opens at
+     * once and the wait for a writer is the poll of every read (wait_input: Linux reports
+     * no end of input on a FIFO that no writer has opened yet) */
+    struct stat st;
+    int fifo = stop && stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+    if (fd >= 0 && fifo) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            fd = -1;
+        }
+    }
     if (fd < 0) {
         tfm_fail(err, "%s: %s", path, strerror(errno));
         return NULL;

@@ -116,9 +116,10 @@ struct tfm_reader;
 /* Open path ("-" or NULL: stdin), check the preamble, read the header (and the embedded
  * vocabulary).  NULL on failure with a message that starts with the file's name. */
 struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err);
-/* The same, but reading from a pipe gives up waiting for input (for the header, and for
- * every record after it) once *stop is non-zero (a signal's flag), with "Interrupted
- * system call" (EINTR) as the error.  stop NULL: wait as long as it takes. */
+/* The same, but reading from a pipe gives up waiting for input (for a FIFO's writer, for
+ * the header, and for every record after it) once *stop is non-zero (a signal's flag),
+ * with "Interrupted system call" (EINTR) as the error.  stop NULL: wait as long as it
+ * takes. */
 struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t *stop,
                                         struct tfm_error *err);
 /* Same on an open descriptor; name is used in messages.  The reader does not close fd. */
