@@ -935,8 +935,8 @@ int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err)
         return -1;
     const struct tfm_header *h = tfm_batch_header(d->r);
     if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
-        return tfm_fail(err, "%s: a batch stream without targets: training needs source and "
-                        "target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
+        return tfm_fail(err, "%s: a batch stream without targets: training and validation "
+                        "need source and target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
     if (!d->have_header) {
         if (tfm_header_copy(&d->header, h, err))
             return -1;

@@ -327,6 +327,9 @@ teardown() {
     run tfm-train "${SMALL[@]}" -o "$T/w4" "$M/src-only.tfm"
     assert_failure 1
     assert_output --partial "without targets"
+    run tfm-train "${SMALL[@]}" -o "$T/w4" --valid "$M/src-only.tfm" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$M/src-only.tfm: a batch stream without targets: training and validation need source and target"
     run tfm-train "${SMALL[@]}" -o "$T/w5" --valid "$M/en.tfm" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "$M/en.tfm"
