@@ -154,6 +154,10 @@ int main(int argc, char **argv)
             } else if (tfm_duration_parse(optarg, &o.save_every_sec)) {
                 return tfm_cli_usage_error("--save-every: '%s' is neither a number of updates "
                                            "nor a duration (90s, 10m, 2h)", optarg);
+            } else if (!strpbrk(optarg, "smhd")) {  /* '1.5': neither updates nor seconds */
+                return tfm_cli_usage_error("--save-every: '%s': a number of updates is whole, "
+                                           "a duration has a unit (%ss, %sm)", optarg, optarg,
+                                           optarg);
             }
             break;
         case 'k':

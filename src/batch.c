@@ -776,11 +776,12 @@ static int read_batch(struct tfm_batch_reader *br, struct tfm_error *err)
 struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
                                         struct tfm_error *err)
 {
-    return tfm_batch_open_ranks(path, rank, 1, nranks, err);
+    return tfm_batch_open_ranks(path, rank, 1, nranks, NULL, err);
 }
 
 struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int count,
-                                              int nranks, struct tfm_error *err)
+                                              int nranks, volatile sig_atomic_t *stop,
+                                              struct tfm_error *err)
 {
     if (nranks < 1 || rank < 0 || count < 1 || rank > nranks - count) {
         tfm_fail(err, "ranks %d to %d of %d: 0 <= rank < ranks expected", rank,
@@ -797,7 +798,7 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
     br->nranks = nranks;
     br->look_B = -1;
     br->targets = -1;
-    if (!(br->r = tfm_reader_open(path, err)))
+    if (!(br->r = tfm_reader_open_stop(path, stop, err)))
         goto fail;
     const struct tfm_header *h = tfm_reader_header(br->r);
     const char *name = tfm_reader_name(br->r);
@@ -934,14 +935,13 @@ const char *tfm_epochs_name(const struct tfm_epochs *d)
 int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err)
 {
     d->r = tfm_batch_open_ranks(d->path ? d->path : "-", d->rank, d->count > 0 ? d->count : 1,
-                                d->world, err);
+                                d->world, d->stop, err);
     if (!d->r)
         return -1;
-    tfm_reader_set_stop(d->r->r, d->stop);
     const struct tfm_header *h = tfm_batch_header(d->r);
     if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
-        return tfm_fail(err, "%s: a batch stream without targets: training needs source and "
-                        "target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
+        return tfm_fail(err, "%s: a batch stream without targets: training and validation "
+                        "need source and target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
     if (!d->have_header) {
         if (tfm_header_copy(&d->header, h, err))
             return -1;

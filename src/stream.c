@@ -703,11 +703,6 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     return 1;
 }
 
-void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop)
-{
-    r->stop = stop;
-}
-
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx)
 {
     r->skip = skip;
@@ -1028,15 +1023,24 @@ static struct tfm_reader *reader_finish_open(struct tfm_reader *r, struct tfm_er
     return r;
 }
 
-struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err)
+/* tfm_reader_open_fd, waiting for the header on a pipe only until *stop is set (stop may
+ * be NULL). */
+static struct tfm_reader *open_fd(int fd, const char *name, volatile sig_atomic_t *stop,
+                                  struct tfm_error *err)
 {
     struct tfm_reader *r = reader_new(fd, name, err);
     if (!r)
         return NULL;
+    r->stop = stop;
     off_t cur = lseek(fd, 0, SEEK_CUR);
     if (cur >= 0)
         reader_map(r, cur);
     return reader_finish_open(r, err);
+}
+
+struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err)
+{
+    return open_fd(fd, name, NULL, err);
 }
 
 struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *peek,
@@ -1057,14 +1061,34 @@ struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *
 
 struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err)
 {
+    return tfm_reader_open_stop(path, NULL, err);
+}
+
+struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t *stop,
+                                        struct tfm_error *err)
+{
     if (!path || strcmp(path, "-") == 0)
-        return tfm_reader_open_fd(0, "<stdin>", err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+        return open_fd(0, "<stdin>", stop, err);
+    /* open(2) of a FIFO waits for a writer, deaf to the stop flag: with one, it opens at
+     * once and the wait for a writer is the poll of every read (wait_input: Linux reports
+     * no end of input on a FIFO that no writer has opened yet) */
+    struct stat st;
+    int fifo = stop && stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+    if (fd >= 0 && fifo) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            fd = -1;
+        }
+    }
     if (fd < 0) {
         tfm_fail(err, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    struct tfm_reader *r = tfm_reader_open_fd(fd, path, err);
+    struct tfm_reader *r = open_fd(fd, path, stop, err);
     if (!r) {
         close(fd);
         return NULL;
@@ -1104,6 +1128,8 @@ struct tfm_writer {
     void *zbuf;
     size_t zbuf_cap;
 };
+
+const char *tfm_writer_name(const struct tfm_writer *w) { return w->name; }
 
 uint64_t tfm_writer_offset(const struct tfm_writer *w) { return w->pos; }
 

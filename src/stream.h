@@ -126,6 +126,12 @@ struct tfm_reader;
 /* Open path ("-" or NULL: stdin), check the preamble, read the header (and the embedded
  * vocabulary).  NULL on failure with a message that starts with the file's name. */
 struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err);
+/* The same, but reading from a pipe gives up waiting for input (for a FIFO's writer, for
+ * the header, and for every record after it) once *stop is non-zero (a signal's flag),
+ * with "Interrupted system call" (EINTR) as the error.  stop NULL: wait as long as it
+ * takes. */
+struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t *stop,
+                                        struct tfm_error *err);
 /* Same on an open descriptor; name is used in messages.  The reader does not close fd. */
 struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err);
 /* Does this descriptor's next input begin with the stream magic?  For tools that accept
@@ -159,9 +165,6 @@ int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
  * are not returned, and their payload is neither verified nor, from a file, read.  Their
  * headers are checked and they count toward the end record's total.  NULL: none. */
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx);
-/* Reading from a pipe: give up waiting for input once *stop is non-zero (a signal's flag),
- * with "Interrupted system call" (EINTR) as the error.  NULL: wait as long as it takes. */
-void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop);
 /* Call fn when a following stream of a concatenation begins, after its header and
  * vocabulary were checked and before any of its records is returned: with its header,
  * its number (1 for the second stream) and the byte offset of its preamble.  fn returns
@@ -188,6 +191,8 @@ int tfm_writer_put(struct tfm_writer *w, const char *name, int dtype, int rank,
 int tfm_writer_close(struct tfm_writer *w, struct tfm_error *err);
 /* Give up: remove the temporary file, free w.  Safe on NULL. */
 void tfm_writer_abort(struct tfm_writer *w);
+/* The name messages give the output (the path it was opened with, or "<stdout>"). */
+const char *tfm_writer_name(const struct tfm_writer *w);
 /* Bytes written so far. */
 uint64_t tfm_writer_offset(const struct tfm_writer *w);
 

@@ -239,8 +239,8 @@ static int save_checkpoint(struct run *run, struct tfm_error *err)
             const struct tfm_param *p = tfm_model_param(m, i);
             if (tfm_checkpoint_put(w, parts[k].prefix, p->name, p->rank, p->dims,
                                    run->host + p->offset, err)) {
-                tfm_writer_abort(w);
-                return tfm_error_prefix(err, "%s", path);
+                tfm_writer_abort(w);    /* err names the file */
+                return -1;
             }
         }
     }
@@ -527,12 +527,16 @@ static int after_update(struct run *run, const struct update_sums *sums, struct 
         return -1;
     if (run->g != 0)              /* process 0 validates and saves for the run */
         return 0;
+    double t = tfm_now();
     if (o->valid_path && o->valid_every > 0 && run->step % o->valid_every == 0 && validate(run, err))
         return keep_updates(run, err);
     if (((run->cfg->save_every > 0 && run->step % run->cfg->save_every == 0) ||
          (o->save_every_sec > 0 && tfm_now() - run->last_save >= o->save_every_sec)) &&
         save_checkpoint(run, err))
         return tfm_error_prefix(err, "update %lld", (long long)run->step);
+    /* tok/s is the rate of training: the interval of the next report leaves out the time
+     * spent validating and saving */
+    run->iv_time += tfm_now() - t;
     return 0;
 }
 
@@ -838,8 +842,12 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (run->W > 1 && !run->train.path)
         return tfm_fail(err, "%d processes: each reads its own shard of the batch stream, so "
                         "it must be a file, not standard input", run->W);
-    if (tfm_epochs_open(&run->train, err))
+    if (tfm_epochs_open(&run->train, err)) {
+        if (o->stop && *o->stop)    /* a pipe that had not yet said what it holds */
+            return tfm_fail(err, "%s: stopped by a signal while waiting for the batch "
+                            "stream: nothing trained", tfm_epochs_name(&run->train));
         return -1;
+    }
     const struct tfm_header *h = &run->train.header;
     /* the pieces of the stream's embedded vocabulary (0 when it has none) */
     int vocab = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, err) : 0;
