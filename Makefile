@@ -4,7 +4,7 @@
 #   make CUDA=0          CPU only
 #   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed"
 #   make check-asan      the same built with ASan and UBSan (gcc) in build-asan, CPU only
-#   make check-ref       agreement with reference tools (PyTorch, sacrebleu)
+#   make check-ref       agreement with reference tools (PyTorch, sacrebleu; EVALB=path/evalb)
 #   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)
 #   make gpu-report      on a GPU machine: build for sm_90, every GPU check and benchmark
 #                        (PyTorch beside), one report in $(GPU_REPORT_DIR) (tests/gpu/report.sh);
@@ -199,7 +199,7 @@ FUZZ_TIME    ?= 600
 FUZZ_TARGETS ?= stream config lines tree evalb
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -std=c11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_IO      := src/stream.c src/output.c src/error.c
+FUZZ_IO      := src/stream.c src/output.c src/error.c src/util.c
 FUZZ_SRC_stream := src/corpus.c $(FUZZ_IO)
 FUZZ_SRC_config := src/config.c src/lines.c $(FUZZ_IO)
 FUZZ_SRC_lines  := src/lines.c $(FUZZ_IO)

@@ -92,6 +92,13 @@ int main(int argc, char **argv)
     if ((!out || strcmp(out, "-") == 0) && isatty(1))
         return tfm_cli_usage_error("refusing to write a binary stream to a terminal "
                                    "(redirect it or use -o OUT)");
+    if (out && tfm_cli_not_terminal("--output", out))
+        return 2;
+    for (int i = 0; i < nfiles; i++)
+        if (out && tfm_cli_output_is_input(out, argv[optind + i]))
+            return tfm_cli_usage_error("--output '%s' is the input %s: the batches would "
+                                       "replace it", out, strcmp(argv[optind + i], "-") == 0
+                                       ? "on standard input" : argv[optind + i]);
     if (show) {
         o.progress = progress;
     }

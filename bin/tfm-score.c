@@ -141,7 +141,7 @@ int main(int argc, char **argv)
     }
     int nrefs = 0, metric = MET_BLEU, json = 0, mode = MODE_SCORE, quiet = 0, c;
     long long v;
-    int tok_set = 0, smooth_set = 0, chrf_set = 0;
+    int tok_set = 0, smooth_set = 0, chrf_set = 0, tokenized = 0;
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
     struct tfm_f1_opts fo = {NULL, NULL, 0, 0, -1, 0, NULL};
@@ -179,7 +179,7 @@ int main(int argc, char **argv)
         case OPT_SMOOTH_VALUE:
             st = tfm_cli_double("--smooth-value", optarg, 0, 1e6, 0, &bo.smooth_value);
             break;
-        case OPT_TOKENIZED: bo.tok = TFM_TOK_TOKENIZED; break;
+        case OPT_TOKENIZED: tokenized = 1; break;
         case OPT_COMPOUND: bo.compound_split = 1; break;
         case OPT_CHAR_ORDER:
             if (!(st = tfm_cli_int("--chrf-char-order", optarg, 1, TFM_CHRF_MAX_ORDER, &v)))
@@ -207,11 +207,15 @@ int main(int argc, char **argv)
                 fo.max_error = (int)v;
             break;
         case 'j': json = 1; break;
-        case OPT_LINEARIZE: mode = MODE_LINEARIZE; break;
+        case OPT_LINEARIZE:
+        case OPT_RESTORE:
+            if (mode != MODE_SCORE && mode != (c == OPT_LINEARIZE ? MODE_LINEARIZE : MODE_RESTORE))
+                st = tfm_cli_usage_error("--linearize and --restore exclude each other");
+            mode = c == OPT_LINEARIZE ? MODE_LINEARIZE : MODE_RESTORE;
+            break;
         case OPT_KEEP_TAGS: lo.keep_tags = fo.keep_tags = 1; break;
         case OPT_KEEP_FTAGS: lo.keep_function_tags = 1; break;
         case OPT_KEEP_WORDS: lo.keep_words = 1; break;
-        case OPT_RESTORE: mode = MODE_RESTORE; break;
         case OPT_ROOT:
             if (!*optarg || strpbrk(optarg, " \t\n\r\f\v()"))
                 st = tfm_cli_usage_error("--root: '%s': expected a label (no space or "
@@ -236,6 +240,9 @@ int main(int argc, char **argv)
         free(refs);
         return tfm_cli_usage_error("one input FILE at most ('%s' is extra)", argv[optind + 1]);
     }
+    /* after the loop, so that a --tok in any position meets --tokenized below */
+    if (tokenized)
+        bo.tok = TFM_TOK_TOKENIZED;
     const char *in = optind < argc ? argv[optind] : "-";
     const char *bad = NULL;
     if (mode == MODE_SCORE) {

@@ -181,6 +181,11 @@ static int run(int argc, char **argv, const char **options)
             return tfm_cli_usage_error("train: -m MODEL is needed");
         if (nfiles < 1)
             return tfm_cli_usage_error("train: at least one FILE is needed");
+        for (int i = optind; i < argc; i++)
+            if (tfm_cli_output_is_input(model, argv[i]))
+                return tfm_cli_usage_error("train: -m MODEL '%s' is the input %s: the model "
+                                           "would replace it", model, strcmp(argv[i], "-") == 0
+                                           ? "on standard input" : argv[i]);
         double t0 = tfm_now();
         int vocab = 0;
         if (tfm_tokenize_train((const char *const *)argv + optind, nfiles, &topt, model,
@@ -199,6 +204,10 @@ static int run(int argc, char **argv, const char **options)
     struct tfm_spm *s = NULL;
     if (sub == 1 && !model)
         return tfm_cli_usage_error("encode: -m MODEL is needed");
+    if (sub == 1 && output && tfm_cli_output_is_input(output, in))
+        return tfm_cli_usage_error("encode: --output '%s' is the input %s: the stream would "
+                                   "replace it", output, strcmp(in, "-") == 0
+                                   ? "on standard input" : in);
     if (model && !(s = tfm_spm_load_file(model, &err))) {
         return tfm_cli_fail(&err, 1);
     }
@@ -208,6 +217,10 @@ static int run(int argc, char **argv, const char **options)
             tfm_spm_free(s);
             return tfm_cli_usage_error("encode: refusing to write a binary stream to a terminal "
                                        "(redirect it or use -o OUT)");
+        }
+        if (output && tfm_cli_not_terminal("--output", output)) {
+            tfm_spm_free(s);
+            return 2;
         }
         double t0 = tfm_now();
         if (tfm_tokenize_encode(s, in, output, &eopt, &err)) {
@@ -222,8 +235,15 @@ static int run(int argc, char **argv, const char **options)
     } else {            /* decode */
         dopt.model = s;
         dopt.model_name = model;
+        double t0 = tfm_now();
         if (tfm_tokenize_decode(in, stdout, &dopt, &err)) {
             status = tfm_cli_fail(&err, 1);
+        } else if (progress) {
+            double dt = tfm_now() - t0;
+            fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), "
+                    "%.2f s, %.0f sentences/s\n", (long long)dopt.sentences,
+                    (long long)dopt.tokens, (long long)dopt.unknown, dt,
+                    dt > 0 ? (double)dopt.sentences / dt : 0.0);
         }
     }
     tfm_spm_free(s);

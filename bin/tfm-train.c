@@ -154,6 +154,10 @@ int main(int argc, char **argv)
             } else if (tfm_duration_parse(optarg, &o.save_every_sec)) {
                 return tfm_cli_usage_error("--save-every: '%s' is neither a number of updates "
                                            "nor a duration (90s, 10m, 2h)", optarg);
+            } else if (!strpbrk(optarg, "smhd")) {  /* '1.5': neither updates nor seconds */
+                return tfm_cli_usage_error("--save-every: '%s': a number of updates is whole, "
+                                           "a duration has a unit (%ss, %sm)", optarg, optarg,
+                                           optarg);
             }
             break;
         case 'k':
@@ -299,32 +303,28 @@ int main(int argc, char **argv)
             o.log_path = NULL;
         }
     }
-    char where[1536];
-    struct tfm_backend *gpus[TFM_DEVICE_MAX];
-    int ngpus = 0;
+    struct tfm_gpus gpu;
     if (tfm_device_open_gpus(device, cfg.precision, o.threads,
                              env.world > 1 ? env.local_rank * o.ranks : 0,
-                             env.world > 1 || ranks_given ? o.ranks : 0, gpus, &ngpus, where,
-                             sizeof where, &err)) {
+                             env.world > 1 || ranks_given ? o.ranks : 0, &gpu, &err)) {
         if (env.world > 1)      /* its GPUs follow from its place on the node */
             tfm_error_prefix(&err, "process %d of %d, local rank %d", env.rank, env.world,
                              env.local_rank);
         return tfm_cli_fail(&err, 1);
     }
     if (notes)
-        fprintf(notes, "tfm-train: %s\n", where);
-    else if (!quiet && tfm_device_note_fallback(where))   /* a fallback is never silent */
-        fprintf(stderr, "tfm-train: process %d of %d: %s\n", env.rank, env.world, where);
-    if (ngpus) {
-        o.backends = gpus;
-        o.ranks = ngpus;
+        fprintf(notes, "tfm-train: %s\n", gpu.note);
+    else if (!quiet && gpu.fallback)    /* a fallback is never silent */
+        fprintf(stderr, "tfm-train: process %d of %d: %s\n", env.rank, env.world, gpu.note);
+    if (gpu.count) {
+        o.backends = gpu.be;
+        o.ranks = gpu.count;
     }
 
     const char *grace = getenv("TFM_STOP_GRACE");
     if (grace && *grace) {      /* seconds, a fraction allowed, as every time limit */
-        char *end;
-        double g = strtod(grace, &end);
-        if (*end || !(g >= 0 && g <= 1e7)) {
+        double g;
+        if (tfm_parse_double(grace, &g) || !(g >= 0 && g <= 1e7)) {
             fprintf(stderr, "tfm-train: TFM_STOP_GRACE=%s: expected seconds from 0 (none) to "
                     "1e7\n", grace);
             return 2;
@@ -348,8 +348,8 @@ int main(int argc, char **argv)
 
     struct tfm_train_result res;
     int failed = tfm_train_run(&cfg, &o, &res, &err);
-    for (int i = 0; i < ngpus; i++)
-        gpus[i]->destroy(gpus[i]);
+    for (int i = 0; i < gpu.count; i++)
+        gpu.be[i]->destroy(gpu.be[i]);
     if (failed) {
         /* a run the signal cut short (joining, or a peer silent after it) says so */
         return tfm_cli_fail(&err, stop_signal ? 128 + (int)stop_signal : 1);

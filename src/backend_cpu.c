@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "pool.h"
 #include "topk.h"
+#include "util.h"
 
 #include <cblas.h>
 #include <malloc.h>
@@ -1909,9 +1910,8 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     c->blas_buffer = (size_t)BLAS_BUFFER_MB << 20;
     const char *mb = getenv("TFM_BLAS_BUFFER_MB");
     if (mb && *mb) {
-        char *end;
-        long v = strtol(mb, &end, 10);
-        if (*end || v < 0 || v > (1L << 20)) {
+        long long v;
+        if (tfm_parse_int(mb, &v) || v < 0 || v > (1L << 20)) {
             tfm_fail(err, "TFM_BLAS_BUFFER_MB='%s': expected MiB, 0 to %ld", mb, 1L << 20);
             free(be);
             free(c);

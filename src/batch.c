@@ -376,18 +376,6 @@ static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
     o->progress(o->progress_ctx, line);
 }
 
-/* A non-negative integer header value, or -1 when absent or not one. */
-static int64_t header_int(const struct tfm_header *h, const char *key)
-{
-    const char *v = tfm_header_get(h, key);
-    if (!v || *v < '0' || *v > '9')
-        return -1;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    return *end || errno ? -1 : (int64_t)x;
-}
-
 /* One input stream read whole: its header (with the vocabulary) and its sentences. */
 struct input {
     struct tfm_reader *r;
@@ -413,10 +401,23 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
     in->eos = !(e && strcmp(e, "1") == 0);
     /* a vocab.size that is not a positive count would turn the id check off */
     const char *v = tfm_header_get(h, "vocab.size");
-    in->vocab = v ? header_int(h, "vocab.size") : 0;
+    in->vocab = v ? tfm_header_int(h, "vocab.size") : 0;
     if (v && in->vocab <= 0)
         return tfm_fail(err, "%s: header: vocab.size=%s is not a positive count",
                         tfm_reader_name(in->r), v);
+    /* the embedded model is the vocabulary: no id may reach past its pieces, whatever
+     * vocab.size says (the ids are checked against the smaller), and it bounds them when
+     * the key is absent.  A model that does not load is left to the tools that load it
+     * (tfm-train, tfm-decode): batching needs only its bytes. */
+    struct tfm_error ignored;
+    int pieces = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, &ignored) : -1;
+    if (pieces > 0) {
+        if (v && in->vocab > pieces)
+            return tfm_fail(err, "%s: header: vocab.size=%s, but the embedded model has %d "
+                            "pieces", tfm_reader_name(in->r), v, pieces);
+        if (!v)
+            in->vocab = pieces;
+    }
     return 0;
 }
 
@@ -497,6 +498,10 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
                      sname, tname, (long long)s.vocab, (long long)t.vocab);
             goto done;
         }
+        /* one vocabulary: a target without vocab.size is checked against the source's,
+         * which the output's header states */
+        if (!t.vocab)
+            t.vocab = s.vocab;
     }
     /* the source stream is read whole first: a pipe feeding it must not wait on the
      * target (both from one pipe is refused by the caller) */
@@ -638,7 +643,7 @@ static int header_counts(const struct tfm_header *h, const char *name, int64_t v
 {
     static const char *const keys[] = {"batches", "vocab.size", "tokens", "sentences"};
     for (int i = 0; i < 4; i++) {
-        vals[i] = header_int(h, keys[i]);
+        vals[i] = tfm_header_int(h, keys[i]);
         if (tfm_header_get(h, keys[i]) && vals[i] < 0)
             return tfm_fail(err, "%s: header: %s=%s is not a count", name, keys[i],
                             tfm_header_get(h, keys[i]));
@@ -771,11 +776,12 @@ static int read_batch(struct tfm_batch_reader *br, struct tfm_error *err)
 struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
                                         struct tfm_error *err)
 {
-    return tfm_batch_open_ranks(path, rank, 1, nranks, err);
+    return tfm_batch_open_ranks(path, rank, 1, nranks, NULL, err);
 }
 
 struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int count,
-                                              int nranks, struct tfm_error *err)
+                                              int nranks, volatile sig_atomic_t *stop,
+                                              struct tfm_error *err)
 {
     if (nranks < 1 || rank < 0 || count < 1 || rank > nranks - count) {
         tfm_fail(err, "ranks %d to %d of %d: 0 <= rank < ranks expected", rank,
@@ -792,7 +798,7 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
     br->nranks = nranks;
     br->look_B = -1;
     br->targets = -1;
-    if (!(br->r = tfm_reader_open(path, err)))
+    if (!(br->r = tfm_reader_open_stop(path, stop, err)))
         goto fail;
     const struct tfm_header *h = tfm_reader_header(br->r);
     const char *name = tfm_reader_name(br->r);
@@ -929,14 +935,13 @@ const char *tfm_epochs_name(const struct tfm_epochs *d)
 int tfm_epochs_open(struct tfm_epochs *d, struct tfm_error *err)
 {
     d->r = tfm_batch_open_ranks(d->path ? d->path : "-", d->rank, d->count > 0 ? d->count : 1,
-                                d->world, err);
+                                d->world, d->stop, err);
     if (!d->r)
         return -1;
-    tfm_reader_set_stop(d->r->r, d->stop);
     const struct tfm_header *h = tfm_batch_header(d->r);
     if (tfm_batch_count(d->r) != 0 && !tfm_batch_has_targets(d->r))
-        return tfm_fail(err, "%s: a batch stream without targets: training needs source and "
-                        "target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
+        return tfm_fail(err, "%s: a batch stream without targets: training and validation "
+                        "need source and target (tfm-batch SRC.tfm TGT.tfm)", tfm_epochs_name(d));
     if (!d->have_header) {
         if (tfm_header_copy(&d->header, h, err))
             return -1;

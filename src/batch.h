@@ -116,9 +116,12 @@ struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
                                         struct tfm_error *err);
 /* The same for ranks rank .. rank+count-1 of nranks at once (a process of several ranks):
  * the batches i with rank <= i % nranks < rank+count, in stream order, count*floor(K/N)
- * in all. */
+ * in all.  From a pipe, every wait for input (the header, the first batch read at open,
+ * the batches after) gives up once *stop is set (stop NULL: waits as long as it takes),
+ * failing with "Interrupted system call". */
 struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int count,
-                                              int nranks, struct tfm_error *err);
+                                              int nranks, volatile sig_atomic_t *stop,
+                                              struct tfm_error *err);
 const struct tfm_header *tfm_batch_header(const struct tfm_batch_reader *r);
 /* Batches this rank gets in all (floor(K/N), times count), or -1 when the header does not
  * say K.  Of a concatenation of batch streams (stream.h; one rank only), the count of the

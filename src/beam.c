@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"     /* tfm_rng_mix */
+
 #define MAX_WIDTH 4096          /* beam or number of samples */
 #define MAX_LEN (1 << 20)       /* tokens of one hypothesis */
 
@@ -78,21 +80,13 @@ void tfm_hyps_free(struct tfm_hyps *h)
 
 /* ---- random numbers: counter-based, so a draw depends only on its coordinates ---- */
 
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [0, 1) for (seed, sentence, sample, step). */
 static double uniform(uint64_t seed, int64_t sent, int sample, int step)
 {
-    uint64_t h = mix64(seed);
-    h = mix64(h ^ (uint64_t)sent);
-    h = mix64(h ^ (uint64_t)(uint32_t)sample);
-    h = mix64(h ^ (uint64_t)(uint32_t)step);
+    uint64_t h = tfm_rng_mix(seed);
+    h = tfm_rng_mix(h ^ (uint64_t)sent);
+    h = tfm_rng_mix(h ^ (uint64_t)(uint32_t)sample);
+    h = tfm_rng_mix(h ^ (uint64_t)(uint32_t)step);
     return (double)(h >> 11) * (1.0 / 9007199254740992.0);
 }
 

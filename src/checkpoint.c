@@ -92,14 +92,15 @@ int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *nam
     char full[TFM_MAX_NAME + 1];
     int len = snprintf(full, sizeof full, "%s%s", prefix, name);
     if (len < 0 || len > TFM_MAX_NAME)
-        return tfm_fail(err, "tensor name '%s%s' too long", prefix, name);
+        return tfm_fail(err, "%s: tensor name '%s%s' too long", tfm_writer_name(w), prefix, name);
     int64_t count = 1;
     for (int i = 0; i < rank; i++)
         count *= dims[i];
     for (int64_t i = 0; i < count; i++)
         if (!isfinite(data[i]))
-            return tfm_fail(err, "'%s' element %lld is %s: not writing a poisoned checkpoint",
-                            full, (long long)i, isnan(data[i]) ? "NaN" : "Inf");
+            return tfm_fail(err, "%s: '%s' element %lld is %s: not writing a poisoned "
+                            "checkpoint", tfm_writer_name(w), full, (long long)i,
+                            isnan(data[i]) ? "NaN" : "Inf");
     return tfm_writer_put(w, full, TFM_F32, rank, dims, data, err);
 }
 
@@ -823,9 +824,9 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         tfm_header_free(&acc->header);
         acc->header = c->header;
         tfm_header_init(&c->header, "");
-        char *cfg = acc->config;
+        free(acc->config);      /* its run keys (precision, max_steps...) may differ */
         acc->config = c->config;
-        c->config = cfg;
+        c->config = NULL;
         acc->state = c->state;
         tfm_checkpoint_free(c);
         c = NULL;

@@ -84,7 +84,8 @@ struct tfm_writer *tfm_checkpoint_begin(const char *path, const struct tfm_heade
                                         const char *config, const struct tfm_ckpt_state *st,
                                         struct tfm_error *err);
 /* Write record prefix+name.  Refuses (-1, nothing written) a value that is NaN or Inf,
- * so a poisoned checkpoint is never complete. */
+ * so a poisoned checkpoint is never complete.  Every message starts with the output's
+ * name, as the writer's own do. */
 int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *name, int rank,
                        const int64_t *dims, const float *data, struct tfm_error *err);
 

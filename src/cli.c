@@ -2,7 +2,6 @@
  * The one src/ module that writes to stderr; library code never calls it. */
 #include "cli.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,6 +15,7 @@
 
 #include "error.h"
 #include "output.h"
+#include "util.h"
 
 static const char *cli_prog = "tfm";
 static const char *cli_usage;
@@ -24,19 +24,16 @@ void tfm_cli_init(const char *prog, const char *usage)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
-    /* A standard descriptor the caller closed (`>&-`) is held by /dev/null opened the
-     * other way (read-only for 1 and 2, write-only for 0): using it fails as on a closed
-     * descriptor, but no file the tool opens gets its number, where an output's temporary
-     * file opened as descriptor 1 had taken what was meant for standard output (tfm-decode
-     * --attention - -o FILE wrote its attention into FILE). */
+    /* A standard descriptor closed by the caller (<&-, >&-) is opened on /dev/null the
+     * wrong way round, standard input for writing and the outputs for reading, so that no
+     * file the tool opens takes its number (an input read again as "-", or a file
+     * written as standard output) and using it fails as on a closed one (EBADF). */
     for (int fd = 0; fd <= 2; fd++) {
         if (fcntl(fd, F_GETFD) != -1 || errno != EBADF)
             continue;
-        int k = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
-        if (k >= 0 && k != fd) {
-            dup2(k, fd);
+        int k = open("/dev/null", (fd == 0 ? O_WRONLY : O_RDONLY) | O_NOCTTY);
+        if (k >= 0 && k != fd)      /* a lower one was closed and could not be held */
             close(k);
-        }
     }
 }
 
@@ -91,19 +88,13 @@ int tfm_cli_usage_error(const char *fmt, ...)
     return tfm_cli_usage();
 }
 
-/* strtoll and strtod skip leading white space, and stop before trailing: a value that
- * has either is refused by every parser here, as tfm_duration_parse refuses it. */
-static int spaced(const char *s)
-{
-    return isspace((unsigned char)s[0]);
-}
+/* Numbers are whole and decimal (tfm_parse_int, tfm_parse_double): a value with space
+ * around it, hex or inf is refused by every parser here, as tfm_duration_parse refuses it. */
 
 int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, long long *v)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(s, &end, 10);
-    if (spaced(s) || end == s || *end || errno || x < lo || x > hi)
+    long long x;
+    if (tfm_parse_int(s, &x) || x < lo || x > hi)
         return tfm_cli_usage_error("%s: '%s': expected an integer from %lld to %lld", flag, s,
                                    lo, hi);
     *v = x;
@@ -113,11 +104,8 @@ int tfm_cli_int(const char *flag, const char *s, long long lo, long long hi, lon
 int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int open_lo,
                    double *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end);
-    if (spaced(s) || end == s || *end || errno || !isfinite(x) || !(x >= lo && x <= hi) ||
-        (open_lo && x == lo))
+    double x;
+    if (tfm_parse_double(s, &x) || !(x >= lo && x <= hi) || (open_lo && x == lo))
         return tfm_cli_usage_error("%s: '%s': expected a number in %c%g, %g]", flag, s,
                                    open_lo ? '(' : '[', lo, hi);
     *v = x;
@@ -126,17 +114,23 @@ int tfm_cli_double(const char *flag, const char *s, double lo, double hi, int op
 
 int tfm_cli_size(const char *flag, const char *s, double *v)
 {
-    char *end;
-    errno = 0;
-    double x = strtod(s, &end), unit = 1;
-    switch (end == s ? 0 : *end) {
-    case 'K': case 'k': unit = 1024.0; end++; break;
-    case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
-    case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
-    case 'T': case 't': unit = 1024.0 * 1024 * 1024 * 1024; end++; break;
-    default: break;
+    static const char units[] = "KkMmGgTt";
+    char num[64];
+    size_t n = strlen(s);
+    const char *u = n ? strchr(units, s[n - 1]) : NULL;
+    double x = 0, unit = 1;
+    if (u) {
+        n--;
+        for (long k = (u - units) / 2; k >= 0; k--)
+            unit *= 1024.0;
     }
-    if (spaced(s) || end == s || *end || errno || !(x > 0) || !isfinite(x * unit))
+    int ok = n < sizeof num;
+    if (ok) {
+        memcpy(num, s, n);
+        num[n] = '\0';
+        ok = tfm_parse_double(num, &x) == 0;
+    }
+    if (!ok || !(x > 0) || !isfinite(x * unit))
         return tfm_cli_usage_error("%s: '%s' is not a size (512M, 8G)", flag, s);
     *v = x * unit;
     return 0;
@@ -146,6 +140,33 @@ int tfm_cli_path(const char *flag, const char *s)
 {
     if (!*s)
         return tfm_cli_usage_error("%s: an empty path", flag);
+    return 0;
+}
+
+int tfm_cli_output_is_input(const char *out, const char *in)
+{
+    struct stat so, si;
+    if (strcmp(out, "-") == 0 || stat(out, &so) != 0 || !S_ISREG(so.st_mode))
+        return 0;
+    if ((strcmp(in, "-") == 0 ? fstat(0, &si) : stat(in, &si)) != 0 || !S_ISREG(si.st_mode))
+        return 0;
+    return so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+}
+
+int tfm_cli_not_terminal(const char *flag, const char *path)
+{
+    struct stat st;
+    if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISCHR(st.st_mode))
+        return 0;
+    /* opened without becoming the controlling terminal, and without waiting */
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;       /* the output's own open says why */
+    int tty = isatty(fd);
+    close(fd);
+    if (tty)
+        return tfm_cli_usage_error("%s: '%s' is a terminal: refusing to write a binary stream "
+                                   "to it", flag, path);
     return 0;
 }
 

@@ -12,9 +12,9 @@
 
 /* Program name for messages ("tfm-batch") and the usage text printed after a usage error
  * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call.
- * Standard descriptors found closed are held by /dev/null opened the other way, so that
- * using them fails as before but no file the tool opens takes their numbers.  Called
- * first in every main. */
+ * Call it first: it also holds standard descriptors that were closed at start on
+ * /dev/null (unreadable standard input, unwritable outputs), so that the tool's own files
+ * never take their numbers. */
 void tfm_cli_init(const char *prog, const char *usage);
 
 struct tfm_error;
@@ -57,6 +57,17 @@ int tfm_cli_size(const char *flag, const char *s, double *v);
 /* A path given to FLAG: 0, or 2 after "PROG: FLAG: an empty path" and the usage.  An empty
  * output path is refused here, before any work, rather than when the output is opened. */
 int tfm_cli_path(const char *flag, const char *s);
+
+/* Does the output path out (not "-") name the regular file that the input in ("-":
+ * standard input) reads, so that writing it would replace the input?  By identity (device
+ * and inode: a link to the file is the file); an output not there yet is no input. */
+int tfm_cli_output_is_input(const char *out, const char *in);
+
+/* Is the output path given to FLAG a terminal (a character device that is a tty, as
+ * /dev/tty or /dev/stdout on one)?  0 when not, or 2 after "PROG: FLAG: 'PATH' is a
+ * terminal: refusing to write a binary stream to it" and the usage.  For the tools that
+ * write only streams; standard output ("-") is for the caller to test with isatty. */
+int tfm_cli_not_terminal(const char *flag, const char *path);
 
 /* Do output paths a and b ("-": standard output) name one file, so that writing both
  * would leave one of the outputs only?  Files that exist are compared by identity (device

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "lines.h"
+#include "util.h"
 
 #define KEY_INT(n, def, lo, hi, doc) \
     { #n, TFM_CFG_INT, offsetof(struct tfm_config, n), def, lo, hi, NULL, doc }
@@ -138,22 +139,21 @@ static int set_value(struct tfm_config *c, const struct tfm_config_key *k, const
     }
     if (*v == '\0')
         return tfm_fail(err, "key '%s': empty value", k->name);
-    char *end;
-    errno = 0;
-    double x;
     if (k->type == TFM_CFG_INT) {
-        long long n = strtoll(v, &end, 10);
-        if (*end != '\0')
+        long long n;
+        int rc = tfm_parse_int(v, &n);
+        if (rc == -1)
             return tfm_fail(err, "key '%s': '%s' is not an integer", k->name, v);
-        if (errno == ERANGE || n < (long long)k->min || n > (long long)k->max)
+        if (rc || n < (long long)k->min || n > (long long)k->max)
             return out_of_range(k, v, err);
         *(int *)field = (int)n;
         return 0;
     }
-    x = strtod(v, &end);
-    if (*end != '\0' || end == v)
+    double x;
+    int rc = tfm_parse_double(v, &x);
+    if (rc == -1)
         return tfm_fail(err, "key '%s': '%s' is not a number", k->name, v);
-    if (!isfinite(x) || x < k->min || x > k->max)
+    if (rc || x < k->min || x > k->max)
         return out_of_range(k, v, err);
     *(double *)field = x;
     return 0;

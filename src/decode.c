@@ -245,18 +245,6 @@ static int checkpoints_load(const char *const *paths, int n, struct tfm_checkpoi
 
 /* ---- sources -------------------------------------------------------------------------- */
 
-/* The sentences= of a batch stream's header, or -1. */
-static int64_t header_sentences(const struct tfm_header *h)
-{
-    const char *v = tfm_header_get(h, "sentences");
-    char *end;
-    if (!v || *v < '0' || *v > '9')
-        return -1;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    return *end || errno ? -1 : (int64_t)n;
-}
-
 /* Rows of a batch stream become sentences (tokens before the padding); their numbers
  * come from batch.index.  Sentences are appended to c, numbers to *index.  Of
  * concatenated batch streams, each one's numbers go on after the stream before it: its
@@ -268,7 +256,7 @@ static int read_batches(struct tfm_reader *r, struct tfm_corpus *c, int64_t **in
     int k;
     int64_t B = -1;     /* rows announced by the last batch.index, -1: none pending */
     uint64_t member = 0;
-    int64_t base = 0, next = 0, count = header_sentences(tfm_reader_header(r));
+    int64_t base = 0, next = 0, count = tfm_header_int(tfm_reader_header(r), "sentences");
     while ((k = tfm_reader_next(r, &rec, err)) == 1) {
         if (rec.member != member) {
             if (B >= 0)
@@ -279,7 +267,7 @@ static int read_batches(struct tfm_reader *r, struct tfm_corpus *c, int64_t **in
             if (count >= 0 && base + count > next)
                 next = base + count;
             base = next;
-            count = header_sentences(tfm_reader_member_header(r));
+            count = tfm_header_int(tfm_reader_member_header(r), "sentences");
             member = rec.member;
         }
         if (strcmp(rec.name, "batch.index") == 0) {
@@ -888,20 +876,22 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     memset(&R, 0, sizeof R);
     struct outputs so = {.hyp = {.fd = -1}, .attn = {.fd = -1}};
     int rc = -1;
-    int gpus = 0, precision;
+    int precision;
     /* the checkpoints first: the device is checked for the precision they compute at */
     struct tfm_checkpoint *cks[TFM_DECODE_MAX_MODELS] = {NULL};
     struct tfm_config cfg;
+    struct tfm_gpus gpu;
     if (checkpoints_load(paths, n, cks, &cfg, &precision, err) ||
         nbest_check(o, paths[0], &cfg, err) ||
         tfm_device_open_gpus(o->device ? o->device : "auto", precision, o->threads, 0, 1,
-                             &R.be, &gpus, o->stats.device, sizeof o->stats.device, err) ||
-        (!R.be && !(R.be = tfm_backend_cpu(o->threads, err)))) {
+                             &gpu, err) ||
+        !(R.be = gpu.count ? gpu.be[0] : tfm_backend_cpu(o->threads, err))) {
         for (int i = 0; i < n; i++)
             tfm_checkpoint_free(cks[i]);
         return -1;
     }
-    o->stats.fallback = tfm_device_note_fallback(o->stats.device);
+    snprintf(o->stats.device, sizeof o->stats.device, "%s", gpu.note);
+    o->stats.fallback = gpu.fallback;
     R.ens.m = calloc((size_t)n, sizeof *R.ens.m);
     if (!R.ens.m) {
         tfm_fail(err, "out of memory");

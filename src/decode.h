@@ -29,7 +29,7 @@ struct tfm_decode_stats {
     int64_t truncated;      /* sources cut to the model's max_len */
     int64_t batches;
     double seconds;         /* since the models were loaded */
-    char device[1024];      /* which device decodes, and why (for the log) */
+    char device[2048];      /* which device decodes, and why (for the log) */
     int fallback;           /* device says a GPU is not used as asked: always logged */
 };
 

@@ -12,15 +12,6 @@
 #include "model.h"
 #include "optim.h"
 
-/* The words of a note that says a GPU is not used as asked (tfm_device_note_fallback). */
-static const char ON_CPU[] = "computing on the cpu instead";
-static const char IN_FP32[] = "failed its check";
-
-int tfm_device_note_fallback(const char *note)
-{
-    return strstr(note, ON_CPU) != NULL || strstr(note, IN_FP32) != NULL;
-}
-
 int tfm_device_cuda_count(char *msg, size_t n)
 {
     const struct tfm_cuda_plugin *p = tfm_cuda_plugin(msg, n);
@@ -313,16 +304,21 @@ int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size
     }
     /* auto: the device computes right at fp32, so it computes so, saying why */
     be->auto_precision = TFM_PRECISION_FP32;
-    snprintf(note, n, "%s; bf16 %s (%.300s): computing in fp32", fp32, IN_FP32, err->msg);
+    snprintf(note, n, "%s; bf16 failed its check (%.300s): computing in fp32", fp32, err->msg);
     return 0;
 }
 
 int tfm_device_open_gpus(const char *want, int precision, int threads, int first, int n,
-                         struct tfm_backend **gpus, int *count, char *note, size_t len,
-                         struct tfm_error *err)
+                         struct tfm_gpus *out, struct tfm_error *err)
 {
     struct tfm_device dev;
+    struct tfm_backend **gpus = out->be;
+    int *count = &out->count;
+    char *note = out->note;
+    size_t len = sizeof out->note;
     *count = 0;
+    out->fallback = 0;
+    note[0] = '\0';
     if (tfm_device_choose(want, &dev, err))
         return -1;
     if (dev.kind == TFM_BACKEND_CPU) {
@@ -394,6 +390,7 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
     if (ok) {
         for (int i = 0; i < *count && bf16_failed; i++)
             gpus[i]->auto_precision = TFM_PRECISION_FP32;
+        out->fallback = bf16_failed;
         if (n == 1 && sim)
             snprintf(note, len, "%s; sim %s", dev.note, checked);
         else if (n == 1)
@@ -409,6 +406,7 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
     }
     if (strcmp(want, "auto") != 0)
         return tfm_error_prefix(err, "--device %s", want);
-    snprintf(note, len, "%s; %s: %s", dev.note, ON_CPU, err->msg);
+    snprintf(note, len, "%s; computing on the cpu instead: %s", dev.note, err->msg);
+    out->fallback = 1;
     return 0;
 }

@@ -54,27 +54,33 @@ int tfm_device_check_bf16(struct tfm_backend *be, char *note, size_t n, struct t
 int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size_t n,
                          struct tfm_error *err);
 
+enum { TFM_DEVICE_MAX = 64 };
+
+/* What tfm_device_open_gpus opened, and why. */
+struct tfm_gpus {
+    struct tfm_backend *be[TFM_DEVICE_MAX];
+    int count;          /* backends opened; 0: compute on the CPU */
+    /* a GPU was there but is not used as asked: "auto" computing on the CPU because the
+     * GPU failed to open or its check, or in fp32 because its bf16 check failed.  A tool
+     * logs note on a fallback even where it logs nothing else about the device: a
+     * fallback is never silent. */
+    int fallback;
+    char note[2048];    /* what was found and chosen, and why */
+};
+
 /* Choose as tfm_device_choose and, for GPUs, open n of them (GPUs first .. first+n-1, or
  * 0 .. n-1 when exactly n are visible: a launcher gave the process its own;
  * n 0: every visible GPU from first on, up to TFM_DEVICE_MAX; for "sim", n stand-ins, 1
- * for n 0, sharing `threads` CPU threads, 0: all) into gpus, each bound to the calling
+ * for n 0, sharing `threads` CPU threads, 0: all) into out->be, each bound to the calling
  * thread in turn and checked for a run at precision (tfm_device_check_for; when one GPU
- * fails at bf16 under auto, every one computes auto at fp32).  0: *count backends opened,
- * or 0 for "compute on the CPU" (no GPU, or "auto" with a GPU that failed to open or to
- * pass the fp32 check); note says what was found and chosen, and why.  -1 with err: an
- * unknown name, more GPUs than there are, "cuda"/"sim" that cannot be had, or precision
- * bf16 asked on a GPU that failed the bf16 check (whatever the device name: the CPU would
- * be far slower than the GPU at fp32, a choice left to the user). */
-enum { TFM_DEVICE_MAX = 64 };
+ * fails at bf16 under auto, every one computes auto at fp32).  0: out->count backends
+ * opened, or 0 for "compute on the CPU" (no GPU, or "auto" with a GPU that failed to open
+ * or to pass the fp32 check).  -1 with err: an unknown name, more GPUs than there are,
+ * "cuda"/"sim" that cannot be had, or precision bf16 asked on a GPU that failed the bf16
+ * check (whatever the device name: the CPU would be far slower than the GPU at fp32, a
+ * choice left to the user). */
 int tfm_device_open_gpus(const char *want, int precision, int threads, int first, int n,
-                         struct tfm_backend **gpus, int *count, char *note, size_t len,
-                         struct tfm_error *err);
-
-/* Whether note, from tfm_device_open_gpus, says that a GPU was there but is not used as
- * asked: "auto" computing on the CPU because the GPU failed to open or its check, or in
- * fp32 because its bf16 check failed.  A tool logs such a note even where it logs nothing
- * else about the device: a fallback is never silent. */
-int tfm_device_note_fallback(const char *note);
+                         struct tfm_gpus *out, struct tfm_error *err);
 
 /* Number of CUDA devices visible (0 in a CPU-only build or without a GPU); msg gets a
  * description of the CUDA runtime and libraries, or "built without CUDA". */

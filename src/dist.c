@@ -40,10 +40,8 @@ static int env_int(const char *name, int *v, int max, struct tfm_error *err)
     const char *s = getenv(name);
     if (!s)
         return 0;
-    char *end;
-    errno = 0;
-    long x = strtol(s, &end, 10);
-    if (errno || end == s || *end || x < 0 || x > max)
+    long long x;
+    if (tfm_parse_int(s, &x) || x < 0 || x > max)
         return tfm_fail(err, "environment %s='%s': not an integer in [0, %d]", name, s, max);
     *v = (int)x;
     return 1;
@@ -750,9 +748,8 @@ static int where_from_env(struct where *w, struct tfm_error *err)
     w->file = getenv("TFM_RENDEZVOUS");
     w->addr = addr;
     if (addr && port) {
-        char *end;
-        long p = strtol(port, &end, 10);
-        if (end == port || *end || p < 1 || p > 65535)
+        long long p;
+        if (tfm_parse_int(port, &p) || p < 1 || p > 65535)
             return tfm_fail(err, "environment TFM_MASTER_PORT='%s': not a port", port);
         snprintf(w->host, sizeof w->host, "%s", addr);
         w->port = (int)p;
@@ -1156,9 +1153,8 @@ int tfm_dist_env_seconds(const char *name, double dflt, double *out, struct tfm_
     *out = dflt;
     if (!v || !*v)
         return 0;
-    char *end;
-    double s = strtod(v, &end);
-    if (*end || !(s > 0) || s > 1e7)
+    double s;
+    if (tfm_parse_double(v, &s) || !(s > 0) || s > 1e7)
         return tfm_fail(err, "%s=%s: not a number of seconds in (0, 1e7]", name, v);
     *out = s;
     return 0;

@@ -199,7 +199,8 @@ int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct t
         size_t bl = strlen(base);
         if (bl > 4 && strcmp(base + bl - 4, ".prm") == 0)
             bl -= 4;
-        snprintf(p->name, sizeof p->name, "%.*s", (int)(bl < 63 ? bl : 63), base);
+        /* printed in the signature and the JSON: whole characters, controls escaped */
+        tfm_quote(p->name, sizeof p->name, base, bl);
     }
     return rc;
 }
@@ -212,7 +213,8 @@ struct term {
 
 struct bracket {
     int start, end;
-    char label[256];
+    const char *label;  /* the tree's label, of any length; only its first len bytes count */
+    size_t len;         /* the whole label, then up to its first '-' or '=' (massage) */
     int result;         /* 0 unmatched, 1 matched, 5 not counted */
 };
 
@@ -260,6 +262,25 @@ static int pair_eq(char *const *pairs, int n, const char *a, const char *b)
     for (int i = 0; i < n; i++)
         if ((strcmp(a, pairs[2 * i]) == 0 && strcmp(b, pairs[2 * i + 1]) == 0) ||
             (strcmp(a, pairs[2 * i + 1]) == 0 && strcmp(b, pairs[2 * i]) == 0))
+            return 1;
+    return 0;
+}
+
+/* Is s the string a[0..alen)? */
+static int is_n(const char *s, const char *a, size_t alen)
+{
+    return strncmp(s, a, alen) == 0 && s[alen] == '\0';
+}
+
+/* pair_eq for labels given as their first alen and blen bytes. */
+static int pair_eq_n(char *const *pairs, int n, const char *a, size_t alen, const char *b,
+                     size_t blen)
+{
+    if (alen == blen && memcmp(a, b, alen) == 0)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if ((is_n(pairs[2 * i], a, alen) && is_n(pairs[2 * i + 1], b, blen)) ||
+            (is_n(pairs[2 * i + 1], a, alen) && is_n(pairs[2 * i], b, blen)))
             return 1;
     return 0;
 }
@@ -314,7 +335,8 @@ static int read_node(const struct tfm_evalb_params *p, const struct tfm_tree *t,
     int b = s->nbr++;
     s->br[b].start = s->nterm;
     s->br[b].end = -1;
-    snprintf(s->br[b].label, sizeof s->br[b].label, "%s", label);
+    s->br[b].label = label;
+    s->br[b].len = strlen(label);
     s->br[b].result = 0;
     GROW(s->stack, s->depth, s->capstack);
     s->stack[s->depth++] = b;
@@ -389,10 +411,10 @@ static void massage(const struct tfm_evalb_params *p, struct side *s)
             b->result = 5;
             continue;
         }
-        char *c = b->label + strcspn(b->label, "-=");
-        *c = '\0';
+        b->len = strcspn(b->label, "-=");
         for (int j = 0; j < p->ndelete; j++)
-            if (pair_eq(p->eq_label, p->neq_label, b->label, p->delete_label[j]))
+            if (pair_eq_n(p->eq_label, p->neq_label, b->label, b->len, p->delete_label[j],
+                          strlen(p->delete_label[j])))
                 b->result = 5;
     }
 }
@@ -497,9 +519,13 @@ int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
     }
     for (int i = 0; i < g.nterm; i++)
         if (!pair_eq(p->eq_word, p->neq_word, g.terms[i].word, t.terms[i].word)) {
+            /* quoted: whole characters (valid UTF-8 in the JSON report too), control
+             * characters escaped; both fit in reason */
+            char qg[112], qt[112];
             s->status = TFM_EVALB_ERROR;
-            snprintf(s->reason, sizeof s->reason, "word mismatch (%.100s|%.100s)",
-                     g.terms[i].word, t.terms[i].word);
+            snprintf(s->reason, sizeof s->reason, "word mismatch (%s|%s)",
+                     tfm_quote(qg, sizeof qg, g.terms[i].word, strlen(g.terms[i].word)),
+                     tfm_quote(qt, sizeof qt, t.terms[i].word, strlen(t.terms[i].word)));
             goto count;
         }
     massage(p, &g);
@@ -517,7 +543,8 @@ int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
             if (t.br[j].result != 0 || g.br[i].start != t.br[j].start ||
                 g.br[i].end != t.br[j].end)
                 continue;
-            if (!p->labeled || pair_eq(p->eq_label, p->neq_label, g.br[i].label, t.br[j].label)) {
+            if (!p->labeled || pair_eq_n(p->eq_label, p->neq_label, g.br[i].label,
+                                         g.br[i].len, t.br[j].label, t.br[j].len)) {
                 g.br[i].result = t.br[j].result = 1;
                 s->matched++;
                 break;
@@ -681,7 +708,10 @@ static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_l
     struct f1_scorer *fs = s->metric;
     const struct tfm_f1_opts *fo = &fs->fo;
     size_t pos = 0;
-    if (tfm_tree_parse(&fs->gold, refs[0], ref_lens[0], &pos, 0, err) < 0)
+    /* bracketed test trees and their gold are read as EVALB reads them, "(X )" a word;
+     * restoration needs the gold's real words */
+    int flags = fo->source || fo->linearized ? 0 : TFM_TREE_EMPTY_WORDS;
+    if (tfm_tree_parse(&fs->gold, refs[0], ref_lens[0], &pos, flags, err) < 0)
         return tfm_error_prefix(err, "%s: line %lld", s->ref_name, (long long)i + 1);
     const struct tfm_tree *tp = &fs->test;
     char reason[300] = "";
@@ -707,7 +737,7 @@ static int f1_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_l
             return -1;
     } else {
         pos = 0;
-        if (tfm_tree_parse(&fs->test, hyp, hyp_len, &pos, 0, err) < 0) {
+        if (tfm_tree_parse(&fs->test, hyp, hyp_len, &pos, flags, err) < 0) {
             snprintf(reason, sizeof reason, "malformed tree: %.250s", err->msg);
             tp = NULL;
         }

@@ -47,7 +47,8 @@ struct tfm_evalb_params {
     char **quote_label;             /* QUOTE_LABEL */
     char **eq_label;                /* EQ_LABEL pairs: [2k], [2k+1] */
     char **eq_word;                 /* EQ_WORD pairs */
-    char name[64];                  /* "COLLINS" or the file's base name without .prm */
+    char name[128];                 /* "COLLINS" or the file's base name without .prm, quoted
+                                     * (tfm_quote: cut with "..." past 124 bytes) */
 };
 
 /* EVALB's defaults without a parameter file (nothing deleted, LABELED 1, 40, 10). */

@@ -194,24 +194,30 @@ static int read_stream(struct tfm_reader *r, const struct tfm_hyp_opts *o, tfm_h
     return rc;
 }
 
-/* One line of space-separated ids ("12 7 3") into (*ids, *cap); the count, or -1. */
-static int64_t parse_ids(const char *line, int vocab, int32_t **ids, int64_t *cap,
+/* One line of space-separated ids ("12 7 3", len bytes) into (*ids, *cap); the count, or
+ * -1.  The line is read to its length: a NUL inside it is a bad id, not its end. */
+static int64_t parse_ids(const char *line, size_t len, int vocab, int32_t **ids, int64_t *cap,
                          struct tfm_error *err)
 {
     int64_t n = 0;
-    const char *p = line;
+    const char *p = line, *end_line = line + len;
     for (;;) {
-        while (*p == ' ' || *p == '\t')
+        while (p < end_line && (*p == ' ' || *p == '\t'))
             p++;
-        if (!*p)
+        if (p == end_line)
             return n;
+        size_t k = 0;       /* the token: up to a space, a tab or the end */
+        while (p + k < end_line && p[k] != ' ' && p[k] != '\t')
+            k++;
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || (*end && *end != ' ' && *end != '\t') || errno || v < 0 || v >= vocab) {
+        /* a sign or a digit first: strtol would pass over other white space and stop at NUL */
+        int number = (p[0] >= '0' && p[0] <= '9') || p[0] == '+' || p[0] == '-';
+        long v = number ? strtol(p, &end, 10) : 0;
+        if (!number || end != p + k || errno || v < 0 || v >= vocab) {
             char q[64];
             tfm_fail(err, "'%s' is not a token id of this model (0 to %d)",
-                     tfm_quote(q, sizeof q, p, strcspn(p, " \t")), vocab - 1);
+                     tfm_quote(q, sizeof q, p, k), vocab - 1);
             return -1;
         }
         if (n == *cap) {
@@ -225,7 +231,7 @@ static int64_t parse_ids(const char *line, int vocab, int32_t **ids, int64_t *ca
             *cap = c;
         }
         (*ids)[n++] = (int32_t)v;
-        p = end;
+        p += k;
     }
 }
 
@@ -249,7 +255,7 @@ static int read_text(struct tfm_lines *in, const struct tfm_hyp_opts *o, tfm_hyp
         int64_t no = tfm_lines_number(in);
         struct tfm_hyp h = {.n = no - 1, .index = no - 1, .text = line, .len = len};
         if (as_ids) {
-            if ((h.nids = parse_ids(line, vocab, &ids, &cap_ids, err)) < 0) {
+            if ((h.nids = parse_ids(line, len, vocab, &ids, &cap_ids, err)) < 0) {
                 rc = tfm_error_prefix(err, "%s: line %lld", name, (long long)no);
                 break;
             }

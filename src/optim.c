@@ -56,7 +56,14 @@ int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
         st->read = 1;
     }
     if (!isfinite(h.grad_norm))
-        return tfm_fail(err, "optimizer step %lld: gradient norm is %g (diverged); "
-                        "parameters not updated", (long long)step, h.grad_norm);
+        return tfm_fail(err, "optimizer step %lld: gradient norm is %s (diverged); "
+                        "parameters not updated", (long long)step,
+                        isnan(h.grad_norm) ? "NaN" : "Inf");
+    /* Adam squares each element of the (clipped) mean gradient into its second moment in
+     * fp32: beyond TFM_OPTIM_MAX_NORM an element may square past FLT_MAX, and the Inf
+     * moment would freeze its parameter for good and poison every later checkpoint */
+    if (h.grad_norm * h.clip > TFM_OPTIM_MAX_NORM)
+        return tfm_fail(err, "optimizer step %lld: gradient norm is %.3g, past what Adam's "
+                        "fp32 moments hold (diverged)", (long long)step, h.grad_norm * h.clip);
     return 0;
 }

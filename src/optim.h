@@ -18,6 +18,10 @@
 #include "error.h"
 #include "model.h"
 
+/* The largest norm of the clipped mean gradient a step accepts: no element of a gradient
+ * within it squares past FLT_MAX (3.4e38) in Adam's second moment. */
+#define TFM_OPTIM_MAX_NORM 1e19
+
 /* lr at step (>= 1; 0 is treated as 1). */
 double tfm_optim_lr(const struct tfm_config *cfg, int64_t step);
 
@@ -34,8 +38,9 @@ struct tfm_optim_stats {
  * block over ranks first; tokens must then be the total over ranks.  The norm, the
  * clipping and the update happen on the device (backend.h, the step's statistics), which
  * the step reads once, at its end, into st (when given), and zeroes.  Refuses (-1, the
- * parameters untouched, st read) a non-finite gradient norm, naming it.  Zeroes the
- * gradients. */
+ * parameters untouched, st read) a non-finite gradient norm, naming it; fails too (-1,
+ * st read, the update made: the model is to be dropped) when the clipped norm exceeds
+ * TFM_OPTIM_MAX_NORM.  Zeroes the gradients. */
 int tfm_optim_step(struct tfm_model *m, int64_t step, int64_t tokens,
                    struct tfm_optim_stats *st, struct tfm_error *err);
 

@@ -108,13 +108,10 @@ static void on_signal(int sig)
 
 void tfm_output_catch_signals(void)
 {
-    static const int sigs[] = {SIGHUP, SIGINT, SIGTERM};
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
-        sigaddset(&sa.sa_mask, sigs[i]);    /* one handler at a time on a thread */
     sa.sa_flags = SA_RESTART;
     tfm_catch_stop_signals(&sa);
 }

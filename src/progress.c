@@ -56,14 +56,22 @@ static void si(double v, char *buf, size_t n)
         snprintf(buf, n, "%.3g", v);
 }
 
+/* 90.02; from a million on 1.234e+06, so that a diverging run's perplexity (up to 1e308,
+ * or inf) leaves room on the line for what follows it */
+static void ppl_text(double v, char *buf, size_t n)
+{
+    snprintf(buf, n, v < 1e6 ? "%.2f" : "%.3e", v);
+}
+
 void tfm_progress_format(const struct tfm_progress *p, const struct tfm_progress_row *row,
                          char *buf, size_t n)
 {
-    char el[32], eta[32], tps[32], steps[48];
+    char el[32], eta[32], tps[32], steps[48], ppl[32];
     tfm_duration_format(row->elapsed, el, sizeof el);
+    ppl_text(row->ppl, ppl, sizeof ppl);
     if (row->valid) {
-        int k = snprintf(buf, n, "valid step %lld loss %.4f ppl %.2f tokens %lld",
-                         (long long)row->step, row->loss, row->ppl, (long long)row->tokens);
+        int k = snprintf(buf, n, "valid step %lld loss %.4f ppl %s tokens %lld",
+                         (long long)row->step, row->loss, ppl, (long long)row->tokens);
         if (row->has_bleu && k > 0 && (size_t)k < n)
             snprintf(buf + k, n - (size_t)k, " bleu %.2f", row->bleu);
         return;
@@ -78,8 +86,8 @@ void tfm_progress_format(const struct tfm_progress *p, const struct tfm_progress
         snprintf(steps, sizeof steps, "%lld/%lld", (long long)row->step, (long long)p->max_steps);
     else
         snprintf(steps, sizeof steps, "%lld", (long long)row->step);
-    snprintf(buf, n, "step %s loss %.4f ppl %.2f lr %.3e %s tok/s elapsed %s eta %s", steps,
-             row->loss, row->ppl, row->lr, tps, el, eta);
+    snprintf(buf, n, "step %s loss %.4f ppl %s lr %.3e %s tok/s elapsed %s eta %s", steps,
+             row->loss, ppl, row->lr, tps, el, eta);
 }
 
 int tfm_progress_report(struct tfm_progress *p, const struct tfm_progress_row *row,

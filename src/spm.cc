@@ -28,9 +28,9 @@ extern "C" {
 
 namespace sp = sentencepiece;
 
-// The largest .model file we read.  Real models are a few MiB (mostly the normalizer's
-// character map); this only bounds what a wrong path can make us allocate.
-static const long MAX_MODEL_BYTES = 1L << 30;
+// The largest .model file we read (as the largest tfm.spm record): this only bounds what
+// a wrong path can make us allocate.
+static const long MAX_MODEL_BYTES = (long)TFM_MAX_SPM;
 
 struct tfm_spm {
     sp::SentencePieceProcessor proc;
@@ -416,6 +416,25 @@ extern "C" int tfm_spm_train_option_check(const char *kv, struct tfm_error *err)
     return 0;
 }
 
+extern "C" size_t tfm_spm_train_max_line(const struct tfm_spm_train_opts *o)
+{
+    size_t max_len = 4192;      // SentencePiece's default max_sentence_length
+    for (int i = 0; i < o->noptions; i++) {
+        const char *kv = o->options[i];
+        if (strncmp(kv, "--", 2) == 0)
+            kv += 2;
+        const char *key = "max_sentence_length=";
+        if (strncmp(kv, key, strlen(key)) != 0)
+            continue;
+        const char *v = kv + strlen(key);
+        char *end;
+        long long x = strtoll(v, &end, 10);
+        if (*end == 0 && end != v && x > 0)
+            max_len = (size_t)x;    // the last one given counts, as in the trainer's map
+    }
+    return max_len;
+}
+
 // "Vocabulary size too high (A). Please set it to a value <= B." -> a message that says
 // what to do about it in tfm-tokenize's terms.
 static int fail_train(struct tfm_error *err, const sp::util::Status &st)
@@ -482,14 +501,7 @@ extern "C" int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn
         std::string out;
         sp::util::Status st;
         if (o->max_sentences > 0) {
-            size_t max_len = 4192;
-            auto ml = kw.find("max_sentence_length");
-            if (ml != kw.end()) {
-                char *end;
-                long long v = strtoll(ml->second.c_str(), &end, 10);
-                if (*end == 0 && end != ml->second.c_str() && v > 0)
-                    max_len = (size_t)v;
-            }
+            size_t max_len = tfm_spm_train_max_line(o);
             std::vector<SampledLine> sample;
             if (sample_lines(next, ctx, o->max_sentences, o->seed, max_len, &sample, err))
                 return -1;

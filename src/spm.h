@@ -81,6 +81,9 @@ struct tfm_spm_train_opts {
 
 /* Defaults: bpe, 8000, 0.9995, all sentences, seed 1, 1 thread, quiet. */
 void tfm_spm_train_defaults(struct tfm_spm_train_opts *o);
+/* The longest line the trainer takes (max_sentence_length, 4192 bytes unless an option
+ * says otherwise); longer lines, and empty ones, are left out of training. */
+size_t tfm_spm_train_max_line(const struct tfm_spm_train_opts *o);
 /* Is "key=value" acceptable as an extra trainer option?  Refuses keys tfm fixes (the ids,
  * input, model_prefix...) and those with their own flag.  0, or -1 with a message. */
 int tfm_spm_train_option_check(const char *kv, struct tfm_error *err);

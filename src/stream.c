@@ -20,6 +20,7 @@
 #include "stream.h"
 
 #include "output.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -233,6 +234,13 @@ const char *tfm_header_get(const struct tfm_header *h, const char *key)
         if (strcmp(h->keys[i], key) == 0)
             return h->values[i];
     return NULL;
+}
+
+int64_t tfm_header_int(const struct tfm_header *h, const char *key)
+{
+    const char *v = tfm_header_get(h, key);
+    long long x;
+    return v && tfm_parse_int(v, &x) == 0 && x >= 0 ? (int64_t)x : -1;
 }
 
 int tfm_header_set_spm(struct tfm_header *h, const void *spm, size_t n, struct tfm_error *err)
@@ -590,6 +598,17 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         return rfail(r, r->member, idx, r->rname, off, err, "shape too large (over %llu bytes)",
                      (unsigned long long)TFM_MAX_PAYLOAD);
     rec->nbytes = (size_t)nbytes;
+    /* the records of fixed size are checked before their payload is read or inflated:
+     * a few bytes of deflate must not make a header of gigabytes */
+    if (strcmp(r->rname, "tfm.header") == 0 && nbytes > TFM_MAX_HEADER_TEXT)
+        return rfail(r, r->member, idx, r->rname, off, err, "header of %llu bytes, more than "
+                     "a header can hold (%d)", (unsigned long long)nbytes, TFM_MAX_HEADER_TEXT);
+    if (strcmp(r->rname, "tfm.spm") == 0 && nbytes > TFM_MAX_SPM)
+        return rfail(r, r->member, idx, r->rname, off, err, "vocabulary of %llu bytes, more "
+                     "than a SentencePiece model is read (%llu)", (unsigned long long)nbytes,
+                     (unsigned long long)TFM_MAX_SPM);
+    if (strcmp(r->rname, "tfm.end") == 0 && nbytes != 8)
+        return rfail(r, r->member, idx, r->rname, off, err, "end record must be i64 [1]");
     uint64_t stored = get64(fixed + 16);
     if (codec == CODEC_RAW && stored != nbytes)
         return rfail(r, r->member, idx, r->rname, off, err,
@@ -682,11 +701,6 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     rec->mapped = data == stored_ptr && r->map != NULL;
     r->index++;
     return 1;
-}
-
-void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop)
-{
-    r->stop = stop;
 }
 
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx)
@@ -809,6 +823,26 @@ static int take_vocab(struct tfm_reader *r, struct tfm_header *h, const struct t
     snprintf(want, sizeof want, "%08x", tfm_header_vocab_id(h));
     if (crc && strcmp(crc, want) != 0)
         return tfm_reader_fail(r, rec, err, "vocabulary crc %s, header says %s", want, crc);
+    const char *size = tfm_header_get(h, "spm.size");
+    char have[32];
+    snprintf(have, sizeof have, "%zu", rec->nbytes);
+    if (size && strcmp(size, have) != 0)
+        return tfm_reader_fail(r, rec, err, "vocabulary of %s bytes, header says spm.size=%s",
+                               have, size);
+    return 0;
+}
+
+/* A stream without a vocabulary record (rec is its record 1, held): its header must not
+ * say it has one. */
+static int check_no_vocab(struct tfm_reader *r, const struct tfm_header *h,
+                          const struct tfm_record *rec, struct tfm_error *err)
+{
+    const char *size = tfm_header_get(h, "spm.size"), *crc = tfm_header_get(h, "spm.crc32");
+    if (size || crc)
+        return tfm_reader_fail(r, rec, err, "the header says %s%.40s%s%s%.40s, but the stream "
+                               "has no vocabulary record (record 1 'tfm.spm')",
+                               size ? "spm.size=" : "", size ? size : "", size && crc ? ", " : "",
+                               crc ? "spm.crc32=" : "", crc ? crc : "");
     return 0;
 }
 
@@ -849,6 +883,8 @@ static int member_begin(struct tfm_reader *r, struct tfm_error *err)
                                    "streams of different vocabularies are not read as one",
                                    (unsigned)tfm_header_vocab_id(&r->mheader),
                                    (unsigned)tfm_header_vocab_id(&r->header));
+    } else if (check_no_vocab(r, &r->mheader, &rec, err)) {
+        return -1;
     } else if (r->header.spm) {
         return tfm_reader_fail(r, &rec, err, "no vocabulary, where the first stream has %08x: "
                                "streams of different vocabularies are not read as one",
@@ -907,6 +943,10 @@ int tfm_reader_next(struct tfm_reader *r, struct tfm_record *rec, struct tfm_err
         }
         if (rec->index > 0 && strcmp(rec->name, "tfm.header") == 0)
             return tfm_reader_fail(r, rec, err, "second header record");
+        /* the vocabulary, when there is one, is record 1, taken when the stream starts */
+        if (strcmp(rec->name, "tfm.spm") == 0)
+            return tfm_reader_fail(r, rec, err, "vocabulary record out of place (it is record "
+                                   "1 or absent)");
         r->rec_member = rec->member;
         return 1;
     }
@@ -944,7 +984,7 @@ static int reader_start(struct tfm_reader *r, struct tfm_error *err)
     int k = read_vocab(r, &rec, err);
     if (k < 0)
         return -1;
-    return k == 1 ? take_vocab(r, &r->header, &rec, err) : 0;
+    return k == 1 ? take_vocab(r, &r->header, &rec, err) : check_no_vocab(r, &r->header, &rec, err);
 }
 
 static struct tfm_reader *reader_new(int fd, const char *name, struct tfm_error *err)
@@ -983,15 +1023,24 @@ static struct tfm_reader *reader_finish_open(struct tfm_reader *r, struct tfm_er
     return r;
 }
 
-struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err)
+/* tfm_reader_open_fd, waiting for the header on a pipe only until *stop is set (stop may
+ * be NULL). */
+static struct tfm_reader *open_fd(int fd, const char *name, volatile sig_atomic_t *stop,
+                                  struct tfm_error *err)
 {
     struct tfm_reader *r = reader_new(fd, name, err);
     if (!r)
         return NULL;
+    r->stop = stop;
     off_t cur = lseek(fd, 0, SEEK_CUR);
     if (cur >= 0)
         reader_map(r, cur);
     return reader_finish_open(r, err);
+}
+
+struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err)
+{
+    return open_fd(fd, name, NULL, err);
 }
 
 struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *peek,
@@ -1012,14 +1061,34 @@ struct tfm_reader *tfm_reader_open_peeked(int fd, const char *name, const void *
 
 struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err)
 {
+    return tfm_reader_open_stop(path, NULL, err);
+}
+
+struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t *stop,
+                                        struct tfm_error *err)
+{
     if (!path || strcmp(path, "-") == 0)
-        return tfm_reader_open_fd(0, "<stdin>", err);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+        return open_fd(0, "<stdin>", stop, err);
+    /* open(2) of a FIFO waits for a writer, deaf to the stop flag: with one, it opens at
+     * once and the wait for a writer is the poll of every read (wait_input: Linux reports
+     * no end of input on a FIFO that no writer has opened yet) */
+    struct stat st;
+    int fifo = stop && stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+    if (fd >= 0 && fifo) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            fd = -1;
+        }
+    }
     if (fd < 0) {
         tfm_fail(err, "%s: %s", path, strerror(errno));
         return NULL;
     }
-    struct tfm_reader *r = tfm_reader_open_fd(fd, path, err);
+    struct tfm_reader *r = open_fd(fd, path, stop, err);
     if (!r) {
         close(fd);
         return NULL;
@@ -1059,6 +1128,8 @@ struct tfm_writer {
     void *zbuf;
     size_t zbuf_cap;
 };
+
+const char *tfm_writer_name(const struct tfm_writer *w) { return w->name; }
 
 uint64_t tfm_writer_offset(const struct tfm_writer *w) { return w->pos; }
 

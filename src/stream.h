@@ -38,6 +38,14 @@
 #define TFM_MAX_META 64
 #define TFM_MAX_KEY 63
 #define TFM_MAX_VALUE 4095
+/* The most kind can hold (struct tfm_header), and so the longest header text there is:
+ * "kind=K\n" and TFM_MAX_META lines "key=value\n".  A header record claiming more is
+ * refused before its payload is read (or inflated). */
+#define TFM_MAX_KIND 31
+/* The largest SentencePiece model read, from a .model file or a tfm.spm record (real
+ * ones are a few MiB, mostly the normalizer's character map). */
+#define TFM_MAX_SPM ((uint64_t)1 << 30)
+#define TFM_MAX_HEADER_TEXT (5 + TFM_MAX_KIND + 1 + TFM_MAX_META * (TFM_MAX_KEY + TFM_MAX_VALUE + 2))
 
 enum tfm_dtype {
     TFM_U8 = 1,
@@ -70,7 +78,7 @@ int tfm_dtype_parse(const char *s);
 /* The header: kind, key=value metadata, and the embedded SentencePiece model (may be
  * absent: spm == NULL).  Keys are [A-Za-z0-9_.-]+, values any bytes but '\n' and NUL. */
 struct tfm_header {
-    char kind[32];
+    char kind[TFM_MAX_KIND + 1];
     int nmeta;
     char *keys[TFM_MAX_META];
     char *values[TFM_MAX_META];
@@ -89,6 +97,8 @@ int tfm_header_setf(struct tfm_header *h, struct tfm_error *err, const char *key
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* The value of key, or NULL. */
 const char *tfm_header_get(const struct tfm_header *h, const char *key);
+/* The value of key as a non-negative decimal integer, or -1 when absent or not one. */
+int64_t tfm_header_int(const struct tfm_header *h, const char *key);
 /* Copy spm bytes into the header (replacing any).  Sets "spm.crc32" and "spm.size". */
 int tfm_header_set_spm(struct tfm_header *h, const void *spm, size_t n, struct tfm_error *err);
 /* The CRC32 of the embedded SentencePiece model, identifying a vocabulary (0 if none). */
@@ -116,6 +126,12 @@ struct tfm_reader;
 /* Open path ("-" or NULL: stdin), check the preamble, read the header (and the embedded
  * vocabulary).  NULL on failure with a message that starts with the file's name. */
 struct tfm_reader *tfm_reader_open(const char *path, struct tfm_error *err);
+/* The same, but reading from a pipe gives up waiting for input (for a FIFO's writer, for
+ * the header, and for every record after it) once *stop is non-zero (a signal's flag),
+ * with "Interrupted system call" (EINTR) as the error.  stop NULL: wait as long as it
+ * takes. */
+struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t *stop,
+                                        struct tfm_error *err);
 /* Same on an open descriptor; name is used in messages.  The reader does not close fd. */
 struct tfm_reader *tfm_reader_open_fd(int fd, const char *name, struct tfm_error *err);
 /* Does this descriptor's next input begin with the stream magic?  For tools that accept
@@ -149,9 +165,6 @@ int tfm_reader_fail(const struct tfm_reader *r, const struct tfm_record *rec,
  * are not returned, and their payload is neither verified nor, from a file, read.  Their
  * headers are checked and they count toward the end record's total.  NULL: none. */
 void tfm_reader_skip(struct tfm_reader *r, int (*skip)(const char *name, void *ctx), void *ctx);
-/* Reading from a pipe: give up waiting for input once *stop is non-zero (a signal's flag),
- * with "Interrupted system call" (EINTR) as the error.  NULL: wait as long as it takes. */
-void tfm_reader_set_stop(struct tfm_reader *r, volatile sig_atomic_t *stop);
 /* Call fn when a following stream of a concatenation begins, after its header and
  * vocabulary were checked and before any of its records is returned: with its header,
  * its number (1 for the second stream) and the byte offset of its preamble.  fn returns
@@ -186,6 +199,8 @@ int tfm_writer_put(struct tfm_writer *w, const char *name, int dtype, int rank,
 int tfm_writer_close(struct tfm_writer *w, struct tfm_error *err);
 /* Give up: remove the temporary file, free w.  Safe on NULL. */
 void tfm_writer_abort(struct tfm_writer *w);
+/* The name messages give the output (the path it was opened with, or "<stdout>"). */
+const char *tfm_writer_name(const struct tfm_writer *w);
 /* Bytes written so far. */
 uint64_t tfm_writer_offset(const struct tfm_writer *w);
 

@@ -33,6 +33,8 @@ struct train_input {
     int nfiles, next;
     struct tfm_lines *cur;
     int64_t text;           /* lines that are not empty */
+    int64_t kept;           /* of those, lines not too long for the trainer */
+    size_t max_line;        /* tfm_spm_train_max_line */
     int ended;              /* every file was read to its end */
 };
 
@@ -49,8 +51,10 @@ static int train_next(void *ctx, const char **line, size_t *len, struct tfm_erro
                 return -1;
         }
         int k = tfm_lines_next(in->cur, line, len, err);
-        if (k == 1 && *len > 0)
+        if (k == 1 && *len > 0) {
             in->text++;
+            in->kept += *len <= in->max_line;
+        }
         if (k != 0)
             return k;
         tfm_lines_close(in->cur);
@@ -86,18 +90,23 @@ int tfm_tokenize_train(const char *const *files, int nfiles, const struct tfm_sp
             return tfm_fail(err, "%s: %s", files[i], strerror(errno));
         close(fd);
     }
-    struct train_input in = {files, nfiles, 0, NULL, 0, 0};
+    struct train_input in = {files, nfiles, 0, NULL, 0, 0, tfm_spm_train_max_line(o), 0};
     void *proto = NULL;
     size_t n = 0;
     int rc = tfm_spm_train(o, train_next, &in, &proto, &n, err);
     tfm_lines_close(in.cur);
-    if (rc && in.ended && in.text == 0) {     /* every file read: no text */
+    if (rc && in.ended && in.kept == 0) {     /* every file read: nothing the trainer takes */
         char names[512];
         size_t len = 0;
         names[0] = 0;
         for (int i = 0; i < nfiles && len < sizeof names - 1; i++)
             len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
                                     strcmp(files[i], "-") == 0 ? "<stdin>" : files[i]);
+        if (in.text > 0)
+            return tfm_fail(err, "%s: no text to train on (every line is empty or longer than "
+                            "max_sentence_length, %zu bytes, which the trainer leaves out; "
+                            "--trainer-option max_sentence_length=N raises it)", names,
+                            in.max_line);
         return tfm_fail(err, "%s: no text to train on (%s)", names,
                         nfiles == 1 ? "the file is empty or has only empty lines"
                                     : "every file is empty or has only empty lines");
@@ -376,10 +385,17 @@ int tfm_tokenize_encode(const struct tfm_spm *s, const char *in_path, const char
 
 /* ---- decode ------------------------------------------------------------------------- */
 
-/* One sentence to the FILE in ctx: its text, or its ids with TFM_HYP_IDS. */
+/* Where decoded sentences go, and the counts of what went. */
+struct detok_out {
+    FILE *out;
+    struct tfm_detok_opts *o;
+};
+
+/* One sentence to the output: its text, or its ids with TFM_HYP_IDS. */
 static int put_sentence(void *ctx, const struct tfm_hyp *h, struct tfm_error *err)
 {
-    FILE *out = ctx;
+    struct detok_out *d = ctx;
+    FILE *out = d->out;
     int bad = 0;
     if (h->text) {
         bad = fwrite(h->text, 1, h->len, out) != h->len;
@@ -389,10 +405,14 @@ static int put_sentence(void *ctx, const struct tfm_hyp *h, struct tfm_error *er
     }
     if (bad || putc('\n', out) == EOF)
         return tfm_fail(err, "write error: %s", strerror(errno));
+    d->o->sentences++;
+    d->o->tokens += h->nids;
+    for (int64_t i = 0; i < h->nids; i++)
+        d->o->unknown += h->ids[i] == TFM_UNK_ID;
     return 0;
 }
 
-int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_opts *o,
+int tfm_tokenize_decode(const char *in_path, FILE *out, struct tfm_detok_opts *o,
                         struct tfm_error *err)
 {
     struct tfm_hyp_opts ho = {
@@ -401,5 +421,7 @@ int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_o
         .model_name = o->model_name,
         .model_option = "-m MODEL",
     };
-    return tfm_hypread(in_path, &ho, put_sentence, out, err);
+    struct detok_out d = {out, o};
+    o->sentences = o->tokens = o->unknown = 0;
+    return tfm_hypread(in_path, &ho, put_sentence, &d, err);
 }

@@ -41,13 +41,15 @@ struct tfm_detok_opts {
     const struct tfm_spm *model;    /* needed for text input; a stream's own is used */
     const char *model_name;         /* its file, for messages */
     int ids;                        /* print the ids (as spm_encode --output_format=id) */
+    /* filled by tfm_tokenize_decode: lines printed, their ids, unknown ids among them */
+    int64_t sentences, tokens, unknown;
 };
 
 /* Decode in_path ("-" or NULL: stdin): a tokens or hypotheses stream (one output line per
  * sentence or hypothesis, in stream order), or text lines of space-separated ids.
  * Writes lines to out.  A stream that carries a vocabulary is decoded with it: o->model,
  * when given, must be that very model (byte for byte), else it is an error. */
-int tfm_tokenize_decode(const char *in_path, FILE *out, const struct tfm_detok_opts *o,
+int tfm_tokenize_decode(const char *in_path, FILE *out, struct tfm_detok_opts *o,
                         struct tfm_error *err);
 
 #endif

@@ -206,9 +206,7 @@ static int bucket_floats(size_t *floats, struct tfm_error *err)
     const char *v = getenv("TFM_BUCKET_MB");
     double mb = 25;
     if (v && *v) {
-        char *end;
-        mb = strtod(v, &end);
-        if (*end || !(mb > 0) || mb > 65536)
+        if (tfm_parse_double(v, &mb) || !(mb > 0) || mb > 65536)
             return tfm_fail(err, "TFM_BUCKET_MB=%s: not a size in megabytes in (0, 65536]", v);
     }
     *floats = (size_t)(mb * 1048576 / sizeof(float));
@@ -241,8 +239,8 @@ static int save_checkpoint(struct run *run, struct tfm_error *err)
             const struct tfm_param *p = tfm_model_param(m, i);
             if (tfm_checkpoint_put(w, parts[k].prefix, p->name, p->rank, p->dims,
                                    run->host + p->offset, err)) {
-                tfm_writer_abort(w);
-                return tfm_error_prefix(err, "%s", path);
+                tfm_writer_abort(w);    /* err names the file */
+                return -1;
             }
         }
     }
@@ -529,12 +527,16 @@ static int after_update(struct run *run, const struct update_sums *sums, struct 
         return -1;
     if (run->g != 0)              /* process 0 validates and saves for the run */
         return 0;
+    double t = tfm_now();
     if (o->valid_path && o->valid_every > 0 && run->step % o->valid_every == 0 && validate(run, err))
         return keep_updates(run, err);
     if (((run->cfg->save_every > 0 && run->step % run->cfg->save_every == 0) ||
          (o->save_every_sec > 0 && tfm_now() - run->last_save >= o->save_every_sec)) &&
         save_checkpoint(run, err))
         return tfm_error_prefix(err, "update %lld", (long long)run->step);
+    /* tok/s is the rate of training: the interval of the next report leaves out the time
+     * spent validating and saving */
+    run->iv_time += tfm_now() - t;
     return 0;
 }
 
@@ -787,12 +789,12 @@ static int shard_position(const struct run *run, const struct tfm_ckpt_state *st
 static int fits_budget(const struct tfm_header *h, const char *name,
                        const struct tfm_config *cfg, struct tfm_error *err)
 {
-    const char *budget = tfm_header_get(h, "tokens");
-    if (budget && atoll(budget) > cfg->tokens)
-        return tfm_fail(err, "%s: batches of up to %s tokens, more than the batch budget "
+    int64_t budget = tfm_header_int(h, "tokens");
+    if (budget > cfg->tokens)
+        return tfm_fail(err, "%s: batches of up to %lld tokens, more than the batch budget "
                         "tokens=%d: re-batch with tfm-batch --tokens %d or less, or raise "
-                        "--set tokens=N (memory grows with it)", name, budget, cfg->tokens,
-                        cfg->tokens);
+                        "--set tokens=N (memory grows with it)", name, (long long)budget,
+                        cfg->tokens, cfg->tokens);
     return 0;
 }
 
@@ -840,8 +842,12 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (run->W > 1 && !run->train.path)
         return tfm_fail(err, "%d processes: each reads its own shard of the batch stream, so "
                         "it must be a file, not standard input", run->W);
-    if (tfm_epochs_open(&run->train, err))
+    if (tfm_epochs_open(&run->train, err)) {
+        if (o->stop && *o->stop)    /* a pipe that had not yet said what it holds */
+            return tfm_fail(err, "%s: stopped by a signal while waiting for the batch "
+                            "stream: nothing trained", tfm_epochs_name(&run->train));
         return -1;
+    }
     const struct tfm_header *h = &run->train.header;
     /* the pieces of the stream's embedded vocabulary (0 when it has none) */
     int vocab = h->spm ? tfm_spm_proto_vocab_size(h->spm, h->spm_size, err) : 0;

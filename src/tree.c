@@ -96,9 +96,10 @@ static int parse_fail(struct tfm_error *err, const char *text, size_t off, size_
     return tfm_fail(err, "column %zu: %s", off - line + 1, reason);
 }
 
-int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int one,
+int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int flags,
                    struct tfm_error *err)
 {
+    int one = flags & TFM_TREE_ONE;
     tfm_tree_clear(t);
     size_t start = *pos, i = *pos;
     /* the stack of open brackets: node index, last child, and whether a word was seen */
@@ -162,6 +163,22 @@ int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos
             last[depth] = none;
             word_pos[depth] = -1;
             depth++;
+            if ((flags & TFM_TREE_EMPTY_WORDS) && i < len && is_sep(text[i])) {
+                /* EVALB reads the word after the label's whitespace up to the next
+                 * separator or bracket; when a ')' follows, the bracket is a
+                 * preterminal, even with nothing read */
+                size_t j = i;
+                while (j < len && is_sep(text[j]))
+                    j++;
+                if (j < len && text[j] == ')') {
+                    int32_t w = add_str(t, "", 0, err);
+                    if (w < 0)
+                        return -1;
+                    t->nodes[nd].word = w;
+                    word_pos[depth - 1] = (int32_t)j;
+                    i = j;
+                }
+            }
         } else if (c == ')') {
             if (depth == 0)
                 return parse_fail(err, text, i, pos,
@@ -204,7 +221,7 @@ int tfm_tree_parse_next(struct tfm_tree *t, const char *text, size_t len, size_t
                         struct tfm_error *err)
 {
     size_t at = *pos;
-    int k = tfm_tree_parse(t, text, len, pos, 1, err);
+    int k = tfm_tree_parse(t, text, len, pos, TFM_TREE_ONE, err);
     if (k >= 0)
         return k;
     while (at < len && (text[at] == ' ' || text[at] == '\n' || text[at] == '\t'))

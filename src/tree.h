@@ -80,14 +80,21 @@ static inline const char *tfm_tree_word(const struct tfm_tree *t, int32_t i)
     return t->nodes[i].word < 0 ? NULL : t->str + t->nodes[i].word;
 }
 
-/* Parse the top-level trees of text[*pos..len) into t (cleared first).  one: stop after
- * one top-level tree (for .mrg files, where trees span lines; *pos is advanced past it and
- * 0 is returned at the end of the text, 1 for a tree); else the whole text is one forest
- * (EVALB's line), and an empty text gives an empty forest.  -1 on malformed input with
- * "column C: reason" and *pos set to the offset of the problem in text; C is counted
- * from 1 on the problem's own line: from the last newline before it, else from the start
- * of text (not from *pos), so the caller of a text of many lines can name the line. */
-int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int one,
+/* tfm_tree_parse's flags. */
+#define TFM_TREE_ONE 1          /* stop after one top-level tree */
+#define TFM_TREE_EMPTY_WORDS 2  /* "(X )" is a preterminal whose word is "", as EVALB reads
+                                 * it (a label, whitespace, then ')'); without the flag it
+                                 * is a constituent without children, like "(X)" */
+
+/* Parse the top-level trees of text[*pos..len) into t (cleared first).  With TFM_TREE_ONE
+ * in flags: stop after one top-level tree (for .mrg files, where trees span lines; *pos is
+ * advanced past it and 0 is returned at the end of the text, 1 for a tree); else the whole
+ * text is one forest (EVALB's line), and an empty text gives an empty forest.  -1 on
+ * malformed input with "column C: reason" and *pos set to the offset of the problem in
+ * text; C is counted from 1 on the problem's own line: from the last newline before it,
+ * else from the start of text (not from *pos), so the caller of a text of many lines can
+ * name the line. */
+int tfm_tree_parse(struct tfm_tree *t, const char *text, size_t len, size_t *pos, int flags,
                    struct tfm_error *err);
 
 /* The next tree of a text whose trees span lines (a .mrg file): tfm_tree_parse with one

@@ -156,6 +156,19 @@ check_mean() {
     awk -v r="${output#* }" 'BEGIN { exit !(r < 1e-6) }'
 }
 
+@test "a run resumed at another precision averages across the change; the last's config is the output's" {
+    SMALL=(-c "$TFM_ROOT/configs/tiny.conf" --set layers=1 --set d_model=32 --set d_ff=64
+           --set heads=2 --set warmup=4 -j 1 -q)
+    tfm-train "${SMALL[@]}" -o "$T/p" --save-every 1 --max-steps 2 "$M/b.tfm"
+    tfm-train "${SMALL[@]}" -o "$T/p" --save-every 1 --max-steps 4 --set precision=bf16 \
+        --resume "$M/b.tfm"
+    run tfm-avg -n 4 -o "$T/p.tfm" "$T/p"
+    assert_success
+    run bash -c "tfm-cat --values '$T/p.tfm' | awk '\$1 == \"record\" { p = (\$3 == \"config\"); next }
+        p && /^\t/ { for (i = 1; i <= NF; i++) printf \"%c\", \$i }' | grep '^precision = '"
+    assert_output "precision = bf16"
+}
+
 @test "a checkpoint whose vocabulary has another size than its config's vocab is refused" {
     tfm-tokenize train -q -m "$T/v300.model" --vocab 300 "$M/en.txt" "$M/de.txt"
     python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/run/step-000006.tfm" "$T/vocab.tfm" \

@@ -348,6 +348,105 @@ rows() {
     assert_equal "$(meta "$T/b.tfm" vocab.size)" ""
 }
 
+@test "-o a terminal (/dev/tty, /dev/stdout on one) is refused as stdout on one is" {
+    run script -qec "tfm-batch -q -o /dev/stdout '$M/en.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-batch: --output: '/dev/stdout' is a terminal: refusing to write a binary stream to it"
+    assert_line --partial "rc=2"
+    run script -qec "tfm-batch -q -o /dev/tty '$M/en.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    run script -qec "tfm-batch -q '$M/en.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    tfm-batch -q -o /dev/stdout "$M/en.tfm" | tfm-cat > /dev/null
+}
+
+@test "a closed standard input is not the source file opened in its place" {
+    # SRC opened first takes descriptor 0 when stdin is closed; '-' must not read it again
+    run bash -c "tfm-batch -q -o '$T/b.tfm' '$M/en.tfm' - <&-"
+    assert_failure 1
+    assert_output "tfm-batch: <stdin>: at byte 0: Bad file descriptor"
+    [ ! -e "$T/b.tfm" ]
+    # a closed standard output stays unwritable, -o /dev/stdout too
+    run bash -c "tfm-batch -q '$M/en.tfm' '$M/de.tfm' >&-"
+    assert_failure 1
+    assert_output "tfm-batch: <stdout>: write error: Bad file descriptor"
+    run bash -c "tfm-batch -q -o /dev/stdout '$M/en.tfm' >&-"
+    assert_failure 1
+    assert_output "tfm-batch: /dev/stdout: descriptor 1 was not open when the program started"
+}
+
+@test "-o naming an input is a usage error: the input stays" {
+    cp "$M/en.tfm" "$T/en.tfm"
+    run tfm-batch -q -o "$T/en.tfm" "$T/en.tfm" "$M/de.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: --output '$T/en.tfm' is the input $T/en.tfm: the batches would replace it"
+    ln -s en.tfm "$T/link.tfm"
+    run tfm-batch -q -o "$T/link.tfm" "$M/de.tfm" "$T/en.tfm"
+    assert_failure 2
+    run bash -c "tfm-batch -q -o '$T/en.tfm' '$M/de.tfm' - < '$T/en.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: --output '$T/en.tfm' is the input on standard input: the batches would replace it"
+    cmp "$M/en.tfm" "$T/en.tfm"
+}
+
+@test "a target without vocab.size is checked against the source's, which the output states" {
+    # token streams of no embedded model, by the independent writer: the source says
+    # vocab.size=100, the target says nothing and holds id 150
+    python3 -c '
+import struct, sys
+sys.path.insert(0, sys.argv[1] + "/tests/fixtures")
+import make_bad as mb
+def tok(path, hdr, sents):
+    s = mb.Stream(); s.header(hdr)
+    off = [0]; ids = []
+    for x in sents:
+        ids += x; off.append(len(ids))
+    s.record("tokens.offsets", "i64", [len(off)], struct.pack("<%dq" % len(off), *off))
+    s.record("tokens.ids", "i32", [len(ids)], struct.pack("<%di" % len(ids), *ids))
+    s.end(); open(path, "wb").write(s.b)
+t = sys.argv[2]
+tok(t + "/src.tfm", "kind=tokens\nvocab.size=100\n", [[5, 6], [7]])
+tok(t + "/bad.tfm", "kind=tokens\n", [[150], [8, 9]])
+tok(t + "/good.tfm", "kind=tokens\n", [[99], [8, 9]])
+' "$TFM_ROOT" "$T"
+    run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/bad.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bad.tfm: record 2 'tokens.ids': at byte 280: id 150 at position 0 outside the vocabulary (100)"
+    [ ! -e "$T/b.tfm" ]
+    run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/good.tfm"
+    assert_success
+    assert_equal "$(meta "$T/b.tfm" vocab.size)" 100
+    tfm-cat "$T/b.tfm" > /dev/null
+}
+
+@test "ids are checked against the embedded model: vocab.size may not exceed its pieces" {
+    python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$M/en.tfm" "$T/big.tfm" --header vocab.size=5000
+    run tfm-batch -q -o "$T/b.tfm" "$T/big.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/big.tfm: header: vocab.size=5000, but the embedded model has 1000 pieces"
+    [ ! -e "$T/b.tfm" ]
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$T/big.tfm"
+    assert_failure 1
+    # a stream with the model and without the key: the model's pieces bound the ids
+    python3 -c '
+import struct, sys, zlib
+sys.path.insert(0, sys.argv[1] + "/tests/fixtures")
+import make_bad as mb
+spm = open(sys.argv[2] + "/spm.model", "rb").read()
+for name, ids in (("nokey", [5, 6, 1500]), ("nokey-ok", [5, 6, 999])):
+    s = mb.Stream()
+    s.header("kind=tokens\nspm.size=%d\nspm.crc32=%08x\n" % (len(spm), zlib.crc32(spm)))
+    s.record("tfm.spm", "u8", [len(spm)], spm)
+    s.record("tokens.offsets", "i64", [2], struct.pack("<2q", 0, len(ids)))
+    s.record("tokens.ids", "i32", [len(ids)], struct.pack("<%di" % len(ids), *ids))
+    s.end(); open(sys.argv[3] + "/" + name + ".tfm", "wb").write(s.b)
+' "$TFM_ROOT" "$M" "$T"
+    run tfm-batch -q -o "$T/b.tfm" "$T/nokey.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-batch: $T/nokey.tfm: record 3 'tokens.ids': .*id 1500 at position 2 outside the vocabulary \(1000\)$"
+    run tfm-batch -q -o "$T/b.tfm" "$T/nokey-ok.tfm"
+    assert_success
+}
+
 @test "-o a link keeps the link; -o /dev/fd/1 or /dev/stdout writes the redirected file" {
     tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/ref.tfm"
     echo old > "$T/target.tfm"

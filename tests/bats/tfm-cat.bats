@@ -99,6 +99,31 @@ setup() {
     [ "$n" -ge 20 ]
 }
 
+@test "a vocabulary record larger than any model read is refused before it is inflated" {
+    # tfm.spm u8 [2^30 + 64] of zeros deflated to about 1 MiB: refused from its record
+    # header, in little memory, where it was inflated and copied (2 GiB) first
+    python3 -c '
+import struct, sys, zlib
+sys.path.insert(0, sys.argv[1] + "/tests/fixtures")
+import make_bad as mb
+n = (1 << 30) + 64
+s = mb.Stream(); s.header()
+c = zlib.compressobj(9); z = b""; crc = 0; block = bytes(1 << 24); left = n
+while left:
+    k = min(left, len(block)); z += c.compress(block[:k]); crc = zlib.crc32(block[:k], crc); left -= k
+z += c.flush()
+name = b"tfm.spm"
+head = b"TREC" + struct.pack("<BBBBHHIQ", 1, 1, 1, 0, len(name), 0, crc, len(z))
+var = struct.pack("<Q", n) + name
+s.b += head + struct.pack("<II", zlib.crc32(head + var), 0) + var
+s.b += bytes((64 - len(s.b) % 64) % 64) + z
+open(sys.argv[2], "wb").write(s.b)
+' "$TFM_ROOT" "$BATS_TEST_TMPDIR/spm.tfm"
+    run bash -c "ulimit -v 400000; tfm-cat '$BATS_TEST_TMPDIR/spm.tfm'"
+    assert_failure 1
+    assert_output "tfm-cat: $BATS_TEST_TMPDIR/spm.tfm: record 1 'tfm.spm': at byte 161: vocabulary of 1073741888 bytes, more than a SentencePiece model is read (1073741824)"
+}
+
 @test "tfm-cat: missing file" {
     run tfm-cat "$BATS_TEST_TMPDIR/nope.tfm"
     assert_failure 1

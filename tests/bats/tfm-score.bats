@@ -187,6 +187,15 @@ print(d[\"score\"])'"
     assert_failure 2
 }
 
+@test "--tokenized and --tok exclude each other in either order" {
+    printf 'a b c d\n' > "$BATS_TEST_TMPDIR/h"
+    for args in "--tok intl --tokenized" "--tokenized --tok intl" "--tokenized --compound-split --tok 13a"; do
+        run tfm-score $args -r "$BATS_TEST_TMPDIR/h" "$BATS_TEST_TMPDIR/h"
+        assert_failure 2
+        assert_line -n 0 "tfm-score: --tokenized and --tok exclude each other"
+    done
+}
+
 @test "--help and --version" {
     run tfm-score --help
     assert_success
@@ -250,6 +259,71 @@ print(d[\"score\"])'"
     run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/t" "$BATS_TEST_TMPDIR/g"
     assert_failure 1
     assert_output "tfm-score: $BATS_TEST_TMPDIR/t: line 2: column 17: unbalanced brackets: 1 left open at the end"
+}
+
+@test "f1: \"(X )\" is a preterminal with an empty word, as EVALB reads it" {
+    # the expected rows and counts are EVALB's own output for these lines
+    printf '(S (NP (NN x)) (VP (VB y)))\n(S (NP (NN x)) (NP (NN )) (VP (VB y)))\n' > "$BATS_TEST_TMPDIR/g"
+    printf '( )\n(S (NP (NN x)) (NP (NN )) (VP (VB y)))\n' > "$BATS_TEST_TMPDIR/t"
+    run tfm-score -m f1 -v -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 1: length mismatch (2|1)"
+    assert_line "   2    3    0  100.00 100.00     4      4    4      0      3     3   100.00"
+    assert_line "Number of sentence        =      2"
+    assert_line "Number of Error sentence  =      1"
+    assert_line "Number of Skip  sentence  =      0"
+    # "(X)" without the space stays a bracket over nothing: the test has no words
+    printf '(S (NP (NN x)) (VP (VB y)))\n' > "$BATS_TEST_TMPDIR/g"
+    printf '(S (X))\n' > "$BATS_TEST_TMPDIR/t"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_line -n 0 --partial "(sentences = 1 valid = 0 errors = 0 skipped = 1"
+}
+
+@test "f1: labels that differ only after 255 bytes are different labels" {
+    # EVALB gives matched 1 of 2 for labels of 21 bytes that differ in the last; labels
+    # of 301 bytes score the same
+    for n in 20 300; do
+        a=$(printf 'A%.0s' $(seq $n))
+        printf '(S (%sX (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/g"
+        printf '(S (%sY (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/t"
+        run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+        assert_success
+        assert_line -n 0 "F1 = 50.00 P = 50.00 R = 50.00 (sentences = 1 valid = 1 errors = 0 skipped = 0 matched = 1 gold = 2 test = 2)"
+    done
+    # and the function tag is still cut from a long label
+    printf '(S (%s-SBJ (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/t"
+    printf '(S (%s-TMP (NN a) (NN b)) (VB c))\n' "$a" > "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_line -n 0 --partial "F1 = 100.00 "
+}
+
+@test "f1: a word mismatch quotes the words whole and escaped, in the message and the JSON" {
+    a=$(printf 'a%.0s' $(seq 99))
+    # byte 100 of each word is the first of a two-byte character, and a control character
+    printf '(S (NN %s\303\251x) (NN \001b))\n' "$a" > "$BATS_TEST_TMPDIR/g"
+    printf '(S (NN %s\303\251y) (NN \001b))\n(S (NN a) (NN \001b))\n' "$a" > "$BATS_TEST_TMPDIR/t"
+    printf '(S (NN a) (NN \001c))\n' >> "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 1: word mismatch ($a$(printf '\303\251')x|$a$(printf '\303\251')y)"
+    assert_line "tfm-score: $BATS_TEST_TMPDIR/t: line 2: word mismatch (\\x01c|\\x01b)"
+    run bash -c "tfm-score -m f1 --json -v -r '$BATS_TEST_TMPDIR/g' '$BATS_TEST_TMPDIR/t' 2> /dev/null | iconv -f UTF-8 -t UTF-8"
+    assert_success
+    assert_output --partial '"reason": "word mismatch (\\x01c|\\x01b)"'
+}
+
+@test "f1: the parameter file's name in the signature and JSON is whole characters, escaped" {
+    a=$(printf 'a%.0s' $(seq 62))
+    e=$(printf '\303\251')
+    cp "$E/COLLINS.prm" "$BATS_TEST_TMPDIR/$a$e$e$e.prm"
+    printf '(S (NN a))\n' > "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -p "$BATS_TEST_TMPDIR/$a$e$e$e.prm" -r "$BATS_TEST_TMPDIR/g" "$BATS_TEST_TMPDIR/g"
+    assert_line -n 2 "evalb:$a$e$e$e|labeled:yes|cutoff:40|version:tfm-0.1.0"
+    p="$BATS_TEST_TMPDIR/x$(printf '\001')y.prm"
+    cp "$E/COLLINS.prm" "$p"
+    run bash -c 'tfm-score -m f1 --json -p "$1" -r "$2" "$2" | iconv -f UTF-8 -t UTF-8' _ "$p" "$BATS_TEST_TMPDIR/g"
+    assert_success
+    assert_line ' "param": "x\\x01y",'
 }
 
 @test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
@@ -378,6 +452,13 @@ print(d[\"score\"])'"
     run tfm-score --linearize --keep-words --keep-tags "$E/bug/bug.gld"
     assert_failure 2
     assert_line -n 0 "tfm-score: --keep-tags and --keep-words exclude each other"
+    # one mode: neither option overrides the other, in either order
+    run tfm-score --linearize --restore --source "$E/bug/bug.gld" "$E/bug/bug.gld"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --linearize and --restore exclude each other"
+    run tfm-score --restore --source "$E/bug/bug.gld" --linearize "$E/bug/bug.gld"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --linearize and --restore exclude each other"
     run tfm-score --restore --keep-words --source "$E/bug/bug.gld" "$E/bug/bug.gld"
     assert_failure 2
     run tfm-score --restore --keep-tags --source "$E/bug/bug.gld" "$E/bug/bug.tst"

@@ -214,6 +214,21 @@ ids_by_cat() {
     assert_output --partial "line 1: '1000' is not a token id"
 }
 
+@test "decode: a NUL in a line of ids is a bad id, never the end of the line" {
+    printf '5\0 16\n17\n' > "$T/nul1.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" --ids "$T/nul1.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nul1.txt: line 1: '5\\x00' is not a token id of this model (0 to 999)"
+    printf '5 16\0 99\n' > "$T/nul2.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/nul2.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/nul2.txt: line 1: '16\\x00' is not a token id of this model (0 to 999)"
+    printf '5 \v7\n' > "$T/vt.txt"
+    run tfm-tokenize decode -m "$M/bpe.model" "$T/vt.txt"
+    assert_failure 1
+    assert_output --partial "line 1: '\\x0b7' is not a token id"
+}
+
 @test "decode: a stream without a model needs -m; ids outside the model are refused" {
     run tfm-tokenize decode "$TFM_ROOT/tests/fixtures/good.tfm"
     assert_failure 1
@@ -441,6 +456,61 @@ ids_by_cat() {
     assert_output ""
 }
 
+@test "encode -o a terminal (/dev/tty, /dev/stdout on one) is refused as stdout on one is" {
+    cd "$T"
+    printf 'a b\n' > in.txt
+    run script -qec "tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/stdout in.txt; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-tokenize: --output: '/dev/stdout' is a terminal: refusing to write a binary stream to it"
+    assert_line --partial "rc=2"
+    run script -qec "tfm-tokenize encode -q -m '$M/bpe.model' -o /dev/tty in.txt; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    run script -qec "tfm-tokenize encode -q -m '$M/bpe.model' in.txt; echo rc=\$?" /dev/null
+    assert_line --partial "rc=2"
+    # not a terminal: written
+    tfm-tokenize encode -q -m "$M/bpe.model" -o /dev/stdout in.txt > out.tfm
+    tfm-cat out.tfm > /dev/null
+}
+
+@test "-m of train or -o of encode naming an input is a usage error: the input stays" {
+    cd "$T"
+    head -n 50 "$M/val.en" > a.txt
+    cp a.txt keep.txt
+    ln -s a.txt link.txt
+    run tfm-tokenize train -q -m a.txt --vocab 50 a.txt
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: train: -m MODEL 'a.txt' is the input a.txt: the model would replace it"
+    run tfm-tokenize train -q -m link.txt --vocab 50 "$M/val.en" a.txt
+    assert_failure 2
+    run bash -c "tfm-tokenize train -q -m a.txt --vocab 50 - < a.txt"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: train: -m MODEL 'a.txt' is the input on standard input: the model would replace it"
+    run tfm-tokenize encode -q -m "$M/bpe.model" -o a.txt a.txt
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: --output 'a.txt' is the input a.txt: the stream would replace it"
+    run bash -c "tfm-tokenize encode -q -m '$M/bpe.model' -o link.txt < a.txt"
+    assert_failure 2
+    cmp a.txt keep.txt
+    [ -L link.txt ]
+    # another file is written, over an old one too
+    tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
+    tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
+    tfm-cat b.tfm > /dev/null
+}
+
+@test "decode --progress prints its summary too; stdout stays the text" {
+    tfm-tokenize encode -q -m "$M/bpe.model" -o "$T/v.tfm" "$M/val.en"
+    printf '5 1 7\n\n1\n' > "$T/ids.txt"
+    run bash -c "tfm-tokenize decode --progress '$T/v.tfm' 2>&1 > /dev/null"
+    assert_success
+    assert_output --regexp '^tfm-tokenize: 300 sentences, [0-9]+ tokens \([0-9]+ unknown\), [0-9.]+ s'
+    run bash -c "tfm-tokenize decode -m '$M/bpe.model' --ids -p '$T/ids.txt' 2>&1 > /dev/null"
+    assert_output --regexp '^tfm-tokenize: 3 sentences, 4 tokens \(2 unknown\), '
+    run bash -c "tfm-tokenize decode -p '$T/v.tfm' 2> /dev/null | cmp - <(tfm-tokenize decode -q '$T/v.tfm')"
+    assert_success
+    run bash -c "tfm-tokenize decode --quiet '$T/v.tfm' 2>&1 > /dev/null"
+    assert_output ""
+}
+
 @test "decode: concatenated streams are read as one, from a file or a pipe" {
     head -n 100 "$M/val.en" > "$T/a.en"
     sed -n 101,300p "$M/val.en" > "$T/b.en"
@@ -490,6 +560,22 @@ ids_by_cat() {
     run tfm-tokenize decode -m "$M/bpe.model" "$T/a.tfm"
     assert_success
     assert_equal "$output" "$(tfm-tokenize decode "$T/a.tfm")"
+}
+
+@test "train on lines all too long for the trainer names the files and says why" {
+    python3 -c "print('ab ' * 2000); print(); print('cd ' * 1500)" > "$T/long.txt"
+    : > "$T/empty.txt"
+    for s in 0 5; do
+        run tfm-tokenize train -q -m "$T/l.model" --vocab 20 --max-sentences $s "$T/long.txt" "$T/empty.txt"
+        assert_failure 1
+        assert_output "tfm-tokenize: $T/long.txt, $T/empty.txt: no text to train on (every line is empty or longer than max_sentence_length, 4192 bytes, which the trainer leaves out; --trainer-option max_sentence_length=N raises it)"
+        [ ! -e "$T/l.model" ]
+    done
+    run tfm-tokenize train -q -m "$T/l.model" --vocab 20 -O max_sentence_length=100 "$T/long.txt"
+    assert_output --partial "max_sentence_length, 100 bytes,"
+    run tfm-tokenize train -q -m "$T/l.model" --vocab 12 -O max_sentence_length=8000 "$T/long.txt"
+    assert_success
+    [ -s "$T/l.model" ]
 }
 
 @test "train on empty files names them" {

@@ -75,6 +75,11 @@ teardown() {
     run tfm-train -c "$CONF" -o "$T/x" --save-every 10x "$M/b.tfm"
     assert_failure 2
     assert_output --partial "--save-every: '10x' is neither"
+    # a fraction without a unit is neither updates nor a duration: '1' is 1 update, '1.5'
+    # is not 1.5 seconds
+    run tfm-train -c "$CONF" -o "$T/x" --save-every 1.5 "$M/b.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-train: --save-every: '1.5': a number of updates is whole, a duration has a unit (1.5s, 1.5m)"
     run tfm-train -c "$CONF" -o "$T/x" --ranks 0 "$M/b.tfm"
     assert_failure 2
     assert_line --index 0 "tfm-train: --ranks: '0': expected an integer from 1 to 256"
@@ -203,6 +208,19 @@ teardown() {
     assert_output 0
 }
 
+@test "tok/s is the rate of training: the time spent validating and saving is left out" {
+    # every update validates on a set of about 100 batches and saves: most of the time
+    run tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps 4 --report-every 1 --valid-every 1 \
+        --save-every 1 --valid "$M/b.tfm" --log "$T/log" "$M/b500.tfm"
+    assert_success
+    # tokens_per_s of each report after the first against its tokens over the elapsed time
+    # (which counts validation): training alone is several times faster
+    run awk -F '\t' '$1 == "train" { if (t != "") { wall = ($8 - k) / ($7 - t);
+                                        print ($6 > 3 * wall) ? "ok" : "slow " $6 " " wall }
+                                      t = $7; k = $8 }' "$T/log"
+    assert_output $'ok\nok\nok'
+}
+
 @test "--quiet prints nothing but errors" {
     run tfm-train "${SMALL[@]}" -o "$T/q" --max-steps 2 --progress --quiet "$M/b.tfm"
     assert_success
@@ -309,6 +327,9 @@ teardown() {
     run tfm-train "${SMALL[@]}" -o "$T/w4" "$M/src-only.tfm"
     assert_failure 1
     assert_output --partial "without targets"
+    run tfm-train "${SMALL[@]}" -o "$T/w4" --valid "$M/src-only.tfm" "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$M/src-only.tfm: a batch stream without targets: training and validation need source and target"
     run tfm-train "${SMALL[@]}" -o "$T/w5" --valid "$M/en.tfm" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "$M/en.tfm"
@@ -341,6 +362,24 @@ teardown() {
     assert_failure 1
     assert_output --partial "/proc/tfm-ckpt: cannot create directory"
     refute_output --partial "saved"
+}
+
+@test "a checkpoint the disk cannot hold stops the run naming the file once; the one before stays whole" {
+    run tfm-train "${SMALL[@]}" -q -o "$T/f" --max-steps 2 "$M/b.tfm"
+    assert_success
+    # a file size limit (SIGXFSZ ignored: writes fail with EFBIG, as on a full disk) that
+    # holds the header and vocabulary but not the tensors
+    kb=$(( $(stat -c %s "$T/f/step-000002.tfm") / 1024 - 100 ))
+    run bash -c "trap '' XFSZ; ulimit -f $kb; exec tfm-train ${SMALL[*]} -q -o '$T/f' \
+        --max-steps 4 --save-every 1 --resume '$M/b.tfm'"
+    assert_failure 1
+    assert_output "tfm-train: update 3: $T/f/step-000003.tfm: write error: File too large"
+    run ls -A "$T/f"
+    assert_output $'last.tfm\nstep-000002.tfm'
+    run tfm-train "${SMALL[@]}" -q -o "$T/f" --max-steps 4 --resume "$M/b.tfm"
+    assert_success
+    run tfm-cat --header "$T/f/last.tfm"
+    assert_line "meta step=4"
 }
 
 @test "a corrupt or truncated checkpoint on resume is an error naming it" {
@@ -447,15 +486,50 @@ teardown() {
     run tfm-cat "$T/s/last.tfm"
     assert_success
     # TFM_STOP_GRACE takes a fraction, and says what it wants
-    run env TFM_STOP_GRACE=x tfm-train "${SMALL[@]}" -q -o "$T/g" "$M/b500.tfm"
-    assert_failure 2
-    assert_output "tfm-train: TFM_STOP_GRACE=x: expected seconds from 0 (none) to 1e7"
+    for g in x 0x10 ' 5' inf; do
+        run env TFM_STOP_GRACE="$g" tfm-train "${SMALL[@]}" -q -o "$T/g" "$M/b500.tfm"
+        assert_failure 2
+        assert_output "tfm-train: TFM_STOP_GRACE=$g: expected seconds from 0 (none) to 1e7"
+    done
     run env TFM_STOP_GRACE=0.5 tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 -q "$M/b500.tfm"
     assert_success
     # a run resumed at its last update names the checkpoint it resumed
     run tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 --resume "$M/b500.tfm"
     assert_success
     assert_line "tfm-train: max steps reached at update 1; last checkpoint $T/g/step-000001.tfm"
+}
+
+@test "a stop signal before a pipe has a writer, its header or first batch ends the wait at once: exit 143, nothing left" {
+    # no writer yet (open(2) of the FIFO waits); nothing yet; then the header and
+    # vocabulary, but no batch
+    first=$(tfm-cat "$M/b500.tfm" | awk '$1 == "record" && $2 == 2 { print $NF }')
+    for part in none 0 $first; do
+        rm -rf "$T/h"
+        mkfifo "$T/fifo"
+        tfm-train "${SMALL[@]}" -o "$T/h" "$T/fifo" 2> "$T/err" &
+        pid=$!
+        BG+=($pid)
+        if [ $part = none ]; then
+            exec 7> /dev/null
+        else
+            exec 7> "$T/fifo"
+            head -c $part "$M/b500.tfm" >&7
+        fi
+        for i in $(seq 300); do grep -q device "$T/err" 2> /dev/null && break; sleep 0.1; done
+        sleep 0.5
+        kill -TERM $pid
+        for i in $(seq 50); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+        run kill -0 $pid            # ended within 5 s, not TFM_STOP_GRACE (120 s) later
+        assert_failure
+        rc=0
+        wait $pid || rc=$?
+        exec 7>&-
+        rm "$T/fifo"
+        assert_equal $rc 143
+        run cat "$T/err"
+        assert_line "tfm-train: $T/fifo: stopped by a signal while waiting for the batch stream: nothing trained"
+        [ ! -e "$T/h" ]         # the directory it made is gone with its lock
+    done
 }
 
 @test "a batch over the budget or the memory names the budget to lower" {
@@ -1105,7 +1179,7 @@ PY
     [ ! -e "$T/z" ]
 }
 
-@test "numbers with white space are refused by every numeric option, as --max-time's are" {
+@test "numbers with white space, hex or inf are refused by every numeric option, as --max-time's are" {
     run tfm-train "${SMALL[@]}" -o "$T/w" -n '  2' --print-config
     assert_failure 2
     assert_line --index 0 "tfm-train: --max-steps: '  2': expected an integer from 0 to 2147483647"
@@ -1123,6 +1197,15 @@ PY
     run tfm-train "${SMALL[@]}" -o "$T/w" --max-memory ' 5G' --print-config
     assert_failure 2
     assert_line --index 0 "tfm-train: --max-memory: ' 5G' is not a size (512M, 8G)"
+    # decimal numbers only: no hex, no inf
+    for v in 0x10M 0x1p4G infG 5GG; do
+        run tfm-train "${SMALL[@]}" -o "$T/w" --max-memory "$v" --print-config
+        assert_failure 2
+        assert_line --index 0 "tfm-train: --max-memory: '$v' is not a size (512M, 8G)"
+    done
+    run tfm-train "${SMALL[@]}" -o "$T/w" --set lr_scale=0x1p-3 --print-config
+    assert_failure 2
+    assert_output --partial "key 'lr_scale': '0x1p-3' is not a number"
     run tfm-train "${SMALL[@]}" -o "$T/w" -n 2 --max-memory 5G --print-config
     assert_success
     assert_line "max_steps = 2"

@@ -73,15 +73,14 @@ int main(int argc, char **argv)
     if (strcmp(device, "cpu") == 0) {
         be = tfm_backend_cpu(atoi(argv[6]), &err);
     } else {
-        int count = 0;
-        char note[1024];
-        if (tfm_device_open_gpus(device, c.precision, atoi(argv[6]), 0, 1, &be, &count, note,
-                                 sizeof note, &err) == 0 && count == 0)
-            tfm_fail(&err, "no device: %s", note);
-        if (count == 1)
-            fprintf(stderr, "train_step: %s\n", note);
-        else
-            be = NULL;
+        struct tfm_gpus gpu;
+        if (tfm_device_open_gpus(device, c.precision, atoi(argv[6]), 0, 1, &gpu, &err) == 0 &&
+            gpu.count == 0)
+            tfm_fail(&err, "no device: %s", gpu.note);
+        if (gpu.count == 1) {
+            be = gpu.be[0];
+            fprintf(stderr, "train_step: %s\n", gpu.note);
+        }
     }
     int64_t budget = (int64_t)B * (S > T ? S : T);
     if (c.tokens < budget)

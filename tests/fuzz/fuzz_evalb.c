@@ -33,8 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             tfm_tree_init(&t);
             size_t gp = 0, tp = 0;
             struct tfm_evalb_sent s;
-            if (tfm_tree_parse(&g, part[1], len[1], &gp, 0, &err) == 0) {
-                int ok = tfm_tree_parse(&t, part[2], len[2], &tp, 0, &err) == 0;
+            if (tfm_tree_parse(&g, part[1], len[1], &gp, TFM_TREE_EMPTY_WORDS, &err) == 0) {
+                int ok = tfm_tree_parse(&t, part[2], len[2], &tp, TFM_TREE_EMPTY_WORDS, &err) == 0;
                 if (tfm_evalb_add(&e, 1, &g, ok ? &t : NULL, ok ? NULL : "bad test tree", &s,
                                   &err) == 0 &&
                     tfm_evalb_add(&e, 2, &g, &g, NULL, &s, &err) == 0) {

@@ -473,7 +473,7 @@ static void test_shards(void)
     tfm_batch_close(r);
     /* a process of ranks 2 and 3 of 6: the batches i with i % 6 in {2, 3}, in order, 2 of
      * every 6 up to floor(K/6)*6: what ranks 2 and 3 alone take, interleaved */
-    r = tfm_batch_open_ranks(path, 2, 2, 6, &err);
+    r = tfm_batch_open_ranks(path, 2, 2, 6, NULL, &err);
     CHECK(r != NULL);
     if (r) {
         CHECK_EQ_INT(tfm_batch_count(r), K / 6 * 2);
@@ -492,7 +492,7 @@ static void test_shards(void)
     CHECK(tfm_batch_open(path, 0, (int)K + 1, &err) == NULL);
     CHECK(strstr(err.msg, "batches cannot feed") != NULL);
     CHECK(tfm_batch_open(path, 3, 3, &err) == NULL);
-    CHECK(tfm_batch_open_ranks(path, 5, 2, 6, &err) == NULL);
+    CHECK(tfm_batch_open_ranks(path, 5, 2, 6, NULL, &err) == NULL);
     tfm_batch_plan_free(&p);
     tfm_corpus_free(&s);
     tfm_corpus_free(&t);

@@ -68,6 +68,19 @@ static void test_errors(void)
     t = "\n\nheads = 8x\n";
     CHECK(tfm_config_parse(&c, t, strlen(t), "y.conf", &err) < 0);
     CHECK_STR(err.msg, "y.conf:3: key 'heads': '8x' is not an integer");
+    /* numbers are decimal: no hex float, no inf; one too small to keep is out of range */
+    t = "lr_scale = 0x1p-3\n";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "h.conf", &err) < 0);
+    CHECK_STR(err.msg, "h.conf:1: key 'lr_scale': '0x1p-3' is not a number");
+    t = "heads = 0x8\n";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "h.conf", &err) < 0);
+    CHECK_STR(err.msg, "h.conf:1: key 'heads': '0x8' is not an integer");
+    t = "dropout = inf\n";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "h.conf", &err) < 0);
+    CHECK_STR(err.msg, "h.conf:1: key 'dropout': 'inf' is not a number");
+    t = "dropout = 1e-400\n";
+    CHECK(tfm_config_parse(&c, t, strlen(t), "h.conf", &err) < 0);
+    CHECK(strstr(err.msg, "h.conf:1: key 'dropout': 1e-400 is out of range") == err.msg);
     t = "dropout = 1.5\n";
     CHECK(tfm_config_parse(&c, t, strlen(t), "z.conf", &err) < 0);
     CHECK(strstr(err.msg, "z.conf:1: key 'dropout': 1.5 is out of range") == err.msg);

@@ -316,26 +316,24 @@ static void test_check_bf16(void)
 
     /* opening: the CPU is not checked, at any precision; sim at bf16 asked checks both
      * passes; at auto, fp32's only */
-    struct tfm_backend *gpus[2];
-    int n = -1;
-    CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_BF16, 1, 0, 0, gpus, &n, note, sizeof note,
-                               &err) == 0);
-    CHECK_EQ_INT(n, 0);
-    CHECK_STR(note, "device: cpu (as asked)");
-    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_BF16, 1, 0, 0, gpus, &n, note, sizeof note,
-                               &err) == 0);
-    CHECK_EQ_INT(n, 1);
-    printf("# %s\n", note);
-    CHECK(strstr(note, "; sim checked against the CPU") != NULL);
-    CHECK(strstr(note, "; at bf16 against the CPU's emulation") != NULL);
-    for (int i = 0; i < n; i++)
-        gpus[i]->destroy(gpus[i]);
-    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, 2, gpus, &n, note, sizeof note,
-                               &err) == 0);
-    CHECK_EQ_INT(n, 2);
-    CHECK(strstr(note, "bf16") == NULL);
-    for (int i = 0; i < n; i++)
-        gpus[i]->destroy(gpus[i]);
+    struct tfm_gpus g;
+    CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_BF16, 1, 0, 0, &g, &err) == 0);
+    CHECK_EQ_INT(g.count, 0);
+    CHECK_EQ_INT(g.fallback, 0);
+    CHECK_STR(g.note, "device: cpu (as asked)");
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_BF16, 1, 0, 0, &g, &err) == 0);
+    CHECK_EQ_INT(g.count, 1);
+    CHECK_EQ_INT(g.fallback, 0);
+    printf("# %s\n", g.note);
+    CHECK(strstr(g.note, "; sim checked against the CPU") != NULL);
+    CHECK(strstr(g.note, "; at bf16 against the CPU's emulation") != NULL);
+    for (int i = 0; i < g.count; i++)
+        g.be[i]->destroy(g.be[i]);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, 2, &g, &err) == 0);
+    CHECK_EQ_INT(g.count, 2);
+    CHECK(strstr(g.note, "bf16") == NULL);
+    for (int i = 0; i < g.count; i++)
+        g.be[i]->destroy(g.be[i]);
 }
 
 /* ---- the sim device ---------------------------------------------------------------------- */
@@ -343,42 +341,36 @@ static void test_check_bf16(void)
 static void test_open(void)
 {
     struct tfm_error err;
-    char note[1024];
-    struct tfm_backend *gpus[4];
-    int n = -1;
-    CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_AUTO, 1, 0, 0,
-                               gpus, &n, note, sizeof note, &err) == 0);
-    CHECK_EQ_INT(n, 0);
-    CHECK(tfm_device_open_gpus("tpu", TFM_PRECISION_AUTO, 1, 0, 0,
-                               gpus, &n, note, sizeof note, &err) == -1);
+    struct tfm_gpus g;
+    CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_AUTO, 1, 0, 0, &g, &err) == 0);
+    CHECK_EQ_INT(g.count, 0);
+    CHECK(tfm_device_open_gpus("tpu", TFM_PRECISION_AUTO, 1, 0, 0, &g, &err) == -1);
     CHECK(strstr(err.msg, "unknown device 'tpu' (auto, cpu, cuda or sim)") != NULL);
     /* sim: one by default, or as many as asked, each checked */
-    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, 0,
-                               gpus, &n, note, sizeof note, &err) == 0);
-    CHECK_EQ_INT(n, 1);
-    printf("# %s\n", note);
-    CHECK(strstr(note, "; sim checked against the CPU") != NULL);
-    for (int i = 0; i < n; i++) {
-        CHECK(gpus[i]->host_memory == 0);
-        gpus[i]->destroy(gpus[i]);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, 0, &g, &err) == 0);
+    CHECK_EQ_INT(g.count, 1);
+    printf("# %s\n", g.note);
+    CHECK(strstr(g.note, "; sim checked against the CPU") != NULL);
+    for (int i = 0; i < g.count; i++) {
+        CHECK(g.be[i]->host_memory == 0);
+        g.be[i]->destroy(g.be[i]);
     }
-    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 2, 0, 3,
-                               gpus, &n, note, sizeof note, &err) == 0);
-    CHECK_EQ_INT(n, 3);
-    CHECK(strstr(note, "3 sim devices, each checked") != NULL);
-    for (int i = 0; i < n; i++)
-        gpus[i]->destroy(gpus[i]);
-    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, TFM_DEVICE_MAX + 1,
-                               gpus, &n, note, sizeof note, &err) == -1);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 2, 0, 3, &g, &err) == 0);
+    CHECK_EQ_INT(g.count, 3);
+    CHECK(strstr(g.note, "3 sim devices, each checked") != NULL);
+    for (int i = 0; i < g.count; i++)
+        g.be[i]->destroy(g.be[i]);
+    CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_AUTO, 1, 0, TFM_DEVICE_MAX + 1, &g,
+                               &err) == -1);
     CHECK(strstr(err.msg, "GPUs wanted") != NULL);
     char msg[384];
     if (tfm_device_cuda_count(msg, sizeof msg) == 0) {
-        CHECK(tfm_device_open_gpus("auto", TFM_PRECISION_AUTO, 1, 0, 0,
-                                   gpus, &n, note, sizeof note, &err) == 0);
-        CHECK_EQ_INT(n, 0);
-        CHECK(strstr(note, "device: cpu, no GPU found") != NULL);
-        CHECK(tfm_device_open_gpus("cuda", TFM_PRECISION_AUTO, 1, 0, 0,
-                                   gpus, &n, note, sizeof note, &err) == -1);
+        /* no GPU at all is no fallback */
+        CHECK(tfm_device_open_gpus("auto", TFM_PRECISION_AUTO, 1, 0, 0, &g, &err) == 0);
+        CHECK_EQ_INT(g.count, 0);
+        CHECK_EQ_INT(g.fallback, 0);
+        CHECK(strstr(g.note, "device: cpu, no GPU found") != NULL);
+        CHECK(tfm_device_open_gpus("cuda", TFM_PRECISION_AUTO, 1, 0, 0, &g, &err) == -1);
         CHECK(strstr(err.msg, "--device cuda: no CUDA device") != NULL);
     }
 }

@@ -183,6 +183,17 @@ static void test_token_required(void)
     setenv("TFM_RUN_TOKEN", "fifteen chars..", 1);
     CHECK(tfm_comm_procs(1, 2, NULL, &err) == NULL);
     CHECK_STR(err.msg, "TFM_RUN_TOKEN: 15 characters, 16 at least and 256 at most");
+    /* a port is a decimal number alone: no space, no hex */
+    setenv("TFM_RUN_TOKEN", "sixteen chars...", 1);
+    static const char *const bad[] = {" 80", "80 ", "0x50", "+80x", "65536"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("TFM_MASTER_PORT", bad[i], 1);
+        CHECK(tfm_comm_procs(1, 2, NULL, &err) == NULL);
+        char want[96];
+        snprintf(want, sizeof want, "environment TFM_MASTER_PORT='%s': not a port", bad[i]);
+        CHECK_STR(err.msg, want);
+    }
+    free_port();
 }
 
 static int other_token(int rank, int world)

@@ -380,8 +380,29 @@ static void test_optim(void)
     be->upload(be, p->grad, &inf, 4);
     CHECK(tfm_optim_step(m, 31, 9, &st, &err) < 0);
     CHECK(strstr(err.msg, "not updated") != NULL);
+    CHECK(strstr(err.msg, "gradient norm is Inf (diverged)") != NULL);
+    float nan = NAN;            /* named as NaN, not as printf's "-nan" or "nan" */
+    be->upload(be, p->grad, &nan, 4);
+    CHECK(tfm_optim_step(m, 31, 9, &st, &err) < 0);
+    CHECK(strstr(err.msg, "gradient norm is NaN (diverged)") != NULL);
     free(NULL);
     tfm_model_free(m);
+    /* a finite gradient whose square is past fp32 would make Adam's second moment Inf
+     * for good: the step fails, naming the norm; clipped, the same gradient is taken */
+    for (int clip = 0; clip < 2; clip++) {
+        c.clip_norm = clip;
+        m = tfm_model_create(&c, be, 0, &err);
+        float big = 1e30f;
+        be->upload(be, tfm_model_param(m, 0)->grad, &big, 4);
+        int rc = tfm_optim_step(m, 1, 1, &st, &err);
+        CHECK(clip ? rc == 0 : rc < 0 && strstr(err.msg, "gradient norm is 1e+30, past what "
+                                                "Adam's fp32 moments hold (diverged)") != NULL);
+        float *v = malloc(tfm_model_count(m) * 4);
+        tfm_model_download(m, TFM_ADAM_V, v);
+        CHECK(clip ? isfinite(v[0]) && v[0] > 0 : 1);
+        free(v);
+        tfm_model_free(m);
+    }
 }
 
 /* tfm_decoder_step_top gives, bit for bit, the best tokens of tfm_decoder_step's

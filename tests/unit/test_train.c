@@ -187,6 +187,19 @@ static void test_progress(void)
     char line[256];
     tfm_progress_format(&p, &r, line, sizeof line);
     CHECK_STR(line, "step 300/1000 loss 4.5000 ppl 90.02 lr 3.100e-04 12.3k tok/s elapsed 1m30s eta 2m20s");
+    /* a diverging run's perplexity does not push the rest off the line */
+    struct tfm_progress_row big = r;
+    big.loss = 690;
+    big.ppl = exp(690);
+    char wide[512];
+    tfm_progress_format(&p, &big, wide, sizeof wide);
+    CHECK_STR(wide, "step 300/1000 loss 690.0000 ppl 4.605e+299 lr 3.100e-04 12.3k tok/s elapsed 1m30s eta 2m20s");
+    big.ppl = INFINITY;
+    tfm_progress_format(&p, &big, wide, sizeof wide);
+    CHECK_STR(wide, "step 300/1000 loss 690.0000 ppl inf lr 3.100e-04 12.3k tok/s elapsed 1m30s eta 2m20s");
+    big.ppl = 999999.994;   /* %.2f would round it to 1000000.00 */
+    tfm_progress_format(&p, &big, wide, sizeof wide);
+    CHECK_STR(wide, "step 300/1000 loss 690.0000 ppl 999999.99 lr 3.100e-04 12.3k tok/s elapsed 1m30s eta 2m20s");
     CHECK(tfm_progress_report(&p, &r, &err) == 0);
     struct tfm_progress_row v = {.valid = 1, .step = 300, .loss = 4.0, .ppl = 54.6, .elapsed = 90,
                                  .tokens = 50};

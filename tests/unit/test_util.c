@@ -1,4 +1,5 @@
-/* test_util: the monotonic clock, growing arrays and random numbers (src/util.h). */
+/* test_util: the monotonic clock, growing arrays, random numbers and numbers read from text
+ * (src/util.h). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,10 +58,42 @@ static void test_rng(void)
     CHECK(tfm_rng_below(&s, 1) == 0);
 }
 
+static void test_parse(void)
+{
+    long long i = 7;
+    CHECK(tfm_parse_int("80", &i) == 0 && i == 80);
+    CHECK(tfm_parse_int("-3", &i) == 0 && i == -3);
+    CHECK(tfm_parse_int("+3", &i) == 0 && i == 3);
+    CHECK(tfm_parse_int("9223372036854775807", &i) == 0 && i == INT64_MAX);
+    CHECK_EQ_INT(tfm_parse_int("9223372036854775808", &i), -2);
+    static const char *const not_int[] = {"", " 80", "80 ", "0x10", "8.0", "1e3", "-", "+",
+                                          "80x", "\t8", "\n"};
+    for (size_t k = 0; k < sizeof not_int / sizeof *not_int; k++) {
+        i = 7;
+        CHECK(tfm_parse_int(not_int[k], &i) == -1 && i == 7);
+    }
+    double d = 7;
+    CHECK(tfm_parse_double("0.5", &d) == 0 && d == 0.5);
+    CHECK(tfm_parse_double(".5", &d) == 0 && d == 0.5);
+    CHECK(tfm_parse_double("5.", &d) == 0 && d == 5);
+    CHECK(tfm_parse_double("-2e-3", &d) == 0 && d == -2e-3);
+    CHECK(tfm_parse_double("1E+2", &d) == 0 && d == 100);
+    CHECK(tfm_parse_double("1e-300", &d) == 0 && d == 1e-300);
+    CHECK_EQ_INT(tfm_parse_double("1e-400", &d), -2);
+    CHECK_EQ_INT(tfm_parse_double("1e400", &d), -2);
+    static const char *const not_real[] = {"", " 1", "1 ", "0x1p3", "inf", "nan", "-inf",
+                                           "1e", "1e+", ".", "e3", "1.2.3", "1,5", "5s"};
+    for (size_t k = 0; k < sizeof not_real / sizeof *not_real; k++) {
+        d = 7;
+        CHECK(tfm_parse_double(not_real[k], &d) == -1 && d == 7);
+    }
+}
+
 int main(void)
 {
     t_run("tfm_grow: keeps, grows by half, refuses overflow", test_grow);
     t_run("tfm_now: a monotonic clock in seconds", test_now);
     t_run("tfm_rng_next, tfm_rng_below: splitmix64, uniform below n", test_rng);
+    t_run("tfm_parse_int, tfm_parse_double: decimal, whole, in range", test_parse);
     return t_done();
 }
