@@ -840,7 +840,7 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         tfm_header_free(&acc->header);
         acc->header = c->header;
         tfm_header_init(&c->header, "");
-        free(acc->config);      /* its run keys (precision, max_steps...) may differ */
+        free(acc->config);
         acc->config = c->config;
         c->config = NULL;
         acc->state = c->state;
