@@ -77,6 +77,15 @@ static const struct option OPTS[] = {
 /* Which options each subcommand takes (short letters; OPT_SEED is train only). */
 static const char *const SHORT[] = {"m:n:t:c:s:j:O:vpqh", "m:bej:zo:pqh", "m:ipqh"};
 
+/* encode's and decode's summary on stderr (--progress), of a run started at t0. */
+static void summary(int64_t sentences, int64_t tokens, int64_t unknown, double t0)
+{
+    double dt = tfm_now() - t0;
+    fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), %.2f s, "
+            "%.0f sentences/s\n", (long long)sentences, (long long)tokens,
+            (long long)unknown, dt, dt > 0 ? (double)sentences / dt : 0.0);
+}
+
 /* The tool, with room for the --trainer-option values (one per argument at most). */
 static int run(int argc, char **argv, const char **options)
 {
@@ -226,11 +235,7 @@ static int run(int argc, char **argv, const char **options)
         if (tfm_tokenize_encode(s, in, output, &eopt, &err)) {
             status = tfm_cli_fail(&err, 1);
         } else if (progress) {
-            double dt = tfm_now() - t0;
-            fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), "
-                    "%.2f s, %.0f sentences/s\n", (long long)eopt.sentences,
-                    (long long)eopt.tokens, (long long)eopt.unknown, dt,
-                    dt > 0 ? (double)eopt.sentences / dt : 0.0);
+            summary(eopt.sentences, eopt.tokens, eopt.unknown, t0);
         }
     } else {            /* decode */
         dopt.model = s;
@@ -239,11 +244,7 @@ static int run(int argc, char **argv, const char **options)
         if (tfm_tokenize_decode(in, stdout, &dopt, &err)) {
             status = tfm_cli_fail(&err, 1);
         } else if (progress) {
-            double dt = tfm_now() - t0;
-            fprintf(stderr, "tfm-tokenize: %lld sentences, %lld tokens (%lld unknown), "
-                    "%.2f s, %.0f sentences/s\n", (long long)dopt.sentences,
-                    (long long)dopt.tokens, (long long)dopt.unknown, dt,
-                    dt > 0 ? (double)dopt.sentences / dt : 0.0);
+            summary(dopt.sentences, dopt.tokens, dopt.unknown, t0);
         }
     }
     tfm_spm_free(s);

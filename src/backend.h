@@ -539,8 +539,8 @@ const char *tfm_precision_name(enum tfm_precision p);
 #define TFM_CPU_MAX_THREADS 1024
 
 /* The CPU backend with `threads` threads, the caller's included (0: the number of online
- * CPUs, at most TFM_CPU_MAX_THREADS).  The BLAS runs single-threaded inside the ops' ranges (one thread pool, pool.h,
- * no contention).
+ * CPUs, at most TFM_CPU_MAX_THREADS).  The BLAS runs single-threaded inside the ops'
+ * ranges (one thread pool, pool.h, no contention).
  * Free with be->destroy(be).  NULL with err on failure. */
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
 

@@ -300,6 +300,34 @@ fail:
 const char *const tfm_checkpoint_run_keys[] = {"max_steps", "save_every", "keep", "precision",
                                                NULL};
 
+/* c's config text over the defaults, unchecked. */
+static int config_of(const struct tfm_checkpoint *c, struct tfm_config *cfg,
+                     struct tfm_error *err)
+{
+    tfm_config_defaults(cfg);
+    if (tfm_config_parse(cfg, c->config, strlen(c->config), "config", err))
+        return tfm_error_prefix(err, "%s", c->path);
+    return 0;
+}
+
+/* The first key but the run keys whose value differs between a and b, its two values in
+ * va and vb (n bytes each); NULL when none does. */
+static const char *config_difference(const struct tfm_config *a, const struct tfm_config *b,
+                                     char *va, char *vb, size_t n)
+{
+    int nkeys;
+    const struct tfm_config_key *keys = tfm_config_keys(&nkeys);
+    for (int i = 0; i < nkeys; i++) {
+        if (tfm_checkpoint_key_may_change(keys[i].name))
+            continue;
+        tfm_config_get(a, keys[i].name, va, n);
+        tfm_config_get(b, keys[i].name, vb, n);
+        if (strcmp(va, vb) != 0)
+            return keys[i].name;
+    }
+    return NULL;
+}
+
 /* 0 when the configs of c and ref give every key but the run keys the same value, else
  * -1 naming the first key that differs.  Values, not the text: a config written without
  * a key that a later version added (its default), with comments or other spacing, is the
@@ -308,24 +336,13 @@ static int compare_configs(const struct tfm_checkpoint *c, const struct tfm_chec
                            struct tfm_error *err)
 {
     struct tfm_config a, b;
-    tfm_config_defaults(&a);
-    tfm_config_defaults(&b);
-    if (tfm_config_parse(&a, c->config, strlen(c->config), "config", err))
-        return tfm_error_prefix(err, "%s", c->path);
-    if (tfm_config_parse(&b, ref->config, strlen(ref->config), "config", err))
-        return tfm_error_prefix(err, "%s", ref->path);
-    int n;
-    const struct tfm_config_key *keys = tfm_config_keys(&n);
-    for (int i = 0; i < n; i++) {
-        char va[256], vb[256];
-        if (tfm_checkpoint_key_may_change(keys[i].name))
-            continue;
-        tfm_config_get(&a, keys[i].name, va, sizeof va);
-        tfm_config_get(&b, keys[i].name, vb, sizeof vb);
-        if (strcmp(va, vb) != 0)
-            return tfm_fail(err, "different config: '%s = %s' against '%s = %s'", keys[i].name,
-                            va, keys[i].name, vb);
-    }
+    if (config_of(c, &a, err) || config_of(ref, &b, err))
+        return -1;
+    char va[256], vb[256];
+    const char *key = config_difference(&a, &b, va, vb, sizeof va);
+    if (key)
+        return tfm_fail(err, "different config: '%s = %s' against '%s = %s'", key, va, key,
+                        vb);
     return 0;
 }
 
@@ -355,9 +372,8 @@ int tfm_checkpoint_compatible(const struct tfm_checkpoint *c, const struct tfm_c
 int tfm_checkpoint_config(const struct tfm_checkpoint *c, struct tfm_config *cfg,
                           struct tfm_error *err)
 {
-    tfm_config_defaults(cfg);
-    if (tfm_config_parse(cfg, c->config, strlen(c->config), "config", err))
-        return tfm_error_prefix(err, "%s", c->path);
+    if (config_of(c, cfg, err))
+        return -1;
     if (tfm_config_check(cfg, 1, err))
         return tfm_error_prefix(err, "%s: config", c->path);
     return 0;
@@ -824,7 +840,7 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         tfm_header_free(&acc->header);
         acc->header = c->header;
         tfm_header_init(&c->header, "");
-        free(acc->config);      /* its run keys (precision, max_steps...) may differ */
+        free(acc->config);
         acc->config = c->config;
         c->config = NULL;
         acc->state = c->state;
@@ -928,18 +944,11 @@ int tfm_checkpoint_find_last(const char *dir, char *path, size_t n, struct tfm_e
 int tfm_checkpoint_same_config(const struct tfm_config *cfg, const struct tfm_config *ck,
                                const char *path, struct tfm_error *err)
 {
-    int n;
-    const struct tfm_config_key *keys = tfm_config_keys(&n);
-    for (int i = 0; i < n; i++) {
-        char a[256], b[256];
-        if (tfm_checkpoint_key_may_change(keys[i].name))
-            continue;
-        tfm_config_get(cfg, keys[i].name, a, sizeof a);
-        tfm_config_get(ck, keys[i].name, b, sizeof b);
-        if (strcmp(a, b) != 0)
-            return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
-                            "resume with the checkpoint's config (only max_steps, save_every, "
-                            "keep and precision may change)", path, keys[i].name, b, a);
-    }
+    char a[256], b[256];
+    const char *key = config_difference(cfg, ck, a, b, sizeof a);
+    if (key)
+        return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
+                        "resume with the checkpoint's config (only max_steps, save_every, "
+                        "keep and precision may change)", path, key, b, a);
     return 0;
 }

@@ -581,11 +581,11 @@ static struct tfm_attn_writer *write_attention(struct tfm_output *file,
 }
 
 /* The outputs of a run.  Paths are opened once the input is read, before decoding, so that
- * one that cannot be written fails before the work, not after it; when the hypotheses are there, the data go
- * to the files' temporaries first and to standard output (which cannot be taken back)
- * last, and the files are committed at the very end, the hypotheses before the attention:
- * a run that fails leaves neither file, where the attention had been written whole before
- * the hypotheses failed. */
+ * one that cannot be written fails before the work, not after it.  When the hypotheses
+ * are there, the data go to the files' temporaries first and to standard output (which
+ * cannot be taken back) last, and the files are committed at the very end, the hypotheses
+ * before the attention: a run that fails leaves neither file, where the attention had
+ * been written whole before the hypotheses failed. */
 struct outputs {
     struct tfm_output hyp, attn;    /* open when written to a path (not "-") */
     int hyp_file, attn_file;
