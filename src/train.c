@@ -935,6 +935,8 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     /* ranks: a backend and a model replica each */
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     int per = threads / run->R > 0 ? threads / run->R : 1;
+    if (per > TFM_CPU_MAX_THREADS)      /* the most one CPU backend runs */
+        per = TFM_CPU_MAX_THREADS;
     if (!(run->comm = tfm_comm_threads(run->R, err)) ||
         (run->W > 1 && !(run->procs = tfm_comm_procs(run->g, run->W, &(struct tfm_dist_watch){
                                                       o->stop, o->notes, o->prog}, err))))

@@ -1285,3 +1285,10 @@ PY
     assert_line "tfm-train: $T/none.tfm: No such file or directory"
     [ ! -e "$T/v" ]
 }
+
+@test "--threads above what one CPU rank runs (1024) trains with 1024 on that rank" {
+    run tfm-train "${SMALL[@]}" -j 2000 -o "$T/j" --max-steps 1 -q "$M/b.tfm"
+    assert_success
+    run tfm-cat "$T/j/last.tfm"
+    assert_success
+}
