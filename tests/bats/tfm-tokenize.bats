@@ -471,7 +471,7 @@ ids_by_cat() {
     tfm-cat out.tfm > /dev/null
 }
 
-@test "-m of train or -o of encode naming an input is a usage error: the input stays" {
+@test "-m of train or -o of encode naming an input (or encode's model) is a usage error: the input stays" {
     cd "$T"
     head -n 50 "$M/val.en" > a.txt
     cp a.txt keep.txt
@@ -491,6 +491,12 @@ ids_by_cat() {
     assert_failure 2
     cmp a.txt keep.txt
     [ -L link.txt ]
+    # nor the model
+    cp "$M/bpe.model" m.model
+    run tfm-tokenize encode -q -m m.model -o m.model a.txt
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: --output 'm.model' is the model m.model: the stream would replace it"
+    cmp m.model "$M/bpe.model"
     # another file is written, over an old one too
     tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
     tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
