@@ -531,19 +531,31 @@ int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const 
         if (adds_content(tok, tl))
             content_end = li;
     li = 0;
+    /* openings dropped for being too deep, and with them as many closes: a restored
+     * tree, with its preterminals and an outer wrapper, stays within MAX_DEPTH brackets,
+     * so that the parser reads it back and the scorer's recursion is bounded */
+    int64_t too_deep = 0;
     while ((tok = next_tok(lin, lin_len, &li, &tl)) != NULL) {
         if (tok[0] == '(') {
-            if (tl == 1)
+            if (tl == 1) {
                 st->dropped_open++;
-            else if (open_phrase(t, &s, tok + 1, tl - 1, err) < 0)
+            } else if (s.depth >= MAX_DEPTH - 2) {
+                st->dropped_open++;
+                too_deep++;
+            } else if (open_phrase(t, &s, tok + 1, tl - 1, err) < 0) {
                 goto done;
+            }
         } else if (tok[0] == ')') {
-            if (s.depth == 0)
+            if (too_deep > 0) {
+                too_deep--;
                 st->dropped_close++;
-            else if (s.depth == 1 && li < content_end)
+            } else if (s.depth == 0) {
+                st->dropped_close++;
+            } else if (s.depth == 1 && li < content_end) {
                 st->deferred_close++;
-            else
+            } else {
                 s.depth--;
+            }
         } else {
             const char *w = next_tok(words, words_len, &wi, &wl);
             if (!w) {

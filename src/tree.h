@@ -20,7 +20,9 @@
  *     words; the source side never contains trace words;
  *   - an outer wrapper (a top-level bracket labelled "", TOP or ROOT) is not written.
  * RESTORATION (decoder output + the source words -> one tree), one pass, left to right:
- *   - "(X" opens a constituent X (a bare "(" is dropped);
+ *   - "(X" opens a constituent X (a bare "(" is dropped, and so is an opening that would
+ *     nest brackets deeper than the parser reads, 4094 constituents, with as many of the
+ *     closes that follow it);
  *   - ")..." closes the innermost open constituent, whatever label it carries (the
  *     opening token decides the label); with none open it is dropped; a close of the
  *     outermost open constituent while an opening token or a preterminal token still

@@ -404,6 +404,23 @@ print(d[\"score\"])'"
     assert_line "   1    4    1    0.00   0.00     0      0    0      0      3     0     0.00"
 }
 
+@test "restoration: brackets nested too deep are dropped, so the tree reads back and scores" {
+    # 100000 openings (a model's output without --tree): the restored tree keeps the
+    # deepest nesting the tree reader takes (4096 brackets with the preterminal and an
+    # outer wrapper); scoring it crashed, and --restore printed an error
+    awk 'BEGIN { for (i = 0; i < 100000; i++) printf "(S "; printf "XX"; \
+                 for (i = 0; i < 100000; i++) printf " )S"; print "" }' > "$BATS_TEST_TMPDIR/h"
+    echo w > "$BATS_TEST_TMPDIR/src"
+    echo '( (S (NN w)) )' > "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line -n 0 --partial "(sentences = 1 valid = 1 errors = 0 skipped = 0 matched = 2 gold = 2 test = 4095)"
+    tfm-score --restore --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h" > "$BATS_TEST_TMPDIR/t"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/t"
+    assert_success
+    [ "$(grep -o '(S' <<< "$output" | wc -l)" -eq 4094 ]
+}
+
 @test "f1 restoration: a forest output scores as one tree" {
     printf '%s\n%s\n' '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' \
         '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' > "$BATS_TEST_TMPDIR/g"
