@@ -20,7 +20,10 @@
  *    probability 1: a model unsure of where it is in the source does not flee into
  *    brackets;
  *    TFM_TREE_COUNT: any leaves, as many as the source has words (pieces starting with
- *    "▁"), for targets with XX or POS tags in place of the words;
+ *    "▁"; an unknown piece, unk, continues its word), for targets with XX or POS tags in
+ *    place of the words; a leaf is one that restoration reads as one: its text does not
+ *    start with a bracket ("▁(" or "▁)" alone, or continued), and "▁" alone, which is
+ *    no text, goes on with a piece that does not start with one;
  *  - eos only once the root is closed over every word; a bracket opens only while words
  *    remain and while the tokens left before the sentence's maximum length still suffice
  *    to close everything open (so the maximum length never cuts a tree), at most
