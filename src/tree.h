@@ -29,6 +29,8 @@
  *     follows somewhere later is deferred: not applied, so the outermost constituent stays
  *     open and what follows goes inside it ("(S (NP XX )NP )S (VP XX )VP" -> one S over
  *     NP and VP, not two trees);
+ *   - a label or tag ends at its first bracket ("(NP)" opens NP, "XX)" is a preterminal
+ *     XX), so that the printed tree reads back as the same tree;
  *   - any other token is a preterminal: the tag is the token, the word is the next unused
  *     source word; when the source words are used up it is dropped; with no constituent
  *     open (before the first opening token), a root constituent labelled root is opened

@@ -421,6 +421,20 @@ print(d[\"score\"])'"
     [ "$(grep -o '(S' <<< "$output" | wc -l)" -eq 4094 ]
 }
 
+@test "restoration: a label or tag ends at its first bracket, so the tree reads back" {
+    # a model's output without --tree, or with count (a leaf "XX" then ")"): the restored
+    # tree printed "(S (NP) (XX a)) (XX) b) ...", which no tree reader takes
+    echo '(S (NP) XX )NP XX) (A(B XX )S' > "$BATS_TEST_TMPDIR/h"
+    echo 'a b c' > "$BATS_TEST_TMPDIR/src"
+    run tfm-score --restore --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_output "(S (NP (XX a)) (XX b) (A (XX c)))"
+    echo "$output" > "$BATS_TEST_TMPDIR/t"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_output "$(printf 'a b c\t(S (NP XX )NP XX (A XX )A )S')"
+}
+
 @test "f1 restoration: a forest output scores as one tree" {
     printf '%s\n%s\n' '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' \
         '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' > "$BATS_TEST_TMPDIR/g"
