@@ -17,7 +17,7 @@ $(if $(wildcard $(PIPE_ROOT)/pipelines/common.mk),,$(error $(MAKEFILE_NAME): can
 BIN       ?= $(PIPE_ROOT)/bin
 DATA      ?= $(PIPE_ROOT)/data
 
-# Trees, one a line or .mrg (several lines a tree).  The NLTK sample: 3253 training trees
+# Trees, one a line or .mrg (several lines a tree), plain or gzip.  The NLTK sample: 3253 training trees
 # (wsj_0001-0149) and 248 development trees (wsj_0150-0169), which serve for validation and
 # for the score, since its test files are held out.
 P           := $(DATA)/ptb-nltk-sample
@@ -116,14 +116,11 @@ $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
 # Named, so that make keeps them rather than deleting them as intermediate files.
 $(W)/valid.src $(W)/valid.tgt:
 
-# The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
-one_tree_a_line = awk '{ for (i = 1; i <= length($$0); i++) { c = substr($$0, i, 1); \
-    if (c == "(") d++; else if (c == ")") d--; } \
-    gsub(/^[ \t]+|[ \t]+$$/, ""); if ($$0 == "") next; \
-    t = t (t == "" ? "" : " ") $$0; if (d == 0) { print t; t = "" } }'
-$(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test
+# The gold trees of the test set, one a line (the first TEST_LINES), read as test.lin reads
+# them: from either layout, several trees on a line, CRLF or gzip alike.
+$(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test | $(BIN)/tfm-score
 	@mkdir -p $(@D)
-	$(one_tree_a_line) $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
+	$(TFM)score --oneline $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
 
 # ---- after decoding: restore the trees with the source words, and score them ----------------
 # The decoder's text output (test.hyp.txt) is restored as it is: tfm-score makes one tree of

@@ -486,6 +486,27 @@ step-000008.tfm"
         "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 ."
 }
 
+@test "wsj_parse: the gold trees follow the words from CRLF, gzip and several trees a line" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    local d="$TFM_ROOT/data/ptb-nltk-sample/wsj_0150-0169.dev"
+    # test.gold was made by an awk of its own: a CRLF file's blank line "\r" became a gold
+    # line (every tree scored against the one before), gzip was read as text, and two
+    # trees on a line were one gold line beside two lines of words
+    sed 's/$/\r/' "$d.mrg" > crlf.mrg
+    gzip -c "$d.mrg" > gz.mrg.gz
+    head -8 "$d.oneline.txt" | paste -d ' ' - - > two.txt
+    local f
+    for f in crlf.mrg gz.mrg.gz two.txt; do
+        run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W="w-$f" TEST_TREES="$f" \
+            TEST_LINES=5 "w-$f/test.gold" "w-$f/test.words"
+        assert_success
+        [ "$(wc -l < "w-$f/test.gold")" -eq 5 ]
+        assert_equal "$("$BIN/tfm-score" --linearize "w-$f/test.gold" | cut -f1)" "$(cat "w-$f/test.words")"
+        assert_equal "$(head -1 "w-$f/test.gold" | cut -c1-22)" "( (S (S-TPC-2 (NP-SBJ-"
+    done
+}
+
 @test "wsj_parse: REVERSE, LEAVES and TEST_LINES changed in the same W redo what they change" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"

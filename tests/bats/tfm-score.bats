@@ -435,6 +435,24 @@ print(d[\"score\"])'"
     assert_output "$(printf 'a b c\t(S (NP XX )NP XX (A XX )A )S')"
 }
 
+@test "--oneline: each tree on a line, as --linearize reads the file" {
+    printf '(S (NP a)\r\n  (VP b)) (S (NP c) (VP d))\r\n\r\n( (X (-NONE- *)))\n' > "$BATS_TEST_TMPDIR/t"
+    gzip -c "$BATS_TEST_TMPDIR/t" > "$BATS_TEST_TMPDIR/t.gz"
+    run tfm-score --oneline "$BATS_TEST_TMPDIR/t.gz"
+    assert_success
+    assert_output "$(printf '%s\n' '(S (NP a) (VP b))' '(S (NP c) (VP d))' '( (X (-NONE- *)))')"
+    [ "$(tfm-score --linearize "$BATS_TEST_TMPDIR/t" | wc -l)" -eq 3 ]
+    run tfm-score --oneline --linearize "$BATS_TEST_TMPDIR/t"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --linearize and --oneline exclude each other"
+    run tfm-score --oneline --keep-words "$BATS_TEST_TMPDIR/t"
+    assert_failure 2
+    echo '(S (a b' > "$BATS_TEST_TMPDIR/bad"
+    run tfm-score --oneline "$BATS_TEST_TMPDIR/bad"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/bad: tree starting on line 1: column 8: unbalanced brackets: 2 left open at the end"
+}
+
 @test "f1 restoration: a forest output scores as one tree" {
     printf '%s\n%s\n' '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' \
         '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' > "$BATS_TEST_TMPDIR/g"
