@@ -105,6 +105,10 @@ EXTRA_SETTINGS      = source
 $(W)/train.lin: $(TRAIN_TREES) $(W)/settings/text-train | $(BIN)/tfm-score ; $(call lin,$<,$(TRAIN_LINES))
 $(W)/valid.lin: $(VALID_TREES) $(W)/settings/text-valid | $(BIN)/tfm-score ; $(call lin,$<)
 $(W)/test.lin:  $(TEST_TREES) $(W)/settings/text-test | $(BIN)/tfm-score ; $(call lin,$<,$(TEST_LINES))
+# A test set that cannot be read stops the run before training rather than after it
+# (order-only: a new test set does not train again).
+$(W)/train.done: | $(W)/test.lin
+
 # The words of each tree (test.words: what restoration and the score read) and the model's
 # source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
 # al. (2015) fed their parser.

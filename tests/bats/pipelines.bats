@@ -507,6 +507,18 @@ step-000008.tfm"
     done
 }
 
+@test "wsj_parse: a test tree that cannot be read stops the run before training" {
+    need_tools
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '(S (NP (DT a)) (VP (VB b)))' '(S (NP (DT a)) b)' > bad.txt
+    run $PARSE W=b TEST_TREES=bad.txt
+    assert_failure
+    assert_line "tfm-score: bad.txt: tree starting on line 2: column 16: a word beside brackets"
+    assert_not_exist b/train.done
+    assert_not_exist b/ckpt
+    refute_output --partial "tfm-train"
+}
+
 @test "wsj_parse: REVERSE, LEAVES and TEST_LINES changed in the same W redo what they change" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"
