@@ -193,8 +193,11 @@ static void advance(struct tfm_treecon *tc, struct row *r, int32_t *stk, int32_t
         return;
     r->t++;
     int c = x >= 0 && x < tc->vocab ? tc->cls[x] : C_NONE;
-    if (tc->mode == TFM_TREE_COPY && x == next_piece(tc, r) && c != C_OPEN && c != C_CLOSE)
-        c = C_LEAF;                             /* a source piece, whatever it looks like */
+    /* inside the root, the source's next piece is a leaf, whatever it looks like: mask
+     * offers it as the copy even when it is a bracket piece ("(NP" as a word), which as
+     * a bracket would be offered again and again, past every limit on brackets */
+    if (tc->mode == TFM_TREE_COPY && r->depth > 0 && x == next_piece(tc, r))
+        c = C_LEAF;
     r->bare = c == C_LEAF && x >= 0 && x < tc->vocab && (tc->text[x] & T_BARE);
     if (c == C_OPEN) {
         stk[r->depth++] = x;

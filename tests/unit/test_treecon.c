@@ -404,6 +404,57 @@ static void test_count_text(void)
     tfm_treecon_free(tc);
 }
 
+/* COPY with source pieces that are bracket pieces ("(NP" and ")S" as words): each is
+ * copied as a leaf, even by a model that prefers them as brackets.  They were taken for
+ * brackets: the opening one was written again and again, deeper than the constraint's
+ * stack, and the closing one ended the root before the words. */
+static int bracket_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,
+                        float *logp, struct tfm_error *err)
+{
+    (void)ctx, (void)last, (void)row_src, (void)err;
+    for (int i = 0; i < nrows * V; i++)
+        logp[i] = i % V == T_NP || i % V == T_ES ? -0.1f : -5.0f;
+    return 0;
+}
+
+static void test_copy_bracket_source(void)
+{
+    struct tfm_error err = {0};
+    static const int32_t src[] = {T_NP, T_ES, T_THE, 3};
+    for (int beam = 1; beam <= 4; beam *= 4) {
+        struct tfm_treecon *tc = tfm_treecon_create(PIECES, V, TFM_TREE_COPY, &err);
+        struct tfm_step_model inner = {NULL, V, bracket_step, no_select, NULL}, m;
+        int max_len = 100;
+        CHECK(tfm_treecon_begin(tc, &inner, 1, 4, src, &max_len, &m, &err) == 0);
+        struct tfm_beam_opts o;
+        tfm_beam_defaults(&o);
+        o.beam = beam;
+        o.nbest = beam;
+        struct tfm_hyps h = {0};
+        CHECK(tfm_beam_search(&m, 1, &max_len, NULL, &o, &h, &err) == 0);
+        CHECK(h.n >= 1);
+        for (int64_t i = 0; i < h.n; i++) {
+            const int32_t *y = h.ids + h.offsets[i];
+            int n = (int)(h.offsets[i + 1] - h.offsets[i]), depth = 0, j = 0, ok = 1;
+            int32_t stack[TFM_TREE_MAX_DEPTH];
+            CHECK(h.score[i] > -INFINITY);
+            for (int k = 0; k < n && ok; k++) {
+                if (depth > 0 && j < 3 && y[k] == src[j])
+                    j++;                                /* the next source piece: a leaf */
+                else if (y[k] == T_S || y[k] == T_NP)
+                    ok = depth < TFM_TREE_MAX_DEPTH && (stack[depth++] = y[k], 1);
+                else if (y[k] == T_ES || y[k] == T_ENP)
+                    ok = depth > 0 && stack[--depth] == y[k] - 1 && (depth > 0 || k == n - 1);
+                else
+                    ok = 0;
+            }
+            CHECK(ok && depth == 0 && j == 3);
+        }
+        tfm_hyps_free(&h);
+        tfm_treecon_free(tc);
+    }
+}
+
 static void test_errors(void)
 {
     struct tfm_error err = {0};
@@ -423,6 +474,7 @@ int main(void)
     t_run("copy: a leaf has the mass of every word start", test_copy_probabilities);
     t_run("copy: no word start possible gives -inf, not NaN", test_copy_no_words);
     t_run("count: leaves are tokens that restoration reads as leaves", test_count_text);
+    t_run("copy: source pieces that are brackets are copied as leaves", test_copy_bracket_source);
     t_run("a vocabulary without brackets; mode names", test_errors);
     return t_done();
 }
