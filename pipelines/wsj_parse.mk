@@ -68,13 +68,14 @@ TREE      ?= $(if $(and $(filter words,$(LEAVES)),$(filter-out 1,$(REVERSE))),co
 ifeq ($(filter $(TREE),copy count off),)
 $(error $(MAKEFILE_NAME): TREE=$(TREE): use copy, count or off)
 endif
-# Linearized trees are one piece a token when pieces may mix brackets and letters.  A
-# character the training text lacks decodes as U+2047 without the spaces SentencePiece
-# puts around it by default, which would make one word two tokens of the decoder's text
-# and give the words after it the wrong leaves in restoration.
+# Linearized trees are one piece a token when pieces may mix brackets and letters.  Each
+# word is one token of the decoder's text, or restoration gives the words after it the
+# wrong leaves: the text is not normalized (NFKC would make a full-width bracket a bracket
+# and a no-break space a space), and a character the training text lacks decodes as
+# U+2047 without the spaces SentencePiece puts around it by default.
 VOCAB     ?= 4000
 SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false \
-             --trainer-option unk_surface=⁇
+             --trainer-option normalization_rule_name=identity --trainer-option unk_surface=⁇
 HELP_TARGETS = baseline
 HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf as it is)" \
     "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
