@@ -26,7 +26,8 @@ static const char USAGE[] =
     "                 [--root LABEL] [--per-sentence] [FILE]\n"
     "       tfm-score --linearize [--keep-tags | --keep-words] [--keep-function-tags]\n"
     "                 [FILE]\n"
-    "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n";
+    "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n"
+    "       tfm-score --oneline [FILE]\n";
 
 static const char HELP[] =
     "Score hypotheses (a tfm hypotheses/tokens stream, detokenized with its embedded\n"
@@ -61,16 +62,17 @@ static const char HELP[] =
     "      --keep-words        --linearize: write the words instead of XX\n"
     "      --keep-function-tags  --linearize: keep NP-SBJ and the like\n"
     "      --restore           print the trees restored from linearized lines + --source\n"
+    "      --oneline           print each tree of FILE on one line\n"
     "  -q, --quiet             no warnings on stderr\n"
     "  -h, --help              this help\n"
     "      --version           print the version\n";
 
-enum { MODE_SCORE, MODE_LINEARIZE, MODE_RESTORE };
+enum { MODE_SCORE, MODE_LINEARIZE, MODE_RESTORE, MODE_ONELINE };
 enum { MET_BLEU, MET_CHRF, MET_F1 };
 
 enum {
     OPT_SMOOTH = 256, OPT_SMOOTH_VALUE, OPT_TOKENIZED, OPT_COMPOUND, OPT_CHAR_ORDER,
-    OPT_WORD_ORDER, OPT_BETA, OPT_WS, OPT_EPS, OPT_LINEARIZED, OPT_MAX_ERROR, OPT_LINEARIZE,
+    OPT_WORD_ORDER, OPT_BETA, OPT_WS, OPT_EPS, OPT_LINEARIZED, OPT_MAX_ERROR, OPT_LINEARIZE, OPT_ONELINE,
     OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_KEEP_WORDS, OPT_RESTORE, OPT_ROOT, OPT_VERSION,
 };
 
@@ -128,6 +130,7 @@ int main(int argc, char **argv)
         {"keep-function-tags", no_argument, NULL, OPT_KEEP_FTAGS},
         {"keep-words", no_argument, NULL, OPT_KEEP_WORDS},
         {"restore", no_argument, NULL, OPT_RESTORE},
+        {"oneline", no_argument, NULL, OPT_ONELINE},
         {"root", required_argument, NULL, OPT_ROOT},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
@@ -209,10 +212,16 @@ int main(int argc, char **argv)
         case 'j': json = 1; break;
         case OPT_LINEARIZE:
         case OPT_RESTORE:
-            if (mode != MODE_SCORE && mode != (c == OPT_LINEARIZE ? MODE_LINEARIZE : MODE_RESTORE))
-                st = tfm_cli_usage_error("--linearize and --restore exclude each other");
-            mode = c == OPT_LINEARIZE ? MODE_LINEARIZE : MODE_RESTORE;
+        case OPT_ONELINE: {
+            int m = c == OPT_LINEARIZE ? MODE_LINEARIZE
+                  : c == OPT_RESTORE   ? MODE_RESTORE : MODE_ONELINE;
+            static const char *const name[] = {"", "--linearize", "--restore", "--oneline"};
+            if (mode != MODE_SCORE && mode != m)
+                st = tfm_cli_usage_error("%s and %s exclude each other",
+                                         name[mode < m ? mode : m], name[mode < m ? m : mode]);
+            mode = m;
             break;
+        }
         case OPT_KEEP_TAGS: lo.keep_tags = fo.keep_tags = 1; break;
         case OPT_KEEP_FTAGS: lo.keep_function_tags = 1; break;
         case OPT_KEEP_WORDS: lo.keep_words = 1; break;
@@ -270,7 +279,10 @@ int main(int argc, char **argv)
         else if (lo.keep_function_tags || lo.keep_words)
             bad = "--keep-function-tags and --keep-words are for --linearize";
     } else if (nrefs || metric != MET_BLEU || json) {
-        bad = "--linearize and --restore take no -r, --metric or --json";
+        bad = "--linearize, --restore and --oneline take no -r, --metric or --json";
+    } else if (mode == MODE_ONELINE && (fo.source || fo.root || lo.keep_tags ||
+                                        lo.keep_function_tags || lo.keep_words)) {
+        bad = "--oneline takes no --source, --root or --keep-* options";
     } else if (mode == MODE_RESTORE && !fo.source) {
         bad = "--restore needs --source FILE";
     } else if (mode == MODE_RESTORE && (lo.keep_tags || lo.keep_function_tags || lo.keep_words)) {
@@ -312,6 +324,8 @@ int main(int argc, char **argv)
         rc = tfm_treebank_linearize(in, &lo, stdout, &err);
     } else if (mode == MODE_RESTORE) {
         rc = tfm_treebank_restore(in, fo.source, fo.root, stdout, &err);
+    } else if (mode == MODE_ONELINE) {
+        rc = tfm_treebank_oneline(in, stdout, &err);
     } else {
         struct tfm_score_opts so = {stdout, json, SIG_VERSION, quiet ? NULL : warn, NULL};
         struct tfm_scorer *s = metric == MET_BLEU ? tfm_bleu_scorer(&bo, nrefs, &so, &err)

@@ -17,7 +17,7 @@ $(if $(wildcard $(PIPE_ROOT)/pipelines/common.mk),,$(error $(MAKEFILE_NAME): can
 BIN       ?= $(PIPE_ROOT)/bin
 DATA      ?= $(PIPE_ROOT)/data
 
-# Trees, one a line or .mrg (several lines a tree).  The NLTK sample: 3253 training trees
+# Trees, one a line or .mrg (several lines a tree), plain or gzip.  The NLTK sample: 3253 training trees
 # (wsj_0001-0149) and 248 development trees (wsj_0150-0169), which serve for validation and
 # for the score, since its test files are held out.
 P           := $(DATA)/ptb-nltk-sample
@@ -68,9 +68,14 @@ TREE      ?= $(if $(and $(filter words,$(LEAVES)),$(filter-out 1,$(REVERSE))),co
 ifeq ($(filter $(TREE),copy count off),)
 $(error $(MAKEFILE_NAME): TREE=$(TREE): use copy, count or off)
 endif
-# Linearized trees are one piece a token when pieces may mix brackets and letters.
+# Linearized trees are one piece a token when pieces may mix brackets and letters.  Each
+# word is one token of the decoder's text, or restoration gives the words after it the
+# wrong leaves: the text is not normalized (NFKC would make a full-width bracket a bracket
+# and a no-break space a space), and a character the training text lacks decodes as
+# U+2047 without the spaces SentencePiece puts around it by default.
 VOCAB     ?= 4000
-SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false
+SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false \
+             --trainer-option normalization_rule_name=identity --trainer-option unk_surface=⁇
 HELP_TARGETS = baseline
 HELP_CORPUS = "SIZE=$(SIZE)  small (CPU, default) or paper (configs/parse.conf as it is)" \
     "TRAIN_TREES=$(TRAIN_TREES)" "VALID_TREES=$(VALID_TREES)" "TEST_TREES=$(TEST_TREES)" \
@@ -105,6 +110,10 @@ EXTRA_SETTINGS      = source
 $(W)/train.lin: $(TRAIN_TREES) $(W)/settings/text-train | $(BIN)/tfm-score ; $(call lin,$<,$(TRAIN_LINES))
 $(W)/valid.lin: $(VALID_TREES) $(W)/settings/text-valid | $(BIN)/tfm-score ; $(call lin,$<)
 $(W)/test.lin:  $(TEST_TREES) $(W)/settings/text-test | $(BIN)/tfm-score ; $(call lin,$<,$(TEST_LINES))
+# A test set that cannot be read stops the run before training rather than after it
+# (order-only: a new test set does not train again).
+$(W)/train.done: | $(W)/test.lin
+
 # The words of each tree (test.words: what restoration and the score read) and the model's
 # source (%.src): the words, or with REVERSE=1 the words in reverse order, as Vinyals et
 # al. (2015) fed their parser.
@@ -116,14 +125,11 @@ $(W)/%.tgt: $(W)/%.lin ; cut -f2 $< > $@.tmp; mv $@.tmp $@
 # Named, so that make keeps them rather than deleting them as intermediate files.
 $(W)/valid.src $(W)/valid.tgt:
 
-# The gold trees of the test set, one a line (the first TEST_LINES), from either layout.
-one_tree_a_line = awk '{ for (i = 1; i <= length($$0); i++) { c = substr($$0, i, 1); \
-    if (c == "(") d++; else if (c == ")") d--; } \
-    gsub(/^[ \t]+|[ \t]+$$/, ""); if ($$0 == "") next; \
-    t = t (t == "" ? "" : " ") $$0; if (d == 0) { print t; t = "" } }'
-$(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test
+# The gold trees of the test set, one a line (the first TEST_LINES), read as test.lin reads
+# them: from either layout, several trees on a line, CRLF or gzip alike.
+$(W)/test.gold: $(TEST_TREES) $(W)/settings/text-test | $(BIN)/tfm-score
 	@mkdir -p $(@D)
-	$(one_tree_a_line) $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
+	$(TFM)score --oneline $< $(call head_n,$(TEST_LINES)) > $@.tmp; mv $@.tmp $@
 
 # ---- after decoding: restore the trees with the source words, and score them ----------------
 # The decoder's text output (test.hyp.txt) is restored as it is: tfm-score makes one tree of

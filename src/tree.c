@@ -449,6 +449,16 @@ static const char *next_tok(const char *s, size_t len, size_t *i, size_t *tl)
     return s + b;
 }
 
+/* The length of s[0..n) up to its first bracket: a label or tag of a restored tree stops
+ * there, so that the printed tree reads back as the same tree. */
+static size_t before_bracket(const char *s, size_t n)
+{
+    size_t k = 0;
+    while (k < n && s[k] != '(' && s[k] != ')')
+        k++;
+    return k;
+}
+
 /* An opening token "(X" or a preterminal: a token that adds to the tree. */
 static int adds_content(const char *tok, size_t tl)
 {
@@ -531,19 +541,31 @@ int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const 
         if (adds_content(tok, tl))
             content_end = li;
     li = 0;
+    /* openings dropped for being too deep, and with them as many closes: a restored
+     * tree, with its preterminals and an outer wrapper, stays within MAX_DEPTH brackets,
+     * so that the parser reads it back and the scorer's recursion is bounded */
+    int64_t too_deep = 0;
     while ((tok = next_tok(lin, lin_len, &li, &tl)) != NULL) {
         if (tok[0] == '(') {
-            if (tl == 1)
+            if (tl == 1) {
                 st->dropped_open++;
-            else if (open_phrase(t, &s, tok + 1, tl - 1, err) < 0)
+            } else if (s.depth >= MAX_DEPTH - 2) {
+                st->dropped_open++;
+                too_deep++;
+            } else if (open_phrase(t, &s, tok + 1, before_bracket(tok + 1, tl - 1), err) < 0) {
                 goto done;
+            }
         } else if (tok[0] == ')') {
-            if (s.depth == 0)
+            if (too_deep > 0) {
+                too_deep--;
                 st->dropped_close++;
-            else if (s.depth == 1 && li < content_end)
+            } else if (s.depth == 0) {
+                st->dropped_close++;
+            } else if (s.depth == 1 && li < content_end) {
                 st->deferred_close++;
-            else
+            } else {
                 s.depth--;
+            }
         } else {
             const char *w = next_tok(words, words_len, &wi, &wl);
             if (!w) {
@@ -555,7 +577,7 @@ int tfm_tree_restore(struct tfm_tree *t, const char *lin, size_t lin_len, const 
                     goto done;
                 st->opened_root++;
             }
-            int32_t lab = add_str(t, tok, tl, err);
+            int32_t lab = add_str(t, tok, before_bracket(tok, tl), err);
             int32_t wo = lab < 0 ? -1 : add_str(t, w, wl, err);
             int32_t nd = wo < 0 ? -1 : add_node(t, lab, wo, err);
             if (nd < 0)

@@ -20,13 +20,17 @@
  *     words; the source side never contains trace words;
  *   - an outer wrapper (a top-level bracket labelled "", TOP or ROOT) is not written.
  * RESTORATION (decoder output + the source words -> one tree), one pass, left to right:
- *   - "(X" opens a constituent X (a bare "(" is dropped);
+ *   - "(X" opens a constituent X (a bare "(" is dropped, and so is an opening that would
+ *     nest brackets deeper than the parser reads, 4094 constituents, with as many of the
+ *     closes that follow it);
  *   - ")..." closes the innermost open constituent, whatever label it carries (the
  *     opening token decides the label); with none open it is dropped; a close of the
  *     outermost open constituent while an opening token or a preterminal token still
  *     follows somewhere later is deferred: not applied, so the outermost constituent stays
  *     open and what follows goes inside it ("(S (NP XX )NP )S (VP XX )VP" -> one S over
  *     NP and VP, not two trees);
+ *   - a label or tag ends at its first bracket ("(NP)" opens NP, "XX)" is a preterminal
+ *     XX), so that the printed tree reads back as the same tree;
  *   - any other token is a preterminal: the tag is the token, the word is the next unused
  *     source word; when the source words are used up it is dropped; with no constituent
  *     open (before the first opening token), a root constituent labelled root is opened

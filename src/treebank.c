@@ -6,8 +6,10 @@
 #include "hypread.h"
 #include "text.h"
 
-int tfm_treebank_linearize(const char *path, const struct tfm_linearize_opts *o, FILE *out,
-                           struct tfm_error *err)
+/* Each tree of path, linearized with o (words and linearization), or with o NULL as it
+ * was read, one a line. */
+static int each_tree(const char *path, const struct tfm_linearize_opts *o, FILE *out,
+                     struct tfm_error *err)
 {
     struct tfm_text in;
     tfm_text_init(&in);
@@ -23,11 +25,15 @@ int tfm_treebank_linearize(const char *path, const struct tfm_linearize_opts *o,
     size_t wcap = 0, lcap = 0;
     int k;
     while ((k = tfm_tree_parse_next(&t, all, len, &pos, err)) == 1) {
-        if (tfm_tree_linearize(&t, o, &words, &wcap, &lin, &lcap, err) < 0) {
+        if (o ? tfm_tree_linearize(&t, o, &words, &wcap, &lin, &lcap, err) < 0
+              : tfm_tree_format(&t, &lin, &lcap, err) < 0) {
             k = -2;
             break;
         }
-        fprintf(out, "%s\t%s\n", words, lin);
+        if (o)
+            fprintf(out, "%s\t%s\n", words, lin);
+        else
+            fprintf(out, "%s\n", lin);
     }
     if (k == -1)    /* the text's fault: name the file */
         tfm_error_prefix(err, "%s", in.name);
@@ -37,6 +43,17 @@ int tfm_treebank_linearize(const char *path, const struct tfm_linearize_opts *o,
     free(all);
     tfm_text_free(&in);
     return k < 0 ? -1 : 0;
+}
+
+int tfm_treebank_linearize(const char *path, const struct tfm_linearize_opts *o, FILE *out,
+                           struct tfm_error *err)
+{
+    return each_tree(path, o, out, err);
+}
+
+int tfm_treebank_oneline(const char *path, FILE *out, struct tfm_error *err)
+{
+    return each_tree(path, NULL, out, err);
 }
 
 int tfm_treebank_restore(const char *path, const char *source, const char *root, FILE *out,

@@ -1,5 +1,6 @@
-/* treebank.h: files of trees -- linearizing a treebank and restoring trees from decoder
- * output, as tfm-score --linearize and --restore do (tfm-score(1)).
+/* treebank.h: files of trees -- linearizing a treebank, printing its trees one a line,
+ * and restoring trees from decoder output, as tfm-score --linearize, --oneline and
+ * --restore do (tfm-score(1)).
  *
  * A treebank file holds trees that may span lines (.mrg) or one tree a line; errors name
  * the lines ("FILE: tree starting on line 2: line 3, column 26: reason").  Linearized
@@ -18,6 +19,10 @@
 /* Write "WORDS<TAB>LINEARIZED\n" to out for each tree of path ("-": stdin). */
 int tfm_treebank_linearize(const char *path, const struct tfm_linearize_opts *o, FILE *out,
                            struct tfm_error *err);
+
+/* Write each tree of path ("-": stdin) on one line, as tfm_tree_format prints it: the
+ * gold trees of a test set, line k for line k of tfm_treebank_linearize's output. */
+int tfm_treebank_oneline(const char *path, FILE *out, struct tfm_error *err);
 
 /* Write the tree restored (tfm_tree_restore, root label root) from each line of path
  * ("-" or NULL: stdin) and the same line of source to out, one a line. */

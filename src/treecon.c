@@ -7,6 +7,12 @@
 
 enum cls { C_NONE, C_OPEN, C_CLOSE, C_LEAF, C_CONT };
 
+/* What a leaf or continuation piece gives in the text that restoration reads (tfm-score
+ * --restore: a token starting with a bracket is a bracket, and an empty one is none):
+ * T_BRACKET, it starts with '(' or ')' (after the "▁" of a leaf), T_BARE, a leaf piece
+ * that is "▁" alone, which needs a continuation to be a token at all. */
+enum { T_BRACKET = 1, T_BARE = 2 };
+
 /* One row (a partial hypothesis): what it has written so far, as far as trees go. */
 struct row {
     int32_t sent;           /* sentence of the call */
@@ -16,6 +22,7 @@ struct row {
     int16_t run;            /* brackets opened since the last leaf or closing */
     uint8_t root_done;      /* the root has closed */
     uint8_t in_leaf;        /* the last token was part of a leaf (COUNT: may continue) */
+    uint8_t bare;           /* COUNT: the leaf so far is "▁" alone */
     uint8_t dead;           /* wrote a token the constraint forbids (never chosen: -inf) */
 };
 
@@ -23,6 +30,7 @@ struct tfm_treecon {
     enum tfm_tree_mode mode;
     int vocab;
     uint8_t *cls;           /* [vocab] enum cls */
+    uint8_t *text;          /* [vocab] T_BRACKET | T_BARE */
     int32_t *close_of;      /* [vocab] the closing piece of an opening one, else -1 */
     int32_t *opens;         /* the opening pieces */
     int nopens;
@@ -65,6 +73,7 @@ void tfm_treecon_free(struct tfm_treecon *tc)
     if (!tc)
         return;
     free(tc->cls);
+    free(tc->text);
     free(tc->close_of);
     free(tc->opens);
     free(tc->src);
@@ -85,7 +94,7 @@ struct tfm_treecon *tfm_treecon_create(const char *const *pieces, int vocab,
         return NULL;
     }
     struct tfm_treecon *tc = calloc(1, sizeof *tc);
-    if (!tc || !(tc->cls = calloc((size_t)vocab, 1)) ||
+    if (!tc || !(tc->cls = calloc((size_t)vocab, 1)) || !(tc->text = calloc((size_t)vocab, 1)) ||
         !(tc->close_of = malloc((size_t)vocab * sizeof *tc->close_of)) ||
         !(tc->opens = malloc((size_t)vocab * sizeof *tc->opens))) {
         tfm_treecon_free(tc);
@@ -105,6 +114,11 @@ struct tfm_treecon *tfm_treecon_create(const char *const *pieces, int vocab,
             tc->cls[v] = C_CLOSE;
         else
             tc->cls[v] = starts_word(p) ? C_LEAF : C_CONT;
+        const char *body = starts_word(p) ? p + 3 : p;
+        if (body[0] == '(' || body[0] == ')')
+            tc->text[v] |= T_BRACKET;
+        if (starts_word(p) && !body[0])
+            tc->text[v] |= T_BARE;
     }
     /* pair each opening piece with the closing piece of its label: few brackets, so a
      * scan of the closing ones for each is cheap */
@@ -179,8 +193,12 @@ static void advance(struct tfm_treecon *tc, struct row *r, int32_t *stk, int32_t
         return;
     r->t++;
     int c = x >= 0 && x < tc->vocab ? tc->cls[x] : C_NONE;
-    if (tc->mode == TFM_TREE_COPY && x == next_piece(tc, r) && c != C_OPEN && c != C_CLOSE)
-        c = C_LEAF;                             /* a source piece, whatever it looks like */
+    /* inside the root, the source's next piece is a leaf, whatever it looks like: mask
+     * offers it as the copy even when it is a bracket piece ("(NP" as a word), which as
+     * a bracket would be offered again and again, past every limit on brackets */
+    if (tc->mode == TFM_TREE_COPY && r->depth > 0 && x == next_piece(tc, r))
+        c = C_LEAF;
+    r->bare = c == C_LEAF && x >= 0 && x < tc->vocab && (tc->text[x] & T_BARE);
     if (c == C_OPEN) {
         stk[r->depth++] = x;
         r->run++;
@@ -234,8 +252,16 @@ static void mask(const struct tfm_treecon *tc, const struct row *r, const int32_
                 copy_tok = p;                   /* a word starts: it gathers the mass below */
                 gather = 1;
             }
+        } else if (r->bare) {
+            /* "▁" alone is no token yet: a continuation that makes one, and nothing
+             * else (room for it was checked when the "▁" came) */
+            open_ok = 0;
+            close_tok = -1;
+            cont_ok = 2;
         } else {
-            leaf_ok = r->depth > 0 && left;
+            /* a leaf that restoration reads as a preterminal: not starting with a
+             * bracket; "▁" alone only with room for its continuation */
+            leaf_ok = r->depth > 0 && left ? 1 + fits(tc, r, 0) : 0;
             cont_ok = r->in_leaf && fits(tc, r, 0);     /* a longer leaf, no progress */
         }
     }
@@ -262,10 +288,11 @@ static void mask(const struct tfm_treecon *tc, const struct row *r, const int32_
             yes = 1;
         else if (c == C_OPEN)
             yes = open_ok;
-        else if (c == C_LEAF)
-            yes = leaf_ok;
-        else if (c == C_CONT)
-            yes = cont_ok;
+        else if (c == C_LEAF)     /* COUNT: 1, a leaf that is a token; 2, "▁" alone too */
+            yes = leaf_ok && !(tc->text[v] & T_BRACKET) &&
+                  (leaf_ok == 2 || !(tc->text[v] & T_BARE));
+        else if (c == C_CONT)     /* 2: a continuation that makes "▁" a token */
+            yes = cont_ok == 1 || (cont_ok == 2 && !(tc->text[v] & T_BRACKET));
         else
             yes = 0;
         if (!yes)
@@ -340,7 +367,8 @@ int tfm_treecon_begin(struct tfm_treecon *tc, const struct tfm_step_model *inner
         const int32_t *x = src + (size_t)b * S;
         int len = 0, words = 0;
         while (len < S && x[len] != TFM_EOS_ID && x[len] != TFM_PAD_ID) {
-            words += x[len] < tc->vocab && tc->cls[x[len]] != C_CONT;
+            /* unknown characters are pieces of their own inside a word (unk) */
+            words += x[len] < tc->vocab && tc->cls[x[len]] != C_CONT && x[len] != TFM_UNK_ID;
             len++;
         }
         tc->n[b] = tc->mode == TFM_TREE_COPY ? len : words;

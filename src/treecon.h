@@ -18,9 +18,14 @@
  *    word comes is given, so a word's first piece gets the probability of every word start
  *    together (the model's belief that a leaf comes, whichever) and the rest of the word
  *    probability 1: a model unsure of where it is in the source does not flee into
- *    brackets;
+ *    brackets; a source piece that is a bracket piece ("(NP" as a word) is copied as a
+ *    leaf all the same (restoration will read it as a bracket: the Penn Treebank writes
+ *    brackets in words as -LRB- and -RRB-);
  *    TFM_TREE_COUNT: any leaves, as many as the source has words (pieces starting with
- *    "▁"), for targets with XX or POS tags in place of the words;
+ *    "▁"; an unknown piece, unk, continues its word), for targets with XX or POS tags in
+ *    place of the words; a leaf is one that restoration reads as one: its text does not
+ *    start with a bracket ("▁(" or "▁)" alone, or continued), and "▁" alone, which is
+ *    no text, goes on with a piece that does not start with one;
  *  - eos only once the root is closed over every word; a bracket opens only while words
  *    remain and while the tokens left before the sentence's maximum length still suffice
  *    to close everything open (so the maximum length never cuts a tree), at most

@@ -486,6 +486,58 @@ step-000008.tfm"
         "Pierre Vinken , 61 years old , will join the board as a nonexecutive director Nov. 29 ."
 }
 
+@test "wsj_parse: the gold trees follow the words from CRLF, gzip and several trees a line" {
+    [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
+    cd "$BATS_TEST_TMPDIR"
+    local d="$TFM_ROOT/data/ptb-nltk-sample/wsj_0150-0169.dev"
+    # test.gold was made by an awk of its own: a CRLF file's blank line "\r" became a gold
+    # line (every tree scored against the one before), gzip was read as text, and two
+    # trees on a line were one gold line beside two lines of words
+    sed 's/$/\r/' "$d.mrg" > crlf.mrg
+    gzip -c "$d.mrg" > gz.mrg.gz
+    head -8 "$d.oneline.txt" | paste -d ' ' - - > two.txt
+    local f
+    for f in crlf.mrg gz.mrg.gz two.txt; do
+        run make -s -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W="w-$f" TEST_TREES="$f" \
+            TEST_LINES=5 "w-$f/test.gold" "w-$f/test.words"
+        assert_success
+        [ "$(wc -l < "w-$f/test.gold")" -eq 5 ]
+        assert_equal "$("$BIN/tfm-score" --linearize "w-$f/test.gold" | cut -f1)" "$(cat "w-$f/test.words")"
+        assert_equal "$(head -1 "w-$f/test.gold" | cut -c1-22)" "( (S (S-TPC-2 (NP-SBJ-"
+    done
+}
+
+@test "wsj_parse: unknown and full-width characters leave each word one token of the output" {
+    need_tools
+    cd "$BATS_TEST_TMPDIR"
+    # SentencePiece decodes an unknown piece as " \u2047 " by default: "caf\u00e9" came out
+    # as "caf \u2047", two leaves for restoration, and every word after it took the leaf
+    # before its own
+    # NFKC made "\uff08" (a full-width bracket) "(", which restoration reads as one, and
+    # a no-break space a space
+    printf '%s\n' '(S (NP (NNP 日本) (NNP café)) (VP (VBD sat)) (. .))' \
+        '(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))' \
+        '(S (NP (PU （) (NN a b) (PU ）)) (VP (VBD sat)) (. .))' > unk.txt
+    run $PARSE W=u TEST_TREES=unk.txt
+    assert_success
+    run awk 'NR == FNR { n[FNR] = NF; next }
+             { k = 0; for (i = 1; i <= NF; i++) k += $i !~ /^[()]/; if (k != n[FNR]) bad++ }
+             END { print bad + 0 }' u/test.words u/test.hyp.txt
+    assert_output 0
+}
+
+@test "wsj_parse: a test tree that cannot be read stops the run before training" {
+    need_tools
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '(S (NP (DT a)) (VP (VB b)))' '(S (NP (DT a)) b)' > bad.txt
+    run $PARSE W=b TEST_TREES=bad.txt
+    assert_failure
+    assert_line "tfm-score: bad.txt: tree starting on line 2: column 16: a word beside brackets"
+    assert_not_exist b/train.done
+    assert_not_exist b/ckpt
+    refute_output --partial "tfm-train"
+}
+
 @test "wsj_parse: REVERSE, LEAVES and TEST_LINES changed in the same W redo what they change" {
     [ -x "$BIN/tfm-score" ] || skip "tfm-score not built yet"
     cd "$BATS_TEST_TMPDIR"

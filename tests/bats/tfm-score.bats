@@ -404,6 +404,55 @@ print(d[\"score\"])'"
     assert_line "   1    4    1    0.00   0.00     0      0    0      0      3     0     0.00"
 }
 
+@test "restoration: brackets nested too deep are dropped, so the tree reads back and scores" {
+    # 100000 openings (a model's output without --tree): the restored tree keeps the
+    # deepest nesting the tree reader takes (4096 brackets with the preterminal and an
+    # outer wrapper); scoring it crashed, and --restore printed an error
+    awk 'BEGIN { for (i = 0; i < 100000; i++) printf "(S "; printf "XX"; \
+                 for (i = 0; i < 100000; i++) printf " )S"; print "" }' > "$BATS_TEST_TMPDIR/h"
+    echo w > "$BATS_TEST_TMPDIR/src"
+    echo '( (S (NN w)) )' > "$BATS_TEST_TMPDIR/g"
+    run tfm-score -m f1 -r "$BATS_TEST_TMPDIR/g" --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line -n 0 --partial "(sentences = 1 valid = 1 errors = 0 skipped = 0 matched = 2 gold = 2 test = 4095)"
+    tfm-score --restore --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h" > "$BATS_TEST_TMPDIR/t"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/t"
+    assert_success
+    [ "$(grep -o '(S' <<< "$output" | wc -l)" -eq 4094 ]
+}
+
+@test "restoration: a label or tag ends at its first bracket, so the tree reads back" {
+    # a model's output without --tree, or with count (a leaf "XX" then ")"): the restored
+    # tree printed "(S (NP) (XX a)) (XX) b) ...", which no tree reader takes
+    echo '(S (NP) XX )NP XX) (A(B XX )S' > "$BATS_TEST_TMPDIR/h"
+    echo 'a b c' > "$BATS_TEST_TMPDIR/src"
+    run tfm-score --restore --source "$BATS_TEST_TMPDIR/src" "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_output "(S (NP (XX a)) (XX b) (A (XX c)))"
+    echo "$output" > "$BATS_TEST_TMPDIR/t"
+    run tfm-score --linearize "$BATS_TEST_TMPDIR/t"
+    assert_success
+    assert_output "$(printf 'a b c\t(S (NP XX )NP XX (A XX )A )S')"
+}
+
+@test "--oneline: each tree on a line, as --linearize reads the file" {
+    printf '(S (NP a)\r\n  (VP b)) (S (NP c) (VP d))\r\n\r\n( (X (-NONE- *)))\n' > "$BATS_TEST_TMPDIR/t"
+    gzip -c "$BATS_TEST_TMPDIR/t" > "$BATS_TEST_TMPDIR/t.gz"
+    run tfm-score --oneline "$BATS_TEST_TMPDIR/t.gz"
+    assert_success
+    assert_output "$(printf '%s\n' '(S (NP a) (VP b))' '(S (NP c) (VP d))' '( (X (-NONE- *)))')"
+    [ "$(tfm-score --linearize "$BATS_TEST_TMPDIR/t" | wc -l)" -eq 3 ]
+    run tfm-score --oneline --linearize "$BATS_TEST_TMPDIR/t"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --linearize and --oneline exclude each other"
+    run tfm-score --oneline --keep-words "$BATS_TEST_TMPDIR/t"
+    assert_failure 2
+    echo '(S (a b' > "$BATS_TEST_TMPDIR/bad"
+    run tfm-score --oneline "$BATS_TEST_TMPDIR/bad"
+    assert_failure 1
+    assert_output "tfm-score: $BATS_TEST_TMPDIR/bad: tree starting on line 1: column 8: unbalanced brackets: 2 left open at the end"
+}
+
 @test "f1 restoration: a forest output scores as one tree" {
     printf '%s\n%s\n' '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' \
         '(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))' > "$BATS_TEST_TMPDIR/g"

@@ -308,6 +308,153 @@ static void test_copy_no_words(void)
     tfm_treecon_free(tc);
 }
 
+/* COUNT over a vocabulary whose leaf pieces may not make tokens that restoration
+ * (tfm-score --restore) reads as preterminals: "▁(" and "▁)" would read as brackets, "▁"
+ * alone is no token unless a continuation follows, and "(" after it would make one that
+ * reads as a bracket.  Every tree the constraint lets finish, written as text (a piece's
+ * "▁" a space), is checked token by token, as restoration reads it.  The source's unknown
+ * piece continues its word: 2 words, "▁XX" and "▁" + unk. */
+enum { U_S = 4, U_ES, U_XX, U_OPEN, U_CLOSE, U_BARE, U_PAREN, U_X, UV };
+static const char *const U_PIECES[UV] = {
+    "<pad>", "<unk>", "<s>", "</s>", "\u2581(S", "\u2581)S", "\u2581XX", "\u2581(",
+    "\u2581)", "\u2581", "(", "x"};
+
+static int u_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,
+                  float *logp, struct tfm_error *err)
+{
+    (void)ctx, (void)last, (void)row_src, (void)err;
+    for (int i = 0; i < nrows * UV; i++)
+        logp[i] = -2.0f;
+    return 0;
+}
+
+/* Is the text of seq[0..n) one tree "(S" ... ")S" with `words` preterminal tokens? */
+static int u_text_tree(const int32_t *seq, int n, int words)
+{
+    char text[256] = "";
+    for (int i = 0; i < n; i++) {
+        const char *p = U_PIECES[seq[i]];
+        if (!strncmp(p, "\u2581", 3)) {
+            strcat(text, " ");
+            p += 3;
+        }
+        strcat(text, p);
+    }
+    int depth = 0, roots = 0, leaves = 0;
+    for (char *tok = strtok(text, " "); tok; tok = strtok(NULL, " ")) {
+        if (tok[0] == '(' && tok[1]) {
+            roots += depth++ == 0;
+        } else if (tok[0] == ')') {
+            if (depth-- == 0)
+                return 0;
+        } else if (tok[0] == '(' || depth == 0) {
+            return 0;
+        } else {
+            leaves++;
+        }
+    }
+    return depth == 0 && roots == 1 && leaves == words;
+}
+
+static void test_count_text(void)
+{
+    struct tfm_error err = {0};
+    struct tfm_treecon *tc = tfm_treecon_create(U_PIECES, UV, TFM_TREE_COUNT, &err);
+    CHECK(tc != NULL);
+    if (!tc)
+        return;
+    static const int32_t src[] = {U_XX, U_BARE, 1, 3};
+    int max_len = 6;
+    struct tfm_step_model inner = {NULL, UV, u_step, no_select, NULL}, m;
+    CHECK(tfm_treecon_begin(tc, &inner, 1, 4, src, &max_len, &m, &err) == 0);
+    enum { N = 20000 };
+    static int32_t pre[N][8], next[N][8], last[N], keep[N], rsrc[N];
+    static float logp[N * UV];
+    int rows = 1, bad = 0, finished = 0;
+    last[0] = 2;
+    for (int t = 0; rows > 0 && t <= max_len; t++) {
+        CHECK(m.step(m.ctx, rows, last, rsrc, logp, &err) == 0);
+        int nn = 0;
+        for (int r = 0; r < rows; r++)
+            for (int v = 0; v < UV; v++) {
+                if (!(logp[(size_t)r * UV + v] > -INFINITY))
+                    continue;
+                if (v == 3) {
+                    finished++;
+                    bad += !u_text_tree(pre[r], t, 2);
+                } else if (t < max_len && nn < N) {
+                    memcpy(next[nn], pre[r], sizeof pre[r]);
+                    next[nn][t] = v;
+                    keep[nn] = r;
+                    last[nn++] = v;
+                }
+            }
+        CHECK(nn < N);
+        if (nn)
+            CHECK(m.select(m.ctx, nn, keep, &err) == 0);
+        memcpy(pre, next, sizeof(pre[0]) * (size_t)nn);
+        rows = nn;
+    }
+    CHECK_EQ_INT(bad, 0);
+    /* within 6 tokens: (S a b )S with leaves a and b of 1 to 3 tokens in all 4 (a leaf
+     * of L tokens: XX then L - 1 of x or "(", 2^(L-1) ways, or "▁" x then L - 2 of them,
+     * 2^(L-2); so 1, 3 and 6 leaves of 1, 2 and 3 tokens: 1 + 3 + 3 + 6 + 6 + 9 = 28),
+     * and 3 trees with a second S over XX, XX or both */
+    CHECK_EQ_INT(finished, 31);
+    tfm_treecon_free(tc);
+}
+
+/* COPY with source pieces that are bracket pieces ("(NP" and ")S" as words): each is
+ * copied as a leaf, even by a model that prefers them as brackets.  They were taken for
+ * brackets: the opening one was written again and again, deeper than the constraint's
+ * stack, and the closing one ended the root before the words. */
+static int bracket_step(void *ctx, int nrows, const int32_t *last, const int32_t *row_src,
+                        float *logp, struct tfm_error *err)
+{
+    (void)ctx, (void)last, (void)row_src, (void)err;
+    for (int i = 0; i < nrows * V; i++)
+        logp[i] = i % V == T_NP || i % V == T_ES ? -0.1f : -5.0f;
+    return 0;
+}
+
+static void test_copy_bracket_source(void)
+{
+    struct tfm_error err = {0};
+    static const int32_t src[] = {T_NP, T_ES, T_THE, 3};
+    for (int beam = 1; beam <= 4; beam *= 4) {
+        struct tfm_treecon *tc = tfm_treecon_create(PIECES, V, TFM_TREE_COPY, &err);
+        struct tfm_step_model inner = {NULL, V, bracket_step, no_select, NULL}, m;
+        int max_len = 100;
+        CHECK(tfm_treecon_begin(tc, &inner, 1, 4, src, &max_len, &m, &err) == 0);
+        struct tfm_beam_opts o;
+        tfm_beam_defaults(&o);
+        o.beam = beam;
+        o.nbest = beam;
+        struct tfm_hyps h = {0};
+        CHECK(tfm_beam_search(&m, 1, &max_len, NULL, &o, &h, &err) == 0);
+        CHECK(h.n >= 1);
+        for (int64_t i = 0; i < h.n; i++) {
+            const int32_t *y = h.ids + h.offsets[i];
+            int n = (int)(h.offsets[i + 1] - h.offsets[i]), depth = 0, j = 0, ok = 1;
+            int32_t stack[TFM_TREE_MAX_DEPTH];
+            CHECK(h.score[i] > -INFINITY);
+            for (int k = 0; k < n && ok; k++) {
+                if (depth > 0 && j < 3 && y[k] == src[j])
+                    j++;                                /* the next source piece: a leaf */
+                else if (y[k] == T_S || y[k] == T_NP)
+                    ok = depth < TFM_TREE_MAX_DEPTH && (stack[depth++] = y[k], 1);
+                else if (y[k] == T_ES || y[k] == T_ENP)
+                    ok = depth > 0 && stack[--depth] == y[k] - 1 && (depth > 0 || k == n - 1);
+                else
+                    ok = 0;
+            }
+            CHECK(ok && depth == 0 && j == 3);
+        }
+        tfm_hyps_free(&h);
+        tfm_treecon_free(tc);
+    }
+}
+
 static void test_errors(void)
 {
     struct tfm_error err = {0};
@@ -326,6 +473,8 @@ int main(void)
     t_run("beam and greedy search write only trees", test_search);
     t_run("copy: a leaf has the mass of every word start", test_copy_probabilities);
     t_run("copy: no word start possible gives -inf, not NaN", test_copy_no_words);
+    t_run("count: leaves are tokens that restoration reads as leaves", test_count_text);
+    t_run("copy: source pieces that are brackets are copied as leaves", test_copy_bracket_source);
     t_run("a vocabulary without brackets; mode names", test_errors);
     return t_done();
 }
