@@ -209,6 +209,19 @@ check_mean() {
     [ ! -e "$T/x.tfm" ]
 }
 
+@test "tfm-avg through two FIFOs: a process writes the checkpoint, then reads the average" {
+    tfm-avg -o "$T/want.tfm" "$M/run/step-000006.tfm"
+    mkfifo "$T/in.fifo" "$T/out.fifo"
+    # the output, opened first, waited for its reader while that process waited to write
+    timeout 20 sh -c 'cat "$1" > "$2" && cat "$3" > "$4"' sh "$M/run/step-000006.tfm" \
+        "$T/in.fifo" "$T/out.fifo" "$T/got.tfm" 3>&- &
+    local peer=$!
+    run timeout 20 tfm-avg -o "$T/out.fifo" "$T/in.fifo"
+    wait $peer
+    assert_success
+    cmp "$T/got.tfm" "$T/want.tfm"
+}
+
 @test "an output that cannot be written is found before the checkpoints are read" {
     head -c 3000 "$M/run/step-000006.tfm" > "$T/cut.tfm"
     # the output's error, not the damaged input's: nothing was read

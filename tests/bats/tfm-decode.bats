@@ -566,6 +566,22 @@ PY
     cmp "$T/got.tfm" "$T/want.tfm"
 }
 
+@test "tfm-decode -o and --attention as two FIFOs, read one after the other: the attention first" {
+    tfm-decode -q -m "$M/model.tfm" --attention "$T/want.attn" "$M/test.tfm" > "$T/want.tfm"
+    mkfifo "$T/attn.fifo" "$T/out.fifo"
+    # the reader takes the attention to its end, then the hypotheses (3>&-: bats must not
+    # wait); the hypotheses' FIFO was opened first, waiting for a reader that never came
+    timeout 20 sh -c 'cat "$1" > "$2" && cat "$3" > "$4"' sh "$T/attn.fifo" "$T/got.attn" \
+        "$T/out.fifo" "$T/got.tfm" 3>&- &
+    local peer=$!
+    run timeout 20 tfm-decode -q -m "$M/model.tfm" -o "$T/out.fifo" --attention "$T/attn.fifo" \
+        "$M/test.tfm"
+    wait $peer
+    assert_success
+    cmp "$T/got.attn" "$T/want.attn"
+    cmp "$T/got.tfm" "$T/want.tfm"
+}
+
 @test "tfm-decode refuses a checkpoint whose vocabulary has another size than its config says" {
     # the model's config says the size of spm.model; other.model has another
     local have want
