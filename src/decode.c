@@ -570,8 +570,7 @@ static struct tfm_attn_writer *write_attention(struct tfm_output *file,
         if (tfm_attn_put(a, out->index[j], tfm_corpus_sent(src, p), (int)tfm_corpus_len(src, p),
                          tgt, (int)T, err)) {
             free(tgt);
-            tfm_attn_abort(a);
-            tfm_error_prefix(err, "%s", strcmp(o->attention, "-") ? o->attention : "<stdout>");
+            tfm_attn_abort(a);      /* its errors name the file */
             return NULL;
         }
         p++;

@@ -696,3 +696,22 @@ PY
     assert_failure 1
     assert_output --regexp "^tfm-score: $T/h.tfm: no hypothesis for sentence $first, though hyp.index goes up to $last \(hypothesis [0-9]+\): every sentence from 0 to the last must have one$"
 }
+
+@test "a write error on the --attention output names the file once" {
+    # (was 'FILE: FILE: write error', '<stdout>: <stdout>: write error'): a file size limit
+    # above the stream's header, below the attention of 200 sentences
+    for i in 1 2 3 4 5 6 7 8 9 10; do cat "$M/test.txt"; done |
+        tfm-tokenize encode -q -m "$M/spm.model" > "$T/in.tfm"
+    local limit=$(( ($(wc -c < "$M/spm.model") + 65536) / 1024 + 64 ))
+    [ "$(tfm-decode -q -m "$M/model.tfm" --attention - -o /dev/null "$T/in.tfm" | wc -c)" \
+        -gt $(( (limit + 64) * 1024 )) ]
+    run bash -c 'trap "" XFSZ; ulimit -f $1; exec tfm-decode -q -m "$2" --attention "$3" \
+        -o /dev/null "$4"' bash $limit "$M/model.tfm" "$T/attn.tfm" "$T/in.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/attn.tfm: write error: File too large"
+    [ ! -e "$T/attn.tfm" ]
+    run bash -c 'trap "" XFSZ; ulimit -f $1; exec tfm-decode -q -m "$2" --attention - \
+        -o /dev/null "$4" > "$3"' bash $limit "$M/model.tfm" "$T/attn.tfm" "$T/in.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: <stdout>: write error: File too large"
+}
