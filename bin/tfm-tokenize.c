@@ -208,6 +208,10 @@ static int run(int argc, char **argv, const char **options)
         return tfm_cli_usage_error("encode: --output '%s' is the input %s: the stream would "
                                    "replace it", output, strcmp(in, "-") == 0
                                    ? "on standard input" : in);
+    if (sub == 1 && output && tfm_cli_output_is_input(output, model))
+        return tfm_cli_usage_error("encode: --output '%s' is the model %s: the stream would "
+                                   "replace it", output, strcmp(model, "-") == 0
+                                   ? "on standard input" : model);
     if (model && !(s = tfm_spm_load_file(model, &err))) {
         return tfm_cli_fail(&err, 1);
     }
