@@ -715,3 +715,26 @@ PY
     assert_failure 1
     assert_output "tfm-decode: <stdout>: write error: File too large"
 }
+
+@test "-o or --attention naming the input or a model is a usage error: both stay" {
+    # (each was replaced by the hypotheses or the attention, exit 0)
+    cp "$M/model.tfm" "$T/m.tfm"
+    cp "$M/test.tfm" "$T/in.tfm"
+    ln -s m.tfm "$T/link.tfm"
+    run tfm-decode -q -m "$T/m.tfm" -o "$T/m.tfm" "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --output '$T/m.tfm' is the model $T/m.tfm: the hypotheses would replace it"
+    run tfm-decode -q -m "$T/m.tfm" -o "$T/in.tfm" "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --output '$T/in.tfm' is the input $T/in.tfm: the hypotheses would replace it"
+    run bash -c 'tfm-decode -q -m "$1" -o "$2" < "$2"' bash "$T/m.tfm" "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --output '$T/in.tfm' is the input on standard input: the hypotheses would replace it"
+    run tfm-decode -q -m "$M/model.tfm" -m "$T/m.tfm" --attention "$T/link.tfm" -o "$T/h.tfm" \
+        "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention '$T/link.tfm' is the model $T/m.tfm: the attention would replace it"
+    cmp "$T/m.tfm" "$M/model.tfm"
+    cmp "$T/in.tfm" "$M/test.tfm"
+    [ ! -e "$T/h.tfm" ]
+}
