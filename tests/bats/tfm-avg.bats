@@ -271,3 +271,17 @@ check_mean() {
     run ls "$T" "$T/models"
     refute_output --partial ".tmp"
 }
+
+@test "-o naming one of the checkpoints averaged is a usage error: it stays" {
+    # (run/last.tfm over run/ replaced the newest checkpoint with the average, its Adam
+    # moments gone, exit 0)
+    cp -r "$M/run" "$T/run"
+    cp "$T/run/step-000006.tfm" "$T/keep.tfm"
+    run tfm-avg -n 2 -o "$T/run/last.tfm" "$T/run"
+    assert_failure 2
+    assert_line --index 0 "tfm-avg: --output '$T/run/last.tfm' is the checkpoint $T/run/step-000006.tfm: the average would replace it"
+    run tfm-avg -o "$T/run/step-000005.tfm" "$T/run/step-000005.tfm" "$T/run/step-000006.tfm"
+    assert_failure 2
+    cmp "$T/run/step-000006.tfm" "$T/keep.tfm"
+    tfm-avg -n 2 -o "$T/avg.tfm" "$T/run"
+}
