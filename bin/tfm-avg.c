@@ -103,6 +103,13 @@ int main(int argc, char **argv)
         }
         tfm_checkpoint_list_free(paths, steps, n);
     }
+    /* an output that is one of the checkpoints (run/last.tfm over run/) would replace it */
+    for (int k = 0; k < nfiles; k++)
+        if (tfm_cli_output_is_input(out, files[k])) {
+            status = tfm_cli_usage_error("--output '%s' is the checkpoint %s: the average would "
+                                         "replace it", out, files[k]);
+            goto out;
+        }
     if (tfm_checkpoint_average((const char *const *)files, nfiles, keep, out, &err)) {
         tfm_cli_fail(&err, 1);
         goto out;

@@ -268,6 +268,22 @@ int main(int argc, char **argv)
                                    o.attention, out);
     }
     const char *in = optind < argc ? argv[optind] : "-";
+    /* an output that is an input, the sentences or a model, would replace it */
+    for (int k = 0; k < 2; k++) {
+        const char *path = k ? o.attention : out, *flag = k ? "--attention" : "--output";
+        const char *what = k ? "attention" : "hypotheses";
+        if (!path)
+            continue;
+        if (tfm_cli_output_is_input(path, in))
+            return tfm_cli_usage_error("%s '%s' is the input %s: the %s would replace it", flag,
+                                       path, strcmp(in, "-") == 0 ? "on standard input" : in,
+                                       what);
+        for (int i = 0; i < nmodels; i++)
+            if (tfm_cli_output_is_input(path, models[i]))
+                return tfm_cli_usage_error("%s '%s' is the model %s: the %s would replace it",
+                                           flag, path, strcmp(models[i], "-") == 0
+                                           ? "on standard input" : models[i], what);
+    }
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     /* standard input is read once: by one model or by the sentences */
     int stdin_models = 0;

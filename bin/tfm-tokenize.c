@@ -219,7 +219,8 @@ static int run(int argc, char **argv, const char **options)
                                    ? "on standard input" : in);
     if (sub == 1 && output && tfm_cli_output_is_input(output, model))
         return tfm_cli_usage_error("encode: --output '%s' is the model %s: the stream would "
-                                   "replace it", output, model);
+                                   "replace it", output, strcmp(model, "-") == 0
+                                   ? "on standard input" : model);
     if (model && !(s = tfm_spm_load_file(model, &err))) {
         return tfm_cli_fail(&err, 1);
     }

@@ -98,16 +98,19 @@ int tfm_attn_put(struct tfm_attn_writer *a, int64_t index, const int32_t *src, i
     if (nc + ne + nd > a->cap) {
         float *b = realloc(a->buf, (nc + ne + nd) * sizeof *b);
         if (!b)
-            return tfm_fail(err, "out of memory for the attention of %d x %d tokens", S, T);
+            return tfm_fail(err, "%s: out of memory for the attention of %d x %d tokens",
+                            tfm_writer_name(a->w), S, T);
         a->buf = b;
         a->cap = nc + ne + nd;
     }
     float *cross = a->buf, *enc = a->all ? cross + nc : NULL, *dec = a->all ? enc + ne : NULL;
     if (tfm_model_attention(a->m, S, T, src, tgt, cross, enc, dec, err))
-        return tfm_error_prefix(err, "sentence %lld", (long long)index + 1);
+        return tfm_error_prefix(err, "%s: sentence %lld", tfm_writer_name(a->w),
+                                (long long)index + 1);
     size_t len = 0;
     if (pieces(a, src, S, &len, err) || pieces(a, tgt, T, &len, err))
-        return tfm_error_prefix(err, "sentence %lld", (long long)index + 1);
+        return tfm_error_prefix(err, "%s: sentence %lld", tfm_writer_name(a->w),
+                                (long long)index + 1);
     int64_t one = 1, s = S, t = T, nlen = (int64_t)len;
     int64_t dc[4] = {a->N, a->H, T, S}, de[4] = {a->N, a->H, S, S}, dd[4] = {a->N, a->H, T, T};
     if (tfm_writer_put(a->w, "attn.index", TFM_I64, 1, &one, &index, err) ||

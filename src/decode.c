@@ -570,8 +570,7 @@ static struct tfm_attn_writer *write_attention(struct tfm_output *file,
         if (tfm_attn_put(a, out->index[j], tfm_corpus_sent(src, p), (int)tfm_corpus_len(src, p),
                          tgt, (int)T, err)) {
             free(tgt);
-            tfm_attn_abort(a);
-            tfm_error_prefix(err, "%s", strcmp(o->attention, "-") ? o->attention : "<stdout>");
+            tfm_attn_abort(a);      /* its errors name the file */
             return NULL;
         }
         p++;
@@ -581,9 +580,11 @@ static struct tfm_attn_writer *write_attention(struct tfm_output *file,
 }
 
 /* The outputs of a run.  Paths are opened once the input is read, before decoding, so that
- * one that cannot be written fails before the work, not after it.  When the hypotheses
- * are there, the data go to the files' temporaries first and to standard output (which
- * cannot be taken back) last, and the files are committed at the very end, the hypotheses
+ * one that cannot be written fails before the work, not after it (a FIFO does not wait
+ * there for its reader: output.h).  The data go to the files' temporaries first, then to
+ * what cannot be taken back (standard output, a FIFO, a device), the attention before
+ * the hypotheses, each of those finished as it is written so that a reader of one FIFO
+ * and then the other gets both; the files are committed at the very end, the hypotheses
  * before the attention: a run that fails leaves neither file, where the attention had
  * been written whole before the hypotheses failed. */
 struct outputs {
@@ -845,22 +846,23 @@ static int nbest_check(struct tfm_decode_opts *o, const char *path, const struct
                     o->search.nbest);
 }
 
-/* The hypotheses (text, or the stream into so->hw) on so->hyp, or on stdout when
- * to_stdout (and then finished). */
-static int outputs_hyps(struct outputs *so, int to_stdout, const struct run *R,
-                        const char *const *paths, int n, const struct tfm_decode_opts *o,
-                        int max_len_b, struct tfm_error *err)
+/* The hypotheses (text, or the stream into so->hw) on out (NULL: stdout), finished when
+ * finish (the stream closed, the text committed), else left for the commit. */
+static int outputs_hyps(struct outputs *so, struct tfm_output *out, int finish,
+                        const struct run *R, const char *const *paths, int n,
+                        const struct tfm_decode_opts *o, int max_len_b, struct tfm_error *err)
 {
-    struct tfm_output *out = to_stdout ? NULL : &so->hyp;
     if (o->text) {
         /* several hypotheses a sentence, searched or sampled, need their numbers; one
          * each is a plain line, as a reference has it (tfm-score, tfm-score --restore) */
-        return write_text(out, &R->out, R->hdr.spm, R->hdr.spm_size, o->search.nbest > 1, err);
+        if (write_text(out, &R->out, R->hdr.spm, R->hdr.spm_size, o->search.nbest > 1, err))
+            return -1;
+        return finish && out ? tfm_output_commit(out, err) : 0;
     }
     so->hw = write_stream(out, &R->out, &R->hdr, paths, n, o, max_len_b, err);
     if (!so->hw)
         return -1;
-    if (!to_stdout)
+    if (!finish)
         return 0;
     int rc = tfm_writer_close(so->hw, err);
     so->hw = NULL;
@@ -1006,28 +1008,32 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     for (int64_t i = 0; i < R.out.n; i++)
         if (i == 0 || R.out.index[i] != R.out.index[i - 1])
             o->stats.tokens += tfm_corpus_len(&R.out, i);
-    /* files first, standard output last, commits at the end (struct outputs) */
-    if (o->attention && so.attn_file &&
+    /* what can be taken back first, then what cannot, commits at the end (struct
+     * outputs) */
+    int attn_tmp = so.attn_file && so.attn.tmp, hyp_tmp = so.hyp_file && so.hyp.tmp;
+    if (attn_tmp &&
         !(so.aw = write_attention(&so.attn, &R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o,
                                   err)))
         goto done;
-    if (so.hyp_file && outputs_hyps(&so, 0, &R, paths, n, o, max_len_b, err))
+    if (hyp_tmp && outputs_hyps(&so, &so.hyp, 0, &R, paths, n, o, max_len_b, err))
         goto done;
-    if (o->attention && !so.attn_file) {
-        so.aw = write_attention(NULL, &R.src, R.number, &R.out, &R.ens.m[0], &R.hdr, o, err);
+    if (o->attention && !attn_tmp) {
+        so.aw = write_attention(so.attn_file ? &so.attn : NULL, &R.src, R.number, &R.out,
+                                &R.ens.m[0], &R.hdr, o, err);
         int bad = !so.aw || tfm_attn_close(so.aw, err);
         so.aw = NULL;
         if (bad)
             goto done;
     }
-    if (!so.hyp_file && outputs_hyps(&so, 1, &R, paths, n, o, max_len_b, err))
+    if (!hyp_tmp && outputs_hyps(&so, so.hyp_file ? &so.hyp : NULL, 1, &R, paths, n, o,
+                                 max_len_b, err))
         goto done;
     if (so.hw) {
         int bad = tfm_writer_close(so.hw, err);
         so.hw = NULL;
         if (bad)
             goto done;
-    } else if (so.hyp_file && tfm_output_commit(&so.hyp, err)) {
+    } else if (hyp_tmp && tfm_output_commit(&so.hyp, err)) {
         goto done;
     }
     if (so.aw) {

@@ -345,6 +345,7 @@ static void output_free(struct tfm_output *o)
     o->path = o->target = o->tmp = NULL;
     o->slot = 0;
     o->fd = -1;
+    o->pending = 0;
 }
 
 /* The name of the temporary for target, malloc'd: "TARGET.tmp.PID" beside it (the form
@@ -423,8 +424,26 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
          * socket, which cannot be opened through /proc, works */
         o->fd = fcntl(own, F_DUPFD_CLOEXEC, 0);
     } else if (!o->target) {
-        /* in place; a regular file here is an open file named through /proc */
-        o->fd = open(path, O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0));
+        /* in place; a regular file here is an open file named through /proc.  A FIFO
+         * without a reader yet is left pending (output.h); one with a reader is open
+         * now, and blocks as a pipe does */
+        struct stat st;
+        int flags = O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0);
+        if (stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) {
+            o->fd = open(path, flags | O_NONBLOCK);
+            if (o->fd < 0 && errno == ENXIO) {
+                o->pending = 1;
+                return 0;
+            }
+            int fl = o->fd >= 0 ? fcntl(o->fd, F_GETFL) : 0;
+            if (o->fd >= 0 && (fl == -1 || fcntl(o->fd, F_SETFL, fl & ~O_NONBLOCK) == -1)) {
+                int e = errno;
+                tfm_output_abort(o);
+                return tfm_fail(err, "%s: %s", path, strerror(e));
+            }
+        } else {
+            o->fd = open(path, flags);
+        }
     } else {
         if (!(o->tmp = temp_name(o->target))) {
             output_free(o);
@@ -451,8 +470,25 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
     return 0;
 }
 
+int tfm_output_fd(struct tfm_output *o, struct tfm_error *err)
+{
+    if (!o->pending)
+        return o->fd;
+    int fd;
+    do
+        fd = open(o->path, O_WRONLY | O_CLOEXEC);   /* waits for the reader */
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0)
+        return tfm_fail(err, "%s: %s", o->path, strerror(errno));
+    o->fd = fd;
+    o->pending = 0;
+    return fd;
+}
+
 int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_error *err)
 {
+    if (tfm_output_fd(o, err) < 0)
+        return -1;
     const char *s = p;
     while (n > 0) {
         ssize_t k = write(o->fd, s, n);
@@ -469,7 +505,9 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
 int tfm_output_commit(struct tfm_output *o, struct tfm_error *err)
 {
     if (!o->tmp) {                       /* in place: a device, a FIFO, an open file */
-        int rc = close(o->fd) ? tfm_fail(err, "%s: %s", o->path, strerror(errno)) : 0;
+        /* a FIFO never written is opened all the same: its reader gets an empty file */
+        int rc = tfm_output_fd(o, err) < 0 ? -1
+                 : close(o->fd) ? tfm_fail(err, "%s: %s", o->path, strerror(errno)) : 0;
         output_free(o);
         return rc;
     }

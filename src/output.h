@@ -17,7 +17,10 @@
  * to).  Anything else (a device such as /dev/null, a FIFO, a terminal, another entry of
  * /proc) is written in place, opened again: renaming a file over it would replace the
  * device, or the link, instead of writing to it; a regular file reached through /proc
- * is appended to.  Every tool's output path goes through here.
+ * is appended to.  A FIFO is opened without waiting for its reader: when it has none yet,
+ * the open that waits for one is left to the first write (or tfm_output_fd), so that a
+ * process which writes a tool's input and only then reads its output through FIFOs gets
+ * both.  Every tool's output path goes through here.
  *
  * The temporary files open at any moment are kept in a registry that a signal handler can
  * read: a tool that calls tfm_output_catch_signals has them removed when SIGINT, SIGTERM
@@ -41,11 +44,15 @@ struct tfm_output {
     char *target;   /* what tmp is renamed onto: path, or the end of its links */
     char *tmp;      /* the temporary file beside target, or NULL when writing in place */
     int slot;       /* 1 + tmp's place in the registry of temporaries; 0: not there */
+    int pending;    /* a FIFO that had no reader yet: fd is -1, opened on first use */
 };
 
 /* Open path for writing.  Returns 0, or -1 with "PATH: reason" (an empty path, a
  * directory, a loop of links, an unwritable directory). */
 int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *err);
+/* The descriptor to write, after waiting for a FIFO's reader (see above); -1 with
+ * "PATH: reason" when that open fails. */
+int tfm_output_fd(struct tfm_output *o, struct tfm_error *err);
 /* fsync, close and rename into place.  Returns 0 or -1 (and removes the temporary). */
 int tfm_output_commit(struct tfm_output *o, struct tfm_error *err);
 /* Close and remove the temporary.  Safe to call twice or after a failed open. */

@@ -1267,8 +1267,12 @@ struct tfm_writer *tfm_writer_open_output(struct tfm_output *out, const struct t
         w->out = *out;              /* the writer owns it now; the caller's copy is inert */
         *out = (struct tfm_output){.fd = -1};
         w->to_file = 1;
-        w->fd = w->out.fd;
         w->name = strdup(w->out.path);
+        w->fd = tfm_output_fd(&w->out, err);    /* a FIFO waits for its reader here */
+        if (w->fd < 0) {
+            tfm_writer_abort(w);
+            return NULL;
+        }
     }
     if (!w->name) {
         tfm_writer_abort(w);

@@ -210,6 +210,19 @@ check_mean() {
     [ ! -e "$T/x.tfm" ]
 }
 
+@test "tfm-avg through two FIFOs: a process writes the checkpoint, then reads the average" {
+    tfm-avg -o "$T/want.tfm" "$M/run/step-000006.tfm"
+    mkfifo "$T/in.fifo" "$T/out.fifo"
+    # the output, opened first, waited for its reader while that process waited to write
+    timeout 20 sh -c 'cat "$1" > "$2" && cat "$3" > "$4"' sh "$M/run/step-000006.tfm" \
+        "$T/in.fifo" "$T/out.fifo" "$T/got.tfm" 3>&- &
+    local peer=$!
+    run timeout 20 tfm-avg -o "$T/out.fifo" "$T/in.fifo"
+    wait $peer
+    assert_success
+    cmp "$T/got.tfm" "$T/want.tfm"
+}
+
 @test "an output that cannot be written is found before the checkpoints are read" {
     head -c 3000 "$M/run/step-000006.tfm" > "$T/cut.tfm"
     # the output's error, not the damaged input's: nothing was read
@@ -258,4 +271,18 @@ check_mean() {
     cmp "$T/models/avg.tfm" "$T/ref.tfm"
     run ls "$T" "$T/models"
     refute_output --partial ".tmp"
+}
+
+@test "-o naming one of the checkpoints averaged is a usage error: it stays" {
+    # (run/last.tfm over run/ replaced the newest checkpoint with the average, its Adam
+    # moments gone, exit 0)
+    cp -r "$M/run" "$T/run"
+    cp "$T/run/step-000006.tfm" "$T/keep.tfm"
+    run tfm-avg -n 2 -o "$T/run/last.tfm" "$T/run"
+    assert_failure 2
+    assert_line --index 0 "tfm-avg: --output '$T/run/last.tfm' is the checkpoint $T/run/step-000006.tfm: the average would replace it"
+    run tfm-avg -o "$T/run/step-000005.tfm" "$T/run/step-000005.tfm" "$T/run/step-000006.tfm"
+    assert_failure 2
+    cmp "$T/run/step-000006.tfm" "$T/keep.tfm"
+    tfm-avg -n 2 -o "$T/avg.tfm" "$T/run"
 }

@@ -566,6 +566,22 @@ PY
     cmp "$T/got.tfm" "$T/want.tfm"
 }
 
+@test "tfm-decode -o and --attention as two FIFOs, read one after the other: the attention first" {
+    tfm-decode -q -m "$M/model.tfm" --attention "$T/want.attn" "$M/test.tfm" > "$T/want.tfm"
+    mkfifo "$T/attn.fifo" "$T/out.fifo"
+    # the reader takes the attention to its end, then the hypotheses (3>&-: bats must not
+    # wait); the hypotheses' FIFO was opened first, waiting for a reader that never came
+    timeout 20 sh -c 'cat "$1" > "$2" && cat "$3" > "$4"' sh "$T/attn.fifo" "$T/got.attn" \
+        "$T/out.fifo" "$T/got.tfm" 3>&- &
+    local peer=$!
+    run timeout 20 tfm-decode -q -m "$M/model.tfm" -o "$T/out.fifo" --attention "$T/attn.fifo" \
+        "$M/test.tfm"
+    wait $peer
+    assert_success
+    cmp "$T/got.attn" "$T/want.attn"
+    cmp "$T/got.tfm" "$T/want.tfm"
+}
+
 @test "tfm-decode refuses a checkpoint whose vocabulary has another size than its config says" {
     # the model's config says the size of spm.model; other.model has another
     local have want
@@ -679,4 +695,46 @@ PY
     run tfm-score -r "$M/test.txt" "$T/h.tfm"
     assert_failure 1
     assert_output --regexp "^tfm-score: $T/h.tfm: no hypothesis for sentence $first, though hyp.index goes up to $last \(hypothesis [0-9]+\): every sentence from 0 to the last must have one$"
+}
+
+@test "a write error on the --attention output names the file once" {
+    # (was 'FILE: FILE: write error', '<stdout>: <stdout>: write error'): a file size limit
+    # above the stream's header, below the attention of 200 sentences
+    for i in 1 2 3 4 5 6 7 8 9 10; do cat "$M/test.txt"; done |
+        tfm-tokenize encode -q -m "$M/spm.model" > "$T/in.tfm"
+    local limit=$(( ($(wc -c < "$M/spm.model") + 65536) / 1024 + 64 ))
+    [ "$(tfm-decode -q -m "$M/model.tfm" --attention - -o /dev/null "$T/in.tfm" | wc -c)" \
+        -gt $(( (limit + 64) * 1024 )) ]
+    run bash -c 'trap "" XFSZ; ulimit -f $1; exec tfm-decode -q -m "$2" --attention "$3" \
+        -o /dev/null "$4"' bash $limit "$M/model.tfm" "$T/attn.tfm" "$T/in.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: $T/attn.tfm: write error: File too large"
+    [ ! -e "$T/attn.tfm" ]
+    run bash -c 'trap "" XFSZ; ulimit -f $1; exec tfm-decode -q -m "$2" --attention - \
+        -o /dev/null "$4" > "$3"' bash $limit "$M/model.tfm" "$T/attn.tfm" "$T/in.tfm"
+    assert_failure 1
+    assert_output "tfm-decode: <stdout>: write error: File too large"
+}
+
+@test "-o or --attention naming the input or a model is a usage error: both stay" {
+    # (each was replaced by the hypotheses or the attention, exit 0)
+    cp "$M/model.tfm" "$T/m.tfm"
+    cp "$M/test.tfm" "$T/in.tfm"
+    ln -s m.tfm "$T/link.tfm"
+    run tfm-decode -q -m "$T/m.tfm" -o "$T/m.tfm" "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --output '$T/m.tfm' is the model $T/m.tfm: the hypotheses would replace it"
+    run tfm-decode -q -m "$T/m.tfm" -o "$T/in.tfm" "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --output '$T/in.tfm' is the input $T/in.tfm: the hypotheses would replace it"
+    run bash -c 'tfm-decode -q -m "$1" -o "$2" < "$2"' bash "$T/m.tfm" "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --output '$T/in.tfm' is the input on standard input: the hypotheses would replace it"
+    run tfm-decode -q -m "$M/model.tfm" -m "$T/m.tfm" --attention "$T/link.tfm" -o "$T/h.tfm" \
+        "$T/in.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: --attention '$T/link.tfm' is the model $T/m.tfm: the attention would replace it"
+    cmp "$T/m.tfm" "$M/model.tfm"
+    cmp "$T/in.tfm" "$M/test.tfm"
+    [ ! -e "$T/h.tfm" ]
 }

@@ -491,11 +491,14 @@ ids_by_cat() {
     assert_failure 2
     cmp a.txt keep.txt
     [ -L link.txt ]
-    # nor the model
+    # the model is an input too (was replaced by the stream, exit 0)
     cp "$M/bpe.model" m.model
+    ln -s m.model mlink.model
     run tfm-tokenize encode -q -m m.model -o m.model a.txt
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: encode: --output 'm.model' is the model m.model: the stream would replace it"
+    run tfm-tokenize encode -q -m m.model -o mlink.model a.txt
+    assert_failure 2
     cmp m.model "$M/bpe.model"
     # another file is written, over an old one too
     tfm-tokenize encode -q -m "$M/bpe.model" -o b.tfm a.txt
