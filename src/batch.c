@@ -897,19 +897,15 @@ int tfm_batch_next(struct tfm_batch_reader *br, struct tfm_batch *b, struct tfm_
     return 1;
 }
 
-int tfm_batch_skip(struct tfm_batch_reader *br, int64_t k, struct tfm_error *err)
+int64_t tfm_batch_skip(struct tfm_batch_reader *br, int64_t k, struct tfm_error *err)
 {
     struct tfm_batch b;
     for (int64_t i = 0; i < k; i++) {
         int rc = tfm_batch_next(br, &b, err);
-        if (rc < 0)
-            return -1;
-        if (rc == 0)
-            return tfm_fail(err, "%s: cannot skip %lld batches: rank %d of %d has %lld",
-                            tfm_reader_name(br->r), (long long)k, br->rank, br->nranks,
-                            (long long)i);
+        if (rc <= 0)
+            return rc < 0 ? -1 : i;
     }
-    return 0;
+    return k;
 }
 
 void tfm_batch_close(struct tfm_batch_reader *br)
@@ -1015,10 +1011,18 @@ int tfm_epochs_next(struct tfm_epochs *d, struct tfm_batch_copy *b, struct tfm_e
 int tfm_epochs_skip(struct tfm_epochs *d, int64_t epoch, int64_t pos, struct tfm_error *err)
 {
     d->epoch = epoch;
-    if (pos > 0 && tfm_batch_skip(d->r, pos, err))
-        return tfm_error_prefix(err, "%s: cannot skip the %lld batches the checkpoint has read "
-                                "in its epoch (not the stream it was trained on?)",
-                                tfm_epochs_name(d), (long long)pos);
+    int64_t n = pos > 0 ? tfm_batch_skip(d->r, pos, err) : 0;
+    if (n < 0)
+        return tfm_error_prefix(err, "skipping the %lld batches the checkpoint has read in its "
+                                "epoch", (long long)pos);
+    if (n < pos) {
+        char share[64] = "";
+        if (d->r->nranks > 1)
+            snprintf(share, sizeof share, " for rank %d of %d", d->r->rank, d->r->nranks);
+        return tfm_fail(err, "%s: cannot skip the %lld batches the checkpoint has read in its "
+                        "epoch: it has %lld%s (not the stream it was trained on?)",
+                        tfm_epochs_name(d), (long long)pos, (long long)n, share);
+    }
     d->pos = pos;
     return 0;
 }

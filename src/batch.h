@@ -132,8 +132,9 @@ int tfm_batch_has_targets(const struct tfm_batch_reader *r);
 /* This rank's next batch: 1 (b's arrays stay valid until the next call or close), 0 at
  * the end of its share (the rest of the stream has been read and verified), -1. */
 int tfm_batch_next(struct tfm_batch_reader *r, struct tfm_batch *b, struct tfm_error *err);
-/* Skip this rank's next k batches (resuming): 0, or -1 (also when fewer are left). */
-int tfm_batch_skip(struct tfm_batch_reader *r, int64_t k, struct tfm_error *err);
+/* Skip this rank's next k batches (resuming): how many it skipped, fewer than k when its
+ * share ends first, or -1. */
+int64_t tfm_batch_skip(struct tfm_batch_reader *r, int64_t k, struct tfm_error *err);
 void tfm_batch_close(struct tfm_batch_reader *r);
 
 /* ---- epochs: a batch stream for training --------------------------------------------- */

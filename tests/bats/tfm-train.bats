@@ -1292,3 +1292,14 @@ PY
     run tfm-cat "$T/j/last.tfm"
     assert_success
 }
+
+@test "resuming on a stream shorter than the checkpoint's place in its epoch names it once, with both counts" {
+    local n all
+    n=$(tfm-cat "$M/b500.tfm" | sed -n 's/^meta batches=//p')
+    all=$(tfm-cat "$M/b.tfm" | sed -n 's/^meta batches=//p')
+    [ "$all" -gt $((n + 2)) ]
+    tfm-train "${SMALL[@]}" -q -o "$T/sh" --max-steps $((n + 2)) --save-every 1 "$M/b.tfm"
+    run tfm-train "${SMALL[@]}" -q -o "$T/sh" --max-steps $((n + 3)) --resume "$M/b500.tfm"
+    assert_failure 1
+    assert_output "tfm-train: $M/b500.tfm: cannot skip the $((n + 2)) batches the checkpoint has read in its epoch: it has $n (not the stream it was trained on?)"
+}
