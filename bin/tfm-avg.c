@@ -105,9 +105,8 @@ int main(int argc, char **argv)
     }
     /* an output that is one of the checkpoints (run/last.tfm over run/) would replace it */
     for (int k = 0; k < nfiles; k++)
-        if (tfm_cli_output_is_input(out, files[k])) {
-            status = tfm_cli_usage_error("--output '%s' is the checkpoint %s: the average would "
-                                         "replace it", out, files[k]);
+        if (tfm_cli_output_not_input("--output", out, "checkpoint", files[k], "average")) {
+            status = 2;
             goto out;
         }
     if (tfm_checkpoint_average((const char *const *)files, nfiles, keep, out, &err)) {

@@ -94,11 +94,9 @@ int main(int argc, char **argv)
                                    "(redirect it or use -o OUT)");
     if (out && tfm_cli_not_terminal("--output", out))
         return 2;
-    for (int i = 0; i < nfiles; i++)
-        if (out && tfm_cli_output_is_input(out, argv[optind + i]))
-            return tfm_cli_usage_error("--output '%s' is the input %s: the batches would "
-                                       "replace it", out, strcmp(argv[optind + i], "-") == 0
-                                       ? "on standard input" : argv[optind + i]);
+    for (int i = 0; i < nfiles && out; i++)
+        if (tfm_cli_output_not_input("--output", out, "input", argv[optind + i], "batches"))
+            return 2;
     if (show) {
         o.progress = progress;
     }

@@ -274,15 +274,11 @@ int main(int argc, char **argv)
         const char *what = k ? "attention" : "hypotheses";
         if (!path)
             continue;
-        if (tfm_cli_output_is_input(path, in))
-            return tfm_cli_usage_error("%s '%s' is the input %s: the %s would replace it", flag,
-                                       path, strcmp(in, "-") == 0 ? "on standard input" : in,
-                                       what);
+        if (tfm_cli_output_not_input(flag, path, "input", in, what))
+            return 2;
         for (int i = 0; i < nmodels; i++)
-            if (tfm_cli_output_is_input(path, models[i]))
-                return tfm_cli_usage_error("%s '%s' is the model %s: the %s would replace it",
-                                           flag, path, strcmp(models[i], "-") == 0
-                                           ? "on standard input" : models[i], what);
+            if (tfm_cli_output_not_input(flag, path, "model", models[i], what))
+                return 2;
     }
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     /* standard input is read once: by one model or by the sentences */

@@ -191,10 +191,8 @@ static int run(int argc, char **argv, const char **options)
         if (nfiles < 1)
             return tfm_cli_usage_error("train: at least one FILE is needed");
         for (int i = optind; i < argc; i++)
-            if (tfm_cli_output_is_input(model, argv[i]))
-                return tfm_cli_usage_error("train: -m MODEL '%s' is the input %s: the model "
-                                           "would replace it", model, strcmp(argv[i], "-") == 0
-                                           ? "on standard input" : argv[i]);
+            if (tfm_cli_output_not_input("train: -m MODEL", model, "input", argv[i], "model"))
+                return 2;
         double t0 = tfm_now();
         int vocab = 0;
         if (tfm_tokenize_train((const char *const *)argv + optind, nfiles, &topt, model,
@@ -213,14 +211,10 @@ static int run(int argc, char **argv, const char **options)
     struct tfm_spm *s = NULL;
     if (sub == 1 && !model)
         return tfm_cli_usage_error("encode: -m MODEL is needed");
-    if (sub == 1 && output && tfm_cli_output_is_input(output, in))
-        return tfm_cli_usage_error("encode: --output '%s' is the input %s: the stream would "
-                                   "replace it", output, strcmp(in, "-") == 0
-                                   ? "on standard input" : in);
-    if (sub == 1 && output && tfm_cli_output_is_input(output, model))
-        return tfm_cli_usage_error("encode: --output '%s' is the model %s: the stream would "
-                                   "replace it", output, strcmp(model, "-") == 0
-                                   ? "on standard input" : model);
+    if (sub == 1 && output &&
+        (tfm_cli_output_not_input("encode: --output", output, "input", in, "stream") ||
+         tfm_cli_output_not_input("encode: --output", output, "model", model, "stream")))
+        return 2;
     if (model && !(s = tfm_spm_load_file(model, &err))) {
         return tfm_cli_fail(&err, 1);
     }

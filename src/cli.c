@@ -143,14 +143,18 @@ int tfm_cli_path(const char *flag, const char *s)
     return 0;
 }
 
-int tfm_cli_output_is_input(const char *out, const char *in)
+int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind,
+                             const char *in, const char *product)
 {
     struct stat so, si;
+    int is_stdin = strcmp(in, "-") == 0;
     if (strcmp(out, "-") == 0 || stat(out, &so) != 0 || !S_ISREG(so.st_mode))
         return 0;
-    if ((strcmp(in, "-") == 0 ? fstat(0, &si) : stat(in, &si)) != 0 || !S_ISREG(si.st_mode))
+    if ((is_stdin ? fstat(0, &si) : stat(in, &si)) != 0 || !S_ISREG(si.st_mode) ||
+        so.st_dev != si.st_dev || so.st_ino != si.st_ino)
         return 0;
-    return so.st_dev == si.st_dev && so.st_ino == si.st_ino;
+    return tfm_cli_usage_error("%s '%s' is the %s %s: the %s would replace it", flag, out, kind,
+                               is_stdin ? "on standard input" : in, product);
 }
 
 int tfm_cli_not_terminal(const char *flag, const char *path)

@@ -58,10 +58,13 @@ int tfm_cli_size(const char *flag, const char *s, double *v);
  * output path is refused here, before any work, rather than when the output is opened. */
 int tfm_cli_path(const char *flag, const char *s);
 
-/* Does the output path out (not "-") name the regular file that the input in ("-":
- * standard input) reads, so that writing it would replace the input?  By identity (device
- * and inode: a link to the file is the file); an output not there yet is no input. */
-int tfm_cli_output_is_input(const char *out, const char *in);
+/* Would writing the output path out, FLAG's (not "-"), replace the regular file that the
+ * input in ("-": standard input) reads?  By identity (device and inode: a link to the file
+ * is the file); an output not there yet is no input.  0 when not, or 2 after "PROG: FLAG
+ * 'OUT' is the KIND IN: the PRODUCT would replace it" (IN "on standard input" for "-")
+ * and the usage. */
+int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind,
+                             const char *in, const char *product);
 
 /* Is the output path given to FLAG a terminal (a character device that is a tty, as
  * /dev/tty or /dev/stdout on one)?  0 when not, or 2 after "PROG: FLAG: 'PATH' is a
