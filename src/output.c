@@ -430,16 +430,10 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
         struct stat st;
         int flags = O_WRONLY | O_CLOEXEC | (regular ? O_APPEND : 0);
         if (stat(path, &st) == 0 && S_ISFIFO(st.st_mode)) {
-            o->fd = open(path, flags | O_NONBLOCK);
+            o->fd = tfm_open_nowait(path, flags);
             if (o->fd < 0 && errno == ENXIO) {
                 o->pending = 1;
                 return 0;
-            }
-            int fl = o->fd >= 0 ? fcntl(o->fd, F_GETFL) : 0;
-            if (o->fd >= 0 && (fl == -1 || fcntl(o->fd, F_SETFL, fl & ~O_NONBLOCK) == -1)) {
-                int e = errno;
-                tfm_output_abort(o);
-                return tfm_fail(err, "%s: %s", path, strerror(e));
             }
         } else {
             o->fd = open(path, flags);
@@ -468,6 +462,18 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
         return -1;
     }
     return 0;
+}
+
+int tfm_open_nowait(const char *path, int flags)
+{
+    int fd = open(path, flags | O_NONBLOCK), fl;
+    if (fd >= 0 && ((fl = fcntl(fd, F_GETFL)) == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK))) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = -1;
+    }
+    return fd;
 }
 
 int tfm_output_fd(struct tfm_output *o, struct tfm_error *err)

@@ -53,6 +53,11 @@ int tfm_output_open(struct tfm_output *o, const char *path, struct tfm_error *er
 /* The descriptor to write, after waiting for a FIFO's reader (see above); -1 with
  * "PATH: reason" when that open fails. */
 int tfm_output_fd(struct tfm_output *o, struct tfm_error *err);
+
+/* open(2) of path with flags, without waiting for a FIFO's other end, the descriptor then
+ * made blocking: the descriptor, or -1 with errno (ENXIO: a FIFO opened for writing that
+ * has no reader yet). */
+int tfm_open_nowait(const char *path, int flags);
 /* fsync, close and rename into place.  Returns 0 or -1 (and removes the temporary). */
 int tfm_output_commit(struct tfm_output *o, struct tfm_error *err);
 /* Close and remove the temporary.  Safe to call twice or after a failed open. */

@@ -1074,16 +1074,8 @@ struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t 
      * no end of input on a FIFO that no writer has opened yet) */
     struct stat st;
     int fifo = stop && stat(path, &st) == 0 && S_ISFIFO(st.st_mode);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
-    if (fd >= 0 && fifo) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-            int e = errno;
-            close(fd);
-            errno = e;
-            fd = -1;
-        }
-    }
+    int fd = fifo ? tfm_open_nowait(path, O_RDONLY | O_CLOEXEC)
+                  : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         tfm_fail(err, "%s: %s", path, strerror(errno));
         return NULL;
