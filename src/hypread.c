@@ -115,8 +115,11 @@ static int pick_best(const struct tfm_corpus *c, const char *name, int64_t **pic
     return 0;
 }
 
-int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int flags,
-                       const char *name, tfm_hyp_fn fn, void *ctx, struct tfm_error *err)
+/* tfm_hypread_corpus for a corpus whose entry 0 is entry base of its input (a chunk of a
+ * stream read a chunk at a time): numbers in hypotheses and messages are the input's. */
+static int each_sentence(const struct tfm_corpus *c, int64_t base, const struct tfm_spm *s,
+                         int flags, const char *name, tfm_hyp_fn fn, void *ctx,
+                         struct tfm_error *err)
 {
     int64_t *pick = NULL, n = c->n;
     if ((flags & TFM_HYP_BEST) && c->index &&
@@ -128,8 +131,8 @@ int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int 
     for (int64_t k = 0; k < n && rc == 0; k++) {
         int64_t i = pick ? pick[k] : k;
         struct tfm_hyp h = {
-            .n = i,
-            .index = c->index ? c->index[i] : i,
+            .n = base + i,
+            .index = c->index ? c->index[i] : base + i,
             .score = c->score ? c->score[i] : 0.0f,
             .ids = tfm_corpus_sent(c, i),
             .nids = tfm_corpus_len(c, i),
@@ -137,7 +140,8 @@ int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int 
         if (!(flags & TFM_HYP_IDS)) {
             int64_t len = tfm_hyp_decode_line(s, h.ids, h.nids, &text, &cap, err);
             if (len < 0) {
-                rc = name ? tfm_error_prefix(err, "%s: hypothesis %lld", name, (long long)i)
+                rc = name ? tfm_error_prefix(err, "%s: hypothesis %lld", name,
+                                             (long long)(base + i))
                           : -1;
                 break;
             }
@@ -149,6 +153,12 @@ int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int 
     free(text);
     free(pick);
     return rc;
+}
+
+int tfm_hypread_corpus(const struct tfm_corpus *c, const struct tfm_spm *s, int flags,
+                       const char *name, tfm_hyp_fn fn, void *ctx, struct tfm_error *err)
+{
+    return each_sentence(c, 0, s, flags, name, fn, ctx, err);
 }
 
 static int read_stream(struct tfm_reader *r, const struct tfm_hyp_opts *o, tfm_hyp_fn fn,
@@ -186,9 +196,20 @@ static int read_stream(struct tfm_reader *r, const struct tfm_hyp_opts *o, tfm_h
     }
     struct tfm_corpus c;
     tfm_corpus_init(&c);
-    int rc = tfm_corpus_read(r, &c, s ? tfm_spm_vocab_size(s) : 0, err);
-    if (rc == 0)
-        rc = tfm_hypread_corpus(&c, s, o->flags, name, fn, ctx, err);
+    int64_t vocab = s ? tfm_spm_vocab_size(s) : 0;
+    int rc;
+    if (o->flags & TFM_HYP_BEST) {  /* the best of each sentence may come last: all of it */
+        rc = tfm_corpus_read(r, &c, vocab, err);
+        if (rc == 0)
+            rc = tfm_hypread_corpus(&c, s, o->flags, name, fn, ctx, err);
+    } else {                        /* in bounded memory: a chunk at a time */
+        int64_t base = 0;
+        while ((rc = tfm_corpus_read_chunk(r, &c, vocab, err)) == 1) {
+            if ((rc = each_sentence(&c, base, s, o->flags, name, fn, ctx, err)) != 0)
+                break;
+            base += c.n;
+        }
+    }
     tfm_corpus_free(&c);
     tfm_spm_free(own);
     return rc;

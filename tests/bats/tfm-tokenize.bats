@@ -248,6 +248,29 @@ ids_by_cat() {
     assert_output --regexp "^tfm-tokenize: $T/val.tfm: the stream's vocabulary \([0-9a-f]{8}\) is not $T/small.model's \([0-9a-f]{8}\): not decoded with another"
 }
 
+@test "decode reads a stream a chunk at a time: 120 MB of ids under a 100 MB address limit" {
+    # 30 chunks of 1024 sentences x 1024 ids (zeros, deflated to a few KiB each); the
+    # whole stream in memory, as decode once held it, needs 120 MB for the ids alone
+    python3 -c '
+import struct, sys
+sys.path.insert(0, sys.argv[1] + "/tests/fixtures")
+import make_bad as mb
+s = mb.Stream(); s.header("kind=tokens\nproducer=tfm-tokenize.bats\n")
+offs = struct.pack("<1025q", *[i * 1024 for i in range(1025)])
+for k in range(30):
+    s.record("tokens.offsets", "i64", [1025], offs, codec=1)
+    s.record("tokens.ids", "i32", [1 << 20], bytes(4 << 20), codec=1)
+s.end()
+open(sys.argv[2], "wb").write(s.b)
+' "$TFM_ROOT" "$T/big.tfm"
+    # sanitizer builds reserve terabytes of address space: the output alone for them
+    local limit="ulimit -v 100000;"
+    [ -z "${TFM_SANITIZE:-}" ] || limit=
+    run bash -c "$limit tfm-tokenize decode --ids '$T/big.tfm' | awk 'NF != 1024 || \$1 != 0 { bad++ } END { print NR, bad + 0 }'; exit \${PIPESTATUS[0]}"
+    assert_success
+    assert_output "30720 0"
+}
+
 @test "decode: one line per sentence, whatever bytes byte-fallback pieces give" {
     # identity normalization: NFKC would drop or change the control characters of text
     tfm-tokenize train -q -m "$T/bf.model" --vocab 600 --trainer-option byte_fallback=true \
