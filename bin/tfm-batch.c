@@ -87,7 +87,7 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("%s", nfiles < 1 ? "SRC is needed (- for stdin)"
                                                  : "at most SRC and TGT");
     const char *src = argv[optind], *tgt = nfiles == 2 ? argv[optind + 1] : NULL;
-    if (tgt && strcmp(src, "-") == 0 && strcmp(tgt, "-") == 0)
+    if (tgt && tfm_cli_reads_stdin(src) && tfm_cli_reads_stdin(tgt))
         return tfm_cli_usage_error("SRC and TGT cannot both be stdin");
     if ((!out || strcmp(out, "-") == 0) && isatty(1))
         return tfm_cli_usage_error("refusing to write a binary stream to a terminal "

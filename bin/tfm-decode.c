@@ -283,14 +283,18 @@ int main(int argc, char **argv)
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     /* standard input is read once: by one model or by the sentences */
     int stdin_models = 0;
+    const char *stdin_model = NULL;
     for (int i = 0; i < nmodels; i++)
-        stdin_models += strcmp(models[i], "-") == 0;
+        if (tfm_cli_reads_stdin(models[i])) {
+            stdin_models++;
+            stdin_model = models[i];
+        }
     if (stdin_models > 1)
-        return tfm_cli_usage_error("-m - given %d times: standard input holds one model",
-                                   stdin_models);
-    if (stdin_models && strcmp(in, "-") == 0)
-        return tfm_cli_usage_error("-m -: standard input cannot feed both the model and the "
-                                   "sentences to translate (give FILE)");
+        return tfm_cli_usage_error("-m given standard input %d times (- or /dev/stdin): it "
+                                   "holds one model", stdin_models);
+    if (stdin_models && tfm_cli_reads_stdin(in))
+        return tfm_cli_usage_error("-m %s: standard input cannot feed both the model and the "
+                                   "sentences to translate (give FILE)", stdin_model);
     struct progress pr = {progress && !quiet, quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;

@@ -296,20 +296,23 @@ int main(int argc, char **argv)
         free(refs);
         return tfm_cli_usage_error("%s", bad);
     }
-    /* standard input is read once: by one of the inputs */
-    const char *stdin_user[4];      /* two references at most, the source, the input */
+    /* standard input is read once: by one of the inputs ("-", or /dev/stdin on a pipe) */
+    char stdin_user[3][96];         /* two users are enough to refuse */
     int nstdin = 0;
     for (int r = 0; r < nrefs && nstdin < 2; r++)
-        if (strcmp(refs[r], "-") == 0) {
-            stdin_user[nstdin] = nstdin ? "another reference (-r -)" : "the references (-r -)";
+        if (tfm_cli_reads_stdin(refs[r])) {
+            snprintf(stdin_user[nstdin], sizeof stdin_user[0], "%s (-r %.40s)",
+                     nstdin ? "another reference" : "the references", refs[r]);
             nstdin++;
         }
-    if (fo.source && strcmp(fo.source, "-") == 0)
-        stdin_user[nstdin++] = "the source sentences (--source -)";
-    if (strcmp(in, "-") == 0)
-        stdin_user[nstdin++] = mode == MODE_SCORE ? "the hypotheses (FILE - or none)"
-                               : mode == MODE_RESTORE ? "the linearized trees (FILE - or none)"
-                                                      : "the trees (FILE - or none)";
+    if (fo.source && tfm_cli_reads_stdin(fo.source))
+        snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the source sentences "
+                 "(--source %.40s)", fo.source);
+    if (tfm_cli_reads_stdin(in))
+        snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the %s (FILE %.40s)",
+                 mode == MODE_SCORE ? "hypotheses" : mode == MODE_RESTORE ? "linearized trees"
+                                                                          : "trees",
+                 strcmp(in, "-") == 0 ? "- or none" : in);
     if (nstdin > 1) {
         free(refs);
         return tfm_cli_usage_error("standard input cannot feed both %s and %s: give a file "

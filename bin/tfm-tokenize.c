@@ -215,6 +215,10 @@ static int run(int argc, char **argv, const char **options)
         (tfm_cli_output_not_input("encode: --output", output, "input", in, "stream") ||
          tfm_cli_output_not_input("encode: --output", output, "model", model, "stream")))
         return 2;
+    if (model && tfm_cli_reads_stdin(model) && tfm_cli_reads_stdin(in))
+        return tfm_cli_usage_error("%s: -m %s: standard input cannot feed both the model and "
+                                   "the %s (give FILE)", cmd, model,
+                                   sub == 1 ? "text" : "input");
     if (model && !(s = tfm_spm_load_file(model, &err))) {
         return tfm_cli_fail(&err, 1);
     }

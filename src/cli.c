@@ -157,6 +157,19 @@ int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind
                                is_stdin ? "on standard input" : in, product);
 }
 
+int tfm_cli_reads_stdin(const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return 1;
+    struct stat s0, sp;
+    if (fstat(0, &s0) != 0 || S_ISREG(s0.st_mode) || S_ISDIR(s0.st_mode) ||
+        stat(path, &sp) != 0)
+        return 0;
+    if (S_ISCHR(s0.st_mode) && !isatty(0))      /* /dev/null, /dev/zero: each reader its own */
+        return 0;
+    return s0.st_dev == sp.st_dev && s0.st_ino == sp.st_ino;
+}
+
 int tfm_cli_not_terminal(const char *flag, const char *path)
 {
     struct stat st;

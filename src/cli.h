@@ -66,6 +66,12 @@ int tfm_cli_path(const char *flag, const char *s);
 int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind,
                              const char *in, const char *product);
 
+/* Does input path read standard input: "-", or a name of the pipe, FIFO, socket or
+ * terminal open on descriptor 0 (/dev/stdin, /proc/self/fd/0, the FIFO's own path)?  Two
+ * readers of one of those would each take part of its bytes.  (A regular file on
+ * descriptor 0 opened again by name is read from its start, a reader of its own.) */
+int tfm_cli_reads_stdin(const char *path);
+
 /* Is the output path given to FLAG a terminal (a character device that is a tty, as
  * /dev/tty or /dev/stdout on one)?  0 when not, or 2 after "PROG: FLAG: 'PATH' is a
  * terminal: refusing to write a binary stream to it" and the usage.  For the tools that

@@ -235,6 +235,10 @@ rows() {
     run tfm-batch - - < "$M/en.tfm"
     assert_failure 2
     assert_line --index 0 "tfm-batch: SRC and TGT cannot both be stdin"
+    # /dev/stdin on a pipe is standard input too
+    run bash -c "cat '$M/en.tfm' | tfm-batch - /dev/stdin"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC and TGT cannot both be stdin"
     run tfm-batch --frobnicate "$M/en.tfm"
     assert_failure 2
 }

@@ -675,8 +675,18 @@ PY
     assert_failure 2
     run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - -m - --text '$M/test.tfm'"
     assert_failure 2
-    assert_line --index 0 "tfm-decode: -m - given 2 times: standard input holds one model"
+    assert_line --index 0 "tfm-decode: -m given standard input 2 times (- or /dev/stdin): it holds one model"
     run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - --text '$M/test.tfm'"
+    assert_success
+    diff <(echo "$output") "$M/test.txt"
+    # /dev/stdin on a pipe is standard input too; on a regular file it is a reader of its own
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m /dev/stdin --text"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m /dev/stdin: standard input cannot feed both the model and the sentences to translate (give FILE)"
+    run bash -c "cat '$M/model.tfm' | tfm-decode -q -m - -m /dev/stdin --text '$M/test.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m given standard input 2 times (- or /dev/stdin): it holds one model"
+    run bash -c "tfm-decode -q -m /dev/stdin --text < '$M/model.tfm' '$M/test.tfm'"
     assert_success
     diff <(echo "$output") "$M/test.txt"
 }

@@ -134,6 +134,16 @@ print(d[\"score\"])'"
     run bash -c "tfm-score --restore --source - - < '$BATS_TEST_TMPDIR/t'"
     assert_failure 2
     assert_line -n 0 "tfm-score: standard input cannot feed both the source sentences (--source -) and the linearized trees (FILE - or none): give a file for one"
+    # /dev/stdin on a pipe is standard input; on a regular file, a reader of its own
+    run bash -c "cat '$BATS_TEST_TMPDIR/t' | tfm-score -r /dev/stdin"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the references (-r /dev/stdin) and the hypotheses (FILE - or none): give a file for one"
+    run bash -c "cat '$BATS_TEST_TMPDIR/t' | tfm-score -r - /dev/stdin"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the references (-r -) and the hypotheses (FILE /dev/stdin): give a file for one"
+    run bash -c "tfm-score -r /dev/stdin < '$BATS_TEST_TMPDIR/t'"
+    assert_success
+    assert_line -n 0 --partial "BLEU = 0.00 100.0/100.0/100.0/0.0 "
     # one of them from standard input is fine
     run bash -c "tfm-score -r - '$BATS_TEST_TMPDIR/t' < '$BATS_TEST_TMPDIR/t'"
     assert_success

@@ -248,6 +248,19 @@ ids_by_cat() {
     assert_output --regexp "^tfm-tokenize: $T/val.tfm: the stream's vocabulary \([0-9a-f]{8}\) is not $T/small.model's \([0-9a-f]{8}\): not decoded with another"
 }
 
+@test "encode and decode: standard input feeds the model or the input, not both" {
+    run bash -c "cat '$M/bpe.model' | tfm-tokenize encode -m /dev/stdin"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m /dev/stdin: standard input cannot feed both the model and the text (give FILE)"
+    run bash -c "cat '$M/bpe.model' | tfm-tokenize decode -m /dev/stdin -"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: decode: -m /dev/stdin: standard input cannot feed both the model and the input (give FILE)"
+    # the model on standard input and the text from a file; or /dev/stdin a regular file
+    tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/a.tfm"
+    cat "$M/bpe.model" | tfm-tokenize encode -m /dev/stdin "$M/val.en" | cmp - "$T/a.tfm"
+    tfm-tokenize encode -m /dev/stdin "$M/val.en" < "$M/bpe.model" | cmp - "$T/a.tfm"
+}
+
 @test "decode reads a stream a chunk at a time: 120 MB of ids under a 100 MB address limit" {
     # 30 chunks of 1024 sentences x 1024 ids (zeros, deflated to a few KiB each); the
     # whole stream in memory, as decode once held it, needs 120 MB for the ids alone
