@@ -6,6 +6,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -482,6 +483,151 @@ static void add_totals(struct tfm_evalb_totals *t, const struct tfm_evalb_sent *
     t->correct_tags += s->correct_tags;
 }
 
+/* A test bracket by its span, for matching. */
+struct span_ref {
+    int start, end, j;
+};
+
+/* In order of span, and in the test's order within one span. */
+static int by_span(const void *a, const void *b)
+{
+    const struct span_ref *x = a, *y = b;
+    if (x->start != y->start)
+        return x->start < y->start ? -1 : 1;
+    if (x->end != y->end)
+        return x->end < y->end ? -1 : 1;
+    return (x->j > y->j) - (x->j < y->j);
+}
+
+/* Each counted gold bracket, in order, takes the first test bracket (in the test's order)
+ * of its span and label not taken yet, as EVALB matches them; the count of pairs.  Test
+ * brackets are looked up by span, so a sentence's cost grows as n log n, not n^2. */
+static int match_brackets(const struct tfm_evalb_params *p, struct side *g, struct side *t,
+                          int *matched, struct tfm_error *err)
+{
+    *matched = 0;
+    struct span_ref *order = malloc(((size_t)(unsigned)t->nbr + 1) * sizeof *order);
+    if (!order)
+        return tfm_fail(err, "out of memory");
+    for (int j = 0; j < t->nbr; j++)
+        order[j] = (struct span_ref){t->br[j].start, t->br[j].end, j};
+    qsort(order, (size_t)t->nbr, sizeof *order, by_span);
+    for (int i = 0; i < g->nbr; i++) {
+        struct bracket *a = &g->br[i];
+        if (a->result == 5)
+            continue;
+        int lo = 0, hi = t->nbr;            /* the first test bracket of a's span or after */
+        while (lo < hi) {
+            int mid = lo + (hi - lo) / 2;
+            if (order[mid].start < a->start ||
+                (order[mid].start == a->start && order[mid].end < a->end))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (int k = lo; k < t->nbr && order[k].start == a->start && order[k].end == a->end;
+             k++) {
+            struct bracket *b = &t->br[order[k].j];
+            if (b->result == 0 &&
+                (!p->labeled || pair_eq_n(p->eq_label, p->neq_label, a->label, a->len,
+                                          b->label, b->len))) {
+                a->result = b->result = 1;
+                ++*matched;
+                break;
+            }
+        }
+    }
+    free(order);
+    return 0;
+}
+
+/* Range maxima over v[0..n) in O(1) a query after n log n: level k holds the maximum of
+ * each run of 2^k. */
+struct range_max {
+    int n, levels;
+    int *m;             /* [levels][n] */
+};
+
+static int range_max_init(struct range_max *r, const int *v, int n)
+{
+    r->n = n;
+    r->levels = 1;
+    while ((1 << r->levels) <= n)
+        r->levels++;
+    r->m = malloc((size_t)r->levels * (size_t)(n ? n : 1) * sizeof *r->m);
+    if (!r->m)
+        return -1;
+    memcpy(r->m, v, (size_t)n * sizeof *v);
+    for (int k = 1; k < r->levels; k++) {
+        int *lo = r->m + (size_t)(k - 1) * n, *up = r->m + (size_t)k * n;
+        for (int i = 0; i + (1 << k) <= n; i++)
+            up[i] = lo[i] > lo[i + (1 << (k - 1))] ? lo[i] : lo[i + (1 << (k - 1))];
+    }
+    return 0;
+}
+
+/* The maximum of v[a..b], a <= b. */
+static int range_max(const struct range_max *r, int a, int b)
+{
+    int k = 0;
+    while ((2 << k) <= b - a + 1)
+        k++;
+    const int *lv = r->m + (size_t)k * r->n;
+    int x = lv[a], y = lv[b - (1 << k) + 1];
+    return x > y ? x : y;
+}
+
+/* How many counted test brackets cross a counted gold bracket: a gold (s', e') crosses a
+ * test (s, e) when s < s' < e < e' or s' < s < e' < e.  For each test bracket the gold
+ * brackets that start inside it are asked for the largest end, and those that end inside
+ * it for the smallest start (negated to be a maximum), each a range maximum over
+ * positions. */
+static int count_crossing(const struct side *g, const struct side *t, int *crossing,
+                          struct tfm_error *err)
+{
+    *crossing = 0;
+    int n = 1;
+    for (int i = 0; i < g->nbr; i++)
+        if (g->br[i].end + 1 > n)
+            n = g->br[i].end + 1;
+    for (int j = 0; j < t->nbr; j++)
+        if (t->br[j].end + 1 > n)
+            n = t->br[j].end + 1;
+    int *end_of = malloc((size_t)n * sizeof *end_of), *start_of = malloc((size_t)n * sizeof *start_of);
+    struct range_max ends = {0}, starts = {0};
+    int rc = -1;
+    if (!end_of || !start_of)
+        goto out;
+    for (int x = 0; x < n; x++)
+        end_of[x] = start_of[x] = INT_MIN;
+    for (int i = 0; i < g->nbr; i++) {
+        const struct bracket *a = &g->br[i];
+        if (a->result == 5)
+            continue;
+        if (a->end > end_of[a->start])
+            end_of[a->start] = a->end;
+        if (-a->start > start_of[a->end])
+            start_of[a->end] = -a->start;
+    }
+    if (range_max_init(&ends, end_of, n) < 0 || range_max_init(&starts, start_of, n) < 0)
+        goto out;
+    for (int j = 0; j < t->nbr; j++) {
+        const struct bracket *b = &t->br[j];
+        if (b->result == 5 || b->end - b->start < 2)    /* no position strictly inside */
+            continue;
+        if (range_max(&ends, b->start + 1, b->end - 1) > b->end ||
+            range_max(&starts, b->start + 1, b->end - 1) > -b->start)
+            ++*crossing;
+    }
+    rc = 0;
+out:
+    free(end_of);
+    free(start_of);
+    free(ends.m);
+    free(starts.m);
+    return rc < 0 ? tfm_fail(err, "out of memory") : 0;
+}
+
 int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
                   const struct tfm_tree *test, const char *reason, struct tfm_evalb_sent *s,
                   struct tfm_error *err)
@@ -536,34 +682,9 @@ int tfm_evalb_add(struct tfm_evalb *e, int64_t id, const struct tfm_tree *gold,
     for (int j = 0; j < t.nbr; j++)
         if (t.br[j].result != 5)
             s->test++;
-    for (int i = 0; i < g.nbr; i++) {
-        if (g.br[i].result == 5)
-            continue;
-        for (int j = 0; j < t.nbr; j++) {
-            if (t.br[j].result != 0 || g.br[i].start != t.br[j].start ||
-                g.br[i].end != t.br[j].end)
-                continue;
-            if (!p->labeled || pair_eq_n(p->eq_label, p->neq_label, g.br[i].label,
-                                         g.br[i].len, t.br[j].label, t.br[j].len)) {
-                g.br[i].result = t.br[j].result = 1;
-                s->matched++;
-                break;
-            }
-        }
-    }
-    for (int j = 0; j < t.nbr; j++) {
-        if (t.br[j].result == 5)
-            continue;
-        for (int i = 0; i < g.nbr; i++) {
-            const struct bracket *a = &g.br[i], *b = &t.br[j];
-            if (a->result != 5 &&
-                ((a->start < b->start && a->end > b->start && a->end < b->end) ||
-                 (a->start > b->start && a->start < b->end && a->end > b->end))) {
-                s->crossing++;
-                break;
-            }
-        }
-    }
+    if (match_brackets(p, &g, &t, &s->matched, err) < 0 ||
+        count_crossing(&g, &t, &s->crossing, err) < 0)
+        goto done;
     s->words = g.nterm;
     for (int i = 0; i < g.nterm; i++)
         if (pair_eq(p->eq_label, p->neq_label, g.terms[i].label, t.terms[i].label))

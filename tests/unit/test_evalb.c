@@ -1,6 +1,7 @@
 /* test_evalb.c: EVALB scoring (src/evalb.c) against EVALB's own output files in
  * data/evalb-fixtures: sample.rsl (sample.prm) and bug.rsl-new (new.prm), every
  * per-sentence row and every summary figure. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,11 +256,137 @@ static void test_prm_errors(void)
     tfm_evalb_params_free(&p);
 }
 
+/* ---- matching and crossing on random trees, against their definitions -------------- */
+
+struct rbr {
+    int label, start, end;
+};
+
+struct rtree {
+    char *text;
+    size_t len, cap;
+    struct rbr *br;
+    int n, capbr;
+};
+
+static void rput(struct rtree *t, const char *s)
+{
+    size_t k = strlen(s);
+    if (t->len + k + 1 > t->cap) {
+        t->cap = (t->len + k + 1) * 2;
+        t->text = realloc(t->text, t->cap);
+    }
+    memcpy(t->text + t->len, s, k + 1);
+    t->len += k;
+}
+
+static uint64_t rstate;
+static int rnd(int n)
+{
+    rstate = rstate * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (int)((rstate >> 33) % (uint64_t)n);
+}
+
+/* A phrase over words [a, b): a label of three, now and then a unary chain above it, and
+ * children that split the span at random points (single words are preterminals). */
+static void rphrase(struct rtree *t, int a, int b)
+{
+    static const char *labels[] = {"A", "B", "C"};
+    int chain = rnd(4) == 0 ? 2 : 1;
+    for (int c = 0; c < chain; c++) {
+        int l = rnd(3);
+        rput(t, "(");
+        rput(t, labels[l]);
+        rput(t, " ");
+        if (t->n == t->capbr) {
+            t->capbr = t->capbr ? 2 * t->capbr : 64;
+            t->br = realloc(t->br, (size_t)t->capbr * sizeof *t->br);
+        }
+        t->br[t->n++] = (struct rbr){l, a, b};
+    }
+    int x = a;
+    while (x < b) {
+        int y = x + 1 + rnd(b - x < 6 ? b - x : (b - x) / 2 + 1);
+        if (y > b || (x == a && y == b && b - a > 1))
+            y = x + 1 + rnd(b - x - 1);
+        if (y - x == 1)
+            rput(t, "(T w) ");
+        else
+            rphrase(t, x, y);
+        x = y;
+    }
+    for (int c = 0; c < chain; c++)
+        rput(t, ") ");
+}
+
+static void test_random_trees(void)
+{
+    struct tfm_evalb_params p;
+    tfm_evalb_params_init(&p);
+    struct tfm_error err;
+    struct tfm_evalb e;
+    CHECK(tfm_evalb_init(&e, &p, &err) == 0);
+    rstate = 12345;
+    int cases = 0;
+    for (int round = 0; round < 300; round++) {
+        int words = round < 290 ? 2 + rnd(40) : 2000 + rnd(3000);
+        struct rtree g = {0}, t = {0};
+        rphrase(&g, 0, words);
+        rphrase(&t, 0, words);
+        /* matched: per span and label, as many pairs as the smaller side has brackets */
+        int matched = 0, crossing = 0;
+        char *used = calloc((size_t)t.n, 1);
+        for (int i = 0; i < g.n; i++)
+            for (int j = 0; j < t.n; j++)
+                if (!used[j] && g.br[i].label == t.br[j].label &&
+                    g.br[i].start == t.br[j].start && g.br[i].end == t.br[j].end) {
+                    used[j] = 1;
+                    matched++;
+                    break;
+                }
+        for (int j = 0; j < t.n; j++)
+            for (int i = 0; i < g.n; i++) {
+                const struct rbr *a = &g.br[i], *b = &t.br[j];
+                if ((a->start < b->start && a->end > b->start && a->end < b->end) ||
+                    (a->start > b->start && a->start < b->end && a->end > b->end)) {
+                    crossing++;
+                    break;
+                }
+            }
+        free(used);
+        struct tfm_tree gt, tt;
+        tfm_tree_init(&gt);
+        tfm_tree_init(&tt);
+        size_t pos = 0;
+        CHECK(tfm_tree_parse(&gt, g.text, g.len, &pos, 0, &err) == 0);
+        pos = 0;
+        CHECK(tfm_tree_parse(&tt, t.text, t.len, &pos, 0, &err) == 0);
+        struct tfm_evalb_sent s;
+        CHECK(tfm_evalb_add(&e, round, &gt, &tt, NULL, &s, &err) == 0);
+        CHECK_EQ_INT(s.status, 0);
+        CHECK_EQ_INT(s.gold, g.n);
+        CHECK_EQ_INT(s.test, t.n);
+        CHECK_EQ_INT(s.matched, matched);
+        CHECK_EQ_INT(s.crossing, crossing);
+        cases += s.crossing > 0 && s.matched > 0 && s.matched < s.gold;
+        tfm_tree_free(&gt);
+        tfm_tree_free(&tt);
+        free(g.text);
+        free(t.text);
+        free(g.br);
+        free(t.br);
+    }
+    CHECK(cases > 200);     /* the trees cross and match in part, not all or nothing */
+    tfm_evalb_free(&e);
+    tfm_evalb_params_free(&p);
+}
+
 int main(void)
 {
     t_run("sample.prm: sample.rsl reproduced", test_sample);
     t_run("new.prm: bug.rsl-new reproduced (quote fix)", test_bug);
     t_run("COLLINS built in: deletion, EQ_LABEL, errors", test_collins);
     t_run(".prm errors name the line", test_prm_errors);
+    t_run("matched and crossing brackets of random trees, to 5000 words", test_random_trees);
     return t_done();
 }
