@@ -80,6 +80,42 @@ uint32_t tfm_crc32(uint32_t crc, const void *buf, size_t n)
     return crc;
 }
 
+int tfm_inflate(void *out, size_t n, const void *in, size_t m, size_t step, size_t *produced)
+{
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    *produced = 0;
+    int zr = inflateInit(&z);
+    if (zr != Z_OK)
+        return zr;
+    if (step < 1 || step > UINT_MAX)
+        step = UINT_MAX;
+    const unsigned char *next_in = in;
+    unsigned char *next_out = out;
+    size_t in_left = m, out_left = n;   /* not yet handed to zlib */
+    do {    /* zlib counts in uInt: hand it at most step bytes of each side at a time */
+        if (z.avail_in == 0 && in_left > 0) {
+            z.next_in = (unsigned char *)next_in;
+            z.avail_in = (uInt)(in_left < step ? in_left : step);
+            next_in += z.avail_in;
+            in_left -= z.avail_in;
+        }
+        if (z.avail_out == 0 && out_left > 0) {
+            z.next_out = next_out;
+            z.avail_out = (uInt)(out_left < step ? out_left : step);
+            next_out += z.avail_out;
+            out_left -= z.avail_out;
+        }
+        zr = inflate(&z, Z_NO_FLUSH);
+    } while (zr == Z_OK);   /* Z_BUF_ERROR: no progress, with input or room exhausted */
+    *produced = (size_t)(next_out - (unsigned char *)out) - z.avail_out;
+    int whole = zr == Z_STREAM_END && *produced == n && z.avail_in == 0 && in_left == 0;
+    inflateEnd(&z);
+    if (whole)
+        return Z_OK;
+    return zr == Z_STREAM_END || zr == Z_OK ? Z_DATA_ERROR : zr;
+}
+
 int tfm_is_stream_magic(const void *buf, size_t n)
 {
     return n >= sizeof MAGIC && memcmp(buf, MAGIC, sizeof MAGIC) == 0;
@@ -671,22 +707,15 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
     if (codec == CODEC_DEFLATE) {
         if (ensure_buf(&r->buf, &r->buf_cap, rec->nbytes))
             return rfail(r, r->member, idx, r->rname, off, err, "out of memory for %zu bytes", rec->nbytes);
-        z_stream z;
-        memset(&z, 0, sizeof z);
-        if (inflateInit(&z) != Z_OK)
+        size_t produced;
+        int zr = tfm_inflate(r->buf, rec->nbytes, stored_ptr, (size_t)stored, UINT_MAX,
+                             &produced);
+        if (zr == Z_MEM_ERROR || zr == Z_VERSION_ERROR)
             return rfail(r, r->member, idx, r->rname, off, err, "zlib: cannot initialize");
-        z.next_in = (unsigned char *)stored_ptr;
-        z.avail_in = (uInt)stored;
-        z.next_out = r->buf;
-        z.avail_out = (uInt)rec->nbytes;
-        int zr = inflate(&z, Z_FINISH);
-        uLong produced = z.total_out;
-        uInt left_in = z.avail_in;
-        inflateEnd(&z);
-        if (zr != Z_STREAM_END || produced != nbytes || left_in != 0)
+        if (zr != Z_OK)
             return rfail(r, r->member, idx, r->rname, payload_off, err,
-                         "corrupt compressed payload (zlib %d, %lu of %llu bytes)", zr,
-                         (unsigned long)produced, (unsigned long long)nbytes);
+                         "corrupt compressed payload (zlib %d, %zu of %llu bytes)", zr,
+                         produced, (unsigned long long)nbytes);
         data = r->buf;
     } else if (r->map && ((uintptr_t)data % TFM_ALIGN) != 0 && rec->nbytes > 0) {
         /* a stream that starts at an unaligned file offset: copy to keep the promise */

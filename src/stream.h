@@ -204,6 +204,13 @@ const char *tfm_writer_name(const struct tfm_writer *w);
 /* Bytes written so far. */
 uint64_t tfm_writer_offset(const struct tfm_writer *w);
 
+/* Inflate the zlib data in[0..m) into out[0..n), handing zlib at most step bytes of either
+ * at a time (0: as much as its 32-bit counts hold), so a payload past 4 GiB inflates whole.
+ * Z_OK when the data ends exactly at n bytes with no input left over; else a zlib error
+ * (Z_DATA_ERROR for data that is corrupt, too long or too short), and *produced says how
+ * many bytes came out. */
+int tfm_inflate(void *out, size_t n, const void *in, size_t m, size_t step, size_t *produced);
+
 /* zlib's CRC32 (the checksum of every record). */
 uint32_t tfm_crc32(uint32_t crc, const void *buf, size_t n);
 

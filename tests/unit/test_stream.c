@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "check.h"
 #include "corpus.h"
@@ -593,6 +594,48 @@ static void test_concat(void)
     tfm_reader_close(r);
 }
 
+/* tfm_inflate hands zlib its input and room a step at a time (4 GiB in the reader): with
+ * steps of a few bytes, every boundary falls inside a deflate block, and the result must be
+ * the same bytes; data that is short, long or damaged is an error at every step. */
+static void test_inflate_steps(void)
+{
+    enum { N = 100000 };
+    unsigned char *src = malloc(N), *out = malloc(N + 16);
+    uint64_t x = 7;
+    for (int i = 0; i < N; i++) {      /* compressible, not trivially: a few symbols */
+        x = x * 6364136223846793005ULL + 1;
+        src[i] = (unsigned char)("abcab\n"[(x >> 60) % 6]);
+    }
+    uLongf zn = compressBound(N);
+    unsigned char *z = malloc(zn);
+    CHECK(compress2(z, &zn, src, N, 6) == Z_OK);
+    size_t steps[] = {1, 2, 3, 7, 4096, 65536, 0};
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        size_t got;
+        memset(out, 0, N);
+        CHECK_EQ_INT(tfm_inflate(out, N, z, zn, steps[k], &got), Z_OK);
+        CHECK(got == N);
+        CHECK(memcmp(out, src, N) == 0);
+        /* room for fewer bytes than the data holds; more room than it fills */
+        CHECK_EQ_INT(tfm_inflate(out, N - 1, z, zn, steps[k], &got), Z_BUF_ERROR);
+        CHECK(got == N - 1);
+        CHECK_EQ_INT(tfm_inflate(out, N + 16, z, zn, steps[k], &got), Z_DATA_ERROR);
+        CHECK(got == N);
+        /* the data cut short; a byte after its end */
+        CHECK_EQ_INT(tfm_inflate(out, N, z, zn - 1, steps[k], &got), Z_BUF_ERROR);
+        unsigned char *z2 = malloc(zn + 1);
+        memcpy(z2, z, zn);
+        z2[zn] = 0;
+        CHECK_EQ_INT(tfm_inflate(out, N, z2, zn + 1, steps[k], &got), Z_DATA_ERROR);
+        z2[zn / 2] ^= 0x55;     /* damaged: zlib's own check (adler32, codes) refuses it */
+        CHECK(tfm_inflate(out, N, z2, zn, steps[k], &got) != Z_OK);
+        free(z2);
+    }
+    free(src);
+    free(out);
+    free(z);
+}
+
 int main(void)
 {
     if (!mkdtemp(dir)) {
@@ -604,6 +647,7 @@ int main(void)
     t_run("round trip every dtype x shape, raw, file and pipe", test_roundtrip_raw);
     t_run("round trip every dtype x shape, deflate, file and pipe", test_roundtrip_deflate);
     t_run("deflate shrinks smooth payloads", test_deflate_smaller);
+    t_run("inflate a few bytes at a time: the same payload, the same refusals", test_inflate_steps);
     t_run("writes are atomic; bad records refused", test_atomic);
     t_run("corpus chunks round trip and id bounds", test_corpus);
     t_run("every single-byte corruption is detected", test_every_byte_flip);
