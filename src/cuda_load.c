@@ -8,19 +8,16 @@
 #include "cuda_plugin.h"
 
 #include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "so_check.h"
 
 #ifdef TFM_CUDA
 
@@ -137,83 +134,6 @@ static const char *plugin_path(char *buf, size_t n)
     return TFM_CUDA_PLUGIN_PATH;
 }
 
-#if defined(__x86_64__)
-#define THIS_MACHINE EM_X86_64
-#elif defined(__aarch64__)
-#define THIS_MACHINE EM_AARCH64
-#elif defined(__powerpc64__)
-#define THIS_MACHINE EM_PPC64
-#else
-#define THIS_MACHINE EM_NONE            /* not checked */
-#endif
-
-/* off + len, or the largest value when that overflows (a crafted header's). */
-static unsigned long long end_of(unsigned long long off, unsigned long long len)
-{
-    return len > ~0ull - off ? ~0ull : off + len;
-}
-
-/* Whether path is a whole 64-bit shared object, before dlopen maps it: the loader maps
- * each segment as the program headers describe it and reads it in place, so a truncated
- * file (a copy or an install cut short) would end the process with SIGBUS instead of an
- * error.  0; -1 with "PATH: REASON" in bad (n bytes) when it is such a file of this
- * machine's, cut short, or no regular file (the loader would wait in open for a FIFO's
- * writer, and fails on a directory); -2 with it when it is no such file at all, or cannot
- * be opened (the loader passes over those in a search).  Opened without waiting, so a
- * FIFO is only looked at. */
-static int so_whole(const char *path, char *bad, size_t n)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        snprintf(bad, n, "%s: %s", path, strerror(errno));
-        return -2;
-    }
-    struct stat st;
-    Elf64_Ehdr eh;
-    int rc = -2;
-    if (fstat(fd, &st)) {
-        snprintf(bad, n, "%s: %s", path, strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        snprintf(bad, n, "%s: not a regular file", path);
-        rc = -1;
-    } else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
-               memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
-        snprintf(bad, n, "%s: not a shared object (%lld bytes, no ELF header)", path,
-                 (long long)st.st_size);
-    } else if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN ||
-               (THIS_MACHINE != EM_NONE && eh.e_machine != THIS_MACHINE) ||
-               eh.e_phentsize != sizeof(Elf64_Phdr)) {
-        snprintf(bad, n, "%s: not a 64-bit shared object for this machine", path);
-    } else {
-        /* every program header, and every segment's bytes in the file, inside the file */
-        unsigned long long size = (unsigned long long)st.st_size;
-        unsigned long long need = end_of(eh.e_phoff, eh.e_phnum * sizeof(Elf64_Phdr));
-        rc = 0;
-        for (int i = 0; i < eh.e_phnum && rc == 0 && need <= size; i++) {
-            Elf64_Phdr ph;
-            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof ph)) !=
-                (ssize_t)sizeof ph) {
-                rc = -1;
-                break;
-            }
-            if (end_of(ph.p_offset, ph.p_filesz) > size)
-                need = end_of(ph.p_offset, ph.p_filesz);
-        }
-        /* the section headers, last in the file: a copy cut short loses them first */
-        unsigned long long sh = end_of(eh.e_shoff,
-                                       (unsigned long long)eh.e_shnum * eh.e_shentsize);
-        if (eh.e_shnum > 0 && sh > need)
-            need = sh;
-        if (rc < 0 || need > size) {
-            snprintf(bad, n, "%s: truncated (%llu bytes, its headers describe %llu or more)",
-                     path, size, need);
-            rc = -1;
-        }
-    }
-    close(fd);
-    return rc;
-}
-
 /* The subdirectories of glibc-hwcaps that the loader looks in before each directory of
  * the library path (glibc 2.33 on), best first; which it takes depends on the CPU. */
 static const char *const hwcaps[] = {
@@ -224,45 +144,94 @@ static const char *const hwcaps[] = {
 #endif
     NULL};
 
-/* The driver library the loader would take from LD_LIBRARY_PATH, when one of its
- * directories has it: 0 when there is none or it is whole, -1 with loaded.why when it
- * would crash dlopen or hang it.  Each directory is looked at as the loader does: an
- * empty entry (leading, doubled or trailing separator) is the working directory, and its
- * glibc-hwcaps subdirectories come before it.  A copy in one of those that is cut short
- * is refused even where this CPU would skip that subdirectory; the search ends at the
- * first whole copy in a directory itself.  The system's own copy (found through
- * ld.so.cache) is not looked at. */
+/* The loader's own directories, searched after its cache (glibc's system directories,
+ * with the multiarch ones of Debian and its derivatives first). */
+static const char *const system_dirs[] = {
+#if defined(__x86_64__)
+    "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+#elif defined(__aarch64__)
+    "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+#elif defined(__powerpc64__)
+    "/lib/powerpc64le-linux-gnu", "/usr/lib/powerpc64le-linux-gnu",
+#endif
+    "/lib64", "/usr/lib64"};
+
+enum { TAKEN = 1, BAD = 2 };
+
+/* One place the loader may take the driver library from: TAKEN when a whole copy is there
+ * (the loader would take it), 0 when there is none the loader would take (nothing, another
+ * architecture's, no library: it goes on searching), BAD with loaded.why when the copy
+ * there would crash dlopen (cut short) or hang it (no regular file). */
+static int driver_at(const char *path)
+{
+    char bad[PATH_MAX + 128];
+    if (access(path, F_OK) != 0)
+        return 0;
+    int rc = tfm_so_whole(path, bad, sizeof bad);
+    if (rc == -1) {
+        why("the NVIDIA driver library %s", bad);
+        return BAD;
+    }
+    return rc == 0 ? TAKEN : 0;
+}
+
+/* The cache's entries for the driver library: every one is looked at (the loader prefers
+ * the glibc-hwcaps subdirectories this CPU supports, which this does not work out), and
+ * the first cut short stops the search. */
+static int cache_entry(const char *path, void *taken)
+{
+    int rc = driver_at(path);
+    if (rc == TAKEN)
+        *(int *)taken = 1;
+    return rc == BAD ? BAD : 0;
+}
+
+/* The driver library the loader would take: 0 when it is whole or there is none, -1 with
+ * loaded.why when it would crash dlopen (SIGBUS reading a copy cut short) or hang it (a
+ * FIFO).  Looked for where the loader looks, in its order:
+ *   LD_LIBRARY_PATH: each directory as the loader reads it (an empty entry, leading,
+ *     doubled or trailing, is the working directory), its glibc-hwcaps subdirectories
+ *     first.  A copy in one of those that is cut short is refused even where this CPU
+ *     would skip that subdirectory; the search ends at the first whole copy in a
+ *     directory itself.
+ *   the loader's cache, /etc/ld.so.cache (where a driver install's copy is found):
+ *     every entry for libcuda.so.1 of this machine's.
+ *   when the cache has no whole copy, the system directories: the first copy there. */
 static int driver_whole(void)
 {
     const char *p = getenv("LD_LIBRARY_PATH");
-    if (!p || !*p)
-        return 0;
-    for (;;) {
+    int rc;
+    for (int last = !p || !*p; !last;) {
         size_t l = strcspn(p, ":;");
         int dl = l ? (int)l : 1;
         const char *dir = l ? p : ".";
         for (size_t k = 0; k < sizeof hwcaps / sizeof *hwcaps; k++) {
             const char *sub = hwcaps[k];
-            char path[PATH_MAX], bad[PATH_MAX + 128];
+            char path[PATH_MAX];
             int w = sub ? snprintf(path, sizeof path, "%.*s/glibc-hwcaps/%s/libcuda.so.1",
                                    dl, dir, sub)
                         : snprintf(path, sizeof path, "%.*s/libcuda.so.1", dl, dir);
-            if (w <= 0 || (size_t)w >= sizeof path || access(path, F_OK) != 0)
+            if (w <= 0 || (size_t)w >= sizeof path)
                 continue;
-            int rc = so_whole(path, bad, sizeof bad);
-            if (rc == -1) {
-                why("the NVIDIA driver library %s", bad);
+            if ((rc = driver_at(path)) == BAD)
                 return -1;
-            }
-            if (rc == 0 && !sub)
+            if (rc == TAKEN && !sub)
                 return 0;
-            /* another architecture's (a 32-bit library directory), or no library: the
-             * loader goes on to the next directory, and so does this search */
         }
-        if (!p[l])
-            return 0;
-        p += l + 1;
+        last = !p[l];
+        p += l + !last;         /* past a trailing separator: "", the working directory */
     }
+    int taken = 0;
+    if (tfm_so_cache_each("/etc/ld.so.cache", "libcuda.so.1", cache_entry, &taken) == BAD)
+        return -1;
+    for (size_t k = 0; k < sizeof system_dirs / sizeof *system_dirs && !taken; k++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/libcuda.so.1", system_dirs[k]);
+        if ((rc = driver_at(path)) == BAD)
+            return -1;
+        taken = rc == TAKEN;
+    }
+    return 0;
 }
 
 static void load(void)
@@ -276,7 +245,7 @@ static void load(void)
     if (driver_ready())
         return;
     char bad[PATH_MAX + 128];
-    if (so_whole(path, bad, sizeof bad) < 0) {
+    if (tfm_so_whole(path, bad, sizeof bad) < 0) {
         why("cannot load the CUDA code: %s", bad);
         return;
     }
