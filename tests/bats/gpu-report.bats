@@ -206,3 +206,25 @@ fake_gpu() {
     assert_output --partial "| decode base beam 4 (tfm) | fail |"
     refute_output --regexp "\| (test_gpu_ops|tools|train|decode)[^|]*\| pass \|"
 }
+
+@test "no nvidia-smi: the GPUs are counted by the driver's device nodes, not reported absent" {
+    if command -v nvidia-smi > /dev/null || [ -e /usr/local/nvidia/bin/nvidia-smi ] ||
+        [ -e /usr/bin/nvidia-smi ]; then
+        skip "this machine has nvidia-smi"
+    fi
+    local dev="$BATS_TEST_TMPDIR/dev"
+    mkdir -p "$dev"
+    : > "$dev/nvidiactl"
+    : > "$dev/nvidia-uvm"
+    export GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_DEV="$dev"
+    run "$TFM_ROOT/tests/gpu/report.sh" build
+    assert_success
+    assert_output --partial "| GPU | not run | no GPU (nvidia-smi: not found; no device node nvidia0 in $dev) |"
+    : > "$dev/nvidia0"
+    : > "$dev/nvidia1"
+    run "$TFM_ROOT/tests/gpu/report.sh" build
+    assert_success
+    assert_output --partial "| GPU | pass | 2: GPU 0: device node $dev/nvidia0 (nvidia-smi: not found) |"
+    run cat "$GPU_REPORT_DIR/system.log"
+    assert_output --partial "nvidia-smi: not found; device nodes: 2"
+}
