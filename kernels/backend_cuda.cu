@@ -659,8 +659,8 @@ static void cu_destroy(struct tfm_backend *be)
         if (c->blas) {
             cublasStatus_t s = cublasDestroy(c->blas);
             if (s != CUBLAS_STATUS_SUCCESS)
-                fprintf(stderr, "tfm: CUDA backend: releasing: cublasDestroy failed: %s\n",
-                        cublasGetStatusString(s));
+                fprintf(stderr, "tfm: CUDA backend: releasing: cublasDestroy failed: %s: %s\n",
+                        cublasGetStatusName(s), cublasGetStatusString(s));
         }
         if (c->plans)
             for (int i = 0; i < LT_PLANS; i++)
