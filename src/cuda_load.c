@@ -8,6 +8,7 @@
 #include "cuda_plugin.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -41,11 +42,49 @@ __attribute__((format(printf, 1, 2))) static void why(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The driver's errors that can end its start, by number, for a library that cannot name
+ * them itself (the toolkit's stub answers every call, cuGetErrorName too, with 34). */
+static const struct {
+    int code;
+    const char *name, *what;
+} driver_errors[] = {
+    {3, "CUDA_ERROR_NOT_INITIALIZED", NULL},
+    {34, "CUDA_ERROR_STUB_LIBRARY", NULL},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "the GPU is in use by another process or prohibited"},
+    {100, "CUDA_ERROR_NO_DEVICE", NULL},
+    {304, "CUDA_ERROR_OPERATING_SYSTEM", NULL},
+    {802, "CUDA_ERROR_SYSTEM_NOT_READY", NULL},
+    {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "libcuda.so.1 and the loaded kernel module are of different driver versions"},
+    {804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", NULL},
+    {999, "CUDA_ERROR_UNKNOWN", NULL},
+};
+
+/* "NAME: description" of a driver error code: from the driver (cuGetErrorName,
+ * cuGetErrorString), else from driver_errors, else "error N".  The stub library of the
+ * toolkit (34: what a build links against, taken for the driver when its directory is on
+ * LD_LIBRARY_PATH) is named with its path. */
 static const char *driver_error(void *drv, int code, char *buf, size_t n)
 {
     cu_error_name_fn name = (cu_error_name_fn)dlsym(drv, "cuGetErrorName");
-    const char *s = NULL;
-    if (name && name(code, &s) == 0 && s)
+    cu_error_name_fn text = (cu_error_name_fn)dlsym(drv, "cuGetErrorString");
+    const char *s = NULL, *t = NULL;
+    if (!name || name(code, &s) != 0)
+        s = NULL;
+    if (!text || text(code, &t) != 0)
+        t = NULL;
+    for (size_t i = 0; i < sizeof driver_errors / sizeof *driver_errors && !s; i++)
+        if (driver_errors[i].code == code) {
+            s = driver_errors[i].name;
+            t = driver_errors[i].what;
+        }
+    struct link_map *lm = NULL;
+    if (code == 34 && dlinfo(drv, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+        snprintf(buf, n, "%s (%s is the CUDA toolkit's stub library, not a driver)",
+                 s ? s : "error 34", lm->l_name);
+    else if (s && t)
+        snprintf(buf, n, "%s: %s", s, t);
+    else if (s)
         snprintf(buf, n, "%s", s);
     else
         snprintf(buf, n, "error %d", code);
@@ -79,7 +118,7 @@ static int driver_ready(void)
             !init ? "cuInit" : !count ? "cuDeviceGetCount" : "cuDriverGetVersion");
         return -1;
     }
-    char buf[64], need[32], have[32];
+    char buf[PATH_MAX + 160], need[32], have[32];
     int v = 0, n = 0, rc;
     if ((rc = version(&v)) != 0) {
         why("the NVIDIA driver: cuDriverGetVersion: %s", driver_error(drv, rc, buf, sizeof buf));

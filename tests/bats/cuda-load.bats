@@ -110,6 +110,29 @@ real_driver() {
     assert_output --partial "the NVIDIA driver did not start: cuInit: CUDA_ERROR_NO_DEVICE"
 }
 
+@test "the toolkit's stub found for the driver, and a driver that cannot name its error: named all the same" {
+    need_plugin
+    # the stub answers every call, cuGetErrorName too, with CUDA_ERROR_STUB_LIBRARY (34)
+    mkdir -p "$M/stub" "$M/mismatch"
+    printf '%s\n' 'int cuInit(unsigned f) { (void)f; return 34; }' \
+        'int cuDeviceGetCount(int *n) { *n = 0; return 34; }' \
+        'int cuDriverGetVersion(int *v) { *v = 0; return 34; }' \
+        'int cuGetErrorName(int c, const char **s) { (void)c; *s = 0; return 34; }' \
+        'int cuGetErrorString(int c, const char **s) { (void)c; *s = 0; return 34; }' > "$M/stub.c"
+    cc -shared -fPIC -o "$M/stub/libcuda.so.1" "$M/stub.c"
+    LD_LIBRARY_PATH="$M/stub" run train s1 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver: cuDriverGetVersion: CUDA_ERROR_STUB_LIBRARY ($M/stub/libcuda.so.1 is the CUDA toolkit's stub library, not a driver))"
+    # a user-space driver of another version than the kernel's, without cuGetErrorName
+    printf '%s\n' 'int cuInit(unsigned f) { (void)f; return 803; }' \
+        'int cuDeviceGetCount(int *n) { *n = 0; return 3; }' \
+        'int cuDriverGetVersion(int *v) { *v = 13000; return 0; }' > "$M/mismatch.c"
+    cc -shared -fPIC -o "$M/mismatch/libcuda.so.1" "$M/mismatch.c"
+    LD_LIBRARY_PATH="$M/mismatch" run train s2
+    assert_success
+    assert_output --partial "the NVIDIA driver did not start: cuInit: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: libcuda.so.1 and the loaded kernel module are of different driver versions"
+}
+
 @test "the plugin loads, and the CUDA runtime's refusal is reported with its name" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" run train g
