@@ -34,6 +34,10 @@
 // handed it: one stream, so cuBLAS and cuBLASLt never use it at once).
 #include "cuda.h"
 
+extern "C" {
+#include "cuda_hint.h"
+}
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +46,9 @@
 // cublasSetWorkspace), more than enough on sm_80.
 static const size_t BLAS_WORK_BYTES = (size_t)32 << 20;
 
+// When the error is one a kernel or copy queued earlier may have caused (or the runtime
+// holds such an error behind a cuBLAS failure), a second line says so (cuda_hint.h): the
+// op named is where it surfaced, not necessarily where it happened.
 void tfm_cuda_fail(const char *op, const char *call, const char *name, const char *msg,
                    const char *file, int line)
 {
@@ -49,6 +56,15 @@ void tfm_cuda_fail(const char *op, const char *call, const char *name, const cha
     cudaGetDevice(&dev);
     fprintf(stderr, "tfm: CUDA backend, GPU %d, op %s: %s failed: %s: %s (%s:%d)\n", dev, op,
             call, name, msg, file, line);
+    const char *hint = tfm_cuda_error_hint(name);
+    cudaError_t last = cudaPeekAtLastError();
+    if (!hint && last != cudaSuccess && (hint = tfm_cuda_error_hint(cudaGetErrorName(last)))) {
+        name = cudaGetErrorName(last);
+        fprintf(stderr, "tfm: the CUDA runtime's error: %s: %s\n", name,
+                cudaGetErrorString(last));
+    }
+    if (hint)
+        fprintf(stderr, "tfm: %s is %s\n", name, hint);
     abort();
 }
 
