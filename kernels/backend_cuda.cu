@@ -775,7 +775,10 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     }
     if ((e = cudaMalloc(&c->blas_work, BLAS_WORK_BYTES)) != cudaSuccess) {
         c->blas_work = NULL;
-        open_failed(err, device, "cudaMalloc (cuBLAS workspace)", e);
+        char call[96];
+        snprintf(call, sizeof call, "cudaMalloc of the cuBLAS workspace (%zu MiB)",
+                 BLAS_WORK_BYTES >> 20);
+        open_failed(err, device, call, e);
         cu_destroy(be);
         return NULL;
     }
