@@ -98,6 +98,29 @@ fake_gpu() {
     assert_output "15995.2"
 }
 
+@test "a failed build: the compiler's or linker's message, not a command compiling error.c" {
+    run build_error "$S/build-nvcc-error.txt"
+    assert_output 'kernels/cuda_ops.cu(41): error: identifier "undefined_name" is undefined'
+    run build_error "$S/build-link-error.txt"
+    assert_output "/usr/bin/ld: cannot find -lnccl: No such file or directory"
+    printf '%s\n' 'cc -c -o build/src/error.o src/error.c' 'make: *** [Makefile:9: all] Error 2' \
+        '(exit 2, 1 s)' > "$BATS_TEST_TMPDIR/make.txt"
+    run build_error "$BATS_TEST_TMPDIR/make.txt"
+    assert_output "make: *** [Makefile:9: all] Error 2"
+    printf '%s\n' '$ make -j16 all  (limit 240 s)' 'cc -c -o build/src/error.o src/error.c' \
+        'Killed' '(exit 137, 3 s)' > "$BATS_TEST_TMPDIR/killed.txt"
+    run build_error "$BATS_TEST_TMPDIR/killed.txt"
+    assert_output "Killed"
+    # the build stage's row, with a stand-in make that fails as a kernel's compilation does
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\ncat "%s"\nexit 2\n' "$S/build-nvcc-error.txt" > "$BATS_TEST_TMPDIR/fake/make"
+    chmod +x "$BATS_TEST_TMPDIR/fake/make"
+    PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_GPUS=0 \
+        run "$TFM_ROOT/tests/gpu/report.sh" build
+    assert_success
+    assert_output --partial '| build (sm_90) | fail | exit 2: kernels/cuda_ops.cu(41): error: identifier "undefined_name" is undefined |'
+}
+
 @test "a whole run without a GPU: every GPU row not run, a log a stage, quickly" {
     GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=0 \
         run "$TFM_ROOT/tests/gpu/report.sh"

@@ -235,7 +235,9 @@ stage_build() {
     run 240 "$BLD" make -j"$(nproc)" BUILD="$BUILD" \
         CUDA_ARCH="${CUDA_ARCH:--gencode arch=compute_90,code=sm_90}" all "$BUILD"/bench/train_step
     # a build without nvcc succeeds without the CUDA backend: that is a failure here
-    if [ $RC != 0 ]; then add row "build (sm_90)" fail "exit $RC: $(grep -m1 -E 'error|Error' "$BLD")"
+    if [ $RC = 124 ]; then
+        add row "build (sm_90)" fail "timed out: make gpu-report STAGES=build goes on from where it stopped"
+    elif [ $RC != 0 ]; then add row "build (sm_90)" fail "exit $RC: $(build_error "$BLD")"
     elif [ ! -f "$BUILD/libtfm-cuda.so" ]; then
         add row "build (sm_90)" fail "built without CUDA: no nvcc on PATH or in /usr/local/cuda/bin"
     else
