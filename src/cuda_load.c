@@ -273,6 +273,86 @@ static int driver_whole(void)
     return 0;
 }
 
+/* The first copy of library name in the directories of list (separated by ':' or ';'; an
+ * empty entry is the working directory) that the loader would take: 1 when it is whole, -1
+ * with "PATH: REASON" in bad when it is cut short or no regular file, 0 when no directory
+ * has one the loader would take. */
+static int lib_in(const char *list, const char *name, char *bad, size_t n)
+{
+    for (int last = !list || !*list; !last;) {
+        size_t l = strcspn(list, ":;");
+        char path[PATH_MAX];
+        int w = snprintf(path, sizeof path, "%.*s/%s", l ? (int)l : 1, l ? list : ".", name);
+        if (w > 0 && (size_t)w < sizeof path && access(path, F_OK) == 0) {
+            int rc = tfm_so_whole(path, bad, n);
+            if (rc != -2)
+                return rc == 0 ? 1 : -1;
+        }
+        last = !list[l];
+        list += l + !last;
+    }
+    return 0;
+}
+
+struct cached {
+    char *bad;
+    size_t n;
+};
+
+/* A cache entry of a library the plugin needs: TAKEN when whole (the loader takes the
+ * first that loads), BAD when cut short. */
+static int cache_lib(const char *path, void *ctx)
+{
+    struct cached *c = ctx;
+    int rc = tfm_so_whole(path, c->bad, c->n);
+    return rc == 0 ? TAKEN : rc == -1 ? BAD : 0;
+}
+
+/* The libraries the plugin needs (the CUDA runtime, cuBLAS, cuBLASLt, NCCL: hundreds of
+ * megabytes, copied from a wheel or an install that may have been cut short), each where
+ * the loader would find it: in the plugin's DT_RPATH, LD_LIBRARY_PATH, its DT_RUNPATH, the
+ * loader's cache, the system directories.  0 when each is whole, mapped already (the C
+ * and C++ libraries) or not found (then dlopen says so); -1 with loaded.why when one would
+ * crash dlopen. */
+static int plugin_libs_whole(const char *plugin)
+{
+    char needed[4096], search[4096], bad[PATH_MAX + 128];
+    int is_rpath = 0;
+    if (tfm_so_needed(plugin, needed, sizeof needed, search, sizeof search, &is_rpath))
+        return 0;           /* dlopen says what is wrong with the plugin itself */
+    const char *ld = getenv("LD_LIBRARY_PATH");
+    for (const char *name = needed; *name; name += strlen(name) + 1) {
+        void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            dlclose(h);
+            continue;
+        }
+        int rc = 0;
+        if (strchr(name, '/')) {
+            rc = tfm_so_whole(name, bad, sizeof bad) == -1 ? -1 : 1;
+        } else {
+            if (is_rpath)
+                rc = lib_in(search, name, bad, sizeof bad);
+            if (rc == 0)
+                rc = lib_in(ld, name, bad, sizeof bad);
+            if (rc == 0 && !is_rpath)
+                rc = lib_in(search, name, bad, sizeof bad);
+            if (rc == 0) {
+                struct cached c = {bad, sizeof bad};
+                int r = tfm_so_cache_each("/etc/ld.so.cache", name, cache_lib, &c);
+                rc = r == BAD ? -1 : r == TAKEN;
+            }
+            for (size_t k = 0; k < sizeof system_dirs / sizeof *system_dirs && rc == 0; k++)
+                rc = lib_in(system_dirs[k], name, bad, sizeof bad);
+        }
+        if (rc < 0) {
+            why("cannot load the CUDA code: its library %s", bad);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static void load(void)
 {
     char buf[PATH_MAX + 64];
@@ -288,6 +368,8 @@ static void load(void)
         why("cannot load the CUDA code: %s", bad);
         return;
     }
+    if (plugin_libs_whole(path))
+        return;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         why("cannot load the CUDA code: %s", dlerror());

@@ -192,3 +192,130 @@ done:
     free(buf);
     return rc;
 }
+
+/* ---- the libraries a shared object needs ------------------------------------------------ */
+
+/* n bytes at offset off of fd into buf: 0, or -1 when the file has fewer. */
+static int read_at(int fd, void *buf, size_t n, unsigned long long off)
+{
+    size_t at = 0;
+    while (at < n) {
+        ssize_t r = pread(fd, (char *)buf + at, n - at, (off_t)(off + at));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        at += (size_t)r;
+    }
+    return 0;
+}
+
+/* src with every $ORIGIN and ${ORIGIN} replaced by origin, into dst (n bytes): 0, or -1 when
+ * it does not fit. */
+static int expand_origin(const char *src, const char *origin, char *dst, size_t n)
+{
+    size_t w = 0;
+    while (*src) {
+        const char *rest = NULL;
+        if (strncmp(src, "$ORIGIN", 7) == 0)
+            rest = src + 7;
+        else if (strncmp(src, "${ORIGIN}", 9) == 0)
+            rest = src + 9;
+        const char *piece = rest ? origin : src;
+        size_t len = rest ? strlen(origin) : 1;
+        if (w + len >= n)
+            return -1;
+        memcpy(dst + w, piece, len);
+        w += len;
+        src = rest ? rest : src + 1;
+    }
+    dst[w] = 0;
+    return 0;
+}
+
+int tfm_so_needed(const char *path, char *needed, size_t n, char *search, size_t m,
+                  int *is_rpath)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return -1;
+    int rc = -1;
+    Elf64_Ehdr eh;
+    Elf64_Phdr *ph = NULL;
+    Elf64_Dyn *dyn = NULL;
+    char *str = NULL;
+    *is_rpath = 0;
+    if (n < 1 || m < 1 || read_at(fd, &eh, sizeof eh, 0) ||
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 ||
+        !(ph = malloc((size_t)eh.e_phnum * sizeof *ph)) ||
+        read_at(fd, ph, (size_t)eh.e_phnum * sizeof *ph, eh.e_phoff))
+        goto done;
+    /* the dynamic section, and the file offset of its string table's address */
+    const Elf64_Phdr *dp = NULL;
+    for (int i = 0; i < eh.e_phnum; i++)
+        if (ph[i].p_type == PT_DYNAMIC)
+            dp = &ph[i];
+    size_t nd = dp ? (size_t)(dp->p_filesz / sizeof *dyn) : 0;
+    if (!dp || nd == 0 || nd > 65536 || !(dyn = malloc(nd * sizeof *dyn)) ||
+        read_at(fd, dyn, nd * sizeof *dyn, dp->p_offset))
+        goto done;
+    unsigned long long strtab = 0, strsz = 0, off = ~0ull;
+    for (size_t i = 0; i < nd && dyn[i].d_tag != DT_NULL; i++) {
+        if (dyn[i].d_tag == DT_STRTAB)
+            strtab = dyn[i].d_un.d_ptr;
+        else if (dyn[i].d_tag == DT_STRSZ)
+            strsz = dyn[i].d_un.d_val;
+    }
+    for (int i = 0; i < eh.e_phnum; i++)
+        if (ph[i].p_type == PT_LOAD && strtab >= ph[i].p_vaddr &&
+            strtab - ph[i].p_vaddr < ph[i].p_filesz &&
+            strsz <= ph[i].p_filesz - (strtab - ph[i].p_vaddr))
+            off = ph[i].p_offset + (strtab - ph[i].p_vaddr);
+    if (off == ~0ull || strsz == 0 || strsz > ((size_t)16 << 20) || !(str = malloc(strsz + 1)) ||
+        read_at(fd, str, strsz, off))
+        goto done;
+    str[strsz] = 0;
+    /* the names, and the search path: DT_RUNPATH, else DT_RPATH */
+    char origin[4096];
+    snprintf(origin, sizeof origin, "%s", path);
+    char *slash = strrchr(origin, '/');
+    if (slash)
+        *(slash == origin ? slash + 1 : slash) = 0;
+    else
+        snprintf(origin, sizeof origin, ".");
+    size_t w = 0;
+    const char *runpath = NULL, *rpath = NULL;
+    rc = 0;
+    for (size_t i = 0; i < nd && dyn[i].d_tag != DT_NULL && rc == 0; i++) {
+        unsigned long long v = dyn[i].d_un.d_val;
+        if (dyn[i].d_tag != DT_NEEDED && dyn[i].d_tag != DT_RUNPATH && dyn[i].d_tag != DT_RPATH)
+            continue;
+        if (v >= strsz) {
+            rc = -1;
+            break;
+        }
+        if (dyn[i].d_tag == DT_RUNPATH) {
+            runpath = str + v;
+        } else if (dyn[i].d_tag == DT_RPATH) {
+            rpath = str + v;
+        } else {
+            size_t len = strlen(str + v);
+            if (w + len + 2 > n)
+                rc = -1;
+            else
+                memcpy(needed + w, str + v, len + 1), w += len + 1;
+        }
+    }
+    needed[w < n ? w : n - 1] = 0;
+    if (rc == 0) {
+        *is_rpath = !runpath && rpath;
+        rc = expand_origin(runpath ? runpath : rpath ? rpath : "", origin, search, m);
+    }
+done:
+    free(str);
+    free(dyn);
+    free(ph);
+    close(fd);
+    return rc;
+}

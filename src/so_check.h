@@ -31,4 +31,13 @@ int tfm_so_whole(const char *path, char *bad, size_t n);
 int tfm_so_cache_each(const char *cache, const char *name,
                       int (*fn)(const char *path, void *ctx), void *ctx);
 
+/* The dynamic section of shared object path (whole, as tfm_so_whole says): the names of
+ * the libraries it needs (DT_NEEDED), in its order, each ended by a NUL, with an empty name
+ * after the last, into needed (n bytes); its search path (DT_RUNPATH, else DT_RPATH; ""
+ * without either), with $ORIGIN and ${ORIGIN} replaced by path's directory, into search (m
+ * bytes), and *is_rpath 1 when it was DT_RPATH (searched before LD_LIBRARY_PATH, where
+ * DT_RUNPATH comes after it).  0; -1 when it cannot be read or does not fit. */
+int tfm_so_needed(const char *path, char *needed, size_t n, char *search, size_t m,
+                  int *is_rpath);
+
 #endif

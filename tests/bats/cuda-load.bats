@@ -197,6 +197,33 @@ real_driver() {
     fi
 }
 
+@test "a library the plugin needs, cut short (a wheel or toolkit copied in part): refused, named, not SIGBUS" {
+    need_plugin
+    local size
+    mkdir -p "$M/deps/lib" "$M/wholedep"
+    printf 'int tfm_dep_value(void) { return 7; }\nchar tfm_dep_pad[65536] = {1};\n' > "$M/dep.c"
+    cc -shared -fPIC -Wl,-soname,libtfmdep.so.1 -o "$M/wholedep/libtfmdep.so.1" "$M/dep.c"
+    # the stand-in plugin of a GPU that will not open, needing it through $ORIGIN/lib
+    cc -shared -fPIC -DFAKE_GPUS=1 -I"$TFM_ROOT/src" -o "$M/deps/plugin.so" "$M/plugin.c" \
+        -Wl,--no-as-needed -L"$M/wholedep" -l:libtfmdep.so.1 -Wl,--enable-new-dtags,-rpath,'$ORIGIN/lib'
+    cp "$M/wholedep/libtfmdep.so.1" "$M/deps/lib/"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d1 --device cuda
+    assert_failure 1
+    assert_output --partial "GPU 0 will not open"
+    size=$(stat -c %s "$M/wholedep/libtfmdep.so.1")
+    head -c 3000 "$M/wholedep/libtfmdep.so.1" > "$M/deps/lib/libtfmdep.so.1"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d2 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (cannot load the CUDA code: its library $M/deps/lib/libtfmdep.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d3
+    assert_success
+    assert_output --partial "its library $M/deps/lib/libtfmdep.so.1: truncated"
+    # LD_LIBRARY_PATH comes before a DT_RUNPATH: a whole copy there is the one taken
+    LD_LIBRARY_PATH="$M/one:$M/wholedep" TFM_CUDA_LIB="$M/deps/plugin.so" run train d4 --device cuda
+    assert_failure 1
+    assert_output --partial "GPU 0 will not open"
+}
+
 @test "a missing, a foreign and a turned-off plugin" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train h

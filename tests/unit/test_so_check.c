@@ -1,7 +1,8 @@
 /* test_so_check.c: a shared object is checked whole before dlopen maps it (a copy cut
  * short would end the process with SIGBUS), and the loader's cache is read for where a
  * library is: both layouts glibc writes, this machine's entries only, and crafted caches
- * (counts and offsets past the end, names without their NUL) refused, not read past. */
+ * (counts and offsets past the end, names without their NUL) refused, not read past; and
+ * the libraries a shared object needs are read from its dynamic section. */
 #include "check.h"
 #include "so_check.h"
 
@@ -73,6 +74,34 @@ static void test_whole(void)
     char none[PATH_MAX];
     snprintf(none, sizeof none, "%s/none.so", dir);
     CHECK_EQ_INT(tfm_so_whole(none, bad, sizeof bad), -2);
+}
+
+/* The libraries zlib needs (the C library), its search path (none), and nothing from a
+ * copy cut short or a text file. */
+static void test_needed(void)
+{
+    long size = 0;
+    const char *so = real_so(&size);
+    if (!so) {
+        t_skip("dladdr finds no path for zlib");
+        return;
+    }
+    char needed[4096], search[4096], cut[PATH_MAX], txt[PATH_MAX];
+    int rp = -1, libc = 0, names = 0;
+    CHECK_EQ_INT(tfm_so_needed(so, needed, sizeof needed, search, sizeof search, &rp), 0);
+    for (const char *p = needed; *p; p += strlen(p) + 1) {
+        printf("# %s needs %s\n", so, p);
+        libc |= strncmp(p, "libc.so", 7) == 0;
+        names++;
+    }
+    CHECK(libc);
+    CHECK(names >= 1);
+    CHECK_EQ_INT(rp, 0);
+    CHECK_EQ_INT(tfm_so_needed(so, needed, 4, search, sizeof search, &rp), -1);  /* no room */
+    snprintf(cut, sizeof cut, "%s/cut.so", dir);
+    CHECK_EQ_INT(tfm_so_needed(cut, needed, sizeof needed, search, sizeof search, &rp), -1);
+    snprintf(txt, sizeof txt, "%s/text.so", dir);
+    CHECK_EQ_INT(tfm_so_needed(txt, needed, sizeof needed, search, sizeof search, &rp), -1);
 }
 
 /* ---- crafted caches ---- */
@@ -234,6 +263,8 @@ int main(void)
         return 1;
     }
     t_run("tfm_so_whole: whole, cut short, text, FIFO, absent", test_whole);
+    t_run("tfm_so_needed: a library's DT_NEEDED names; none from a cut or text file",
+          test_needed);
     t_run("tfm_so_cache_each: both layouts, this machine's entries, crafted caches refused",
           test_cache);
     t_run("tfm_so_cache_each: this machine's /etc/ld.so.cache", test_system_cache);
