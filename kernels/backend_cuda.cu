@@ -34,6 +34,10 @@
 // handed it: one stream, so cuBLAS and cuBLASLt never use it at once).
 #include "cuda.h"
 
+extern "C" {
+#include "cuda_hint.h"
+}
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +46,9 @@
 // cublasSetWorkspace), more than enough on sm_80.
 static const size_t BLAS_WORK_BYTES = (size_t)32 << 20;
 
+// When the error is one a kernel or copy queued earlier may have caused (or the runtime
+// holds such an error behind a cuBLAS failure), a second line says so (cuda_hint.h): the
+// op named is where it surfaced, not necessarily where it happened.
 void tfm_cuda_fail(const char *op, const char *call, const char *name, const char *msg,
                    const char *file, int line)
 {
@@ -49,6 +56,15 @@ void tfm_cuda_fail(const char *op, const char *call, const char *name, const cha
     cudaGetDevice(&dev);
     fprintf(stderr, "tfm: CUDA backend, GPU %d, op %s: %s failed: %s: %s (%s:%d)\n", dev, op,
             call, name, msg, file, line);
+    const char *hint = tfm_cuda_error_hint(name);
+    cudaError_t last = cudaPeekAtLastError();
+    if (!hint && last != cudaSuccess && (hint = tfm_cuda_error_hint(cudaGetErrorName(last)))) {
+        name = cudaGetErrorName(last);
+        fprintf(stderr, "tfm: the CUDA runtime's error: %s: %s\n", name,
+                cudaGetErrorString(last));
+    }
+    if (hint)
+        fprintf(stderr, "tfm: %s is %s\n", name, hint);
     abort();
 }
 
@@ -659,8 +675,8 @@ static void cu_destroy(struct tfm_backend *be)
         if (c->blas) {
             cublasStatus_t s = cublasDestroy(c->blas);
             if (s != CUBLAS_STATUS_SUCCESS)
-                fprintf(stderr, "tfm: CUDA backend: releasing: cublasDestroy failed: %s\n",
-                        cublasGetStatusString(s));
+                fprintf(stderr, "tfm: CUDA backend: releasing: cublasDestroy failed: %s: %s\n",
+                        cublasGetStatusName(s), cublasGetStatusString(s));
         }
         if (c->plans)
             for (int i = 0; i < LT_PLANS; i++)
@@ -759,7 +775,10 @@ struct tfm_backend *tfm_cuda_backend_open(int device, struct tfm_error *err)
     }
     if ((e = cudaMalloc(&c->blas_work, BLAS_WORK_BYTES)) != cudaSuccess) {
         c->blas_work = NULL;
-        open_failed(err, device, "cudaMalloc (cuBLAS workspace)", e);
+        char call[96];
+        snprintf(call, sizeof call, "cudaMalloc of the cuBLAS workspace (%zu MiB)",
+                 BLAS_WORK_BYTES >> 20);
+        open_failed(err, device, call, e);
         cu_destroy(be);
         return NULL;
     }

@@ -72,8 +72,10 @@ static void abort_comm(struct tfm_nccl *c)
 }
 
 // Poll a non-blocking call's communicator until it leaves ncclInProgress: 0 when it is
-// ncclSuccess; -1 with err (and the communicator aborted) on an error or past deadline.
-static int settle(struct tfm_nccl *c, const char *call, double deadline, struct tfm_error *err)
+// ncclSuccess; -1 with err (and the communicator aborted) on an error or past deadline,
+// which is `limit` seconds from the call's start (TFM_COLLECTIVE_TIMEOUT's when env).
+static int settle(struct tfm_nccl *c, const char *call, double deadline, double limit, int env,
+                  struct tfm_error *err)
 {
     for (;;) {
         ncclResult_t state;
@@ -91,9 +93,9 @@ static int settle(struct tfm_nccl *c, const char *call, double deadline, struct 
             return -1;
         }
         if (seconds() > deadline) {
-            tfm_fail(err, "GPU rank %d of %d: %s did not complete within %g s "
-                     "(TFM_COLLECTIVE_TIMEOUT): a rank stopped or hangs", c->rank, c->nranks,
-                     call, c->timeout);
+            tfm_fail(err, "GPU rank %d of %d: %s did not complete within %g s%s: a rank "
+                     "stopped or hangs", c->rank, c->nranks, call, limit,
+                     env ? " (TFM_COLLECTIVE_TIMEOUT)" : "");
             abort_comm(c);
             return -1;
         }
@@ -112,11 +114,19 @@ int tfm_cuda_nccl_id(unsigned char *id, struct tfm_error *err)
     return 0;
 }
 
+// Teardown goes on past a failed call (the rest is still released) but says so.
+static void released(const struct tfm_nccl *c, const char *call, cudaError_t e)
+{
+    if (e != cudaSuccess)
+        fprintf(stderr, "tfm: GPU rank %d of %d: releasing: %s failed: %s: %s\n", c->rank,
+                c->nranks, call, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 void tfm_cuda_nccl_free(struct tfm_nccl *c)
 {
     if (!c)
         return;
-    cudaSetDevice(CU(c->be)->device);
+    released(c, "cudaSetDevice", cudaSetDevice(CU(c->be)->device));
     if (c->comm && !c->aborted) {
         // a clean end: finalize (non-blocking, at most 30 s), then destroy; abort on trouble
         struct tfm_error err;
@@ -125,18 +135,22 @@ void tfm_cuda_nccl_free(struct tfm_nccl *c)
             nccl_failed(&err, c, "ncclCommFinalize", r);
             fprintf(stderr, "tfm: %s\n", err.msg);
             abort_comm(c);
-        } else if (settle(c, "ncclCommFinalize", seconds() + 30, &err) == 0) {
-            ncclCommDestroy(c->comm);
+        } else if (settle(c, "ncclCommFinalize", seconds() + 30, 30, 0, &err) == 0) {
+            if ((r = ncclCommDestroy(c->comm)) != ncclSuccess) {
+                nccl_failed(&err, c, "ncclCommDestroy", r);
+                fprintf(stderr, "tfm: %s\n", err.msg);
+            }
+            c->comm = NULL;
         } else {
             fprintf(stderr, "tfm: %s\n", err.msg);   // settle aborted it
         }
     }
     if (c->done)
-        cudaEventDestroy(c->done);
+        released(c, "cudaEventDestroy", cudaEventDestroy(c->done));
     if (c->ready)
-        cudaEventDestroy(c->ready);
+        released(c, "cudaEventDestroy", cudaEventDestroy(c->ready));
     if (c->stream)
-        cudaStreamDestroy(c->stream);
+        released(c, "cudaStreamDestroy", cudaStreamDestroy(c->stream));
     free(c);
 }
 
@@ -194,7 +208,7 @@ int tfm_cuda_nccl_open(struct tfm_backend **gpus, int n, const unsigned char *id
         for (int i = 0; i < n && rc == 0; i++)
             if (out[i]->comm)
                 rc = settle(out[i], "joining the run's ranks (ncclCommInitRankConfig)",
-                            deadline, err);
+                            deadline, timeout, 1, err);
     }
     if (rc) {
         for (int i = 0; i < n; i++) {
@@ -228,7 +242,8 @@ int tfm_cuda_nccl_sum(struct tfm_nccl *c, float *buf, size_t n, struct tfm_error
     }
     c->pending = 1;
     // queued once the communicator leaves ncclInProgress (not yet computed)
-    return r == ncclInProgress ? settle(c, "queueing ncclAllReduce", seconds() + c->timeout, err)
+    return r == ncclInProgress ? settle(c, "queueing ncclAllReduce", seconds() + c->timeout,
+                                        c->timeout, 1, err)
                                : 0;
 }
 

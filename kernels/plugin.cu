@@ -48,7 +48,8 @@ static void probe(int *count, char *msg, size_t n)
     cudaDeviceProp p;
     for (int i = 0; i < c; i++) {
         if ((e = cudaGetDeviceProperties(&p, i)) != cudaSuccess) {
-            snprintf(at, left, "GPU %d: cudaGetDeviceProperties: %s", i, cudaGetErrorString(e));
+            snprintf(at, left, "GPU %d: cudaGetDeviceProperties: %s: %s", i, cudaGetErrorName(e),
+                     cudaGetErrorString(e));
             cudaGetLastError();
             return;
         }

@@ -8,19 +8,17 @@
 #include "cuda_plugin.h"
 
 #include <dlfcn.h>
-#include <elf.h>
-#include <errno.h>
-#include <fcntl.h>
+#include <link.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend.h"
+#include "so_check.h"
 
 #ifdef TFM_CUDA
 
@@ -44,11 +42,49 @@ __attribute__((format(printf, 1, 2))) static void why(const char *fmt, ...)
     va_end(ap);
 }
 
+/* The driver's errors that can end its start, by number, for a library that cannot name
+ * them itself (the toolkit's stub answers every call, cuGetErrorName too, with 34). */
+static const struct {
+    int code;
+    const char *name, *what;
+} driver_errors[] = {
+    {3, "CUDA_ERROR_NOT_INITIALIZED", NULL},
+    {34, "CUDA_ERROR_STUB_LIBRARY", NULL},
+    {46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "the GPU is in use by another process or prohibited"},
+    {100, "CUDA_ERROR_NO_DEVICE", NULL},
+    {304, "CUDA_ERROR_OPERATING_SYSTEM", NULL},
+    {802, "CUDA_ERROR_SYSTEM_NOT_READY", NULL},
+    {803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+     "libcuda.so.1 and the loaded kernel module are of different driver versions"},
+    {804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", NULL},
+    {999, "CUDA_ERROR_UNKNOWN", NULL},
+};
+
+/* "NAME: description" of a driver error code: from the driver (cuGetErrorName,
+ * cuGetErrorString), else from driver_errors, else "error N".  The stub library of the
+ * toolkit (34: what a build links against, taken for the driver when its directory is on
+ * LD_LIBRARY_PATH) is named with its path. */
 static const char *driver_error(void *drv, int code, char *buf, size_t n)
 {
     cu_error_name_fn name = (cu_error_name_fn)dlsym(drv, "cuGetErrorName");
-    const char *s = NULL;
-    if (name && name(code, &s) == 0 && s)
+    cu_error_name_fn text = (cu_error_name_fn)dlsym(drv, "cuGetErrorString");
+    const char *s = NULL, *t = NULL;
+    if (!name || name(code, &s) != 0)
+        s = NULL;
+    if (!text || text(code, &t) != 0)
+        t = NULL;
+    for (size_t i = 0; i < sizeof driver_errors / sizeof *driver_errors && !s; i++)
+        if (driver_errors[i].code == code) {
+            s = driver_errors[i].name;
+            t = driver_errors[i].what;
+        }
+    struct link_map *lm = NULL;
+    if (code == 34 && dlinfo(drv, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+        snprintf(buf, n, "%s (%s is the CUDA toolkit's stub library, not a driver)",
+                 s ? s : "error 34", lm->l_name);
+    else if (s && t)
+        snprintf(buf, n, "%s: %s", s, t);
+    else if (s)
         snprintf(buf, n, "%s", s);
     else
         snprintf(buf, n, "error %d", code);
@@ -82,7 +118,7 @@ static int driver_ready(void)
             !init ? "cuInit" : !count ? "cuDeviceGetCount" : "cuDriverGetVersion");
         return -1;
     }
-    char buf[64], need[32], have[32];
+    char buf[PATH_MAX + 160], need[32], have[32];
     int v = 0, n = 0, rc;
     if ((rc = version(&v)) != 0) {
         why("the NVIDIA driver: cuDriverGetVersion: %s", driver_error(drv, rc, buf, sizeof buf));
@@ -137,83 +173,6 @@ static const char *plugin_path(char *buf, size_t n)
     return TFM_CUDA_PLUGIN_PATH;
 }
 
-#if defined(__x86_64__)
-#define THIS_MACHINE EM_X86_64
-#elif defined(__aarch64__)
-#define THIS_MACHINE EM_AARCH64
-#elif defined(__powerpc64__)
-#define THIS_MACHINE EM_PPC64
-#else
-#define THIS_MACHINE EM_NONE            /* not checked */
-#endif
-
-/* off + len, or the largest value when that overflows (a crafted header's). */
-static unsigned long long end_of(unsigned long long off, unsigned long long len)
-{
-    return len > ~0ull - off ? ~0ull : off + len;
-}
-
-/* Whether path is a whole 64-bit shared object, before dlopen maps it: the loader maps
- * each segment as the program headers describe it and reads it in place, so a truncated
- * file (a copy or an install cut short) would end the process with SIGBUS instead of an
- * error.  0; -1 with "PATH: REASON" in bad (n bytes) when it is such a file of this
- * machine's, cut short, or no regular file (the loader would wait in open for a FIFO's
- * writer, and fails on a directory); -2 with it when it is no such file at all, or cannot
- * be opened (the loader passes over those in a search).  Opened without waiting, so a
- * FIFO is only looked at. */
-static int so_whole(const char *path, char *bad, size_t n)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        snprintf(bad, n, "%s: %s", path, strerror(errno));
-        return -2;
-    }
-    struct stat st;
-    Elf64_Ehdr eh;
-    int rc = -2;
-    if (fstat(fd, &st)) {
-        snprintf(bad, n, "%s: %s", path, strerror(errno));
-    } else if (!S_ISREG(st.st_mode)) {
-        snprintf(bad, n, "%s: not a regular file", path);
-        rc = -1;
-    } else if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
-               memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
-        snprintf(bad, n, "%s: not a shared object (%lld bytes, no ELF header)", path,
-                 (long long)st.st_size);
-    } else if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_type != ET_DYN ||
-               (THIS_MACHINE != EM_NONE && eh.e_machine != THIS_MACHINE) ||
-               eh.e_phentsize != sizeof(Elf64_Phdr)) {
-        snprintf(bad, n, "%s: not a 64-bit shared object for this machine", path);
-    } else {
-        /* every program header, and every segment's bytes in the file, inside the file */
-        unsigned long long size = (unsigned long long)st.st_size;
-        unsigned long long need = end_of(eh.e_phoff, eh.e_phnum * sizeof(Elf64_Phdr));
-        rc = 0;
-        for (int i = 0; i < eh.e_phnum && rc == 0 && need <= size; i++) {
-            Elf64_Phdr ph;
-            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (Elf64_Off)i * sizeof ph)) !=
-                (ssize_t)sizeof ph) {
-                rc = -1;
-                break;
-            }
-            if (end_of(ph.p_offset, ph.p_filesz) > size)
-                need = end_of(ph.p_offset, ph.p_filesz);
-        }
-        /* the section headers, last in the file: a copy cut short loses them first */
-        unsigned long long sh = end_of(eh.e_shoff,
-                                       (unsigned long long)eh.e_shnum * eh.e_shentsize);
-        if (eh.e_shnum > 0 && sh > need)
-            need = sh;
-        if (rc < 0 || need > size) {
-            snprintf(bad, n, "%s: truncated (%llu bytes, its headers describe %llu or more)",
-                     path, size, need);
-            rc = -1;
-        }
-    }
-    close(fd);
-    return rc;
-}
-
 /* The subdirectories of glibc-hwcaps that the loader looks in before each directory of
  * the library path (glibc 2.33 on), best first; which it takes depends on the CPU. */
 static const char *const hwcaps[] = {
@@ -224,45 +183,174 @@ static const char *const hwcaps[] = {
 #endif
     NULL};
 
-/* The driver library the loader would take from LD_LIBRARY_PATH, when one of its
- * directories has it: 0 when there is none or it is whole, -1 with loaded.why when it
- * would crash dlopen or hang it.  Each directory is looked at as the loader does: an
- * empty entry (leading, doubled or trailing separator) is the working directory, and its
- * glibc-hwcaps subdirectories come before it.  A copy in one of those that is cut short
- * is refused even where this CPU would skip that subdirectory; the search ends at the
- * first whole copy in a directory itself.  The system's own copy (found through
- * ld.so.cache) is not looked at. */
+/* The loader's own directories, searched after its cache (glibc's system directories,
+ * with the multiarch ones of Debian and its derivatives first). */
+static const char *const system_dirs[] = {
+#if defined(__x86_64__)
+    "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu",
+#elif defined(__aarch64__)
+    "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+#elif defined(__powerpc64__)
+    "/lib/powerpc64le-linux-gnu", "/usr/lib/powerpc64le-linux-gnu",
+#endif
+    "/lib64", "/usr/lib64"};
+
+enum { TAKEN = 1, BAD = 2 };
+
+/* One place the loader may take the driver library from: TAKEN when a whole copy is there
+ * (the loader would take it), 0 when there is none the loader would take (nothing, another
+ * architecture's, no library: it goes on searching), BAD with loaded.why when the copy
+ * there would crash dlopen (cut short) or hang it (no regular file). */
+static int driver_at(const char *path)
+{
+    char bad[PATH_MAX + 128];
+    if (access(path, F_OK) != 0)
+        return 0;
+    int rc = tfm_so_whole(path, bad, sizeof bad);
+    if (rc == -1) {
+        why("the NVIDIA driver library %s", bad);
+        return BAD;
+    }
+    return rc == 0 ? TAKEN : 0;
+}
+
+/* The cache's entries for the driver library: every one is looked at (the loader prefers
+ * the glibc-hwcaps subdirectories this CPU supports, which this does not work out), and
+ * the first cut short stops the search. */
+static int cache_entry(const char *path, void *taken)
+{
+    int rc = driver_at(path);
+    if (rc == TAKEN)
+        *(int *)taken = 1;
+    return rc == BAD ? BAD : 0;
+}
+
+/* The driver library the loader would take: 0 when it is whole or there is none, -1 with
+ * loaded.why when it would crash dlopen (SIGBUS reading a copy cut short) or hang it (a
+ * FIFO).  Looked for where the loader looks, in its order:
+ *   LD_LIBRARY_PATH: each directory as the loader reads it (an empty entry, leading,
+ *     doubled or trailing, is the working directory), its glibc-hwcaps subdirectories
+ *     first.  A copy in one of those that is cut short is refused even where this CPU
+ *     would skip that subdirectory; the search ends at the first whole copy in a
+ *     directory itself.
+ *   the loader's cache, /etc/ld.so.cache (where a driver install's copy is found):
+ *     every entry for libcuda.so.1 of this machine's.
+ *   when the cache has no whole copy, the system directories: the first copy there. */
 static int driver_whole(void)
 {
     const char *p = getenv("LD_LIBRARY_PATH");
-    if (!p || !*p)
-        return 0;
-    for (;;) {
+    int rc;
+    for (int last = !p || !*p; !last;) {
         size_t l = strcspn(p, ":;");
         int dl = l ? (int)l : 1;
         const char *dir = l ? p : ".";
         for (size_t k = 0; k < sizeof hwcaps / sizeof *hwcaps; k++) {
             const char *sub = hwcaps[k];
-            char path[PATH_MAX], bad[PATH_MAX + 128];
+            char path[PATH_MAX];
             int w = sub ? snprintf(path, sizeof path, "%.*s/glibc-hwcaps/%s/libcuda.so.1",
                                    dl, dir, sub)
                         : snprintf(path, sizeof path, "%.*s/libcuda.so.1", dl, dir);
-            if (w <= 0 || (size_t)w >= sizeof path || access(path, F_OK) != 0)
+            if (w <= 0 || (size_t)w >= sizeof path)
                 continue;
-            int rc = so_whole(path, bad, sizeof bad);
-            if (rc == -1) {
-                why("the NVIDIA driver library %s", bad);
+            if ((rc = driver_at(path)) == BAD)
                 return -1;
-            }
-            if (rc == 0 && !sub)
+            if (rc == TAKEN && !sub)
                 return 0;
-            /* another architecture's (a 32-bit library directory), or no library: the
-             * loader goes on to the next directory, and so does this search */
         }
-        if (!p[l])
-            return 0;
-        p += l + 1;
+        last = !p[l];
+        p += l + !last;         /* past a trailing separator: "", the working directory */
     }
+    int taken = 0;
+    if (tfm_so_cache_each("/etc/ld.so.cache", "libcuda.so.1", cache_entry, &taken) == BAD)
+        return -1;
+    for (size_t k = 0; k < sizeof system_dirs / sizeof *system_dirs && !taken; k++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/libcuda.so.1", system_dirs[k]);
+        if ((rc = driver_at(path)) == BAD)
+            return -1;
+        taken = rc == TAKEN;
+    }
+    return 0;
+}
+
+/* The first copy of library name in the directories of list (separated by ':' or ';'; an
+ * empty entry is the working directory) that the loader would take: 1 when it is whole, -1
+ * with "PATH: REASON" in bad when it is cut short or no regular file, 0 when no directory
+ * has one the loader would take. */
+static int lib_in(const char *list, const char *name, char *bad, size_t n)
+{
+    for (int last = !list || !*list; !last;) {
+        size_t l = strcspn(list, ":;");
+        char path[PATH_MAX];
+        int w = snprintf(path, sizeof path, "%.*s/%s", l ? (int)l : 1, l ? list : ".", name);
+        if (w > 0 && (size_t)w < sizeof path && access(path, F_OK) == 0) {
+            int rc = tfm_so_whole(path, bad, n);
+            if (rc != -2)
+                return rc == 0 ? 1 : -1;
+        }
+        last = !list[l];
+        list += l + !last;
+    }
+    return 0;
+}
+
+struct cached {
+    char *bad;
+    size_t n;
+};
+
+/* A cache entry of a library the plugin needs: TAKEN when whole (the loader takes the
+ * first that loads), BAD when cut short. */
+static int cache_lib(const char *path, void *ctx)
+{
+    struct cached *c = ctx;
+    int rc = tfm_so_whole(path, c->bad, c->n);
+    return rc == 0 ? TAKEN : rc == -1 ? BAD : 0;
+}
+
+/* The libraries the plugin needs (the CUDA runtime, cuBLAS, cuBLASLt, NCCL: hundreds of
+ * megabytes, copied from a wheel or an install that may have been cut short), each where
+ * the loader would find it: in the plugin's DT_RPATH, LD_LIBRARY_PATH, its DT_RUNPATH, the
+ * loader's cache, the system directories.  0 when each is whole, mapped already (the C
+ * and C++ libraries) or not found (then dlopen says so); -1 with loaded.why when one would
+ * crash dlopen. */
+static int plugin_libs_whole(const char *plugin)
+{
+    char needed[4096], search[4096], bad[PATH_MAX + 128];
+    int is_rpath = 0;
+    if (tfm_so_needed(plugin, needed, sizeof needed, search, sizeof search, &is_rpath))
+        return 0;           /* dlopen says what is wrong with the plugin itself */
+    const char *ld = getenv("LD_LIBRARY_PATH");
+    for (const char *name = needed; *name; name += strlen(name) + 1) {
+        void *h = dlopen(name, RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            dlclose(h);
+            continue;
+        }
+        int rc = 0;
+        if (strchr(name, '/')) {
+            rc = tfm_so_whole(name, bad, sizeof bad) == -1 ? -1 : 1;
+        } else {
+            if (is_rpath)
+                rc = lib_in(search, name, bad, sizeof bad);
+            if (rc == 0)
+                rc = lib_in(ld, name, bad, sizeof bad);
+            if (rc == 0 && !is_rpath)
+                rc = lib_in(search, name, bad, sizeof bad);
+            if (rc == 0) {
+                struct cached c = {bad, sizeof bad};
+                int r = tfm_so_cache_each("/etc/ld.so.cache", name, cache_lib, &c);
+                rc = r == BAD ? -1 : r == TAKEN;
+            }
+            for (size_t k = 0; k < sizeof system_dirs / sizeof *system_dirs && rc == 0; k++)
+                rc = lib_in(system_dirs[k], name, bad, sizeof bad);
+        }
+        if (rc < 0) {
+            why("cannot load the CUDA code: its library %s", bad);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static void load(void)
@@ -276,10 +364,12 @@ static void load(void)
     if (driver_ready())
         return;
     char bad[PATH_MAX + 128];
-    if (so_whole(path, bad, sizeof bad) < 0) {
+    if (tfm_so_whole(path, bad, sizeof bad) < 0) {
         why("cannot load the CUDA code: %s", bad);
         return;
     }
+    if (plugin_libs_whole(path))
+        return;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         why("cannot load the CUDA code: %s", dlerror());

@@ -18,10 +18,12 @@
  *
  * A file whose headers describe more bytes than it has (a truncated copy) is refused
  * before dlopen, which would map the missing bytes and die of SIGBUS reading them: the
- * plugin, and the driver's libcuda.so.1 when LD_LIBRARY_PATH finds it (in a directory of
- * it or its glibc-hwcaps subdirectories; the system's copy, found through ld.so.cache,
- * is the driver install's).  So is one that is no regular file: the loader would wait in
- * open(2) for a FIFO's writer.
+ * plugin, the libraries it needs (the CUDA runtime, cuBLAS, cuBLASLt, NCCL) where the
+ * loader would find them, and the driver's libcuda.so.1 where the loader would find it: in a directory of
+ * LD_LIBRARY_PATH or its glibc-hwcaps subdirectories, else through the loader's cache
+ * (/etc/ld.so.cache: where a driver install puts it), else in the system's library
+ * directories (cuda_load.c, driver_whole).  So is one that is no regular file: the loader
+ * would wait in open(2) for a FIFO's writer.
  *
  * Not here: choosing a device and checking it against the CPU (device.h), the backend
  * table itself (backend.h).

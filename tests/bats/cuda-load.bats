@@ -110,6 +110,29 @@ real_driver() {
     assert_output --partial "the NVIDIA driver did not start: cuInit: CUDA_ERROR_NO_DEVICE"
 }
 
+@test "the toolkit's stub found for the driver, and a driver that cannot name its error: named all the same" {
+    need_plugin
+    # the stub answers every call, cuGetErrorName too, with CUDA_ERROR_STUB_LIBRARY (34)
+    mkdir -p "$M/stub" "$M/mismatch"
+    printf '%s\n' 'int cuInit(unsigned f) { (void)f; return 34; }' \
+        'int cuDeviceGetCount(int *n) { *n = 0; return 34; }' \
+        'int cuDriverGetVersion(int *v) { *v = 0; return 34; }' \
+        'int cuGetErrorName(int c, const char **s) { (void)c; *s = 0; return 34; }' \
+        'int cuGetErrorString(int c, const char **s) { (void)c; *s = 0; return 34; }' > "$M/stub.c"
+    cc -shared -fPIC -o "$M/stub/libcuda.so.1" "$M/stub.c"
+    LD_LIBRARY_PATH="$M/stub" run train s1 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver: cuDriverGetVersion: CUDA_ERROR_STUB_LIBRARY ($M/stub/libcuda.so.1 is the CUDA toolkit's stub library, not a driver))"
+    # a user-space driver of another version than the kernel's, without cuGetErrorName
+    printf '%s\n' 'int cuInit(unsigned f) { (void)f; return 803; }' \
+        'int cuDeviceGetCount(int *n) { *n = 0; return 3; }' \
+        'int cuDriverGetVersion(int *v) { *v = 13000; return 0; }' > "$M/mismatch.c"
+    cc -shared -fPIC -o "$M/mismatch/libcuda.so.1" "$M/mismatch.c"
+    LD_LIBRARY_PATH="$M/mismatch" run train s2
+    assert_success
+    assert_output --partial "the NVIDIA driver did not start: cuInit: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: libcuda.so.1 and the loaded kernel module are of different driver versions"
+}
+
 @test "the plugin loads, and the CUDA runtime's refusal is reported with its name" {
     need_plugin
     LD_LIBRARY_PATH="$M/one" run train g
@@ -172,6 +195,33 @@ real_driver() {
         assert_failure 1
         assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
     fi
+}
+
+@test "a library the plugin needs, cut short (a wheel or toolkit copied in part): refused, named, not SIGBUS" {
+    need_plugin
+    local size
+    mkdir -p "$M/deps/lib" "$M/wholedep"
+    printf 'int tfm_dep_value(void) { return 7; }\nchar tfm_dep_pad[65536] = {1};\n' > "$M/dep.c"
+    cc -shared -fPIC -Wl,-soname,libtfmdep.so.1 -o "$M/wholedep/libtfmdep.so.1" "$M/dep.c"
+    # the stand-in plugin of a GPU that will not open, needing it through $ORIGIN/lib
+    cc -shared -fPIC -DFAKE_GPUS=1 -I"$TFM_ROOT/src" -o "$M/deps/plugin.so" "$M/plugin.c" \
+        -Wl,--no-as-needed -L"$M/wholedep" -l:libtfmdep.so.1 -Wl,--enable-new-dtags,-rpath,'$ORIGIN/lib'
+    cp "$M/wholedep/libtfmdep.so.1" "$M/deps/lib/"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d1 --device cuda
+    assert_failure 1
+    assert_output --partial "GPU 0 will not open"
+    size=$(stat -c %s "$M/wholedep/libtfmdep.so.1")
+    head -c 3000 "$M/wholedep/libtfmdep.so.1" > "$M/deps/lib/libtfmdep.so.1"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d2 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (cannot load the CUDA code: its library $M/deps/lib/libtfmdep.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d3
+    assert_success
+    assert_output --partial "its library $M/deps/lib/libtfmdep.so.1: truncated"
+    # LD_LIBRARY_PATH comes before a DT_RUNPATH: a whole copy there is the one taken
+    LD_LIBRARY_PATH="$M/one:$M/wholedep" TFM_CUDA_LIB="$M/deps/plugin.so" run train d4 --device cuda
+    assert_failure 1
+    assert_output --partial "GPU 0 will not open"
 }
 
 @test "a missing, a foreign and a turned-off plugin" {

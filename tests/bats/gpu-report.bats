@@ -98,6 +98,29 @@ fake_gpu() {
     assert_output "15995.2"
 }
 
+@test "a failed build: the compiler's or linker's message, not a command compiling error.c" {
+    run build_error "$S/build-nvcc-error.txt"
+    assert_output 'kernels/cuda_ops.cu(41): error: identifier "undefined_name" is undefined'
+    run build_error "$S/build-link-error.txt"
+    assert_output "/usr/bin/ld: cannot find -lnccl: No such file or directory"
+    printf '%s\n' 'cc -c -o build/src/error.o src/error.c' 'make: *** [Makefile:9: all] Error 2' \
+        '(exit 2, 1 s)' > "$BATS_TEST_TMPDIR/make.txt"
+    run build_error "$BATS_TEST_TMPDIR/make.txt"
+    assert_output "make: *** [Makefile:9: all] Error 2"
+    printf '%s\n' '$ make -j16 all  (limit 240 s)' 'cc -c -o build/src/error.o src/error.c' \
+        'Killed' '(exit 137, 3 s)' > "$BATS_TEST_TMPDIR/killed.txt"
+    run build_error "$BATS_TEST_TMPDIR/killed.txt"
+    assert_output "Killed"
+    # the build stage's row, with a stand-in make that fails as a kernel's compilation does
+    mkdir -p "$BATS_TEST_TMPDIR/fake"
+    printf '#!/bin/sh\ncat "%s"\nexit 2\n' "$S/build-nvcc-error.txt" > "$BATS_TEST_TMPDIR/fake/make"
+    chmod +x "$BATS_TEST_TMPDIR/fake/make"
+    PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_GPUS=0 \
+        run "$TFM_ROOT/tests/gpu/report.sh" build
+    assert_success
+    assert_output --partial '| build (sm_90) | fail | exit 2: kernels/cuda_ops.cu(41): error: identifier "undefined_name" is undefined |'
+}
+
 @test "a whole run without a GPU: every GPU row not run, a log a stage, quickly" {
     GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=0 \
         run "$TFM_ROOT/tests/gpu/report.sh"
@@ -205,4 +228,26 @@ fake_gpu() {
     assert_output --regexp "\| train base 10240\+10240 \(tfm bf16\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step not built)"
     assert_output --partial "| decode base beam 4 (tfm) | fail |"
     refute_output --regexp "\| (test_gpu_ops|tools|train|decode)[^|]*\| pass \|"
+}
+
+@test "no nvidia-smi: the GPUs are counted by the driver's device nodes, not reported absent" {
+    if command -v nvidia-smi > /dev/null || [ -e /usr/local/nvidia/bin/nvidia-smi ] ||
+        [ -e /usr/bin/nvidia-smi ]; then
+        skip "this machine has nvidia-smi"
+    fi
+    local dev="$BATS_TEST_TMPDIR/dev"
+    mkdir -p "$dev"
+    : > "$dev/nvidiactl"
+    : > "$dev/nvidia-uvm"
+    export GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_DEV="$dev"
+    run "$TFM_ROOT/tests/gpu/report.sh" build
+    assert_success
+    assert_output --partial "| GPU | not run | no GPU (nvidia-smi: not found; no device node nvidia0 in $dev) |"
+    : > "$dev/nvidia0"
+    : > "$dev/nvidia1"
+    run "$TFM_ROOT/tests/gpu/report.sh" build
+    assert_success
+    assert_output --partial "| GPU | pass | 2: GPU 0: device node $dev/nvidia0 (nvidia-smi: not found) |"
+    run cat "$GPU_REPORT_DIR/system.log"
+    assert_output --partial "nvidia-smi: not found; device nodes: 2"
 }

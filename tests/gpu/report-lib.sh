@@ -88,6 +88,18 @@ decode_tps() {
     echo "$t"
 }
 
+# build_error FILE: the line of a build log that says why the build failed: the first
+# message of a compiler, ptxas or the linker, else make's "***" line, else the last line.
+# Not merely a line with "error" in it: the build's own commands compile error.c into
+# error.o.
+build_error() {
+    local l
+    l=$(grep -m1 -E '(^|[ :])(fatal )?error:|nvcc fatal|ptxas (error|fatal)|undefined reference|cannot find -l' "$1" 2>/dev/null)
+    [ -n "$l" ] || l=$(grep -m1 -E '^g?make(\[[0-9]+\])?: \*\*\*' "$1" 2>/dev/null)
+    [ -n "$l" ] || l=$(grep -v -e '^(exit ' -e '^\$ ' "$1" 2>/dev/null | tail -1)
+    printf '%s\n' "$l"
+}
+
 # row NAME STATUS DETAIL: one table row of report.md.
 row() {
     printf '| %s | %s | %s |\n' "$1" "$2" "$(printf '%s' "$3" | tr '|\n' '/ ')"

@@ -33,7 +33,8 @@
 # Env: GPU_REPORT_DIR (gpu-report); GPU_REPORT_STAGES (the stages when none is named);
 # GPU_REPORT_BUILD=0 skips the build; REPORT_SECONDS; PYTHON (python3); CUDA_ARCH (sm_90
 # only); BENCH_STEPS (10); GPU_REPORT_GPUS=0 takes the path of a machine without GPU
-# whatever nvidia-smi says (for tests).
+# whatever nvidia-smi says (for tests); GPU_REPORT_DEV, the directory of the device nodes
+# counted when nvidia-smi is missing or lists nothing (/dev; for tests).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
@@ -158,24 +159,38 @@ time_for() {
 
 # ---- the machine (every run) --------------------------------------------------------------
 SYS=$OUT/system.log
+# The GPUs: nvidia-smi's list (on PATH, or where a driver install or a container's driver
+# mount puts it, often off a non-login shell's PATH); without a usable nvidia-smi, the
+# driver's device nodes (/dev/nvidia0 ...; GPU_REPORT_DEV names another directory, for
+# tests), so that a machine with GPUs is never reported as without one for want of a tool.
 GPU=0
+SMI=$(command -v nvidia-smi || ls /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi 2>/dev/null | head -1)
+GPU_SEEN= NO_GPU="nvidia-smi -L lists none"
 if [ -n "${GPU_REPORT_GPUS:-}" ]; then
     GPU=$GPU_REPORT_GPUS        # tests: 0 forces the machine-without-GPU path
     echo "GPU $GPU_REPORT_GPUS: (GPU_REPORT_GPUS)" > "$TMP/gpus"
-elif command -v nvidia-smi > /dev/null && timeout 30 nvidia-smi -L > "$TMP/gpus" 2>&1 && grep -q '^GPU ' "$TMP/gpus"; then
+    NO_GPU="GPU_REPORT_GPUS=$GPU_REPORT_GPUS"
+elif [ -n "$SMI" ] && timeout 30 "$SMI" -L > "$TMP/gpus" 2>&1 && grep -q '^GPU ' "$TMP/gpus"; then
     GPU=$(grep -c '^GPU ' "$TMP/gpus")
+else
+    GPU_SEEN="nvidia-smi: $([ -n "$SMI" ] && echo "$SMI -L lists none: $(grep -m1 . "$TMP/gpus")" || echo "not found")"
+    # shellcheck disable=SC2012
+    GPU=$(ls "${GPU_REPORT_DEV:-/dev}" 2>/dev/null | grep -c '^nvidia[0-9][0-9]*$')
+    [ "$GPU" -gt 0 ] && echo "GPU 0: device node ${GPU_REPORT_DEV:-/dev}/nvidia0 ($GPU_SEEN)" > "$TMP/gpus"
+    NO_GPU="$GPU_SEEN; no device node nvidia0 in ${GPU_REPORT_DEV:-/dev}"
 fi
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "host: $(uname -srm), $(nproc) CPUs"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "stages: $STAGES"
-    command -v nvidia-smi > /dev/null && timeout 20 nvidia-smi 2>&1
+    [ -n "$SMI" ] && timeout 20 "$SMI" 2>&1
+    [ -n "$GPU_SEEN" ] && echo "$GPU_SEEN; device nodes: $GPU"
     command -v nvcc > /dev/null && nvcc --version 2>&1 | tail -2
 } > "$SYS"
 if [ "$GPU" -gt 0 ]; then
     add row "GPU" pass "$GPU: $(grep -m1 '^GPU ' "$TMP/gpus" | sed 's/ (UUID.*//')"
 else
-    add row "GPU" "not run" "no GPU (nvidia-smi -L lists none)"
+    add row "GPU" "not run" "no GPU ($NO_GPU)"
 fi
 assemble
 
@@ -220,7 +235,9 @@ stage_build() {
     run 240 "$BLD" make -j"$(nproc)" BUILD="$BUILD" \
         CUDA_ARCH="${CUDA_ARCH:--gencode arch=compute_90,code=sm_90}" all "$BUILD"/bench/train_step
     # a build without nvcc succeeds without the CUDA backend: that is a failure here
-    if [ $RC != 0 ]; then add row "build (sm_90)" fail "exit $RC: $(grep -m1 -E 'error|Error' "$BLD")"
+    if [ $RC = 124 ]; then
+        add row "build (sm_90)" fail "timed out: make gpu-report STAGES=build goes on from where it stopped"
+    elif [ $RC != 0 ]; then add row "build (sm_90)" fail "exit $RC: $(build_error "$BLD")"
     elif [ ! -f "$BUILD/libtfm-cuda.so" ]; then
         add row "build (sm_90)" fail "built without CUDA: no nvcc on PATH or in /usr/local/cuda/bin"
     else
