@@ -46,6 +46,11 @@ fake_gpu() {
       printf 'ok 3 - c # SKIP TFM_GPU_OPS_QUICK: small shapes only\n'; } > "$BATS_TEST_TMPDIR/b.tap"
     run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
     assert_output "| ops bf16 | pass | 1 passed, 0 failed, 2 skipped |"
+    # so are the paper's shapes where they run apart, and the tests a run of some leaves out
+    { printf "ok 1 - a\nok 2 - b # SKIP TFM_GPU_OPS_PAPER=0: the paper's shapes run apart\n"
+      printf 'ok 3 - c # SKIP not selected by TFM_GPU_OPS_ONLY\n'; } > "$BATS_TEST_TMPDIR/p.tap"
+    run tap_row "paper" "$BATS_TEST_TMPDIR/p.tap" 0 strict
+    assert_output "| paper | pass | 1 passed, 0 failed, 2 skipped |"
     printf 'ok 4 - d # SKIP the CUDA backend: no GPU\n' >> "$BATS_TEST_TMPDIR/b.tap"
     run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
     assert_output "| ops bf16 | fail | 1 passed, 0 failed, 3 skipped with a GPU present: the CUDA backend: no GPU |"
@@ -104,6 +109,7 @@ fake_gpu() {
     assert_success
     assert_output --partial "| GPU | not run | no GPU"
     for r in "test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)" \
+        "test_gpu_ops paper shapes" "test_gpu_ops bf16 paper shapes" \
         "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
         "compute-sanitizer synccheck" "compute-sanitizer initcheck" \
         "compute-sanitizer memcheck bf16" \
@@ -116,8 +122,8 @@ fake_gpu() {
     refute_output --partial "| pass |"
     assert_output --partial "| - | (no command run) | | | | |"
     [ -s "$BATS_TEST_TMPDIR/r/report.md" ]
-    # report.md, system.log, a log for each of the 6 stages, parts/
-    [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -eq 9 ]
+    # report.md, system.log, a log for each of the 7 stages, parts/
+    [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -eq 10 ]
 }
 
 @test "stages run one command at a time add up to one report; a bad stage is a usage error" {
@@ -199,6 +205,8 @@ fake_gpu() {
     assert_output --partial "| GPU | pass | 1: GPU 0: NVIDIA H100 80GB HBM3 |"
     assert_output --regexp "\| test_gpu_ops \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| test_gpu_ops bf16 \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops paper shapes \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops bf16 paper shapes \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| tools on the GPU \(tools.sh\) \| fail \|"
     # no CUDA device, or (in a build without the benchmarks) no train_step: a failure either way
     assert_output --regexp "\| train base 10240\+10240 \(tfm fp32\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step not built)"
