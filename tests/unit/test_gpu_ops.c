@@ -1099,6 +1099,15 @@ static void elementwise_paths_case(int N, int M, int off)
     cpu->relu_bwd(cpu, z, y, xc, n, 1.25f);
     gpu->relu_bwd(gpu, gr, gy, gz, n, 1.25f);
     SAME_ACT(gr, z, n, TOL);
+    {               /* in place (dx = dy, as the FFN's backward calls it): the same bits */
+        float *hr = hact(gr, n);
+        void *bI;
+        float *gin = dact_off(y, n, off, &bI);
+        gpu->relu_bwd(gpu, gin, gin, gz, n, 1.25f);
+        exact_act("relu_bwd in place", gin, hr, n);
+        free(hr);
+        gpu->free(gpu, bI);
+    }
     cpu->bias_bwd(cpu, db, y, N, M);
     gpu->bias_bwd(gpu, gdb, gy, N, M);
     SAME(gdb, db, M, TOL);
@@ -1360,6 +1369,15 @@ static void xent_case(int N, int V, int big, int off)
         near_act("log_softmax", gls, ls, n, TOL);
     else
         SAME_ACT(gls, ls, n, TOL);
+    if (!big) {     /* in place (y = x, as decoding calls it): the same bits */
+        float *gin = dact(NULL, n);
+        gpu->copy(gpu, gin, gz, n * gpu->act_size);
+        gpu->log_softmax(gpu, gin, gin, N, V);
+        float *hls = hact(gls, n);
+        exact_act("log_softmax in place", gin, hls, n);
+        free(hls);
+        gpu->free(gpu, gin);
+    }
     cpu->xent(cpu, z, lab, N, V, 0.1f, 0, loss, nll, 0.0f);   /* logits untouched */
     gpu->xent(gpu, gz, glab, N, V, 0.1f, 0, gl, gn, 0.0f);
     if (big) {
