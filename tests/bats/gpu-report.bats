@@ -108,7 +108,7 @@ fake_gpu() {
         run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | not run | no GPU"
-    for r in "test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)" \
+    for r in "test_gpu_ops (small and big shapes)" "test_gpu_ops bf16 (small and big shapes)" \
         "test_gpu_ops paper shapes" "test_gpu_ops bf16 paper shapes" \
         "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
         "compute-sanitizer synccheck" "compute-sanitizer initcheck" \
@@ -130,18 +130,18 @@ fake_gpu() {
     export GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=0
     run "$TFM_ROOT/tests/gpu/report.sh" ops
     assert_success
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no GPU |"
     refute_output --partial "compute-sanitizer"
     run "$TFM_ROOT/tests/gpu/report.sh" sanitizer decode
     assert_success
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no GPU |"
     assert_output --partial "| compute-sanitizer memcheck | not run | no GPU |"
     assert_output --partial "| decode base beam 4 (tfm) | not run | no GPU |"
     refute_output --partial "tools.sh"
     # a stage run again replaces its rows, not adds to them
     GPU_REPORT_STAGES=ops run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
-    [ "$(grep -c '| test_gpu_ops (all shapes) |' "$GPU_REPORT_DIR/report.md")" -eq 1 ]
+    [ "$(grep -c '| test_gpu_ops (small and big shapes) |' "$GPU_REPORT_DIR/report.md")" -eq 1 ]
     assert_output --partial "| compute-sanitizer memcheck | not run | no GPU |"
     run "$TFM_ROOT/tests/gpu/report.sh" opz
     assert_failure 2
@@ -158,7 +158,7 @@ fake_gpu() {
         "$BATS_TEST_TMPDIR/make.log"
     # a build without the CUDA plugin (no nvcc) fails its row
     assert_output --partial "| build (sm_90) | fail | built without CUDA"
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no GPU |"
 }
 
 @test "a run stopped by a signal still leaves report.md, and stops its command" {
@@ -187,7 +187,7 @@ fake_gpu() {
     export PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0
     REPORT_SECONDS=20 run "$TFM_ROOT/tests/gpu/report.sh" ops tools
     assert_success
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=ops |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=ops |"
     assert_output --partial "| tools on the GPU (tools.sh) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=tools |"
     PYTHON=/nonexistent/python3 BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh" decode
     assert_success
@@ -203,8 +203,8 @@ fake_gpu() {
         BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | pass | 1: GPU 0: NVIDIA H100 80GB HBM3 |"
-    assert_output --regexp "\| test_gpu_ops \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
-    assert_output --regexp "\| test_gpu_ops bf16 \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops \(small and big shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops bf16 \(small and big shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| test_gpu_ops paper shapes \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| test_gpu_ops bf16 paper shapes \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| tools on the GPU \(tools.sh\) \| fail \|"

@@ -245,7 +245,8 @@ missing() {
 
 # ---- ops: test_gpu_ops --------------------------------------------------------------------------
 stage_ops() {
-    local OPS=$OUT/ops.log names=("test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)")
+    local OPS=$OUT/ops.log
+    local names=("test_gpu_ops (small and big shapes)" "test_gpu_ops bf16 (small and big shapes)")
     if [ "$GPU" -eq 0 ]; then
         echo "no GPU: not run" > "$OPS"
         skip_rows "no GPU" "${names[@]}"
