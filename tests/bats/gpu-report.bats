@@ -46,6 +46,11 @@ fake_gpu() {
       printf 'ok 3 - c # SKIP TFM_GPU_OPS_QUICK: small shapes only\n'; } > "$BATS_TEST_TMPDIR/b.tap"
     run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
     assert_output "| ops bf16 | pass | 1 passed, 0 failed, 2 skipped |"
+    # so are the paper's shapes where they run apart, and the tests a run of some leaves out
+    { printf "ok 1 - a\nok 2 - b # SKIP TFM_GPU_OPS_PAPER=0: the paper's shapes run apart\n"
+      printf 'ok 3 - c # SKIP not selected by TFM_GPU_OPS_ONLY\n'; } > "$BATS_TEST_TMPDIR/p.tap"
+    run tap_row "paper" "$BATS_TEST_TMPDIR/p.tap" 0 strict
+    assert_output "| paper | pass | 1 passed, 0 failed, 2 skipped |"
     printf 'ok 4 - d # SKIP the CUDA backend: no GPU\n' >> "$BATS_TEST_TMPDIR/b.tap"
     run tap_row "ops bf16" "$BATS_TEST_TMPDIR/b.tap" 0 strict
     assert_output "| ops bf16 | fail | 1 passed, 0 failed, 3 skipped with a GPU present: the CUDA backend: no GPU |"
@@ -126,7 +131,8 @@ fake_gpu() {
         run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | not run | no GPU"
-    for r in "test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)" \
+    for r in "test_gpu_ops (small and big shapes)" "test_gpu_ops bf16 (small and big shapes)" \
+        "test_gpu_ops paper shapes" "test_gpu_ops bf16 paper shapes" \
         "compute-sanitizer memcheck" "compute-sanitizer racecheck" \
         "compute-sanitizer synccheck" "compute-sanitizer initcheck" \
         "compute-sanitizer memcheck bf16" \
@@ -139,26 +145,26 @@ fake_gpu() {
     refute_output --partial "| pass |"
     assert_output --partial "| - | (no command run) | | | | |"
     [ -s "$BATS_TEST_TMPDIR/r/report.md" ]
-    # report.md, system.log, a log for each of the 6 stages, parts/
-    [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -eq 9 ]
+    # report.md, system.log, a log for each of the 7 stages, parts/
+    [ "$(ls "$BATS_TEST_TMPDIR/r" | wc -l)" -eq 10 ]
 }
 
 @test "stages run one command at a time add up to one report; a bad stage is a usage error" {
     export GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 GPU_REPORT_GPUS=0
     run "$TFM_ROOT/tests/gpu/report.sh" ops
     assert_success
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no GPU |"
     refute_output --partial "compute-sanitizer"
     run "$TFM_ROOT/tests/gpu/report.sh" sanitizer decode
     assert_success
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no GPU |"
     assert_output --partial "| compute-sanitizer memcheck | not run | no GPU |"
     assert_output --partial "| decode base beam 4 (tfm) | not run | no GPU |"
     refute_output --partial "tools.sh"
     # a stage run again replaces its rows, not adds to them
     GPU_REPORT_STAGES=ops run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
-    [ "$(grep -c '| test_gpu_ops (all shapes) |' "$GPU_REPORT_DIR/report.md")" -eq 1 ]
+    [ "$(grep -c '| test_gpu_ops (small and big shapes) |' "$GPU_REPORT_DIR/report.md")" -eq 1 ]
     assert_output --partial "| compute-sanitizer memcheck | not run | no GPU |"
     run "$TFM_ROOT/tests/gpu/report.sh" opz
     assert_failure 2
@@ -175,7 +181,7 @@ fake_gpu() {
         "$BATS_TEST_TMPDIR/make.log"
     # a build without the CUDA plugin (no nvcc) fails its row
     assert_output --partial "| build (sm_90) | fail | built without CUDA"
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no GPU |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no GPU |"
 }
 
 @test "a run stopped by a signal still leaves report.md, and stops its command" {
@@ -204,7 +210,7 @@ fake_gpu() {
     export PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0
     REPORT_SECONDS=20 run "$TFM_ROOT/tests/gpu/report.sh" ops tools
     assert_success
-    assert_output --partial "| test_gpu_ops (all shapes) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=ops |"
+    assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=ops |"
     assert_output --partial "| tools on the GPU (tools.sh) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=tools |"
     PYTHON=/nonexistent/python3 BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh" decode
     assert_success
@@ -220,8 +226,10 @@ fake_gpu() {
         BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh"
     assert_success
     assert_output --partial "| GPU | pass | 1: GPU 0: NVIDIA H100 80GB HBM3 |"
-    assert_output --regexp "\| test_gpu_ops \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
-    assert_output --regexp "\| test_gpu_ops bf16 \(all shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops \(small and big shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops bf16 \(small and big shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops paper shapes \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
+    assert_output --regexp "\| test_gpu_ops bf16 paper shapes \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| tools on the GPU \(tools.sh\) \| fail \|"
     # no CUDA device, or (in a build without the benchmarks) no train_step: a failure either way
     assert_output --regexp "\| train base 10240\+10240 \(tfm fp32\) \| fail \| (train_step: --device cuda: no CUDA device|[^|]*train_step not built)"

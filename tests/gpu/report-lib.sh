@@ -9,9 +9,11 @@ tap_counts() {
          END { printf "%d %d %d\n", p, f, s }' "$1" 2>/dev/null || echo "0 0 0"
 }
 
-# The skips that test_gpu_ops makes by design, GPU or not: its quick set's big shapes, and
-# at bf16 the model-level tests (they compare against the CPU at fp32 only).
-BY_DESIGN='# skip (TFM_GPU_OPS_QUICK: small shapes only|TFM_GPU_OPS_PRECISION=bf16: op tests only)'
+# The skips that test_gpu_ops makes by design, GPU or not: its quick set's big shapes, at
+# bf16 the model-level tests (they compare against the CPU at fp32 only), the paper's
+# shapes where they run apart (TFM_GPU_OPS_PAPER=0), and the tests that a run of some
+# (TFM_GPU_OPS_ONLY) leaves out.
+BY_DESIGN='# skip (TFM_GPU_OPS_QUICK: small shapes only|TFM_GPU_OPS_PRECISION=bf16: op tests only|TFM_GPU_OPS_PAPER=0: the paper.s shapes run apart|not selected by TFM_GPU_OPS_ONLY)'
 
 # tap_row NAME FILE RC [strict]: a row for a TAP log; RC the program's exit status (124:
 # timed out).  pass: no failure and something passed; fail: a failure, no result at all, a

@@ -4,8 +4,12 @@
 #   build      make for sm_90 on every core (the library, tools, tests, train_step), with
 #              what the image lacks of the libraries from GPU_DEPS (.gpu-deps: make
 #              gpu-deps, carried) or python3's CUDA wheels (tests/gpu/deps.sh)
-#   ops        test_gpu_ops (every op and the startup check, small and paper-sized shapes),
-#              then again with both backends in bf16
+#   ops        test_gpu_ops (every op and the startup check, small and the big model's
+#              shapes), then again with both backends in bf16
+#   paper      test_gpu_ops's "cuda paper" test alone, at fp32 and at bf16: the paper's
+#              shapes (25000-token batches, logits of 25000 x 37000, attention over 1024
+#              tokens, beam 21), apart from ops so that neither run's time limit costs the
+#              other's results
 #   sanitizer  compute-sanitizer memcheck, racecheck, synccheck, initcheck on test_gpu_ops's
 #              quick set (TFM_GPU_OPS_QUICK=1), and memcheck again at bf16
 #   tools      the tools on the GPU against the CPU (tests/gpu/tools.sh)
@@ -40,7 +44,7 @@ cd "$(dirname "$0")/../.." || exit 2
 ROOT=$PWD
 . tests/gpu/report-lib.sh
 
-ALL="build ops sanitizer tools train decode"
+ALL="build ops paper sanitizer tools train decode"
 if [ $# -gt 0 ]; then STAGES="$*"; else STAGES=${GPU_REPORT_STAGES:-$ALL}; fi
 for s in $STAGES; do
     case " $ALL " in
@@ -258,7 +262,8 @@ missing() {
 
 # ---- ops: test_gpu_ops --------------------------------------------------------------------------
 stage_ops() {
-    local OPS=$OUT/ops.log names=("test_gpu_ops (all shapes)" "test_gpu_ops bf16 (all shapes)")
+    local OPS=$OUT/ops.log
+    local names=("test_gpu_ops (small and big shapes)" "test_gpu_ops bf16 (small and big shapes)")
     if [ "$GPU" -eq 0 ]; then
         echo "no GPU: not run" > "$OPS"
         skip_rows "no GPU" "${names[@]}"
@@ -266,16 +271,42 @@ stage_ops() {
     fi
     missing "$BUILD/tests/test_gpu_ops" "${names[@]}" && return
     time_for ops 60 "${names[@]}" || return
-    run 200 "$TMP/ops.tap" "$BUILD"/tests/test_gpu_ops
+    # the paper's shapes have a stage of their own (paper)
+    run 200 "$TMP/ops.tap" env TFM_GPU_OPS_PAPER=0 "$BUILD"/tests/test_gpu_ops
     add tap_row "${names[0]}" "$TMP/ops.tap" "$RC" strict
     cat "$TMP/ops.tap" > "$OPS"
     # bf16: both backends in bf16 (the CUDA kernels' bf16 instantiations, the CPU
     # emulating bf16); a skip with a GPU present is a failure, as above
     if time_for ops 60 "${names[1]}"; then
-        run 200 "$TMP/ops16.tap" env TFM_GPU_OPS_PRECISION=bf16 "$BUILD"/tests/test_gpu_ops
+        run 200 "$TMP/ops16.tap" env TFM_GPU_OPS_PAPER=0 TFM_GPU_OPS_PRECISION=bf16 \
+            "$BUILD"/tests/test_gpu_ops
         add tap_row "${names[1]}" "$TMP/ops16.tap" "$RC" strict
         { echo "== TFM_GPU_OPS_PRECISION=bf16"; cat "$TMP/ops16.tap"; } >> "$OPS"
     fi
+}
+
+# ---- paper: test_gpu_ops at the paper's shapes ---------------------------------------------------
+# Its "cuda paper" test alone (TFM_GPU_OPS_ONLY: the others skip by design), at fp32, then
+# with both backends in bf16; some 12 GB of host memory and up to 16 GB of the GPU's a run.
+stage_paper() {
+    local PAP=$OUT/paper.log names=("test_gpu_ops paper shapes" "test_gpu_ops bf16 paper shapes")
+    local i prec
+    if [ "$GPU" -eq 0 ]; then
+        echo "no GPU: not run" > "$PAP"
+        skip_rows "no GPU" "${names[@]}"
+        return
+    fi
+    missing "$BUILD/tests/test_gpu_ops" "${names[@]}" && return
+    : > "$PAP"
+    for i in 0 1; do
+        prec=fp32
+        [ "$i" = 1 ] && prec=bf16
+        time_for paper 60 "${names[$i]}" || continue
+        run 240 "$TMP/paper-$prec.tap" env TFM_GPU_OPS_ONLY="cuda paper" \
+            TFM_GPU_OPS_PRECISION=$prec "$BUILD"/tests/test_gpu_ops
+        add tap_row "${names[$i]}" "$TMP/paper-$prec.tap" "$RC" strict
+        { echo "== TFM_GPU_OPS_PRECISION=$prec"; cat "$TMP/paper-$prec.tap"; } >> "$PAP"
+    done
 }
 
 # ---- sanitizer: compute-sanitizer on the quick set ----------------------------------------------

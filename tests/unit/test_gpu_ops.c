@@ -1,6 +1,7 @@
 /* test_gpu_ops.c: every op of the CUDA backend against the CPU backend (the reference) on
- * random inputs, at small shapes and at the big model's (d_model 1024, 16 heads, d_ff 4096,
- * vocabulary 37000, batches of 10240 tokens); the CUDA ops' determinism (the same bits on a
+ * random inputs, at small shapes, at the big model's (d_model 1024, 16 heads, d_ff 4096,
+ * vocabulary 37000, batches of 10240 tokens) and at the paper's (batches of 25000 tokens,
+ * parsing's 1024-token sentences and beam 21: test_paper); the CUDA ops' determinism (the same bits on a
  * second run); that no training step grows the workspace after reserve_step
  * (tfm_backend_cuda_work_grows); the check the tools run before using a GPU
  * (tfm_device_check); one training batch of a whole 6-layer model of the big shapes
@@ -13,6 +14,11 @@
  * Environment:
  *   TFM_GPU_OPS_QUICK=1     the small shapes only (every kernel variant still runs: the
  *                           sanitizers' run); the big-shape tests say SKIP
+ *   TFM_GPU_OPS_PAPER=0     not the paper's shapes ("cuda paper": 25000-token batches,
+ *                           logits of 25000 x 37000, parsing's max_len 1024 and beam 21),
+ *                           which need some 12 GB of host memory and a minute: tests/gpu/
+ *                           report.sh runs them apart (its stage "paper"), so that a time
+ *                           limit on one run does not cost the other's results
  *   TFM_GPU_OPS_ONLY=TEXT   only the tests whose name contains TEXT (the others SKIP)
  *   TFM_GPU_OPS_DEVICE=sim  test the stand-in for a GPU (backend_sim.c, the CPU's bits)
  *                           instead of CUDA: runs this program's every path on any machine
@@ -113,6 +119,7 @@
 static struct tfm_backend *cpu, *gpu;
 static char why[200];
 static int quick;               /* TFM_GPU_OPS_QUICK */
+static int paper = 1;           /* TFM_GPU_OPS_PAPER (0: the paper's shapes skip) */
 /* TFM_GPU_OPS_PRECISION=bf16: 2^-7, one bf16 unit in the last place relative to the
  * value (the header), added to the bound of every activation an op stores; 0 at fp32. */
 static double ulp16;
@@ -416,6 +423,15 @@ static void exact_act(const char *what, const void *d, const float *ref, size_t 
         NEED_GPU();                                                                    \
         if (quick) {                                                                   \
             t_skip("TFM_GPU_OPS_QUICK: small shapes only");                            \
+            return;                                                                    \
+        }                                                                              \
+    } while (0)
+
+#define NEED_PAPER()                                                                   \
+    do {                                                                               \
+        NEED_BIG();                                                                    \
+        if (!paper) {                                                                  \
+            t_skip("TFM_GPU_OPS_PAPER=0: the paper's shapes run apart");               \
             return;                                                                    \
         }                                                                              \
     } while (0)
@@ -1083,6 +1099,15 @@ static void elementwise_paths_case(int N, int M, int off)
     cpu->relu_bwd(cpu, z, y, xc, n, 1.25f);
     gpu->relu_bwd(gpu, gr, gy, gz, n, 1.25f);
     SAME_ACT(gr, z, n, TOL);
+    {               /* in place (dx = dy, as the FFN's backward calls it): the same bits */
+        float *hr = hact(gr, n);
+        void *bI;
+        float *gin = dact_off(y, n, off, &bI);
+        gpu->relu_bwd(gpu, gin, gin, gz, n, 1.25f);
+        exact_act("relu_bwd in place", gin, hr, n);
+        free(hr);
+        gpu->free(gpu, bI);
+    }
     cpu->bias_bwd(cpu, db, y, N, M);
     gpu->bias_bwd(gpu, gdb, gy, N, M);
     SAME(gdb, db, M, TOL);
@@ -1344,6 +1369,15 @@ static void xent_case(int N, int V, int big, int off)
         near_act("log_softmax", gls, ls, n, TOL);
     else
         SAME_ACT(gls, ls, n, TOL);
+    if (!big) {     /* in place (y = x, as decoding calls it): the same bits */
+        float *gin = dact(NULL, n);
+        gpu->copy(gpu, gin, gz, n * gpu->act_size);
+        gpu->log_softmax(gpu, gin, gin, N, V);
+        float *hls = hact(gls, n);
+        exact_act("log_softmax in place", gin, hls, n);
+        free(hls);
+        gpu->free(gpu, gin);
+    }
     cpu->xent(cpu, z, lab, N, V, 0.1f, 0, loss, nll, 0.0f);   /* logits untouched */
     gpu->xent(gpu, gz, glab, N, V, 0.1f, 0, gl, gn, 0.0f);
     if (big) {
@@ -1773,44 +1807,50 @@ static void test_big_gemm_bias(void)
     gemm_bias_run("QKV projection, odd ld (fallback)", 0, 0, BN, 3 * BD, BD, 0, 0, 1);
 }
 
-/* Embeddings of 10240 tokens (40 sentences of 256 positions) from 37000 x 1024, scale 32.
- * Some ids repeat 256, 257, 300, 513 and 1000 times (the GPU's backward finds a run of
- * equal ids in windows of 256; the largest id ends the sorted ids).  Forward: one product
- * and one sum an element: TOL.  Backward: sums of up to 1001 terms in token order on
- * both: sum_bound(1001); positions: 41 terms. */
-static void test_big_embed(void)
+/* Embeddings of N tokens (sentences of 256 positions, the last one cut short) from 37000 x
+ * 1024, scale 32.  Some ids repeat 256, 257, 300, 513 and 1000 times (the GPU's backward
+ * finds a run of equal ids in windows of 256; the largest id ends the sorted ids).
+ * Forward: one product and one sum an element: TOL.  Backward: sums of up to 1001 terms in
+ * token order on both: sum_bound(1001); positions: N / 256 + 1 terms. */
+static void big_embed_case(int N)
 {
-    NEED_BIG();
     enum { P = BT + 3, POS0 = 3 };
     static const int rep[][2] = {{BV - 1, 1000}, {5, 256}, {6, 257}, {7, 513}, {0, 300}};
-    int32_t *ids = malloc((size_t)BN * 4);
+    int32_t *ids = malloc((size_t)N * 4);
     int k = 0;
+    printf("#  %d tokens\n", N);
     for (size_t r = 0; r < sizeof rep / sizeof rep[0]; r++)
         for (int i = 0; i < rep[r][1]; i++)
             ids[k++] = rep[r][0];
-    while (k < BN)                                        /* others: never 0, 5, 6, 7, V-1 */
+    while (k < N)                                         /* others: never 0, 5, 6, 7, V-1 */
         ids[k++] = 8 + irand(BV - 9);
-    for (int i = BN - 1; i > 0; i--) {                    /* shuffled */
+    for (int i = N - 1; i > 0; i--) {                     /* shuffled */
         int j = irand(i + 1);
         int32_t t = ids[i];
         ids[i] = ids[j];
         ids[j] = t;
     }
-    size_t nt = (size_t)BV * BD, no = (size_t)BN * BD, np = (size_t)P * BD;
+    size_t nt = (size_t)BV * BD, no = (size_t)N * BD, np = (size_t)P * BD;
     float *table = rnda(nt, 1), *pos = rnda(np, 1), *dout = rnda(no, 1), *out = malloc(no * 4);
     float *dtable = rnd(nt, 1), *dpos = rnd(np, 1);
-    int32_t *gid = dev(ids, (size_t)BN * 4);
+    int32_t *gid = dev(ids, (size_t)N * 4);
     float *gt = dact(table, nt), *gp = dact(pos, np), *go = dact(NULL, no), *gdo = dact(dout, no),
           *gdt = dev(dtable, nt * 4), *gdp = dev(dpos, np * 4);
-    cpu->embed_fwd(cpu, out, table, ids, BN, BD, 32.0f, pos, BT, POS0);
-    gpu->embed_fwd(gpu, go, gt, gid, BN, BD, 32.0f, gp, BT, POS0);
+    cpu->embed_fwd(cpu, out, table, ids, N, BD, 32.0f, pos, BT, POS0);
+    gpu->embed_fwd(gpu, go, gt, gid, N, BD, 32.0f, gp, BT, POS0);
     near_act("forward", go, out, no, TOL);
-    cpu->embed_bwd(cpu, dtable, dpos, dout, ids, BN, BD, BV, 32.0f, BT, POS0);
-    gpu->embed_bwd(gpu, gdt, gdp, gdo, gid, BN, BD, BV, 32.0f, BT, POS0);
+    cpu->embed_bwd(cpu, dtable, dpos, dout, ids, N, BD, BV, 32.0f, BT, POS0);
+    gpu->embed_bwd(gpu, gdt, gdp, gdo, gid, N, BD, BV, 32.0f, BT, POS0);
     near("table gradient", gdt, dtable, nt, sum_bound(1001));
-    near("position gradient", gdp, dpos, np, sum_bound(BB + 1));
+    near("position gradient", gdp, dpos, np, sum_bound(N / BT + 1));
     GFREE(gid, gt, gp, go, gdo, gdt, gdp);
     free(ids); free(table); free(pos); free(dout); free(out); free(dtable); free(dpos);
+}
+
+static void test_big_embed(void)
+{
+    NEED_BIG();
+    big_embed_case(BN);
 }
 
 static void test_big_layernorm(void)
@@ -1850,26 +1890,26 @@ static void test_big_attention(void)
     decode_case(64, 4, 320, BT, 64, len, 1);
 }
 
-/* The FFN's element-wise ops on (10240, 4096): bias and ReLU, its backward, the bias
- * gradient (column sums of 10240: sum_bound), dropout (bit for bit, with Inf and NaN
- * among the inputs) and residual + dropout (one product, one sum: TOL). */
-static void test_big_elementwise(void)
+/* The FFN's element-wise ops on (N, 4096): bias and ReLU, its backward, the bias gradient
+ * (column sums of N: sum_bound), dropout (bit for bit, with Inf and NaN among the inputs)
+ * and residual + dropout (one product, one sum: TOL). */
+static void big_elementwise_case(int N)
 {
-    NEED_BIG();
-    size_t n = (size_t)BN * BF;
+    size_t n = (size_t)N * BF;
+    printf("#  %d x %d\n", N, BF);
     float *x = rnda(n, 1), *y = rnda(n, 1), *b = rnda(BF, 1), *db = rnd(BF, 1),
           *z = malloc(n * 4);
     float *gx = dact(x, n), *gy = dact(y, n), *gb = dact(b, BF), *gdb = dev(db, BF * 4),
           *gz = dact(NULL, n);
-    cpu->bias_act(cpu, x, b, BN, BF, 1);
-    gpu->bias_act(gpu, gx, gb, BN, BF, 1);
+    cpu->bias_act(cpu, x, b, N, BF, 1);
+    gpu->bias_act(gpu, gx, gb, N, BF, 1);
     near_act("bias and ReLU", gx, x, n, TOL);
     cpu->relu_bwd(cpu, z, y, x, n, 1.0f / 0.9f);
     gpu->relu_bwd(gpu, gz, gy, gx, n, 1.0f / 0.9f);
     near_act("ReLU backward", gz, z, n, TOL);
-    cpu->bias_bwd(cpu, db, y, BN, BF);
-    gpu->bias_bwd(gpu, gdb, gy, BN, BF);
-    near("bias gradient", gdb, db, BF, sum_bound(BN));
+    cpu->bias_bwd(cpu, db, y, N, BF);
+    gpu->bias_bwd(gpu, gdb, gy, N, BF);
+    near("bias gradient", gdb, db, BF, sum_bound(N));
     y[12345] = NAN;
     y[n - 1] = INFINITY;
     y[n / 2] = -INFINITY;
@@ -1885,6 +1925,12 @@ static void test_big_elementwise(void)
     free(x); free(y); free(b); free(db); free(z);
 }
 
+static void test_big_elementwise(void)
+{
+    NEED_BIG();
+    big_elementwise_case(BN);
+}
+
 /* The fused ops at the big model's shapes: the FFN's (10240, 4096), embeddings of 37000 x
  * 1024, residual and layer norm on (10240, 1024) and on (999, 4097) (D off every multiple
  * of 32); the bounds of fused_case with sum_bound. */
@@ -1895,9 +1941,9 @@ static void test_big_fused(void)
     fused_case(999, BF + 1, 300, 100, 0.1f, 1, 0);
 }
 
-/* The logits of a whole batch: 10240 rows of 37000, 379 million elements, 1.5 GB at fp32:
- * element offsets past 2^28 and byte offsets past 2^31 (an index or a byte count computed
- * in 32 bits would show here, and at no smaller shape). */
+/* The logits of a batch of 10240 tokens: 10240 rows of 37000, 379 million elements, 1.5 GB
+ * at fp32: element offsets past 2^28 (byte offsets stay below 2^31 here: the paper's
+ * 25000-token batch, test_paper, passes 2^31 and 2^32). */
 static void test_big_xent(void)
 {
     NEED_BIG();
@@ -2050,25 +2096,20 @@ static void big_config(struct tfm_config *c, int layers, int max_len, int tokens
 }
 
 /* A training step of the big model (one layer: d_model 1024, 16 heads, d_ff 4096,
- * vocabulary 37000; 10240 tokens a side, max_len 256), on a fresh backend of each
- * attention path at the precision under test: after tfm_model_create (reserve_step),
- * batches of the longest sentences (40 x 256), of the most (320 x 32) and of sources
- * longer than targets (64 x 160 / 100), then the optimizer's step, must not grow the
- * workspace (backend.h, reserve_step: no step allocates). */
-static void test_big_step_work(void)
+ * vocabulary 37000; tokens_max tokens a side, max_len L), on a fresh backend of each
+ * attention path at the precision under test: after tfm_model_create (reserve_step), the
+ * batches of shapes (sentences, source length, target length; test_big_step_work: the
+ * longest sentences, 40 x 256, the most, 320 x 32, and sources longer than targets, 64 x
+ * 160 / 100), then the optimizer's step, must not grow the workspace (backend.h,
+ * reserve_step: no step allocates). */
+static void step_work_case(int tokens_max, int L, const int shapes[3][3])
 {
-    NEED_BIG();
-    if (sim) {
-        t_skip("the sim backend has no workspace");
-        return;
-    }
-    enum { L = 256 };
     struct tfm_config c;
-    big_config(&c, 1, L, BN, 5);
+    big_config(&c, 1, L, tokens_max, 5);
     c.precision = ulp16 > 0 ? TFM_PRECISION_BF16 : TFM_PRECISION_FP32;
-    const int shapes[3][3] = {{BN / L, L, L}, {BN / 32, 32, 32}, {BN / 160, 160, 100}};
-    int32_t *src = malloc((size_t)BN * 4), *tgt = malloc((size_t)BN * 4);
-    for (int i = 0; i < BN; i++) {
+    printf("#  %d tokens a side, max_len %d\n", tokens_max, L);
+    int32_t *src = malloc((size_t)tokens_max * 4), *tgt = malloc((size_t)tokens_max * 4);
+    for (int i = 0; i < tokens_max; i++) {
         src[i] = 4 + irand(BV - 4);
         tgt[i] = 4 + irand(BV - 4);
     }
@@ -2114,6 +2155,18 @@ static void test_big_step_work(void)
     }
     free(src);
     free(tgt);
+}
+
+static void test_big_step_work(void)
+{
+    NEED_BIG();
+    if (sim) {
+        t_skip("the sim backend has no workspace");
+        return;
+    }
+    enum { L = 256 };
+    const int shapes[3][3] = {{BN / L, L, L}, {BN / 32, 32, 32}, {BN / 160, 160, 100}};
+    step_work_case(BN, L, shapes);
 }
 
 /* One training batch of a whole 6-layer model of the big shapes (dropout 0.1 on the
@@ -2494,6 +2547,60 @@ static void test_log_softmax_top(void)
     }
 }
 
+/* ---- the paper's shapes ------------------------------------------------------------------ */
+
+/* The shapes the paper's configurations train and search with (configs/big.conf,
+ * parse.conf), where the shapes above stop short: batches of 25000 tokens a side (the big
+ * tests take 10240), parsing's max_len 1024 (above: 256) and beam 21 (above: k <= 64 on
+ * 512 rows), translation's beam 4 over about 128 sentences.  The same cases and bounds as
+ * above, at these shapes:
+ *  - the logits of a whole batch, 25000 x 37000: 925 million elements, 3.7 GB at fp32, so
+ *    byte offsets past 2^31 and 2^32 (1.85 GB at bf16) and element offsets past 2^29;
+ *  - embeddings, the FFN's element-wise ops and column sums (25000 x 4096), layer norms and
+ *    the fused ops of 25000 rows;
+ *  - attention of 24 sentences of up to 1024 tokens (24576), 16 heads of 64, on both paths:
+ *    the encoder's (padding, one sentence empty, dropout) and the decoder's (causal):
+ *    score rows of 1024 keys (the products' softmax takes its most threads, 256, with 4
+ *    keys each; the online softmax 32 tiles) and 403 million scores a call (mm's
+ *    workspace: 4.8 GB at bf16, 6.4 GB at fp32);
+ *  - decoding: 512 rows (128 sentences x beam 4) over caches of 256 steps, and 2688 rows
+ *    (128 x beam 21) over 1024; log_softmax_top of 2688 rows with k = 42 (a beam of 21
+ *    takes twice its width);
+ *  - a training step of one layer at 25000 tokens a side and max_len 1024 (the longest
+ *    sentences, the most, sources longer than targets) allocates no workspace after
+ *    reserve_step, on both paths. */
+enum { PN = 25000, PT = 1024 };
+
+static void test_paper(void)
+{
+    NEED_PAPER();
+    xent_case(PN, BV, 1, 0);
+    big_embed_case(PN);
+    big_elementwise_case(PN);
+    layernorm_case(PN, BD, 1, 0);
+    fused_case(PN, BD, BF, BV, 0.1f, 1, 0);
+    enum { PB = 24 };
+    int32_t plen[PB];
+    for (int b = 0; b < PB; b++)
+        plen[b] = b == 0 ? 0 : b % 5 == 0 ? PT : PT - (b * 211) % (PT - 24);
+    attn_case(PB, 16, PT, PT, 64, plen, 0, 0.1f, 1, 2, 0);
+    attn_case(PB, 16, PT, PT, 64, NULL, 1, 0.1f, 1, 2, 0);
+    int32_t *len = malloc(2688 * sizeof *len);
+    for (int r = 0; r < 512; r++)
+        len[r] = r % 7 == 0 ? BT : 1 + (r * 53) % BT;
+    decode_case(512, 16, 64, BT, 128, len, 1);
+    for (int r = 0; r < 2688; r++)
+        len[r] = r % 7 == 0 ? PT : 1 + (r * 389) % PT;
+    decode_case(2688, 16, 64, PT, 64, len, 1);
+    free(len);
+    if (gpu->log_softmax_top)                             /* sim: the host path only */
+        top_case(2688, BV, 42, 6, 3, NULL, NULL);
+    if (sim)                                              /* no workspace to watch */
+        return;
+    const int shapes[3][3] = {{PN / PT, PT, PT}, {PN / 32, 32, 32}, {PN / 160, 160, 100}};
+    step_work_case(PN, PT, shapes);
+}
+
 /* ---- running ---------------------------------------------------------------------------- */
 
 static void (*current)(void);
@@ -2526,6 +2633,8 @@ int main(void)
     struct tfm_error err;
     const char *q = getenv("TFM_GPU_OPS_QUICK"), *d = getenv("TFM_GPU_OPS_DEVICE");
     quick = q && *q && strcmp(q, "0") != 0;
+    const char *pp = getenv("TFM_GPU_OPS_PAPER");
+    paper = !(pp && strcmp(pp, "0") == 0);
     only = getenv("TFM_GPU_OPS_ONLY");
     sim = d && strcmp(d, "sim") == 0;
     if (d && *d && !sim && strcmp(d, "cuda") != 0) {
@@ -2615,6 +2724,9 @@ int main(void)
         "reserve_step, both attention paths", test_big_step_work);
     run("cuda: log_softmax_top (the k best tokens on the GPU) = log_softmax, then the host's "
         "selection", test_log_softmax_top);
+    run("cuda paper: 25000-token batches, logits of 25000 x 37000, attention over 1024 "
+        "tokens, decoding and log_softmax_top at beam 21, a step's workspace",
+        test_paper);
     for (int p = 0; p < npaths; p++)
         if (path[p].be != gpu)
             path[p].be->destroy(path[p].be);
