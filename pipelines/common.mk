@@ -106,7 +106,8 @@ TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 # ---- settings: a changed variable redoes the stages it changes ------------------------------
 # $(W)/settings/NAME holds settings.NAME, the variables that stage NAME's files were made
 # with ("VOCAB=8000 SPM_TYPE=bpe ..."), and is a prerequisite of those files.  When the
-# values now differ from what the file holds, the file depends on FORCE: it is written
+# values now differ from what the file holds (character for character: the spaces in
+# PREP='sed ...' or a SEL are part of the program), the file depends on FORCE: it is written
 # again, and the stage and everything after it are made again; when they are the same, it
 # is left alone and so is the stage.  Files are named by their absolute paths, so another
 # corpus file redoes its text even when it is older than the text made before.  Variables
@@ -137,13 +138,13 @@ quote = '$(subst ','\'',$(1))'
 same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
 
 $(W)/settings/%:
-	@mkdir -p $(@D); printf '%s\n' $(call quote,$(strip $(settings.$*))) > $@.tmp; \
+	@mkdir -p $(@D); printf '%s\n' $(call quote,$(settings.$*)) > $@.tmp; \
 	if [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
 	else touch -d @0 $@.tmp; fi; \
 	mv $@.tmp $@
 
 FORCE:
-$(foreach n,$(SETTINGS),$(if $(call same,$(strip $(settings.$(n))),$(strip $(file <$(W)/settings/$(n)))),,\
+$(foreach n,$(SETTINGS),$(if $(call same,$(settings.$(n)),$(file <$(W)/settings/$(n))),,\
     $(eval $(W)/settings/$(n): FORCE)))
 
 # ---- text ---------------------------------------------------------------------------------

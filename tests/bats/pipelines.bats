@@ -299,6 +299,27 @@ need_tools() {
     grep -q 'SEED=1$' "$w/settings/batches"
 }
 
+@test "wmt_ende: a setting that differs only in its spaces is a change" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/spaces"
+    # two spaces and one are different sed programs: the text, and all after it, again
+    run $ENDE W="$w" PREP="sed 's/on  a/X/'" "$w/test.src"
+    assert_success
+    [ "$(grep -c X "$w/test.src")" -eq 0 ]
+    run $ENDE W="$w" PREP="sed 's/on a/X/'" "$w/test.src"
+    assert_success
+    assert_line "$w/settings/text-test: was TEST_SRC=$TFM_ROOT/data/multi30k-ende/test_2017_flickr.en.gz TEST_TGT=$TFM_ROOT/data/multi30k-ende/test_2017_flickr.de.gz TEST_SEL=p TEST_LINES=12 PREP=sed 's/on  a/X/'"
+    [ "$(grep -c X "$w/test.src")" -eq 4 ]
+    # a tab is not a space either
+    run $ENDE W="$w" PREP="sed 's/on	a/X/'" "$w/test.src"
+    assert_success
+    assert_output --partial "made again"
+    grep -q "PREP=sed 's/on	a/X/'\$" "$w/settings/text-test"
+    run $ENDE W="$w" PREP="sed 's/on	a/X/'" "$w/test.src"
+    assert_success
+    assert_output --partial "is up to date"
+}
+
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
