@@ -137,15 +137,25 @@ quote = '$(subst ','\'',$(1))'
 # $(call same,A,B): non-empty when the strings A and B are equal.
 same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
 
+# One that cannot be read (not a regular file, or without read permission) says nothing of
+# how the stage was made: it is replaced, and the stage made again; a directory in its
+# place is left to the user.
 $(W)/settings/%:
 	@mkdir -p $(@D); printf '%s\n' $(call quote,$(settings.$*)) > $@.tmp; \
-	if [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
+	if [ -d $@ ]; then rm -f $@.tmp; \
+	    echo "$@: a directory, where the settings of a stage go: remove it" >&2; exit 1; \
+	elif [ -e $@ ] && ! { [ -f $@ ] && [ -r $@ ]; }; then echo "$@: cannot read it: made again"; \
+	elif [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
 	else touch -d @0 $@.tmp; fi; \
 	mv $@.tmp $@
 
+# The settings files that can be read, the only ones read here: make stops at a directory
+# and waits forever at a FIFO (even for clean and help), and stops at a file it may not read.
+settings_readable := $(if $(wildcard $(W)/settings),$(shell cd $(call quote,$(W)/settings) && \
+    for f in $(SETTINGS); do [ -f "$$f" ] && [ -r "$$f" ] && echo "$$f"; done))
 FORCE:
-$(foreach n,$(SETTINGS),$(if $(call same,$(settings.$(n)),$(file <$(W)/settings/$(n))),,\
-    $(eval $(W)/settings/$(n): FORCE)))
+$(foreach n,$(SETTINGS),$(if $(and $(filter $(n),$(settings_readable)),\
+    $(call same,$(settings.$(n)),$(file <$(W)/settings/$(n)))),,$(eval $(W)/settings/$(n): FORCE)))
 
 # ---- text ---------------------------------------------------------------------------------
 # A pipeline with its own text stage sets OWN_TEXT.

@@ -320,6 +320,41 @@ need_tools() {
     assert_output --partial "is up to date"
 }
 
+@test "wmt_ende: a settings file that cannot be read stops neither help nor clean" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/unreadable"
+    run $ENDE W="$w" "$w/test.src.tfm"
+    assert_success
+    # a FIFO: make would wait for a writer, even for help
+    rm "$w/settings/spm"; mkfifo "$w/settings/spm"
+    run timeout 20 $ENDE W="$w" help
+    assert_success
+    assert_line --partial "W=$w  the work directory"
+    # it says nothing of how the stage was made: replaced, and the stage made again
+    run timeout 20 $ENDE W="$w" "$w/test.src.tfm"
+    assert_success
+    assert_line "$w/settings/spm: cannot read it: made again"
+    assert_output --partial "tfm-tokenize train -m $w/spm.model"
+    [ -f "$w/settings/spm" ]
+    # a file without read permission (unless this runs as root, who reads it anyway)
+    chmod 000 "$w/settings/spm"
+    if [ ! -r "$w/settings/spm" ]; then
+        run $ENDE W="$w" "$w/test.src.tfm"
+        assert_success
+        assert_line "$w/settings/spm: cannot read it: made again"
+    fi
+    # a directory: make would stop at it; the stage that needs it says so
+    rm -f "$w/settings/spm"; mkdir "$w/settings/spm"
+    run $ENDE W="$w" help
+    assert_success
+    run $ENDE W="$w" "$w/test.src.tfm"
+    assert_failure
+    assert_line "$w/settings/spm: a directory, where the settings of a stage go: remove it"
+    run $ENDE W="$w" clean
+    assert_success
+    assert_not_exist "$w"
+}
+
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
