@@ -436,6 +436,18 @@ newstest2014.en"
     assert_line -n 1 'a < b'
     # an empty line stays one
     [ "$(printf 'a\n\n \nb\n' | perl "$TFM_ROOT/pipelines/tokenize-13a.pl" | paste -sd '|')" = 'a|||b' ]
+    # text that is not UTF-8 is refused, as tfm-score refuses it, not written as "\xFF"
+    run bash -c "printf 'ok\nabc \xff def.\n' | perl '$TFM_ROOT/pipelines/tokenize-13a.pl'"
+    assert_failure 1
+    assert_line "ok"
+    assert_line "tokenize-13a: standard input: line 2: invalid UTF-8"
+    refute_output --partial 'xFF'
+    # a write that fails is said
+    if [ -w /dev/full ]; then
+        run bash -c "perl '$TFM_ROOT/pipelines/tokenize-13a.pl' < '$NT.de' > /dev/full"
+        assert_failure 1
+        assert_output "tokenize-13a: standard output: No space left on device"
+    fi
 }
 
 @test "EN-DE end to end: score.txt holds sacreBLEU and the paper's BLEU, each labelled" {
