@@ -165,9 +165,11 @@ ifndef OWN_TEXT
 $(filter-out $(CORPUS_MADE),$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALID_TGT) $(TEST_SRC) $(TEST_TGT))):
 	@printf '%s\n' "$(MAKEFILE_NAME): $@: no such file." $(DATA_HELP) >&2; exit 1
 
-# $(call text,FILE,SED,HEAD): decompress, select lines, clean (PREP), into $@ atomically.
+# $(call text,FILE,SED,HEAD): decompress, select lines, clean (PREP), into $@ atomically,
+# every line ending in a newline: a last line without one would be a sentence that wc -l
+# does not count (the test set's size, the cleaning's check of its piece counts).
 text = @mkdir -p $(@D); \
-       zcat -f $(1) | sed -n '$(2)' | $(PREP) $(call head_n,$(3)) > $@.tmp; mv $@.tmp $@
+       zcat -f $(1) | sed -n '$(2)' | $(PREP) | awk '$(if $(3),NR <= $(3),1)' > $@.tmp; mv $@.tmp $@
 
 $(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
 $(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))

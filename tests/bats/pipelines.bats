@@ -355,6 +355,21 @@ need_tools() {
     assert_not_exist "$w"
 }
 
+@test "wmt_ende: a corpus file whose last line has no newline: every line counted, the cleaning's too" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/nonl" d="$BATS_TEST_TMPDIR" m="$TFM_ROOT/data/multi30k-ende"
+    zcat "$m/train.en.gz" | head -300 | head -c -1 > "$d/t.en"
+    zcat "$m/train.de.gz" | head -300 | head -c -1 > "$d/t.de"
+    zcat "$m/test_2017_flickr.de.gz" | head -12 | head -c -1 > "$d/test.de"
+    run $ENDE W="$w" TRAIN_SRC="$d/t.en" TRAIN_TGT="$d/t.de" TEST_TGT="$d/test.de" \
+        TRAIN_LINES= TEST_LINES= CLEAN_LEN=100 "$w/train.src" "$w/test.tgt"
+    assert_success
+    assert_line "$w/train: 300 of 300 pairs kept; dropped 0 empty, 0 over 100 pieces, 0 over ratio 0"
+    [ "$(wc -l < "$w/train.raw.src")" -eq 300 ]
+    [ "$(wc -l < "$w/test.tgt")" -eq 12 ]
+    [ "$(tail -n 1 "$w/test.tgt")" = "$(tail -n 1 "$d/test.de")" ]
+}
+
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
