@@ -103,6 +103,31 @@ head_n     = $(if $(1),| awk 'NR <= $(1)')
 # The training text before cleaning (see below): train, or train.raw when it is cleaned.
 TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 
+# ---- one run at a time in W -----------------------------------------------------------------
+# Two runs in one W would write the same FILE.tmp at once (a text of both, renamed and then
+# trusted), and one would delete the checkpoints that the other is training on.  A run
+# writes its process id into W/.pipeline.lock (lock-file.sh, hold_lock) before it reads
+# anything in W, and a second run, finding a make of that id still running, stops at once,
+# saying so; the file of a run that has ended is taken over.  A W that is not there yet
+# is claimed as it is made, before the first settings file is written in it.  help and
+# plot, which draws the log of a run still training, claim nothing; nor do make -n and -q,
+# which write nothing.
+W_LOCK = $(W)/.pipeline.lock
+lock_w = . $(PIPE_ROOT)/pipelines/lock-file.sh; held=$$(hold_lock $$PPID $(W_LOCK)) || \
+         { [ -z "$$held" ] || echo "$(MAKEFILE_NAME): W=$(W): another run ($$held) is making files" \
+               "there: stopped (make again when it has ended, or remove $(W_LOCK) if it has)"; exit 1; }
+ifneq ($(filter-out help plot,$(or $(MAKECMDGOALS),all)),)
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS))),)
+ifneq ($(wildcard $(W)/.),)
+w_lock_said := $(shell { $(lock_w); } 2>&1)
+$(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(or $(w_lock_said),$(MAKEFILE_NAME): W=$(W): cannot claim it)),\
+    $(if $(w_lock_said),$(info $(w_lock_said))))
+endif
+endif
+endif
+$(W):
+	@mkdir -p $@; $(lock_w) >&2
+
 # ---- settings: a changed variable redoes the stages it changes ------------------------------
 # $(W)/settings/NAME holds settings.NAME, the variables that stage NAME's files were made
 # with ("VOCAB=8000 SPM_TYPE=bpe ..."), and is a prerequisite of those files.  When the
@@ -140,7 +165,7 @@ same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
 # One that cannot be read (not a regular file, or without read permission) says nothing of
 # how the stage was made: it is replaced, and the stage made again; a directory in its
 # place is left to the user.
-$(W)/settings/%:
+$(W)/settings/%: | $(W)
 	@mkdir -p $(@D); printf '%s\n' $(call quote,$(settings.$*)) > $@.tmp; \
 	if [ -d $@ ]; then rm -f $@.tmp; \
 	    echo "$@: a directory, where the settings of a stage go: remove it" >&2; exit 1; \
@@ -330,7 +355,7 @@ score: $(W)/score.txt
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
        settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
        train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
-       attention $(EXTRA_MADE)
+       attention .pipeline.lock $(EXTRA_MADE)
 clean:
 	@rm -rf $(addprefix $(W)/,$(MADE) $(addsuffix .tmp,$(MADE)) $(addsuffix .tmp.*,$(MADE)))
 	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \

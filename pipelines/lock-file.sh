@@ -1,6 +1,6 @@
 # pipelines/lock-file.sh, sourced by bash: lock_file, the turns that runs writing the same
 # file take (wmt14-fetch.sh for an archive's NAME.part, wmt14.mk's corpus rules for their
-# first .tmp file).  The lock is a file's, not its directory's: the jobs of one make -j
+# first .tmp file), and hold_lock, a run's lock of its work directory (common.mk).  The lock is a file's, not its directory's: the jobs of one make -j
 # that write other files of the same directory (two archives; the training text and the
 # test set) go on side by side, where a directory's lock made each wait for the other.
 #
@@ -18,7 +18,7 @@ lock_file() {
     mkdir -p "$(dirname "$1")" || return 1
     while :; do
         if ! why=$( (: >> "$1") 2>&1 ); then
-            echo "$2: cannot write $1: ${why##*: }" >&2
+            echo "$2: cannot write it: ${why##*: }" >&2
             return 1
         fi
         exec 9>> "$1" || return 1
@@ -34,4 +34,30 @@ lock_file() {
         fi
         [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i "$1" 2> /dev/null)" ] && return 0
     done
+}
+
+# hold_lock PID FILE: make process PID (a make) the holder of FILE, unless a live make on
+# this machine already is: FILE holds the holder's process id and host ("PID HOST"), and
+# a holder that has ended (or crashed) is replaced; a holder on another host, which this
+# one cannot see, is taken as live.  The check and the write take turns (lock_file).
+# Nothing holds a descriptor for the holder: the lock ends with the process, at once.
+# Exit status: 0 held; 1 held by another (said on standard output: "pid N on HOST");
+# 2 FILE cannot be written (said).
+hold_lock() {
+    local pid host here comm
+    lock_file "$2" "$2" "checking it" || return 2
+    read -r pid host < "$2" || true
+    here=$(hostname 2> /dev/null || uname -n)
+    if [ -n "$pid" ] && [ "$pid" != "$1" ]; then
+        if [ "$host" != "$here" ]; then
+            echo "pid $pid on $host"
+            return 1
+        fi
+        comm=$(ps -p "$pid" -o comm= 2> /dev/null) || comm=
+        case $comm in
+        *make*) echo "pid $pid"; return 1 ;;
+        esac
+    fi
+    printf '%s %s\n' "$1" "$here" > "$2"
+    exec 9>&-
 }

@@ -370,6 +370,48 @@ need_tools() {
     [ "$(tail -n 1 "$w/test.tgt")" = "$(tail -n 1 "$d/test.de")" ]
 }
 
+@test "wmt_ende: a second run in the same W stops at once, saying so; a run that has ended is no obstacle" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/two"
+    run $ENDE W="$w" "$w/train.src"
+    assert_success
+    # a make still running, as far as the system can tell (a process named make)
+    cp "$(command -v sleep)" "$BATS_TEST_TMPDIR/make"
+    "$BATS_TEST_TMPDIR/make" 60 &
+    local pid=$!
+    printf '%s %s\n' $pid "$(hostname)" > "$w/.pipeline.lock"
+    run $ENDE W="$w"
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=$w: another run (pid $pid) is making files there: stopped"
+    refute_output --partial "tfm-"
+    assert_file_not_exist "$w/spm.model"
+    run $ENDE W="$w" clean
+    assert_failure
+    assert_file_exist "$w/train.src"
+    # help, plot and make -n go on
+    run $ENDE W="$w" help
+    assert_success
+    run $ENDE W="$w" -n
+    assert_success
+    kill $pid; wait $pid || true
+    # that make has ended: its claim is taken over
+    run $ENDE W="$w" "$w/spm.model"
+    assert_success
+    assert_output --partial "tfm-tokenize train"
+    # two runs started together in a new W: one makes the files, the other, if it meets
+    # the first, stops with the message; no text is made of both
+    local w2="$BATS_TEST_TMPDIR/together"
+    $ENDE W="$w2" TRAIN_LINES=3000 "$w2/train.src" > "$BATS_TEST_TMPDIR/a.out" 2>&1 & local a=$!
+    $ENDE W="$w2" TRAIN_LINES=3000 "$w2/train.src" > "$BATS_TEST_TMPDIR/b.out" 2>&1 & local b=$!
+    local ra=0 rb=0
+    wait $a || ra=$?
+    wait $b || rb=$?
+    [ $ra -eq 0 ] || grep -q "another run (pid [0-9]*) is making files there: stopped" "$BATS_TEST_TMPDIR/a.out"
+    [ $rb -eq 0 ] || grep -q "another run (pid [0-9]*) is making files there: stopped" "$BATS_TEST_TMPDIR/b.out"
+    [ $ra -eq 0 ] || [ $rb -eq 0 ]
+    cmp "$w2/train.src" <(zcat "$TFM_ROOT/data/multi30k-ende/train.en.gz" | head -3000)
+}
+
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
