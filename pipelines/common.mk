@@ -335,7 +335,8 @@ attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model | $(BIN)/tfm-tokenize $(B
 	    $(TFM)tokenize encode -m $(W)/spm.model --eos --quiet | \
 	    $(TFM)decode -m $(W)/model.tfm $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) \
 	        --quiet --text --attention $(W)/attention/$(SENT).tfm --attention-all
-	$(PIPE_ROOT)/pipelines/plot-attention -o $(W)/attention/$(SENT) $(W)/attention/$(SENT).tfm
+	$(PIPE_ROOT)/pipelines/plot-attention -o $(W)/attention/$(SENT) -l 'test sentence $(SENT)' \
+	    $(W)/attention/$(SENT).tfm
 
 # ---- housekeeping ---------------------------------------------------------------------------
 # Every stage file named, so that none is an intermediate file of make's: a deleted one is

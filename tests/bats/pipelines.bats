@@ -160,6 +160,17 @@ need_tools() {
             [ -s "$W/attention/3.$k.$l.png" ]
         done
     done
+    # the titles name the test sentence, not its place (1) in what was decoded: the
+    # scripts given to a gnuplot that keeps them
+    mkdir "$BATS_TEST_TMPDIR/gp"
+    printf '%s\n' '#!/bin/sh' 'cat "$1" >> "$(dirname "$0")/scripts"' \
+        'out=$(sed -n "s/^set output '"'"'\(.*\)'"'"'\$/\1/p" "$1"); : > "$out"' > "$BATS_TEST_TMPDIR/gp/gnuplot"
+    chmod +x "$BATS_TEST_TMPDIR/gp/gnuplot"
+    rm "$W/attention/3.tfm"
+    PATH="$BATS_TEST_TMPDIR/gp:$PATH" run $ENDE W="$W" attention SENT=3
+    assert_success
+    grep -q "title 'test sentence 3, layer 1: encoder-decoder attention'" "$BATS_TEST_TMPDIR/gp/scripts"
+    refute grep -q "title 'sentence 1," "$BATS_TEST_TMPDIR/gp/scripts"
 }
 
 @test "wmt_ende: without the hypotheses, only decoding and scoring run again" {
