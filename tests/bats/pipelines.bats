@@ -770,6 +770,13 @@ notes.txt"
     refute_output --partial "unexpected EOF"
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=ok_dir-1.2+x@y -n
     assert_success
+    # a path that a command would take for an option: mkdir -p -w said "invalid option"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=-w
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=-w: a path that begins with -, which a command would read as an option ($BATS_TEST_TMPDIR/-w names it)"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w CONFIG=-c.conf -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: CONFIG=-c.conf: a path that begins with -"
     # the sources themselves under a path with a space
     ln -s "$TFM_ROOT" "t fm"
     run make -f "t fm/pipelines/wmt_ende.mk" help
