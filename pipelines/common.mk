@@ -77,6 +77,11 @@ $(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call not_count
 $(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO)),\
          $(if $(CLEAN_RATIO),$(filter x,$(subst 0,,$(firstword $(subst ., ,x$(CLEAN_RATIO))))))),\
     $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number from 1 expected, such as 1.5))
+# The values that each follow an option of a tool: empty, the option would take the next
+# option for its value (--valid-every --max-steps), and the run would stop there, after the
+# stages before it, with the tool's usage.
+$(foreach v,THREADS VOCAB SPM_TYPE SPM_SAMPLE SEED VALID_EVERY REPORT_EVERY DEVICE,$(if $(strip $($(v))),,\
+    $(error $(MAKEFILE_NAME): $(v) is empty: it needs a value (make -f pipelines/$(MAKEFILE_NAME) help shows the default))))
 
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 # The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,

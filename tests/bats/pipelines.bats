@@ -871,6 +871,13 @@ notes.txt"
         assert_failure
         assert_output --partial "wmt_enfr.mk: $v: a number from 1 expected, such as 1.5"
     done
+    # an empty value that an option reads: tfm-train took --max-steps for the value of
+    # --valid-every, after the data stages
+    for v in THREADS VALID_EVERY REPORT_EVERY DEVICE SEED VOCAB; do
+        run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w "$v=" -n
+        assert_failure
+        assert_output --partial "wmt_ende.mk: $v is empty: it needs a value (make -f pipelines/wmt_ende.mk help shows the default)"
+    done
     run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=1 -n
     assert_success
     assert_output --partial "ratio=1 "
