@@ -53,7 +53,7 @@ hold_lock() {
             echo "pid $pid on $host"
             return 1
         fi
-        comm=$(ps -p "$pid" -o comm= 2> /dev/null) || comm=
+        comm=$(cat "/proc/$pid/comm" 2> /dev/null || ps -p "$pid" -o comm= 2> /dev/null) || comm=
         case $comm in
         *make*) echo "pid $pid"; return 1 ;;
         esac
