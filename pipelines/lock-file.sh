@@ -47,6 +47,7 @@ hold_lock() {
     local pid host here comm
     lock_file "$2" "$2" "checking it" || return 2
     read -r pid host < "$2" || true
+    case $pid in *[!0-9]*) pid= ;; esac        # not a process id: no holder
     here=$(hostname 2> /dev/null || uname -n)
     if [ -n "$pid" ] && [ "$pid" != "$1" ]; then
         if [ "$host" != "$here" ]; then
