@@ -12,6 +12,13 @@ use strict;
 use warnings;
 use Encode qw(decode encode);
 
+# A file named as an operand would not be read (the text comes on stdin): said, rather than
+# waiting for a terminal's input.
+if (@ARGV) {
+    print STDERR "usage: tokenize-13a.pl < TEXT > TOKENS\n";
+    exit 2;
+}
+
 binmode STDIN, ':raw';
 binmode STDOUT, ':raw';
 

@@ -442,6 +442,10 @@ newstest2014.en"
     assert_line "ok"
     assert_line "tokenize-13a: standard input: line 2: invalid UTF-8"
     refute_output --partial 'xFF'
+    # a file named as an operand, which it would not read: usage, not a wait for stdin
+    run timeout 10 perl "$TFM_ROOT/pipelines/tokenize-13a.pl" "$NT.de"
+    assert_failure 2
+    assert_output "usage: tokenize-13a.pl < TEXT > TOKENS"
     # a write that fails is said
     if [ -w /dev/full ]; then
         run bash -c "perl '$TFM_ROOT/pipelines/tokenize-13a.pl' < '$NT.de' > /dev/full"
