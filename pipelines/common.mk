@@ -77,6 +77,11 @@ $(foreach v,TRAIN_LINES TEST_LINES CLEAN_LEN KEEP AVG,$(if $(or $(call not_count
 $(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RATIO)),\
          $(if $(CLEAN_RATIO),$(filter x,$(subst 0,,$(firstword $(subst ., ,x$(CLEAN_RATIO))))))),\
     $(error $(MAKEFILE_NAME): CLEAN_RATIO=$(CLEAN_RATIO): a number from 1 expected, such as 1.5))
+# The values that each follow an option of a tool: empty, the option would take the next
+# option for its value (--valid-every --max-steps), and the run would stop there, after the
+# stages before it, with the tool's usage.
+$(foreach v,THREADS VOCAB SPM_TYPE SPM_SAMPLE SEED VALID_EVERY REPORT_EVERY DEVICE,$(if $(strip $($(v))),,\
+    $(error $(MAKEFILE_NAME): $(v) is empty: it needs a value (make -f pipelines/$(MAKEFILE_NAME) help shows the default))))
 
 # Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
 # The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
@@ -103,10 +108,36 @@ head_n     = $(if $(1),| awk 'NR <= $(1)')
 # The training text before cleaning (see below): train, or train.raw when it is cleaned.
 TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 
+# ---- one run at a time in W -----------------------------------------------------------------
+# Two runs in one W would write the same FILE.tmp at once (a text of both, renamed and then
+# trusted), and one would delete the checkpoints that the other is training on.  A run
+# writes its process id into W/.pipeline.lock (lock-file.sh, hold_lock) before it reads
+# anything in W, and a second run, finding a make of that id still running, stops at once,
+# saying so; the file of a run that has ended is taken over.  A W that is not there yet
+# is claimed as it is made, before the first settings file is written in it.  help and
+# plot, which draws the log of a run still training, claim nothing; nor do make -n and -q,
+# which write nothing.
+W_LOCK = $(W)/.pipeline.lock
+lock_w = . $(PIPE_ROOT)/pipelines/lock-file.sh; held=$$(hold_lock $$PPID $(W_LOCK)) || \
+         { [ -z "$$held" ] || echo "$(MAKEFILE_NAME): W=$(W): another run ($$held) is making files" \
+               "there: stopped (make again when it has ended, or remove $(W_LOCK) if it has)"; exit 1; }
+ifneq ($(filter-out help plot,$(or $(MAKECMDGOALS),all)),)
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS))),)
+ifneq ($(wildcard $(W)/.),)
+w_lock_said := $(shell { $(lock_w); } 2>&1)
+$(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(or $(w_lock_said),$(MAKEFILE_NAME): W=$(W): cannot claim it)),\
+    $(if $(w_lock_said),$(info $(w_lock_said))))
+endif
+endif
+endif
+$(W):
+	@mkdir -p $@; $(lock_w) >&2
+
 # ---- settings: a changed variable redoes the stages it changes ------------------------------
 # $(W)/settings/NAME holds settings.NAME, the variables that stage NAME's files were made
 # with ("VOCAB=8000 SPM_TYPE=bpe ..."), and is a prerequisite of those files.  When the
-# values now differ from what the file holds, the file depends on FORCE: it is written
+# values now differ from what the file holds (character for character: the spaces in
+# PREP='sed ...' or a SEL are part of the program), the file depends on FORCE: it is written
 # again, and the stage and everything after it are made again; when they are the same, it
 # is left alone and so is the stage.  Files are named by their absolute paths, so another
 # corpus file redoes its text even when it is older than the text made before.  Variables
@@ -136,15 +167,25 @@ quote = '$(subst ','\'',$(1))'
 # $(call same,A,B): non-empty when the strings A and B are equal.
 same = $(if $(subst x$(1),,x$(2))$(subst x$(2),,x$(1)),,1)
 
-$(W)/settings/%:
-	@mkdir -p $(@D); printf '%s\n' $(call quote,$(strip $(settings.$*))) > $@.tmp; \
-	if [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
+# One that cannot be read (not a regular file, or without read permission) says nothing of
+# how the stage was made: it is replaced, and the stage made again; a directory in its
+# place is left to the user.
+$(W)/settings/%: | $(W)
+	@mkdir -p $(@D); printf '%s\n' $(call quote,$(settings.$*)) > $@.tmp; \
+	if [ -d $@ ]; then rm -f $@.tmp; \
+	    echo "$@: a directory, where the settings of a stage go: remove it" >&2; exit 1; \
+	elif [ -e $@ ] && ! { [ -f $@ ] && [ -r $@ ]; }; then echo "$@: cannot read it: made again"; \
+	elif [ -s $@ ]; then echo "$@: was $$(cat $@)"; echo "$@: now $$(cat $@.tmp): made again"; \
 	else touch -d @0 $@.tmp; fi; \
 	mv $@.tmp $@
 
+# The settings files that can be read, the only ones read here: make stops at a directory
+# and waits forever at a FIFO (even for clean and help), and stops at a file it may not read.
+settings_readable := $(if $(wildcard $(W)/settings),$(shell cd $(call quote,$(W)/settings) && \
+    for f in $(SETTINGS); do [ -f "$$f" ] && [ -r "$$f" ] && echo "$$f"; done))
 FORCE:
-$(foreach n,$(SETTINGS),$(if $(call same,$(strip $(settings.$(n))),$(strip $(file <$(W)/settings/$(n)))),,\
-    $(eval $(W)/settings/$(n): FORCE)))
+$(foreach n,$(SETTINGS),$(if $(and $(filter $(n),$(settings_readable)),\
+    $(call same,$(settings.$(n)),$(file <$(W)/settings/$(n)))),,$(eval $(W)/settings/$(n): FORCE)))
 
 # ---- text ---------------------------------------------------------------------------------
 # A pipeline with its own text stage sets OWN_TEXT.
@@ -154,9 +195,11 @@ ifndef OWN_TEXT
 $(filter-out $(CORPUS_MADE),$(sort $(TRAIN_SRC) $(TRAIN_TGT) $(VALID_SRC) $(VALID_TGT) $(TEST_SRC) $(TEST_TGT))):
 	@printf '%s\n' "$(MAKEFILE_NAME): $@: no such file." $(DATA_HELP) >&2; exit 1
 
-# $(call text,FILE,SED,HEAD): decompress, select lines, clean (PREP), into $@ atomically.
+# $(call text,FILE,SED,HEAD): decompress, select lines, clean (PREP), into $@ atomically,
+# every line ending in a newline: a last line without one would be a sentence that wc -l
+# does not count (the test set's size, the cleaning's check of its piece counts).
 text = @mkdir -p $(@D); \
-       zcat -f $(1) | sed -n '$(2)' | $(PREP) $(call head_n,$(3)) > $@.tmp; mv $@.tmp $@
+       zcat -f $(1) | sed -n '$(2)' | $(PREP) | awk '$(if $(3),NR <= $(3),1)' > $@.tmp; mv $@.tmp $@
 
 $(W)/$(TRAIN_TEXT).src: $(TRAIN_SRC) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
 $(W)/$(TRAIN_TEXT).tgt: $(TRAIN_TGT) $(W)/settings/text-train ; $(call text,$<,$(TRAIN_SEL),$(TRAIN_LINES))
@@ -297,7 +340,8 @@ attention: $(W)/model.tfm $(W)/test.src $(W)/spm.model | $(BIN)/tfm-tokenize $(B
 	    $(TFM)tokenize encode -m $(W)/spm.model --eos --quiet | \
 	    $(TFM)decode -m $(W)/model.tfm $(DECODE_FLAGS) --threads $(THREADS) --device $(DEVICE) \
 	        --quiet --text --attention $(W)/attention/$(SENT).tfm --attention-all
-	$(PIPE_ROOT)/pipelines/plot-attention -o $(W)/attention/$(SENT) $(W)/attention/$(SENT).tfm
+	$(PIPE_ROOT)/pipelines/plot-attention -o $(W)/attention/$(SENT) -l 'test sentence $(SENT)' \
+	    $(W)/attention/$(SENT).tfm
 
 # ---- housekeeping ---------------------------------------------------------------------------
 # Every stage file named, so that none is an intermediate file of make's: a deleted one is
@@ -317,7 +361,7 @@ score: $(W)/score.txt
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
        settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
        train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
-       attention $(EXTRA_MADE)
+       attention .pipeline.lock $(EXTRA_MADE)
 clean:
 	@rm -rf $(addprefix $(W)/,$(MADE) $(addsuffix .tmp,$(MADE)) $(addsuffix .tmp.*,$(MADE)))
 	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \

@@ -14,10 +14,12 @@
 # for 120 seconds) stops, and the next run continues it.  Without a network the run stops
 # at once, saying which archive it needs from where, and the ways out.
 #
-# One run at a time works in DIR: it holds DIR's lock (flock(1)) from start to end, and a
-# second run started meanwhile (another pipeline sharing WMT_DL) waits, then finds the
-# archives there and checks them, rather than writing the same NAME.part at once.  Where
-# DIR cannot be locked, the run says so and goes on without the lock.
+# One run at a time downloads an archive: it holds the lock (flock(1)) of NAME.part while
+# it writes it, and a second run that needs the same archive meanwhile (another pipeline
+# sharing WMT_DL) waits, then finds NAME there and checks it, rather than writing the same
+# NAME.part at once; runs (or jobs of one make -j) fetching other archives go on.  An
+# archive that is there is checked without the lock: NAME appears only whole, by rename.
+# Where NAME.part cannot be locked, the run says so and goes on without the lock.
 #
 # Exit status: 0 when every archive is there and right, 1 otherwise, 2 on a usage error.
 set -u -o pipefail
@@ -56,6 +58,11 @@ fetch() {   # NAME
     read -r size sha url <<< "$line"
     file=$dir/$name
     part=$file.part
+    if [ ! -e "$file" ]; then
+        lock_file "$part" "$prog: $part" "downloading $name" || return 1
+        # made by the run waited for: the empty NAME.part of the lock is not needed
+        [ -e "$file" ] && rm -f "$part"
+    fi
     if [ -e "$file" ]; then
         why=$(check "$file" "$size" "$sha")
         [ -z "$why" ] && return 0
@@ -67,12 +74,13 @@ fetch() {   # NAME
     have=0
     [ -e "$part" ] && have=$(stat -c %s "$part")
     if [ "$have" -gt "$size" ]; then
-        echo "$prog: $part: $have bytes, more than the $size of $name: removed" >&2
-        rm -f "$part"; have=0
+        echo "$prog: $part: $have bytes, more than the $size of $name: emptied" >&2
+        : > "$part"; have=0
     fi
     if [ "$have" -lt "$size" ]; then
         command -v curl > /dev/null ||
-            { echo "$prog: $name: curl, which downloads the archives, is not installed" >&2; return 1; }
+            { echo "$prog: $name: curl, which downloads the archives, is not installed" >&2
+              [ -s "$part" ] || rm -f "$part"; return 1; }
         if [ "$have" -gt 0 ]; then
             echo "$prog: $name: continuing at byte $have of $size from $url" >&2
         else
@@ -82,6 +90,7 @@ fetch() {   # NAME
              --speed-limit 1 --speed-time 120 -C - -o "$part" "$url"
         rc=$?
         if [ $rc -ne 0 ]; then
+            [ -s "$part" ] || rm -f "$part"
             echo "$prog: $name: cannot download $url (curl exit status $rc)." >&2
             echo "$prog: it needs $name ($size bytes, SHA-256 $sha)." >&2
             echo "$prog: Set WMT_MIRROR to a mirror or a local directory that holds it," \
@@ -105,8 +114,7 @@ fetch() {   # NAME
     mv "$part" "$file"
 }
 
-. "$(dirname "${BASH_SOURCE[0]}")/lock-dir.sh"
-lock_dir "$dir" "$prog: $dir" "downloading or checking archives" || exit 1
+. "$(dirname "${BASH_SOURCE[0]}")/lock-file.sh"
 status=0
 for name; do
     fetch "$name" || status=1

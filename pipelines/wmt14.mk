@@ -65,19 +65,22 @@ $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES)):
 
 download: $(addprefix $(WMT_DL)/,$(WMT_ARCHIVES))
 
-# $(call locked,DIR,FILE...): shell code that makes DIR and holds its lock for the rest of
-# the recipe (lock-dir.sh, as wmt14-fetch.sh does for WMT_DL), so that two runs sharing
-# WMT14_DIR take turns rather than writing the same temporary files at once; the second
-# finds the FILEs made, and stops there.
-locked = . $(PIPE_ROOT)/pipelines/lock-dir.sh; lock_dir $(1) $(1) "making files"; \
+# $(call locked,TMP,FILE...): shell code that holds the lock of TMP, the first temporary
+# file that the recipe writes, for the rest of the recipe (lock-file.sh, as wmt14-fetch.sh
+# does for an archive's .part), so that two runs sharing WMT14_DIR take turns rather than
+# writing the same temporary files at once; the second finds the FILEs made, and stops
+# there.  The lock is of the files, not of the directory: the training text and the test
+# set, two jobs of one make -j, are made side by side.  TMP is emptied, never removed,
+# before it is written: removed, it would no longer be the file another run waits on.
+locked = . $(PIPE_ROOT)/pipelines/lock-file.sh; lock_file $(1) $(1) "making $(2)"; \
     ready=1; for f in $(2); do [ -e $$f ] || ready=; done; \
-    if [ -n "$$ready" ]; then echo "$(2): made by the other run"; exit 0; fi
+    if [ -n "$$ready" ]; then rm -f $(1); echo "$(2): made by the other run"; exit 0; fi
 
 # ---- training corpus: both sides at once, a corpus at a time, its line counts compared ---
 %/train.en %/train.$(L2): | $(addprefix $(WMT_DL)/,$(WMT_TRAIN_ARCHIVES))
 	@$(FETCH) $(WMT_TRAIN_ARCHIVES)
-	@$(call locked,$*,$*/train.en $*/train.$(L2)); \
-	rm -f $*/train.en.tmp $*/train.$(L2).tmp; \
+	@$(call locked,$*/train.en.tmp,$*/train.en $*/train.$(L2)); \
+	: > $*/train.en.tmp; rm -f $*/train.$(L2).tmp; \
 	for c in $(WMT14_CORPORA); do \
 	    a=$(WMT_DL)/$${c%%:*}; m=$${c#*:}; \
 	    n1=$$(tar -xOf $$a "$${m//@/en}" | zcat -f | tee -a $*/train.en.tmp | wc -l); \
@@ -94,7 +97,7 @@ SGM_TEXT = perl -CSD -ne 's{^<seg[^>]*>(.*)</seg>.*}{$$1}s or next; s/\s+/ /g; s
 
 %/newstest2014.en %/newstest2014.$(L2): | $(WMT_DL)/dev.tgz
 	@$(FETCH) dev.tgz
-	@$(call locked,$*,$*/newstest2014.en $*/newstest2014.$(L2)); \
+	@$(call locked,$*/newstest2014.en.tmp,$*/newstest2014.en $*/newstest2014.$(L2)); \
 	tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_EN) | $(SGM_TEXT) > $*/newstest2014.en.tmp; \
 	tar -xOf $(WMT_DL)/dev.tgz $(WMT_TEST_L2) | $(SGM_TEXT) > $*/newstest2014.$(L2).tmp; \
 	n1=$$(wc -l < $*/newstest2014.en.tmp); n2=$$(wc -l < $*/newstest2014.$(L2).tmp); \

@@ -221,34 +221,53 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 @test "two runs sharing WMT_DL and WMT14_DIR take turns: the second waits, then uses what the first made" {
     need_curl
     command -v flock > /dev/null || skip "flock not installed"
-    # This test holds the lock of WMT_DL, as a download under way would, and meanwhile puts
-    # the archive there itself: the fetch waits, and then checks it instead of writing a .part.
+    # This test holds the lock of dl/dev.tgz.part, as a download under way would, and
+    # meanwhile puts the archive there itself: the fetch waits, and then checks it instead of
+    # writing the .part.
     mkdir dl
-    exec 8< dl
+    exec 8>> dl/dev.tgz.part
     flock 8
     # (8<&-: the lock is this test's, not the run's)
     WMT_SUMS="$M/wmt14.sums" WMT_MIRROR="$OFFLINE" "$TFM_ROOT/pipelines/wmt14-fetch.sh" dl dev.tgz \
         > fetch.out 2>&1 8<&- &
     local pid=$!
     sleep 1
-    assert_equal "$(cat fetch.out)" "wmt14-fetch: dl: another run is downloading or checking archives there: waiting for it"
-    assert_not_exist dl/dev.tgz.part
+    assert_equal "$(cat fetch.out)" "wmt14-fetch: dl/dev.tgz.part: another run is downloading dev.tgz: waiting for it"
+    assert_equal "$(stat -c %s dl/dev.tgz.part)" 0
     cp "$M/dev.tgz" dl/
     exec 8<&-
     timeout 20 tail --pid=$pid -f /dev/null
     wait $pid
     refute grep -q 'cannot download' fetch.out
     cmp "$M/dev.tgz" dl/dev.tgz
+    assert_equal "$(ls -A dl)" "dev.tgz"
+    # The run waited for renames its .part: the lock is taken again on the file of that
+    # name, which is not the one waited on.
+    exec 8>> dl/training-parallel-nc-v9.tgz.part
+    flock 8
+    WMT_SUMS="$M/wmt14.sums" WMT_MIRROR="$OFFLINE" "$TFM_ROOT/pipelines/wmt14-fetch.sh" dl \
+        training-parallel-nc-v9.tgz > fetch.out 2>&1 8<&- &
+    pid=$!
+    sleep 1
+    cat "$M/training-parallel-nc-v9.tgz" >&8
+    mv dl/training-parallel-nc-v9.tgz.part dl/training-parallel-nc-v9.tgz
+    exec 8<&-
+    timeout 20 tail --pid=$pid -f /dev/null
+    wait $pid
+    assert_equal "$(cat fetch.out)" "wmt14-fetch: dl/training-parallel-nc-v9.tgz.part: another run is downloading training-parallel-nc-v9.tgz: waiting for it"
+    cmp "$M/training-parallel-nc-v9.tgz" dl/training-parallel-nc-v9.tgz
+    assert_equal "$(ls -A dl)" "dev.tgz
+training-parallel-nc-v9.tgz"
     # The same for WMT14_DIR: the other run's ready files are not made again, nor mixed
     # with this one's.
     mkdir d
-    exec 8< d
+    exec 8>> d/newstest2014.en.tmp
     flock 8
     $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/newstest2014.en > make.out 2>&1 8<&- &
     pid=$!
     sleep 1
-    assert_equal "$(cat make.out)" "d: another run is making files there: waiting for it"
-    assert_equal "$(ls -A d)" ""
+    assert_equal "$(cat make.out)" "d/newstest2014.en.tmp: another run is making d/newstest2014.en d/newstest2014.de: waiting for it"
+    assert_equal "$(ls -A d)" "newstest2014.en.tmp"
     echo 'made by the other run' > d/newstest2014.en
     echo 'vom anderen Lauf' > d/newstest2014.de
     exec 8<&-
@@ -260,17 +279,35 @@ sha() { sha256sum < "$1" | cut -d ' ' -f 1; }
 newstest2014.en"
 }
 
+@test "make -j2: the jobs of one run that fetch and unpack other archives do not wait for each other" {
+    need_curl
+    command -v flock > /dev/null || skip "flock not installed"
+    run timeout 60 $ENFR -j2 WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/train.en d/newstest2014.en
+    assert_success
+    refute_output --partial "waiting for it"
+    assert_line "d/train: 60 pairs from dl/training-giga-fren.tar (giga-fren.release2.fixed.*.gz)"
+    assert_line "d/newstest2014: 20 segments from dl/dev.tgz (dev/newstest2014-fren-ref.en.sgm, dev/newstest2014-fren-src.fr.sgm)"
+    [ "$(ls dl | wc -l)" -eq 6 ]
+    assert_equal "$(ls -A d | paste -sd ' ')" "newstest2014.en newstest2014.fr train.en train.fr"
+    # offline, each job says what it needs and leaves nothing behind
+    run timeout 60 $ENDE -j2 WMT_MIRROR="$OFFLINE" WMT_DL=dl2 WMT14_DIR=d2 download
+    assert_failure
+    refute_output --partial "waiting for it"
+    assert_output --partial "cannot download $OFFLINE/"
+    assert_equal "$(ls -A dl2)" ""
+}
+
 @test "where WMT_DL and WMT14_DIR cannot be locked, the run says so and goes on alone" {
     need_curl
-    # flock as util-linux's fails on NFSv4 (a lock needs a descriptor open for writing, and
-    # a directory's is not) or on Lustre mounted without flock: exit status 65
+    # flock as util-linux's fails on a file system without flock (Lustre mounted without
+    # it): exit status 65
     mkdir fake
     printf '#!/bin/sh\necho "flock: $*: Bad file descriptor" >&2\nexit 65\n' > fake/flock
     chmod +x fake/flock
     PATH="$PWD/fake:$PATH" run $ENDE WMT_MIRROR="file://$M" WMT_DL=dl WMT14_DIR=d d/newstest2014.en
     assert_success
-    assert_line "wmt14-fetch: dl: cannot lock it (flock exit status 65): going on without taking turns with other runs"
-    assert_line "d: cannot lock it (flock exit status 65): going on without taking turns with other runs"
+    assert_line "wmt14-fetch: dl/dev.tgz.part: cannot lock it (flock exit status 65): going on without taking turns with other runs"
+    assert_line "d/newstest2014.en.tmp: cannot lock it (flock exit status 65): going on without taking turns with other runs"
     refute_output --partial "waiting for it"
     assert_line "d/newstest2014: 20 segments from dl/dev.tgz (dev/newstest2014-deen-ref.en.sgm, dev/newstest2014-deen-src.de.sgm)"
     cmp "$M/dev.tgz" dl/dev.tgz
@@ -399,6 +436,22 @@ newstest2014.en"
     assert_line -n 1 'a < b'
     # an empty line stays one
     [ "$(printf 'a\n\n \nb\n' | perl "$TFM_ROOT/pipelines/tokenize-13a.pl" | paste -sd '|')" = 'a|||b' ]
+    # text that is not UTF-8 is refused, as tfm-score refuses it, not written as "\xFF"
+    run bash -c "printf 'ok\nabc \xff def.\n' | perl '$TFM_ROOT/pipelines/tokenize-13a.pl'"
+    assert_failure 1
+    assert_line "ok"
+    assert_line "tokenize-13a: standard input: line 2: invalid UTF-8"
+    refute_output --partial 'xFF'
+    # a file named as an operand, which it would not read: usage, not a wait for stdin
+    run timeout 10 perl "$TFM_ROOT/pipelines/tokenize-13a.pl" "$NT.de"
+    assert_failure 2
+    assert_output "usage: tokenize-13a.pl < TEXT > TOKENS"
+    # a write that fails is said
+    if [ -w /dev/full ]; then
+        run bash -c "perl '$TFM_ROOT/pipelines/tokenize-13a.pl' < '$NT.de' > /dev/full"
+        assert_failure 1
+        assert_output "tokenize-13a: standard output: No space left on device"
+    fi
 }
 
 @test "EN-DE end to end: score.txt holds sacreBLEU and the paper's BLEU, each labelled" {

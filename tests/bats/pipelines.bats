@@ -160,6 +160,17 @@ need_tools() {
             [ -s "$W/attention/3.$k.$l.png" ]
         done
     done
+    # the titles name the test sentence, not its place (1) in what was decoded: the
+    # scripts given to a gnuplot that keeps them
+    mkdir "$BATS_TEST_TMPDIR/gp"
+    printf '%s\n' '#!/bin/sh' 'cat "$1" >> "$(dirname "$0")/scripts"' \
+        'out=$(sed -n "s/^set output '"'"'\(.*\)'"'"'\$/\1/p" "$1"); : > "$out"' > "$BATS_TEST_TMPDIR/gp/gnuplot"
+    chmod +x "$BATS_TEST_TMPDIR/gp/gnuplot"
+    rm "$W/attention/3.tfm"
+    PATH="$BATS_TEST_TMPDIR/gp:$PATH" run $ENDE W="$W" attention SENT=3
+    assert_success
+    grep -q "title 'test sentence 3, layer 1: encoder-decoder attention'" "$BATS_TEST_TMPDIR/gp/scripts"
+    refute grep -q "title 'sentence 1," "$BATS_TEST_TMPDIR/gp/scripts"
 }
 
 @test "wmt_ende: without the hypotheses, only decoding and scoring run again" {
@@ -297,6 +308,119 @@ need_tools() {
     assert_output --partial "tfm-train -c"
     [ "$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")" = "$before" ]
     grep -q 'SEED=1$' "$w/settings/batches"
+}
+
+@test "wmt_ende: a setting that differs only in its spaces is a change" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/spaces"
+    # two spaces and one are different sed programs: the text, and all after it, again
+    run $ENDE W="$w" PREP="sed 's/on  a/X/'" "$w/test.src"
+    assert_success
+    [ "$(grep -c X "$w/test.src")" -eq 0 ]
+    run $ENDE W="$w" PREP="sed 's/on a/X/'" "$w/test.src"
+    assert_success
+    assert_line "$w/settings/text-test: was TEST_SRC=$TFM_ROOT/data/multi30k-ende/test_2017_flickr.en.gz TEST_TGT=$TFM_ROOT/data/multi30k-ende/test_2017_flickr.de.gz TEST_SEL=p TEST_LINES=12 PREP=sed 's/on  a/X/'"
+    [ "$(grep -c X "$w/test.src")" -eq 4 ]
+    # a tab is not a space either
+    run $ENDE W="$w" PREP="sed 's/on	a/X/'" "$w/test.src"
+    assert_success
+    assert_output --partial "made again"
+    grep -q "PREP=sed 's/on	a/X/'\$" "$w/settings/text-test"
+    run $ENDE W="$w" PREP="sed 's/on	a/X/'" "$w/test.src"
+    assert_success
+    assert_output --partial "is up to date"
+}
+
+@test "wmt_ende: a settings file that cannot be read stops neither help nor clean" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/unreadable"
+    run $ENDE W="$w" "$w/test.src.tfm"
+    assert_success
+    # a FIFO: make would wait for a writer, even for help
+    rm "$w/settings/spm"; mkfifo "$w/settings/spm"
+    run timeout 20 $ENDE W="$w" help
+    assert_success
+    assert_line --partial "W=$w  the work directory"
+    # it says nothing of how the stage was made: replaced, and the stage made again
+    run timeout 20 $ENDE W="$w" "$w/test.src.tfm"
+    assert_success
+    assert_line "$w/settings/spm: cannot read it: made again"
+    assert_output --partial "tfm-tokenize train -m $w/spm.model"
+    [ -f "$w/settings/spm" ]
+    # a file without read permission (unless this runs as root, who reads it anyway)
+    chmod 000 "$w/settings/spm"
+    if [ ! -r "$w/settings/spm" ]; then
+        run $ENDE W="$w" "$w/test.src.tfm"
+        assert_success
+        assert_line "$w/settings/spm: cannot read it: made again"
+    fi
+    # a directory: make would stop at it; the stage that needs it says so
+    rm -f "$w/settings/spm"; mkdir "$w/settings/spm"
+    run $ENDE W="$w" help
+    assert_success
+    run $ENDE W="$w" "$w/test.src.tfm"
+    assert_failure
+    assert_line "$w/settings/spm: a directory, where the settings of a stage go: remove it"
+    run $ENDE W="$w" clean
+    assert_success
+    assert_not_exist "$w"
+}
+
+@test "wmt_ende: a corpus file whose last line has no newline: every line counted, the cleaning's too" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/nonl" d="$BATS_TEST_TMPDIR" m="$TFM_ROOT/data/multi30k-ende"
+    zcat "$m/train.en.gz" | head -300 | head -c -1 > "$d/t.en"
+    zcat "$m/train.de.gz" | head -300 | head -c -1 > "$d/t.de"
+    zcat "$m/test_2017_flickr.de.gz" | head -12 | head -c -1 > "$d/test.de"
+    run $ENDE W="$w" TRAIN_SRC="$d/t.en" TRAIN_TGT="$d/t.de" TEST_TGT="$d/test.de" \
+        TRAIN_LINES= TEST_LINES= CLEAN_LEN=100 "$w/train.src" "$w/test.tgt"
+    assert_success
+    assert_line "$w/train: 300 of 300 pairs kept; dropped 0 empty, 0 over 100 pieces, 0 over ratio 0"
+    [ "$(wc -l < "$w/train.raw.src")" -eq 300 ]
+    [ "$(wc -l < "$w/test.tgt")" -eq 12 ]
+    [ "$(tail -n 1 "$w/test.tgt")" = "$(tail -n 1 "$d/test.de")" ]
+}
+
+@test "wmt_ende: a second run in the same W stops at once, saying so; a run that has ended is no obstacle" {
+    need_tools
+    local w="$BATS_TEST_TMPDIR/two"
+    run $ENDE W="$w" "$w/train.src"
+    assert_success
+    # a make still running, as far as the system can tell (a process named make)
+    cp "$(command -v sleep)" "$BATS_TEST_TMPDIR/make"
+    "$BATS_TEST_TMPDIR/make" 60 &
+    local pid=$!
+    printf '%s %s\n' $pid "$(hostname)" > "$w/.pipeline.lock"
+    run $ENDE W="$w"
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=$w: another run (pid $pid) is making files there: stopped"
+    refute_output --partial "tfm-"
+    assert_file_not_exist "$w/spm.model"
+    run $ENDE W="$w" clean
+    assert_failure
+    assert_file_exist "$w/train.src"
+    # help, plot and make -n go on
+    run $ENDE W="$w" help
+    assert_success
+    run $ENDE W="$w" -n
+    assert_success
+    kill $pid; wait $pid || true
+    # that make has ended: its claim is taken over
+    run $ENDE W="$w" "$w/spm.model"
+    assert_success
+    assert_output --partial "tfm-tokenize train"
+    # two runs started together in a new W: one makes the files, the other, if it meets
+    # the first, stops with the message; no text is made of both
+    local w2="$BATS_TEST_TMPDIR/together"
+    $ENDE W="$w2" TRAIN_LINES=3000 "$w2/train.src" > "$BATS_TEST_TMPDIR/a.out" 2>&1 & local a=$!
+    $ENDE W="$w2" TRAIN_LINES=3000 "$w2/train.src" > "$BATS_TEST_TMPDIR/b.out" 2>&1 & local b=$!
+    local ra=0 rb=0
+    wait $a || ra=$?
+    wait $b || rb=$?
+    [ $ra -eq 0 ] || grep -q "another run (pid [0-9]*) is making files there: stopped" "$BATS_TEST_TMPDIR/a.out"
+    [ $rb -eq 0 ] || grep -q "another run (pid [0-9]*) is making files there: stopped" "$BATS_TEST_TMPDIR/b.out"
+    [ $ra -eq 0 ] || [ $rb -eq 0 ]
+    cmp "$w2/train.src" <(zcat "$TFM_ROOT/data/multi30k-ende/train.en.gz" | head -3000)
 }
 
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
@@ -646,6 +770,13 @@ notes.txt"
     refute_output --partial "unexpected EOF"
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=ok_dir-1.2+x@y -n
     assert_success
+    # a path that a command would take for an option: mkdir -p -w said "invalid option"
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=-w
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=-w: a path that begins with -, which a command would read as an option ($BATS_TEST_TMPDIR/-w names it)"
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" BIN="$BIN" W=w CONFIG=-c.conf -n
+    assert_failure
+    assert_output --partial "wsj_parse.mk: CONFIG=-c.conf: a path that begins with -"
     # the sources themselves under a path with a space
     ln -s "$TFM_ROOT" "t fm"
     run make -f "t fm/pipelines/wmt_ende.mk" help
@@ -739,6 +870,13 @@ notes.txt"
         run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w "$v" -n
         assert_failure
         assert_output --partial "wmt_enfr.mk: $v: a number from 1 expected, such as 1.5"
+    done
+    # an empty value that an option reads: tfm-train took --max-steps for the value of
+    # --valid-every, after the data stages
+    for v in THREADS VALID_EVERY REPORT_EVERY DEVICE SEED VOCAB; do
+        run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" BIN="$BIN" W=w "$v=" -n
+        assert_failure
+        assert_output --partial "wmt_ende.mk: $v is empty: it needs a value (make -f pipelines/wmt_ende.mk help shows the default)"
     done
     run make -f "$TFM_ROOT/pipelines/wmt_enfr.mk" BIN="$BIN" W=w CLEAN_RATIO=1 -n
     assert_success
