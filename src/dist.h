@@ -66,7 +66,9 @@ struct tfm_dist_watch {
  * required with TFM_MASTER_PORT), else 32 random bytes (getrandom) that process 0 writes,
  * in hex, into the rendezvous file "HOST PORT SECRET", created under a name no one can
  * guess with O_EXCL, O_NOFOLLOW and mode 0600 and renamed into place (removed once all
- * have joined).  The others read it only when it is a regular file of their own user with
+ * have joined, when it is still process 0's).  Process 0 refuses a file where another
+ * run's process 0 answers a hello (two runs would share one file), and while it waits it
+ * reads its file again: one removed it writes again, one written over ends the meeting.  The others read it only when it is a regular file of their own user with
  * no permission for others.  A connection whose hello is not complete within
  * TFM_JOIN_TIMEOUT seconds (default 10), that is not a tfm-train hello or that does not
  * prove the secret is dropped and noted on watch->notes, and the meeting goes on: several

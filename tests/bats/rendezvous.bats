@@ -378,3 +378,101 @@ run_ok() {
     ends "$P1" 20 || rc=$?
     [ "$rc" = 0 ] || [ "$rc" = 1 ]
 }
+
+# waits until the rendezvous file $T/rv is process 0's (a regular file)
+rv_written() {
+    local i
+    for i in $(seq 100); do [ -f "$T/rv" ] && [ ! -L "$T/rv" ] && return 0; sleep 0.1; done
+    return 1
+}
+
+@test "two runs given one TFM_RENDEZVOUS: the second process 0 leaves the first's file alone; a file written over or removed while process 0 waits" {
+    unset TFM_MASTER_PORT TFM_RUN_TOKEN
+    export TFM_RENDEZVOUS="$T/rv"
+    # removed while process 0 waits: it writes the file again, and the run goes on
+    start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    rv_written
+    line=$(cat "$T/rv")
+    rm "$T/rv"
+    rv_written
+    [ "$(cat "$T/rv")" = "$line" ]
+    start 1 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    run_ok 2
+    [ ! -e "$T/rv" ]
+    # a second run's process 0, while the first waits on the file: it refuses the file at
+    # once, and leaves it to the first run, whose process 1 then finds its process 0 (the
+    # second had written its own over it, and the first's processes had gone to it)
+    start 0 2 "${ARGS[@]}" -o "$T/a" "$M/b.tfm"
+    rv_written
+    line=$(cat "$T/rv")
+    SECONDS=0
+    run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q -o "$T/b" "$M/b.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-train: TFM_RENDEZVOUS $T/rv: another run's process 0 waits on this file for its 2 processes, at [^ ]+:[0-9]+: give every run a file of its own \(or end that run first\)$"
+    [ "$SECONDS" -le 10 ]
+    [ "$(cat "$T/rv")" = "$line" ]
+    [ ! -e "$T/b" ]
+    start 1 2 "${ARGS[@]}" -o "$T/a" "$M/b.tfm"
+    ends "$P0" 60
+    ends "$P1" 60
+    diff <(params "$T/a/step-000003.tfm") <(params "$M/r2/step-000003.tfm")
+    run cat "$T/e0"
+    assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: a process 0 of another run, which found this run's rendezvous file in use and left it alone$"
+    # a file of a run that has ended (its process 0 killed before it could remove it)
+    # names a port where no one answers: it is replaced
+    start 0 2 "${ARGS[@]}" -o "$T/k" "$M/b.tfm"
+    rv_written
+    kill -KILL "$P0"
+    wait "$P0" || true
+    [ -e "$T/rv" ]
+    start 0 2 "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
+    for i in $(seq 100); do [ "$(cat "$T/rv" 2> /dev/null)" != "$line" ] && break; sleep 0.1; done
+    start 1 2 "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
+    ends "$P0" 60
+    ends "$P1" 60
+    # written over by another run's process 0 (the two started at once): the first says so
+    # at once, instead of waiting the rendezvous time for processes that went to the other
+    start 0 2 "${ARGS[@]}" -o "$T/o" "$M/b.tfm"
+    rv_written
+    (umask 077 && printf 'otherhost 4242 %064d\n' 7 > "$T/rv.new" && mv "$T/rv.new" "$T/rv")
+    rc=0
+    ends "$P0" 5 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: TFM_RENDEZVOUS $T/rv: another run's process 0 (at otherhost:4242) wrote its own rendezvous file over this run's while 1 of 2 processes had joined: give every run a file of its own"
+    [ -e "$T/rv" ]              # the other's, left in place
+    # its directory removed: the file cannot be written again, and process 0 says why
+    mkdir "$T/d"
+    TFM_RENDEZVOUS="$T/d/rv" start 0 2 "${ARGS[@]}" -o "$T/o2" "$M/b.tfm"
+    for i in $(seq 100); do [ -f "$T/d/rv" ] && break; sleep 0.1; done
+    rm -r "$T/d"
+    rc=0
+    ends "$P0" 5 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line --regexp "^tfm-train: TFM_RENDEZVOUS $T/d/rv: removed while 1 of 2 processes had joined, and it cannot be written again \(cannot create $T/d/rv\.[0-9a-f]{16}\.tmp: No such file or directory\), so the others cannot find process 0$"
+}
+
+@test "a process left out of its run's meeting says so once the rendezvous file is gone; one whose directory is not there names it" {
+    unset TFM_MASTER_PORT TFM_RUN_TOKEN
+    export TFM_RENDEZVOUS="$T/rv"
+    start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    rv_written
+    # a process 1 that cannot join (another secret: a run of its own), then the real one
+    TFM_RUN_TOKEN=another-token-of-some-length TFM_RENDEZVOUS_TIMEOUT=4 TFM_RANK=1 \
+        TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm" 2> "$T/ex" &
+    PX=$!
+    PIDS+=($PX)
+    appears "$T/e0" "did not prove the run's secret" 10
+    start 1 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    run_ok 2
+    rc=0
+    ends "$PX" 20 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/ex"
+    assert_output --regexp "^tfm-train: no process 0 at $T/rv within 4 s \(TFM_RENDEZVOUS_TIMEOUT\): the file named one at [^ ]+:[0-9]+ \(it refused this process's proof of the run's secret \(is TFM_RUN_TOKEN the same for every process\?\)\), then was removed, as process 0 does once all its processes have joined, this one not among them \(two runs given one TFM_RENDEZVOUS, or two processes one TFM_RANK\?\)$"
+    run env TFM_RENDEZVOUS="$T/none/rv" TFM_RENDEZVOUS_TIMEOUT=1 TFM_RANK=1 TFM_WORLD_SIZE=2 \
+        tfm-train "${ARGS[@]}" -o "$T/y" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: no process 0 at $T/none/rv within 1 s (TFM_RENDEZVOUS_TIMEOUT): no directory $T/none here"
+}
