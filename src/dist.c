@@ -1240,6 +1240,10 @@ static int gather(struct tfm_comm *c, struct meet *m, const struct where *w,
     if (lfd < 0 && w->addr && errno == EADDRNOTAVAIL)
         tfm_error_prefix(err, "TFM_MASTER_ADDR=%s is no address of this machine, where "
                          "process 0 runs", w->addr);
+    else if (lfd < 0 && w->port && errno == EADDRINUSE)
+        /* the others would knock at whatever holds it: another run's process 0, maybe */
+        tfm_error_prefix(err, "TFM_MASTER_PORT=%d is taken on this machine (by another run, "
+                         "or another program): give the run a free port", w->port);
     if (lfd < 0 || (w->file && publish(m, w, port, err))) {
         if (lfd >= 0)
             close(lfd);

@@ -476,3 +476,13 @@ rv_written() {
     assert_failure 1
     assert_output "tfm-train: no process 0 at $T/none/rv within 1 s (TFM_RENDEZVOUS_TIMEOUT): no directory $T/none here"
 }
+
+@test "a TFM_MASTER_PORT that something else holds is named as taken" {
+    "$S" listen "$PORT" 10 "$T/count" &
+    PIDS+=($!)
+    "$S" listening $! "$PORT" > /dev/null
+    run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: TFM_MASTER_PORT=$PORT is taken on this machine (by another run, or another program): give the run a free port: listening on 127.0.0.1:$PORT: Address already in use"
+    [ ! -e "$T/x" ]
+}
