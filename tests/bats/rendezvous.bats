@@ -133,10 +133,10 @@ run_ok() {
     assert_line "tfm-train: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
     run env TFM_MASTER_ADDR= TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
+    assert_output "tfm-train: process 1 of 2: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
     run env -u TFM_MASTER_PORT TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: environment: TFM_MASTER_ADDR is set but TFM_MASTER_PORT is not (or is empty): process 0 listens at an address and a port"
+    assert_output "tfm-train: process 1 of 2: environment: TFM_MASTER_ADDR is set but TFM_MASTER_PORT is not (or is empty): process 0 listens at an address and a port"
     # with a rendezvous file an empty port is no port: process 0 listens on the address
     # and a free port, which it writes there
     # an address of another machine (TEST-NET-1): process 0 cannot listen there
@@ -225,7 +225,7 @@ run_ok() {
     assert_output --partial "tfm-train: TFM_MASTER_ADDR and TFM_MASTER_PORT: set TFM_RUN_TOKEN too"
     run env TFM_RUN_TOKEN=short TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output --partial "tfm-train: TFM_RUN_TOKEN: 5 characters, 16 at least"
+    assert_output --partial "tfm-train: process 1 of 2: TFM_RUN_TOKEN: 5 characters, 16 at least"
     # another token: process 1 is dropped, and both give up after the rendezvous timeout
     export TFM_RENDEZVOUS_TIMEOUT=3
     start 0 2 "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
@@ -240,7 +240,7 @@ run_ok() {
     assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: it did not prove the run's secret$"
     assert_line "tfm-train: 1 of 2 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT)"
     run cat "$T/e1"
-    assert_output "tfm-train: no process 0 at 127.0.0.1:$PORT within 3 s (TFM_RENDEZVOUS_TIMEOUT): it refused this process's proof of the run's secret (is TFM_RUN_TOKEN the same for every process?)"
+    assert_output "tfm-train: process 1 of 2: no process 0 at 127.0.0.1:$PORT within 3 s (TFM_RENDEZVOUS_TIMEOUT): it refused this process's proof of the run's secret (is TFM_RUN_TOKEN the same for every process?)"
     [ ! -e "$T/x/last.tfm" ]
 }
 
@@ -277,7 +277,7 @@ run_ok() {
     run env TFM_RENDEZVOUS="$T/planted" TFM_RENDEZVOUS_TIMEOUT=2 TFM_RANK=1 TFM_WORLD_SIZE=2 \
         tfm-train "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: no process 0 at $T/planted within 2 s (TFM_RENDEZVOUS_TIMEOUT): mode 644, not 600: ignored (process 0 makes it for its user alone)"
+    assert_output "tfm-train: process 1 of 2: no process 0 at $T/planted within 2 s (TFM_RENDEZVOUS_TIMEOUT): mode 644, not 600: ignored (process 0 makes it for its user alone)"
     wait "$SPID"
     run cat "$T/count"
     assert_output "0 connections"
@@ -323,7 +323,7 @@ run_ok() {
     ends "$P1" 5 || rc=$?
     [ "$rc" = 143 ]     # 128 + SIGTERM
     run cat "$T/e1"
-    assert_output "tfm-train: stopped by a signal while waiting for process 0 at 127.0.0.1:$PORT"
+    assert_output "tfm-train: process 1 of 2: stopped by a signal while waiting for process 0 at 127.0.0.1:$PORT"
     # in a sum on a stopped process: TFM_STOP_TIMEOUT without a byte from it after the
     # signal, not TFM_COLLECTIVE_TIMEOUT
     export TFM_COLLECTIVE_TIMEOUT=300 TFM_STOP_TIMEOUT=3
@@ -470,11 +470,11 @@ rv_written() {
     ends "$PX" 20 || rc=$?
     [ "$rc" = 1 ]
     run cat "$T/ex"
-    assert_output --regexp "^tfm-train: no process 0 at $T/rv within 4 s \(TFM_RENDEZVOUS_TIMEOUT\): the file named one at [^ ]+:[0-9]+ \(it refused this process's proof of the run's secret \(is TFM_RUN_TOKEN the same for every process\?\)\), then was removed, as process 0 does once all its processes have joined, this one not among them \(two runs given one TFM_RENDEZVOUS, or two processes one TFM_RANK\?\)$"
+    assert_output --regexp "^tfm-train: process 1 of 2: no process 0 at $T/rv within 4 s \(TFM_RENDEZVOUS_TIMEOUT\): the file named one at [^ ]+:[0-9]+ \(it refused this process's proof of the run's secret \(is TFM_RUN_TOKEN the same for every process\?\)\), then was removed, as process 0 does once all its processes have joined, this one not among them \(two runs given one TFM_RENDEZVOUS, or two processes one TFM_RANK\?\)$"
     run env TFM_RENDEZVOUS="$T/none/rv" TFM_RENDEZVOUS_TIMEOUT=1 TFM_RANK=1 TFM_WORLD_SIZE=2 \
         tfm-train "${ARGS[@]}" -o "$T/y" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: no process 0 at $T/none/rv within 1 s (TFM_RENDEZVOUS_TIMEOUT): no directory $T/none here"
+    assert_output "tfm-train: process 1 of 2: no process 0 at $T/none/rv within 1 s (TFM_RENDEZVOUS_TIMEOUT): no directory $T/none here"
 }
 
 @test "a TFM_MASTER_PORT that something else holds is named as taken" {
@@ -485,4 +485,22 @@ rv_written() {
     assert_failure 1
     assert_output "tfm-train: TFM_MASTER_PORT=$PORT is taken on this machine (by another run, or another program): give the run a free port: listening on 127.0.0.1:$PORT: Address already in use"
     [ ! -e "$T/x" ]
+}
+
+@test "a killed process: the others' errors, merged as a launcher merges them, say which process each is" {
+    start 0 3 "${ARGS[@]}" -q --max-steps 1000000 --report-every 1 --log "$T/log" -o "$T/c" "$M/b.tfm"
+    start 1 3 "${ARGS[@]}" --max-steps 1000000 -o "$T/c" "$M/b.tfm"
+    start 2 3 "${ARGS[@]}" --max-steps 1000000 -o "$T/c" "$M/b.tfm"
+    appears "$T/log" "^train" 30
+    kill -KILL "$P0"
+    rc=0
+    ends "$P1" 30 || rc=$?
+    [ "$rc" = 1 ]
+    rc=0
+    ends "$P2" 30 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e1"
+    assert_output --regexp "^tfm-train: process 1 of 3: (update [0-9]+: [a-z -]+: )?process 0 of 3 left the run \(see its messages\)$"
+    run cat "$T/e2"
+    assert_output --regexp "^tfm-train: process 2 of 3: (update [0-9]+: [a-z -]+: )?process 1 of 3 left the run \(see its messages\)$"
 }
