@@ -540,8 +540,9 @@ static int link_step(const struct meet *m, struct link *l, char *why, size_t cap
         else if (!l->client && l->have >= HELLO && get32(l->in + 4) == 0)
             /* process 0 connects to no one but another run's process 0 that found this
              * run's rendezvous file where it was to write its own (rv_free) */
-            snprintf(why, cap, "a process 0 of another run, which found this run's "
-                     "rendezvous file in use and left it alone");
+            snprintf(why, cap, "another process 0 (another run's, or one given this "
+                     "run's TFM_RANK 0 too), which found this run's rendezvous file in use "
+                     "and left it alone");
         else
             snprintf(why, cap, "it closed the connection %s", l->have ? "in the middle of its "
                      "hello" : l->client ? "before its hello" : "without a hello");
@@ -1037,9 +1038,10 @@ static int rv_free(const struct meet *m, const char *path, struct tfm_error *err
     close(fd);
     if (l.have < 12 || get32(l.in) != HELLO_MAGIC)
         return 0;
-    return tfm_fail(err, "TFM_RENDEZVOUS %s: another run's process 0 waits on this file for "
-                    "its %u processes, at %s:%d: give every run a file of its own (or end "
-                    "that run first)", path, get32(l.in + 8), o.host, o.port);
+    return tfm_fail(err, "TFM_RENDEZVOUS %s: another process 0 waits on this file for its %u "
+                    "processes, at %s:%d: give every run a file of its own (or end that run "
+                    "first), and only one process TFM_RANK 0", path, get32(l.in + 8), o.host,
+                    o.port);
 }
 
 /* Process 0 while the others join (meet_run, every RV_CHECK seconds): its rendezvous file
@@ -1243,7 +1245,8 @@ static int gather(struct tfm_comm *c, struct meet *m, const struct where *w,
     else if (lfd < 0 && w->port && errno == EADDRINUSE)
         /* the others would knock at whatever holds it: another run's process 0, maybe */
         tfm_error_prefix(err, "TFM_MASTER_PORT=%d is taken on this machine (by another run, "
-                         "or another program): give the run a free port", w->port);
+                         "another program, or another process given TFM_RANK 0): give the run "
+                         "a free port", w->port);
     if (lfd < 0 || (w->file && publish(m, w, port, err))) {
         if (lfd >= 0)
             close(lfd);

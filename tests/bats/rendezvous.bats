@@ -408,7 +408,7 @@ rv_written() {
     SECONDS=0
     run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q -o "$T/b" "$M/b.tfm"
     assert_failure 1
-    assert_output --regexp "^tfm-train: TFM_RENDEZVOUS $T/rv: another run's process 0 waits on this file for its 2 processes, at [^ ]+:[0-9]+: give every run a file of its own \(or end that run first\)$"
+    assert_output --regexp "^tfm-train: TFM_RENDEZVOUS $T/rv: another process 0 waits on this file for its 2 processes, at [^ ]+:[0-9]+: give every run a file of its own \(or end that run first\), and only one process TFM_RANK 0$"
     [ "$SECONDS" -le 10 ]
     [ "$(cat "$T/rv")" = "$line" ]
     [ ! -e "$T/b" ]
@@ -417,7 +417,7 @@ rv_written() {
     ends "$P1" 60
     diff <(params "$T/a/step-000003.tfm") <(params "$M/r2/step-000003.tfm")
     run cat "$T/e0"
-    assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: a process 0 of another run, which found this run's rendezvous file in use and left it alone$"
+    assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: another process 0 \(another run's, or one given this run's TFM_RANK 0 too\), which found this run's rendezvous file in use and left it alone$"
     # a file of a run that has ended (its process 0 killed before it could remove it)
     # names a port where no one answers: it is replaced
     start 0 2 "${ARGS[@]}" -o "$T/k" "$M/b.tfm"
@@ -483,7 +483,7 @@ rv_written() {
     "$S" listening $! "$PORT" > /dev/null
     run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: TFM_MASTER_PORT=$PORT is taken on this machine (by another run, or another program): give the run a free port: listening on 127.0.0.1:$PORT: Address already in use"
+    assert_output "tfm-train: TFM_MASTER_PORT=$PORT is taken on this machine (by another run, another program, or another process given TFM_RANK 0): give the run a free port: listening on 127.0.0.1:$PORT: Address already in use"
     [ ! -e "$T/x" ]
 }
 
