@@ -538,8 +538,8 @@ static int link_step(const struct meet *m, struct link *l, char *why, size_t cap
                      m->token ? "is TFM_RUN_TOKEN the same for every process?"
                               : "is the rendezvous file another run's?");
         else if (!l->client && l->have >= HELLO && get32(l->in + 4) == 0)
-            /* process 0 connects to no one but another run's process 0 that found this
-             * run's rendezvous file where it was to write its own (rv_free) */
+            /* no process 0 of a run connects anywhere but to the process 0 whose file it
+             * found where it was to write its own (rv_free): it looked, and left */
             snprintf(why, cap, "another process 0 (another run's, or one given this "
                      "run's TFM_RANK 0 too), which found this run's rendezvous file in use "
                      "and left it alone");
