@@ -104,6 +104,7 @@ struct tfm_comm {
     /* processes (tfm_comm_procs): this one's rank, and fd[p] the socket to process p:
      * only the neighbours p-1 and p+1 in the chain, -1 elsewhere */
     int procs, rank, *fd;
+    int by_file;        /* they met through a rendezvous file */
     char *chunk;        /* one chunk from a neighbour */
     double timeout;     /* TFM_COLLECTIVE_TIMEOUT: seconds a neighbour may be silent */
     double stop_timeout;    /* TFM_STOP_TIMEOUT: the same once *stop is set */
@@ -154,6 +155,11 @@ void tfm_comm_free(struct tfm_comm *c)
 int tfm_comm_size(const struct tfm_comm *c)
 {
     return c->n;
+}
+
+int tfm_comm_met_by_file(const struct tfm_comm *c)
+{
+    return c->by_file;
 }
 
 void tfm_comm_abort(struct tfm_comm *c, const char *why)
@@ -1409,6 +1415,7 @@ struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch
     }
     for (int i = 0; i < world; i++)
         c->fd[i] = -1;
+    c->by_file = w.file != NULL;
     int rc = rank == 0 ? gather(c, &m, &w, err) : join(c, &m, &w, err);
     memset(m.secret, 0, sizeof m.secret);
     if (rc) {

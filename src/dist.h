@@ -96,6 +96,9 @@ int tfm_dist_env_seconds(const char *name, double dflt, double *out, struct tfm_
 void tfm_comm_stack(struct tfm_comm *local, struct tfm_comm *procs);
 void tfm_comm_free(struct tfm_comm *c);
 int tfm_comm_size(const struct tfm_comm *c);
+/* Whether the processes of c met through a rendezvous file (TFM_RENDEZVOUS), which another
+ * run may have been given too: a process that joined may be that run's. */
+int tfm_comm_met_by_file(const struct tfm_comm *c);
 
 /* Collectives: every rank calls each one, in the same order, with buffers of the same n.
  * They return 0, or -1 when a rank called tfm_comm_abort (every waiting rank is woken). */

@@ -504,3 +504,27 @@ rv_written() {
     run cat "$T/e2"
     assert_output --regexp "^tfm-train: process 2 of 3: (update [0-9]+: [a-z -]+: )?process 1 of 3 left the run \(see its messages\)$"
 }
+
+@test "a process of another run with another config, given this run's rendezvous file, joins it: the error says the file may be shared" {
+    unset TFM_MASTER_PORT TFM_RUN_TOKEN
+    export TFM_RENDEZVOUS="$T/rv"
+    start 0 2 "${ARGS[@]}" -o "$T/a" "$M/b.tfm"
+    rv_written
+    # the other run's process 1, of another dropout, comes first
+    start 1 2 "${ARGS[@]}" --set dropout=0.2 -o "$T/b" "$M/b.tfm"
+    rc=0
+    ends "$P0" 30 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: process 1 does not start where process 0 does: its config differs: give every process the same tfm-train, options and files, and a checkpoint directory they all see (or, if it is a process of another run, that run a TFM_RENDEZVOUS file of its own)"
+    # through an address and a port, whose TFM_RUN_TOKEN keeps other runs out: no such words
+    unset TFM_RENDEZVOUS
+    export TFM_MASTER_PORT=$PORT TFM_RUN_TOKEN=9f1c33e0b2a74d5e8c6a01f4b7d2e915
+    start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    start 1 2 "${ARGS[@]}" --set dropout=0.2 -o "$T/c" "$M/b.tfm"
+    rc=0
+    ends "$P0" 30 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: process 1 does not start where process 0 does: its config differs: give every process the same tfm-train, options and files, and a checkpoint directory they all see"
+}
