@@ -639,9 +639,25 @@ static int meet_run(const struct meet *m, int lfd, int lo, int hi, struct peer *
             if (m->rank != 0)
                 rc = tfm_fail(err, "no link from process %d within %g s "
                               "(TFM_RENDEZVOUS_TIMEOUT)", lo, m->timeout);
-            else
+            else {
+                /* which did not: on a cluster, where to look (a node whose process failed
+                 * before it came, or never started) */
+                char miss[200] = "";
+                int nmiss = 0, len = 0;
+                for (int i = 0; i < need; i++) {
+                    if (got[i].fd >= 0)
+                        continue;
+                    if (nmiss++ < 8 && len < (int)sizeof miss)
+                        len += snprintf(miss + len, sizeof miss - (size_t)len, "%s%d",
+                                        nmiss > 1 ? ", " : "", lo + i);
+                }
+                char more[32] = "";
+                if (nmiss > 8)
+                    snprintf(more, sizeof more, " and %d more", nmiss - 8);
                 rc = tfm_fail(err, "%d of %d processes joined within %g s "
-                              "(TFM_RENDEZVOUS_TIMEOUT)", joined + 1, m->world, m->timeout);
+                              "(TFM_RENDEZVOUS_TIMEOUT): not process%s %s%s", joined + 1,
+                              m->world, m->timeout, nmiss > 1 ? "es" : "", miss, more);
+            }
             break;
         }
         for (int i = 0; i < np; i++) {

@@ -238,7 +238,7 @@ run_ok() {
     [ "$rc" = 1 ]
     run cat "$T/e0"
     assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: it did not prove the run's secret$"
-    assert_line "tfm-train: 1 of 2 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT)"
+    assert_line "tfm-train: 1 of 2 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT): not process 1"
     run cat "$T/e1"
     assert_output "tfm-train: process 1 of 2: no process 0 at 127.0.0.1:$PORT within 3 s (TFM_RENDEZVOUS_TIMEOUT): it refused this process's proof of the run's secret (is TFM_RUN_TOKEN the same for every process?)"
     [ ! -e "$T/x/last.tfm" ]
@@ -527,4 +527,19 @@ rv_written() {
     [ "$rc" = 1 ]
     run cat "$T/e0"
     assert_line "tfm-train: process 1 does not start where process 0 does: its config differs: give every process the same tfm-train, options and files, and a checkpoint directory they all see"
+}
+
+@test "process 0 that gives up waiting names the processes that did not join" {
+    export TFM_RENDEZVOUS_TIMEOUT=3
+    start 0 4 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    start 2 4 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    rc=0
+    ends "$P0" 20 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: 2 of 4 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT): not processes 1, 3"
+    ends "$P2" 20 || true
+    run env TFM_RANK=0 TFM_WORLD_SIZE=12 TFM_RENDEZVOUS_TIMEOUT=1 tfm-train "${ARGS[@]}" -q -o "$T/d" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: 1 of 12 processes joined within 1 s (TFM_RENDEZVOUS_TIMEOUT): not processes 1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
 }
