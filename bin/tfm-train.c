@@ -351,6 +351,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < gpu.count; i++)
         gpu.be[i]->destroy(gpu.be[i]);
     if (failed) {
+        /* launchers merge the processes' standard errors: the others say whose it is
+         * (process 0 reports for the run, and says nothing of the kind) */
+        if (env.world > 1 && env.rank != 0)
+            tfm_error_prefix(&err, "process %d of %d", env.rank, env.world);
         /* a run the signal cut short (joining, or a peer silent after it) says so */
         return tfm_cli_fail(&err, stop_signal ? 128 + (int)stop_signal : 1);
     }

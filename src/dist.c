@@ -104,6 +104,7 @@ struct tfm_comm {
     /* processes (tfm_comm_procs): this one's rank, and fd[p] the socket to process p:
      * only the neighbours p-1 and p+1 in the chain, -1 elsewhere */
     int procs, rank, *fd;
+    int by_file;        /* they met through a rendezvous file */
     char *chunk;        /* one chunk from a neighbour */
     double timeout;     /* TFM_COLLECTIVE_TIMEOUT: seconds a neighbour may be silent */
     double stop_timeout;    /* TFM_STOP_TIMEOUT: the same once *stop is set */
@@ -154,6 +155,11 @@ void tfm_comm_free(struct tfm_comm *c)
 int tfm_comm_size(const struct tfm_comm *c)
 {
     return c->n;
+}
+
+int tfm_comm_met_by_file(const struct tfm_comm *c)
+{
+    return c->by_file;
 }
 
 void tfm_comm_abort(struct tfm_comm *c, const char *why)
@@ -422,7 +428,19 @@ struct meet {
     double timeout, deadline;               /* TFM_RENDEZVOUS_TIMEOUT, and when it runs out */
     const struct tfm_dist_watch *watch;
     int token;                              /* the secret is TFM_RUN_TOKEN's */
+    struct rv_file *rv;                     /* process 0's rendezvous file, or NULL */
 };
+
+/* Process 0's rendezvous file while the others join: its path, the line process 0 wrote
+ * there, and when to read it again (rv_watch). */
+#define RV_LINE 1024
+#define RV_CHECK 0.5                        /* seconds between readings */
+struct rv_file {
+    const char *path;
+    char line[RV_LINE];
+    double next;
+};
+static int rv_watch(const struct meet *m, int joined, struct tfm_error *err);
 
 /* One side of a connection in its hello. */
 struct link {
@@ -525,6 +543,12 @@ static int link_step(const struct meet *m, struct link *l, char *why, size_t cap
             snprintf(why, cap, "it refused this process's proof of the run's secret (%s)",
                      m->token ? "is TFM_RUN_TOKEN the same for every process?"
                               : "is the rendezvous file another run's?");
+        else if (!l->client && l->have >= HELLO && get32(l->in + 4) == 0)
+            /* no process 0 of a run connects anywhere but to the process 0 whose file it
+             * found where it was to write its own (rv_free): it looked, and left */
+            snprintf(why, cap, "another process 0 (another run's, or one given this "
+                     "run's TFM_RANK 0 too), which found this run's rendezvous file in use "
+                     "and left it alone");
         else
             snprintf(why, cap, "it closed the connection %s", l->have ? "in the middle of its "
                      "hello" : l->client ? "before its hello" : "without a hello");
@@ -605,13 +629,35 @@ static int meet_run(const struct meet *m, int lfd, int lo, int hi, struct peer *
                               joined + 1, m->world);
             break;
         }
+        if (m->rv && joined < need && now >= m->rv->next && rv_watch(m, joined, err)) {
+            rc = -1;
+            break;
+        }
+        if (m->rv && joined < need && m->rv->next < next)
+            next = m->rv->next;
         if (joined < need && now > m->deadline) {
             if (m->rank != 0)
                 rc = tfm_fail(err, "no link from process %d within %g s "
                               "(TFM_RENDEZVOUS_TIMEOUT)", lo, m->timeout);
-            else
+            else {
+                /* which did not: on a cluster, where to look (a node whose process failed
+                 * before it came, or never started) */
+                char miss[200] = "";
+                int nmiss = 0, len = 0;
+                for (int i = 0; i < need; i++) {
+                    if (got[i].fd >= 0)
+                        continue;
+                    if (nmiss++ < 8 && len < (int)sizeof miss)
+                        len += snprintf(miss + len, sizeof miss - (size_t)len, "%s%d",
+                                        nmiss > 1 ? ", " : "", lo + i);
+                }
+                char more[32] = "";
+                if (nmiss > 8)
+                    snprintf(more, sizeof more, " and %d more", nmiss - 8);
                 rc = tfm_fail(err, "%d of %d processes joined within %g s "
-                              "(TFM_RENDEZVOUS_TIMEOUT)", joined + 1, m->world, m->timeout);
+                              "(TFM_RENDEZVOUS_TIMEOUT): not process%s %s%s", joined + 1,
+                              m->world, m->timeout, nmiss > 1 ? "es" : "", miss, more);
+            }
             break;
         }
         for (int i = 0; i < np; i++) {
@@ -666,15 +712,20 @@ static int meet_run(const struct meet *m, int lfd, int lo, int hi, struct peer *
                 continue;
             }
             uint32_t r = get32(l->in + 4), w = get32(l->in + 8);
+            /* a process of another run that shares the rendezvous file looks the same */
+            const char *shared = m->rv ? ", and every run a TFM_RENDEZVOUS file of its own "
+                                         "(the processes of two runs that share one meet "
+                                         "at one process 0)" : "";
             if (w != (uint32_t)m->world)
                 rc = tfm_fail(err, "process %u says the run has %u processes, this one %d: "
-                              "give every process the same TFM_WORLD_SIZE", r, w, m->world);
+                              "give every process the same TFM_WORLD_SIZE%s", r, w, m->world,
+                              shared);
             else if (r < (uint32_t)lo || r > (uint32_t)hi)
                 rc = tfm_fail(err, "process %d: a connection from process %u of %d, not from "
                               "process %d", m->rank, r, m->world, lo);
             else if (got[r - (uint32_t)lo].fd >= 0)
                 rc = tfm_fail(err, "two processes say they are process %u of %d: give each "
-                              "its own TFM_RANK", r, m->world);
+                              "its own TFM_RANK%s", r, m->world, shared);
             if (rc) {
                 close(l->fd);
                 pend[i] = pend[--np];
@@ -805,50 +856,104 @@ static int resolve(const char *host, uint32_t *ip, char *why, size_t cap)
     return 0;
 }
 
-/* Process 0's file: "HOST PORT SECRET" ("-" for the secret when it is TFM_RUN_TOKEN's),
- * written to a new file of a name no one can guess, created with O_EXCL and O_NOFOLLOW and
- * readable by this user only, then renamed into place (a link planted at either name is
- * never followed). */
-static int publish(const struct meet *m, const struct where *w, int port,
-                   struct tfm_error *err)
+/* Write line to the rendezvous file path: to a new file of a name no one can guess,
+ * created with O_EXCL and O_NOFOLLOW and readable by this user only, then renamed into
+ * place (a link planted at either name is never followed).  0, or -1 with why. */
+static int rv_write(const char *path, const char *line, char *why, size_t cap)
 {
-    char host[256], tmp[4096], line[1024];
+    char tmp[4096];
     unsigned char r[8];
-    if (gethostname(host, sizeof host))
-        snprintf(host, sizeof host, "localhost");
-    host[sizeof host - 1] = 0;
-    if (random_bytes(r, sizeof r, err))
+    struct tfm_error e;
+    if (random_bytes(r, sizeof r, &e)) {
+        snprintf(why, cap, "%.300s", e.msg);
         return -1;
-    if (snprintf(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", w->file, r[0],
-                 r[1], r[2], r[3], r[4], r[5], r[6], r[7]) >= (int)sizeof tmp)
-        return tfm_fail(err, "TFM_RENDEZVOUS: path too long");
-    int n = snprintf(line, sizeof line, "%s %d %s\n", w->addr ? w->addr : host, port,
-                     m->token ? "-" : m->secret);
-    if (n < 0 || n >= (int)sizeof line)
-        return tfm_fail(err, "TFM_MASTER_ADDR: too long");
+    }
+    if (snprintf(tmp, sizeof tmp, "%s.%02x%02x%02x%02x%02x%02x%02x%02x.tmp", path, r[0],
+                 r[1], r[2], r[3], r[4], r[5], r[6], r[7]) >= (int)sizeof tmp) {
+        snprintf(why, cap, "path too long");
+        return -1;
+    }
+    size_t n = strlen(line);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", tmp, strerror(errno));
-    int bad = write(fd, line, (size_t)n) != n;
-    int e = errno;
-    if (close(fd) || bad || rename(tmp, w->file)) {
-        e = bad ? e : errno;
+    if (fd < 0) {
+        snprintf(why, cap, "cannot create %.300s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    int bad = write(fd, line, n) != (ssize_t)n;
+    int err = errno;
+    if (close(fd) || bad || rename(tmp, path)) {
+        err = bad ? err : errno;
         unlink(tmp);
-        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", w->file, strerror(e));
+        snprintf(why, cap, "%s", strerror(err));
+        return -1;
     }
     return 0;
 }
 
-/* The rendezvous file, when it is process 0's for this run: a regular file of this user's
- * that no one else may read or write, holding "HOST PORT SECRET".  1 when read; 0 with
- * why when not (yet). */
-static int read_where(const char *path, struct where *w, char *secret, size_t cap, char *why,
-                      size_t whycap)
+/* Process 0's file: "HOST PORT SECRET" ("-" for the secret when it is TFM_RUN_TOKEN's),
+ * kept in m->rv for rv_watch. */
+static int publish(const struct meet *m, const struct where *w, int port,
+                   struct tfm_error *err)
+{
+    char host[256];
+    if (gethostname(host, sizeof host))
+        snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = 0;
+    int n = snprintf(m->rv->line, sizeof m->rv->line, "%s %d %s\n", w->addr ? w->addr : host,
+                     port, m->token ? "-" : m->secret);
+    if (n < 0 || n >= (int)sizeof m->rv->line)
+        return tfm_fail(err, "TFM_MASTER_ADDR: too long");
+    m->rv->path = w->file;
+    m->rv->next = tfm_now() + RV_CHECK;
+    char why[512];
+    if (rv_write(w->file, m->rv->line, why, sizeof why))
+        return tfm_fail(err, "TFM_RENDEZVOUS %s: %s", w->file, why);
+    return 0;
+}
+
+/* What the file path holds, up to cap - 1 bytes, as a string: 1; 0 when there is no such
+ * file; -1 with errno when it cannot be read (ELOOP: a symbolic link). */
+static int rv_read(const char *path, char *buf, size_t cap)
 {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : -1;
+    ssize_t k = read(fd, buf, cap - 1);
+    int e = errno;
+    close(fd);
+    if (k < 0) {
+        errno = e;
+        return -1;
+    }
+    buf[k] = 0;
+    return 1;
+}
+
+/* The rendezvous file, when it is process 0's for this run: a regular file of this user's
+ * that no one else may read or write, holding "HOST PORT SECRET".  1 when read; 0 with
+ * why when not (yet), and *missing set when there is no such file (missing may be NULL). */
+static int read_where(const char *path, struct where *w, char *secret, size_t cap, char *why,
+                      size_t whycap, int *missing)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (missing)
+        *missing = fd < 0 && errno == ENOENT;
+    if (fd < 0 && errno == ENOENT) {
+        /* process 0 writes the file, never its directory: one missing is no wait's end */
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+                 slash ? path : ".");
+        struct stat st;
+        if (stat(dir, &st) && errno == ENOENT)
+            snprintf(why, whycap, "no directory %.400s here", dir);
+        else
+            snprintf(why, whycap, "not written yet");
+        return 0;
+    }
     if (fd < 0) {
-        snprintf(why, whycap, "%s", errno == ENOENT ? "not written yet" : errno == ELOOP ?
-                 "a symbolic link: ignored" : strerror(errno));
+        snprintf(why, whycap, "%s", errno == ELOOP ? "a symbolic link: ignored" :
+                 strerror(errno));
         return 0;
     }
     struct stat st;
@@ -917,6 +1022,88 @@ static int connect_within(uint32_t ip, uint16_t port, double deadline,
     return fd;
 }
 
+/* Process 0, before it writes the rendezvous file: 0 when the file at path is free to be
+ * replaced, as none is there, or it is no rendezvous file of this user, or that of a run
+ * that has ended (whose process 0, killed, could not remove it) or started its training
+ * (at its address no tfm-train process answers within TFM_JOIN_TIMEOUT).  -1 with err when
+ * another run's process 0 answers there: it waits on the file for its processes, which
+ * would come to this one instead. */
+static int rv_free(const struct meet *m, const char *path, struct tfm_error *err)
+{
+    struct where o;
+    char secret[SECRET_MAX + 1], why[512];
+    uint32_t ip;
+    memset(&o, 0, sizeof o);
+    if (!read_where(path, &o, secret, sizeof secret, why, sizeof why, NULL) ||
+        resolve(o.host, &ip, why, sizeof why))
+        return 0;
+    volatile sig_atomic_t *stop = m->watch ? m->watch->stop : NULL;
+    double deadline = tfm_now() + m->hello_timeout;
+    int fd = connect_within(ip, htons((uint16_t)o.port), deadline, stop, why, sizeof why);
+    if (fd < 0)
+        return 0;
+    /* this process's hello, which says process 0 (rank 0 never connects in a run), then
+     * the other side's, which its process 0 sends as soon as it accepts */
+    struct link l;
+    struct tfm_error e;
+    if (link_start(m, &l, fd, 1, 0, &e) == 0)
+        while (l.have < HELLO && tfm_now() < deadline && !stopped(stop)) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            if (poll(&pf, 1, slice_ms(deadline - tfm_now())) <= 0)
+                continue;
+            ssize_t k = recv(fd, l.in + l.have, HELLO - l.have, MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                break;
+            if (k > 0)
+                l.have += (size_t)k;
+        }
+    close(fd);
+    if (l.have < 12 || get32(l.in) != HELLO_MAGIC)
+        return 0;
+    return tfm_fail(err, "TFM_RENDEZVOUS %s: another process 0 waits on this file for its %u "
+                    "processes, at %s:%d: give every run a file of its own (or end that run "
+                    "first), and only one process TFM_RANK 0", path, get32(l.in + 8), o.host,
+                    o.port);
+}
+
+/* Process 0 while the others join (meet_run, every RV_CHECK seconds): its rendezvous file
+ * must still be there, or the others cannot find it.  One removed is written again; one
+ * replaced, by another run's process 0 that was given the same file (or by anything else),
+ * ends the run, as the others now go to that process 0.  0, or -1 with err. */
+static int rv_watch(const struct meet *m, int joined, struct tfm_error *err)
+{
+    struct rv_file *f = m->rv;
+    char buf[RV_LINE];
+    f->next = tfm_now() + RV_CHECK;
+    int k = rv_read(f->path, buf, sizeof buf);
+    if (k > 0 && !strcmp(buf, f->line))
+        return 0;
+    if (k == 0) {
+        char why[512];
+        if (rv_write(f->path, f->line, why, sizeof why) == 0)
+            return 0;
+        return tfm_fail(err, "TFM_RENDEZVOUS %s: removed while %d of %d processes had joined, "
+                        "and it cannot be written again (%s), so the others cannot find "
+                        "process 0", f->path, joined + 1, m->world, why);
+    }
+    char host[256] = "";
+    int port = 0;
+    if (k < 0 && errno == ELOOP)
+        snprintf(buf, sizeof buf, "a symbolic link");
+    else if (k < 0)
+        snprintf(buf, sizeof buf, "%s", strerror(errno));
+    else if (sscanf(buf, "%255s %d", host, &port) == 2 && port > 0 && port < 65536)
+        return tfm_fail(err, "TFM_RENDEZVOUS %s: another run's process 0 (at %s:%d) wrote its "
+                        "own rendezvous file over this run's while %d of %d processes had "
+                        "joined: give every run a file of its own", f->path, host, port,
+                        joined + 1, m->world);
+    else
+        snprintf(buf, sizeof buf, "something else than HOST PORT SECRET");
+    return tfm_fail(err, "TFM_RENDEZVOUS %s: replaced by %s while %d of %d processes had "
+                    "joined, so the others cannot find process 0", f->path, buf, joined + 1,
+                    m->world);
+}
+
 /* Sleep for s seconds, or less when the stop flag is set. */
 static void nap(double s, volatile sig_atomic_t *stop)
 {
@@ -935,11 +1122,18 @@ static int meet_process0(struct meet *m, const struct where *w0, int *lfd, int *
                          struct tfm_error *err)
 {
     volatile sig_atomic_t *stop = m->watch ? m->watch->stop : NULL;
-    char why[512] = "", where[300], secret[SECRET_MAX + 1];
+    /* seen: where the file last named process 0, and last what came of it */
+    char why[512] = "", where[300], secret[SECRET_MAX + 1], seen[300] = "", last[512] = "";
     for (;;) {
         struct where w = *w0;
-        int ready = !w.file || read_where(w.file, &w, secret, sizeof secret, why, sizeof why);
+        int missing = 0;
+        int ready = !w.file || read_where(w.file, &w, secret, sizeof secret, why, sizeof why,
+                                          &missing);
         snprintf(where, sizeof where, "%s:%d", w.host, w.port);
+        if (ready && w.file && strcmp(seen, where)) {
+            snprintf(seen, sizeof seen, "%s", where);
+            last[0] = 0;
+        }
         if (ready && w.file && !m->token) {
             if (!strcmp(secret, "-"))
                 return tfm_fail(err, "%s: process 0 has TFM_RUN_TOKEN: set it for this "
@@ -987,12 +1181,14 @@ static int meet_process0(struct meet *m, const struct where *w0, int *lfd, int *
                 if (stopped(stop))
                     return tfm_fail(err, "stopped by a signal while waiting for process 0 at "
                                     "%s", w.file ? w.file : where);
+                snprintf(last, sizeof last, "%.300s", e.msg);
                 if (w.file)
                     snprintf(why, sizeof why, "%.200s: %.300s", where, e.msg);
                 else
                     snprintf(why, sizeof why, "%.500s", e.msg);
                 nap(0.5, stop);     /* a hello that failed: not ten times a second */
             } else if (fd == -1 && w.file) {
+                snprintf(last, sizeof last, "%.300s", why);
                 char c[sizeof why];
                 snprintf(c, sizeof c, "%.200s: %.300s", where, why);
                 snprintf(why, sizeof why, "%s", c);
@@ -1001,6 +1197,14 @@ static int meet_process0(struct meet *m, const struct where *w0, int *lfd, int *
         if (stopped(stop))
             return tfm_fail(err, "stopped by a signal while waiting for process 0 at %s",
                             w.file ? w.file : where);
+        if (tfm_now() > m->deadline && missing && seen[0])
+            /* process 0 removes its file once all have joined: all did, this one not */
+            return tfm_fail(err, "no process 0 at %s within %g s (TFM_RENDEZVOUS_TIMEOUT): the "
+                            "file named one at %s%s%.300s%s, then was removed, as process 0 "
+                            "does once all its processes have joined, this one not among them "
+                            "(two runs given one TFM_RENDEZVOUS, or two processes one "
+                            "TFM_RANK?)", w.file, m->timeout, seen, last[0] ? " (" : "", last,
+                            last[0] ? ")" : "");
         if (tfm_now() > m->deadline)
             return tfm_fail(err, "no process 0 at %s within %g s (TFM_RENDEZVOUS_TIMEOUT): %s",
                             w.file ? w.file : where, m->timeout, why);
@@ -1044,29 +1248,42 @@ static void nodelay(int fd)
 
 /* Process 0: every other process joins and learns where its successor listens (NEXT_MAGIC,
  * address, port). */
-static int gather(struct tfm_comm *c, const struct meet *m, const struct where *w,
+static int gather(struct tfm_comm *c, struct meet *m, const struct where *w,
                   struct tfm_error *err)
 {
     int world = c->n, port = 0;
     uint32_t ip = htonl(INADDR_ANY);
     char why[512];
+    struct rv_file rv = {0};
     if (w->addr && resolve(w->addr, &ip, why, sizeof why))
         return tfm_fail(err, "TFM_MASTER_ADDR=%s", why);
+    if (w->file && rv_free(m, w->file, err))
+        return -1;
+    m->rv = w->file ? &rv : NULL;
     int lfd = listen_on(ip, w->port, &port, err);
     if (lfd < 0 && w->addr && errno == EADDRNOTAVAIL)
         tfm_error_prefix(err, "TFM_MASTER_ADDR=%s is no address of this machine, where "
                          "process 0 runs", w->addr);
+    else if (lfd < 0 && w->port && errno == EADDRINUSE)
+        /* the others would knock at whatever holds it: another run's process 0, maybe */
+        tfm_error_prefix(err, "TFM_MASTER_PORT=%d is taken on this machine (by another run, "
+                         "another program, or another process given TFM_RANK 0): give the run "
+                         "a free port", w->port);
     if (lfd < 0 || (w->file && publish(m, w, port, err))) {
         if (lfd >= 0)
             close(lfd);
+        m->rv = NULL;
         return -1;
     }
     struct peer *got = calloc((size_t)world, sizeof *got);
     int bad = !got ? tfm_fail(err, "out of memory")
                    : meet_run(m, lfd, 1, world - 1, got, NULL, NULL, err);
     close(lfd);
-    if (w->file)
+    /* this run's file, not another's written over it (rv_watch) */
+    char now[RV_LINE];
+    if (w->file && rv.path && rv_read(w->file, now, sizeof now) > 0 && !strcmp(now, rv.line))
         unlink(w->file);
+    m->rv = NULL;
     for (int p = 1; p < world && !bad; p++) {
         c->fd[p] = got[p - 1].fd;
         nodelay(c->fd[p]);
@@ -1214,6 +1431,7 @@ struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch
     }
     for (int i = 0; i < world; i++)
         c->fd[i] = -1;
+    c->by_file = w.file != NULL;
     int rc = rank == 0 ? gather(c, &m, &w, err) : join(c, &m, &w, err);
     memset(m.secret, 0, sizeof m.secret);
     if (rc) {

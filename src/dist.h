@@ -66,7 +66,9 @@ struct tfm_dist_watch {
  * required with TFM_MASTER_PORT), else 32 random bytes (getrandom) that process 0 writes,
  * in hex, into the rendezvous file "HOST PORT SECRET", created under a name no one can
  * guess with O_EXCL, O_NOFOLLOW and mode 0600 and renamed into place (removed once all
- * have joined).  The others read it only when it is a regular file of their own user with
+ * have joined, when it is still process 0's).  Process 0 refuses a file where another
+ * run's process 0 answers a hello (two runs would share one file), and while it waits it
+ * reads its file again: one removed it writes again, one written over ends the meeting.  The others read it only when it is a regular file of their own user with
  * no permission for others.  A connection whose hello is not complete within
  * TFM_JOIN_TIMEOUT seconds (default 10), that is not a tfm-train hello or that does not
  * prove the secret is dropped and noted on watch->notes, and the meeting goes on: several
@@ -94,6 +96,9 @@ int tfm_dist_env_seconds(const char *name, double dflt, double *out, struct tfm_
 void tfm_comm_stack(struct tfm_comm *local, struct tfm_comm *procs);
 void tfm_comm_free(struct tfm_comm *c);
 int tfm_comm_size(const struct tfm_comm *c);
+/* Whether the processes of c met through a rendezvous file (TFM_RENDEZVOUS), which another
+ * run may have been given too: a process that joined may be that run's. */
+int tfm_comm_met_by_file(const struct tfm_comm *c);
 
 /* Collectives: every rank calls each one, in the same order, with buffers of the same n.
  * They return 0, or -1 when a rank called tfm_comm_abort (every waiting rank is woken). */

@@ -599,7 +599,9 @@ static int same_start(struct run *run, const struct tfm_checkpoint *ck, struct t
             if (all[(size_t)w * NPARTS + i] != all[i])
                 rc = tfm_fail(err, "process %d does not start where process 0 does: its %s "
                               "differs: give every process the same tfm-train, options and "
-                              "files, and a checkpoint directory they all see", w, what[i]);
+                              "files, and a checkpoint directory they all see%s", w, what[i],
+                              tfm_comm_met_by_file(run->procs) ? " (or, if it is a process of "
+                              "another run, that run a TFM_RENDEZVOUS file of its own)" : "");
     free(all);
     return rc;
 }

@@ -133,10 +133,10 @@ run_ok() {
     assert_line "tfm-train: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
     run env TFM_MASTER_ADDR= TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
+    assert_output "tfm-train: process 1 of 2: environment: TFM_MASTER_PORT is set but TFM_MASTER_ADDR is not (or is empty): process 0 listens at an address and a port"
     run env -u TFM_MASTER_PORT TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: environment: TFM_MASTER_ADDR is set but TFM_MASTER_PORT is not (or is empty): process 0 listens at an address and a port"
+    assert_output "tfm-train: process 1 of 2: environment: TFM_MASTER_ADDR is set but TFM_MASTER_PORT is not (or is empty): process 0 listens at an address and a port"
     # with a rendezvous file an empty port is no port: process 0 listens on the address
     # and a free port, which it writes there
     # an address of another machine (TEST-NET-1): process 0 cannot listen there
@@ -225,7 +225,7 @@ run_ok() {
     assert_output --partial "tfm-train: TFM_MASTER_ADDR and TFM_MASTER_PORT: set TFM_RUN_TOKEN too"
     run env TFM_RUN_TOKEN=short TFM_RANK=1 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
     assert_failure 1
-    assert_output --partial "tfm-train: TFM_RUN_TOKEN: 5 characters, 16 at least"
+    assert_output --partial "tfm-train: process 1 of 2: TFM_RUN_TOKEN: 5 characters, 16 at least"
     # another token: process 1 is dropped, and both give up after the rendezvous timeout
     export TFM_RENDEZVOUS_TIMEOUT=3
     start 0 2 "${ARGS[@]}" -o "$T/x" "$M/b.tfm"
@@ -238,9 +238,9 @@ run_ok() {
     [ "$rc" = 1 ]
     run cat "$T/e0"
     assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: it did not prove the run's secret$"
-    assert_line "tfm-train: 1 of 2 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT)"
+    assert_line "tfm-train: 1 of 2 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT): not process 1"
     run cat "$T/e1"
-    assert_output "tfm-train: no process 0 at 127.0.0.1:$PORT within 3 s (TFM_RENDEZVOUS_TIMEOUT): it refused this process's proof of the run's secret (is TFM_RUN_TOKEN the same for every process?)"
+    assert_output "tfm-train: process 1 of 2: no process 0 at 127.0.0.1:$PORT within 3 s (TFM_RENDEZVOUS_TIMEOUT): it refused this process's proof of the run's secret (is TFM_RUN_TOKEN the same for every process?)"
     [ ! -e "$T/x/last.tfm" ]
 }
 
@@ -277,7 +277,7 @@ run_ok() {
     run env TFM_RENDEZVOUS="$T/planted" TFM_RENDEZVOUS_TIMEOUT=2 TFM_RANK=1 TFM_WORLD_SIZE=2 \
         tfm-train "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: no process 0 at $T/planted within 2 s (TFM_RENDEZVOUS_TIMEOUT): mode 644, not 600: ignored (process 0 makes it for its user alone)"
+    assert_output "tfm-train: process 1 of 2: no process 0 at $T/planted within 2 s (TFM_RENDEZVOUS_TIMEOUT): mode 644, not 600: ignored (process 0 makes it for its user alone)"
     wait "$SPID"
     run cat "$T/count"
     assert_output "0 connections"
@@ -323,7 +323,7 @@ run_ok() {
     ends "$P1" 5 || rc=$?
     [ "$rc" = 143 ]     # 128 + SIGTERM
     run cat "$T/e1"
-    assert_output "tfm-train: stopped by a signal while waiting for process 0 at 127.0.0.1:$PORT"
+    assert_output "tfm-train: process 1 of 2: stopped by a signal while waiting for process 0 at 127.0.0.1:$PORT"
     # in a sum on a stopped process: TFM_STOP_TIMEOUT without a byte from it after the
     # signal, not TFM_COLLECTIVE_TIMEOUT
     export TFM_COLLECTIVE_TIMEOUT=300 TFM_STOP_TIMEOUT=3
@@ -377,4 +377,169 @@ run_ok() {
     rc=0
     ends "$P1" 20 || rc=$?
     [ "$rc" = 0 ] || [ "$rc" = 1 ]
+}
+
+# waits until the rendezvous file $T/rv is process 0's (a regular file)
+rv_written() {
+    local i
+    for i in $(seq 100); do [ -f "$T/rv" ] && [ ! -L "$T/rv" ] && return 0; sleep 0.1; done
+    return 1
+}
+
+@test "two runs given one TFM_RENDEZVOUS: the second process 0 leaves the first's file alone; a file written over or removed while process 0 waits" {
+    unset TFM_MASTER_PORT TFM_RUN_TOKEN
+    export TFM_RENDEZVOUS="$T/rv"
+    # removed while process 0 waits: it writes the file again, and the run goes on
+    start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    rv_written
+    line=$(cat "$T/rv")
+    rm "$T/rv"
+    rv_written
+    [ "$(cat "$T/rv")" = "$line" ]
+    start 1 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    run_ok 2
+    [ ! -e "$T/rv" ]
+    # a second run's process 0, while the first waits on the file: it refuses the file at
+    # once, and leaves it to the first run, whose process 1 then finds its process 0 (the
+    # second had written its own over it, and the first's processes had gone to it)
+    start 0 2 "${ARGS[@]}" -o "$T/a" "$M/b.tfm"
+    rv_written
+    line=$(cat "$T/rv")
+    SECONDS=0
+    run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q -o "$T/b" "$M/b.tfm"
+    assert_failure 1
+    assert_output --regexp "^tfm-train: TFM_RENDEZVOUS $T/rv: another process 0 waits on this file for its 2 processes, at [^ ]+:[0-9]+: give every run a file of its own \(or end that run first\), and only one process TFM_RANK 0$"
+    [ "$SECONDS" -le 10 ]
+    [ "$(cat "$T/rv")" = "$line" ]
+    [ ! -e "$T/b" ]
+    start 1 2 "${ARGS[@]}" -o "$T/a" "$M/b.tfm"
+    ends "$P0" 60
+    ends "$P1" 60
+    diff <(params "$T/a/step-000003.tfm") <(params "$M/r2/step-000003.tfm")
+    run cat "$T/e0"
+    assert_line --regexp "^tfm-train: dropped a connection from 127\.0\.0\.1:[0-9]+: another process 0 \(another run's, or one given this run's TFM_RANK 0 too\), which found this run's rendezvous file in use and left it alone$"
+    # a file of a run that has ended (its process 0 killed before it could remove it)
+    # names a port where no one answers: it is replaced
+    start 0 2 "${ARGS[@]}" -o "$T/k" "$M/b.tfm"
+    rv_written
+    kill -KILL "$P0"
+    wait "$P0" || true
+    [ -e "$T/rv" ]
+    start 0 2 "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
+    for i in $(seq 100); do [ "$(cat "$T/rv" 2> /dev/null)" != "$line" ] && break; sleep 0.1; done
+    start 1 2 "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
+    ends "$P0" 60
+    ends "$P1" 60
+    # written over by another run's process 0 (the two started at once): the first says so
+    # at once, instead of waiting the rendezvous time for processes that went to the other
+    start 0 2 "${ARGS[@]}" -o "$T/o" "$M/b.tfm"
+    rv_written
+    (umask 077 && printf 'otherhost 4242 %064d\n' 7 > "$T/rv.new" && mv "$T/rv.new" "$T/rv")
+    rc=0
+    ends "$P0" 5 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: TFM_RENDEZVOUS $T/rv: another run's process 0 (at otherhost:4242) wrote its own rendezvous file over this run's while 1 of 2 processes had joined: give every run a file of its own"
+    [ -e "$T/rv" ]              # the other's, left in place
+    # its directory removed: the file cannot be written again, and process 0 says why
+    mkdir "$T/d"
+    TFM_RENDEZVOUS="$T/d/rv" start 0 2 "${ARGS[@]}" -o "$T/o2" "$M/b.tfm"
+    for i in $(seq 100); do [ -f "$T/d/rv" ] && break; sleep 0.1; done
+    rm -r "$T/d"
+    rc=0
+    ends "$P0" 5 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line --regexp "^tfm-train: TFM_RENDEZVOUS $T/d/rv: removed while 1 of 2 processes had joined, and it cannot be written again \(cannot create $T/d/rv\.[0-9a-f]{16}\.tmp: No such file or directory\), so the others cannot find process 0$"
+}
+
+@test "a process left out of its run's meeting says so once the rendezvous file is gone; one whose directory is not there names it" {
+    unset TFM_MASTER_PORT TFM_RUN_TOKEN
+    export TFM_RENDEZVOUS="$T/rv"
+    start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    rv_written
+    # a process 1 that cannot join (another secret: a run of its own), then the real one
+    TFM_RUN_TOKEN=another-token-of-some-length TFM_RENDEZVOUS_TIMEOUT=4 TFM_RANK=1 \
+        TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -o "$T/x" "$M/b.tfm" 2> "$T/ex" &
+    PX=$!
+    PIDS+=($PX)
+    appears "$T/e0" "did not prove the run's secret" 10
+    start 1 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    run_ok 2
+    rc=0
+    ends "$PX" 20 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/ex"
+    assert_output --regexp "^tfm-train: process 1 of 2: no process 0 at $T/rv within 4 s \(TFM_RENDEZVOUS_TIMEOUT\): the file named one at [^ ]+:[0-9]+ \(it refused this process's proof of the run's secret \(is TFM_RUN_TOKEN the same for every process\?\)\), then was removed, as process 0 does once all its processes have joined, this one not among them \(two runs given one TFM_RENDEZVOUS, or two processes one TFM_RANK\?\)$"
+    run env TFM_RENDEZVOUS="$T/none/rv" TFM_RENDEZVOUS_TIMEOUT=1 TFM_RANK=1 TFM_WORLD_SIZE=2 \
+        tfm-train "${ARGS[@]}" -o "$T/y" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: process 1 of 2: no process 0 at $T/none/rv within 1 s (TFM_RENDEZVOUS_TIMEOUT): no directory $T/none here"
+}
+
+@test "a TFM_MASTER_PORT that something else holds is named as taken" {
+    "$S" listen "$PORT" 10 "$T/count" &
+    PIDS+=($!)
+    "$S" listening $! "$PORT" > /dev/null
+    run env TFM_RANK=0 TFM_WORLD_SIZE=2 tfm-train "${ARGS[@]}" -q -o "$T/x" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: TFM_MASTER_PORT=$PORT is taken on this machine (by another run, another program, or another process given TFM_RANK 0): give the run a free port: listening on 127.0.0.1:$PORT: Address already in use"
+    [ ! -e "$T/x" ]
+}
+
+@test "a killed process: the others' errors, merged as a launcher merges them, say which process each is" {
+    start 0 3 "${ARGS[@]}" -q --max-steps 1000000 --report-every 1 --log "$T/log" -o "$T/c" "$M/b.tfm"
+    start 1 3 "${ARGS[@]}" --max-steps 1000000 -o "$T/c" "$M/b.tfm"
+    start 2 3 "${ARGS[@]}" --max-steps 1000000 -o "$T/c" "$M/b.tfm"
+    appears "$T/log" "^train" 30
+    kill -KILL "$P0"
+    rc=0
+    ends "$P1" 30 || rc=$?
+    [ "$rc" = 1 ]
+    rc=0
+    ends "$P2" 30 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e1"
+    assert_output --regexp "^tfm-train: process 1 of 3: (update [0-9]+: [a-z -]+: )?process 0 of 3 left the run \(see its messages\)$"
+    run cat "$T/e2"
+    assert_output --regexp "^tfm-train: process 2 of 3: (update [0-9]+: [a-z -]+: )?process 1 of 3 left the run \(see its messages\)$"
+}
+
+@test "a process of another run with another config, given this run's rendezvous file, joins it: the error says the file may be shared" {
+    unset TFM_MASTER_PORT TFM_RUN_TOKEN
+    export TFM_RENDEZVOUS="$T/rv"
+    start 0 2 "${ARGS[@]}" -o "$T/a" "$M/b.tfm"
+    rv_written
+    # the other run's process 1, of another dropout, comes first
+    start 1 2 "${ARGS[@]}" --set dropout=0.2 -o "$T/b" "$M/b.tfm"
+    rc=0
+    ends "$P0" 30 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: process 1 does not start where process 0 does: its config differs: give every process the same tfm-train, options and files, and a checkpoint directory they all see (or, if it is a process of another run, that run a TFM_RENDEZVOUS file of its own)"
+    # through an address and a port, whose TFM_RUN_TOKEN keeps other runs out: no such words
+    unset TFM_RENDEZVOUS
+    export TFM_MASTER_PORT=$PORT TFM_RUN_TOKEN=9f1c33e0b2a74d5e8c6a01f4b7d2e915
+    start 0 2 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    start 1 2 "${ARGS[@]}" --set dropout=0.2 -o "$T/c" "$M/b.tfm"
+    rc=0
+    ends "$P0" 30 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: process 1 does not start where process 0 does: its config differs: give every process the same tfm-train, options and files, and a checkpoint directory they all see"
+}
+
+@test "process 0 that gives up waiting names the processes that did not join" {
+    export TFM_RENDEZVOUS_TIMEOUT=3
+    start 0 4 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    start 2 4 "${ARGS[@]}" -o "$T/c" "$M/b.tfm"
+    rc=0
+    ends "$P0" 20 || rc=$?
+    [ "$rc" = 1 ]
+    run cat "$T/e0"
+    assert_line "tfm-train: 2 of 4 processes joined within 3 s (TFM_RENDEZVOUS_TIMEOUT): not processes 1, 3"
+    ends "$P2" 20 || true
+    run env TFM_RANK=0 TFM_WORLD_SIZE=12 TFM_RENDEZVOUS_TIMEOUT=1 tfm-train "${ARGS[@]}" -q -o "$T/d" "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: 1 of 12 processes joined within 1 s (TFM_RENDEZVOUS_TIMEOUT): not processes 1, 2, 3, 4, 5, 6, 7, 8 and 3 more"
 }

@@ -217,7 +217,7 @@ static void test_other_token(void)
     CHECK_EQ_INT(st[1], 1);
     char m[1024];
     message("err", 0, m, sizeof m);
-    CHECK_STR(m, "1 of 2 processes joined within 1.5 s (TFM_RENDEZVOUS_TIMEOUT)");
+    CHECK_STR(m, "1 of 2 processes joined within 1.5 s (TFM_RENDEZVOUS_TIMEOUT): not process 1");
     message("notes", 0, m, sizeof m);
     CHECK(strncmp(m, "test: dropped a connection from 127.0.0.1:", 42) == 0);
     CHECK(strstr(m, ": it did not prove the run's secret\n") != NULL);
