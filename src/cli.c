@@ -194,7 +194,7 @@ int tfm_cli_same_output(const char *a, const char *b)
     if (is_a && is_b)
         return 1;
     if ((is_a ? fstat(1, &sa) : stat(a, &sa)) == 0 && (is_b ? fstat(1, &sb) : stat(b, &sb)) == 0)
-        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !S_ISCHR(sa.st_mode);
     if (is_a || is_b)       /* standard output is there; the other is not */
         return 0;
     char ra[PATH_MAX], rb[PATH_MAX];

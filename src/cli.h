@@ -81,7 +81,8 @@ int tfm_cli_not_terminal(const char *flag, const char *path);
 /* Do output paths a and b ("-": standard output) name one file, so that writing both
  * would leave one of the outputs only?  Files that exist are compared by identity (device
  * and inode: a hard or symbolic link to a file is that file); a path that does not exist
- * yet by its resolved absolute path ("./out.tfm" and "out.tfm" are one). */
+ * yet by its resolved absolute path ("./out.tfm" and "out.tfm" are one).  A character
+ * device (/dev/null) keeps nothing to overwrite: it is never one output with another. */
 int tfm_cli_same_output(const char *a, const char *b);
 
 #endif

@@ -606,6 +606,11 @@ PY
     diff <(echo "$output") "$M/test.txt"
 }
 
+@test "tfm-decode: --attention and the hypotheses may both go to /dev/null" {
+    tfm-decode -q -m "$M/model.tfm" --attention /dev/null -o /dev/null "$M/test.tfm"
+    tfm-decode -q -m "$M/model.tfm" --attention /dev/null "$M/test.tfm" > /dev/null
+}
+
 @test "tfm-decode: --attention and -o naming one file is a usage error, however named" {
     local o=(-q -m "$M/model.tfm")
     run tfm-decode "${o[@]}" --attention "$T/x.tfm" -o "$T/x.tfm" "$M/test.tfm"
