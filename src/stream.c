@@ -784,7 +784,8 @@ static int read_header(struct tfm_reader *r, struct tfm_header *h, struct tfm_er
             return tfm_error_prefix(err, "%s: stream %llu, record 0 'tfm.header': at byte %llu",
                                     r->name, (unsigned long long)r->member + 1,
                                     (unsigned long long)rec.offset);
-        return tfm_error_prefix(err, "%s: record 0 'tfm.header'", r->name);
+        return tfm_error_prefix(err, "%s: record 0 'tfm.header': at byte %llu", r->name,
+                                (unsigned long long)rec.offset);
     }
     return 0;
 }
