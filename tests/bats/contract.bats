@@ -172,3 +172,39 @@ for k, block in items.items():
 EOF
     assert_output ""
 }
+
+@test "an example that batches for a config batches within the config's budget" {
+    # tfm-train refuses batches over the config's tokens: an example of README.md or a
+    # man page that pipes or passes tfm-batch --tokens N to tfm-train -c configs/X.conf
+    # must have N within X's budget (or raise it with --set tokens=)
+    run python3 - "$TFM_ROOT" <<'EOF2'
+import glob, os, re, subprocess, sys
+root = sys.argv[1]
+def budget(conf):
+    out = subprocess.run(['tfm-train', '-c', os.path.join(root, conf), '--print-config'],
+                         capture_output=True, text=True).stdout
+    return int(re.search(r'^tokens = (\d+)$', out, re.M).group(1))
+blocks = []
+text = open(os.path.join(root, 'README.md')).read()
+blocks += [('README.md', b) for b in re.findall(r'```sh\n(.*?)```', text, re.S)]
+for page in sorted(glob.glob(os.path.join(root, 'man', '*.[15]'))):
+    text = open(page).read()
+    blocks += [(os.path.basename(page), b)
+               for b in re.findall(r'^\.Bd -literal[^\n]*\n(.*?)^\.Ed', text, re.S | re.M)]
+checked = 0
+for where, block in blocks:
+    tokens = re.findall(r'tfm-batch [^|>\n]*--tokens (\d+)', block)
+    confs = re.findall(r'tfm-train [^|\n]*-c (configs/[\w-]+\.conf)', block)
+    if not tokens or not confs or 'tokens=' in block:
+        continue
+    for conf in confs:
+        checked += 1
+        for n in tokens:
+            if int(n) > budget(conf):
+                print(f'{where}: tfm-batch --tokens {n} for {conf}, whose budget is '
+                      f'{budget(conf)}')
+if checked == 0:
+    print('no example pairs tfm-batch --tokens with tfm-train -c')
+EOF2
+    assert_output ""
+}
