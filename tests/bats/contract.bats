@@ -208,3 +208,21 @@ if checked == 0:
 EOF2
     assert_output ""
 }
+
+@test "tfm(5)'s example of tfm-cat output is what tfm-cat prints for a token stream" {
+    T="$BATS_TEST_TMPDIR"
+    seq 1 300 | awk '{ print "the cat sat on mat number " $1 }' > "$T/train.en"
+    tfm-tokenize train -q -m "$T/spm.model" --vocab 60 -O hard_vocab_limit=false "$T/train.en"
+    tfm-tokenize encode -q -m "$T/spm.model" -o "$T/train.en.tfm" "$T/train.en"
+    # the example: its command, then its output up to the end of the block
+    awk '/^\$ tfm-cat train.en.tfm \| head/ { on = 1; print; next }
+         on && /^\.Ed/ { exit } on' "$TFM_ROOT/man/tfm.5" > "$T/example"
+    n=$(sed -n '1s/.*head -\([0-9]*\)$/\1/p' "$T/example")
+    [ -n "$n" ]
+    [ "$(sed 1d "$T/example" | wc -l)" -eq "$n" ]
+    # the same lines, the values of a vocabulary's size and CRC aside
+    (cd "$T" && tfm-cat train.en.tfm | head -n "$n") | sed 's/=.*//' > "$T/got"
+    sed 1d "$T/example" | sed 's/=.*//' > "$T/want"
+    run diff "$T/want" "$T/got"
+    assert_success
+}
