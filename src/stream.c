@@ -614,9 +614,11 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         return rfail(r, r->member, idx, r->rname, off, err,
                      "payload size %llu does not match shape (%llu bytes)",
                      (unsigned long long)stored, (unsigned long long)nbytes);
+    /* A zlib stream may be longer than its data (stored blocks, and a writer that flushes
+     * as it goes adds an empty block each time), so the stored size has no ceiling but the
+     * payload's own; its floor is deflate's largest ratio. */
     if (codec == CODEC_DEFLATE &&
-        (stored > compressBound((uLong)nbytes) + 64 || nbytes > stored * DEFLATE_MAX_RATIO + 64 ||
-         stored == 0))
+        (stored > TFM_MAX_PAYLOAD || nbytes > stored * DEFLATE_MAX_RATIO + 64 || stored == 0))
         return rfail(r, r->member, idx, r->rname, off, err,
                      "compressed size %llu impossible for %llu bytes",
                      (unsigned long long)stored, (unsigned long long)nbytes);
@@ -675,18 +677,31 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         memset(&z, 0, sizeof z);
         if (inflateInit(&z) != Z_OK)
             return rfail(r, r->member, idx, r->rname, off, err, "zlib: cannot initialize");
-        z.next_in = (unsigned char *)stored_ptr;
-        z.avail_in = (uInt)stored;
-        z.next_out = r->buf;
-        z.avail_out = (uInt)rec->nbytes;
-        int zr = inflate(&z, Z_FINISH);
-        uLong produced = z.total_out;
-        uInt left_in = z.avail_in;
+        /* zlib counts in uInt: sizes of 4 GiB and more are fed a piece at a time */
+        const unsigned char *in = stored_ptr;
+        unsigned char *outp = r->buf;
+        uint64_t in_left = stored, out_left = nbytes;
+        int zr, moved;
+        do {
+            uInt ki = in_left > UINT_MAX ? UINT_MAX : (uInt)in_left;
+            uInt ko = out_left > UINT_MAX ? UINT_MAX : (uInt)out_left;
+            z.next_in = (unsigned char *)in;
+            z.avail_in = ki;
+            z.next_out = outp;
+            z.avail_out = ko;
+            zr = inflate(&z, Z_NO_FLUSH);
+            moved = ki != z.avail_in || ko != z.avail_out;
+            in += ki - z.avail_in;
+            in_left -= ki - z.avail_in;
+            outp += ko - z.avail_out;
+            out_left -= ko - z.avail_out;
+        } while (zr == Z_OK && moved);
+        uint64_t produced = nbytes - out_left;
         inflateEnd(&z);
-        if (zr != Z_STREAM_END || produced != nbytes || left_in != 0)
+        if (zr != Z_STREAM_END || produced != nbytes || in_left != 0)
             return rfail(r, r->member, idx, r->rname, payload_off, err,
-                         "corrupt compressed payload (zlib %d, %lu of %llu bytes)", zr,
-                         (unsigned long)produced, (unsigned long long)nbytes);
+                         "corrupt compressed payload (zlib %d, %llu of %llu bytes)", zr,
+                         (unsigned long long)produced, (unsigned long long)nbytes);
         data = r->buf;
     } else if (r->map && ((uintptr_t)data % TFM_ALIGN) != 0 && rec->nbytes > 0) {
         /* a stream that starts at an unaligned file offset: copy to keep the promise */
