@@ -226,3 +226,56 @@ EOF2
     run diff "$T/want" "$T/got"
     assert_success
 }
+
+@test "the range every numeric option refuses outside is in the man page's item of that option" {
+    # each option of --help given a number far out of range says the range it takes
+    # ("expected an integer from LO to HI", "a number in [LO, HI]"): both bounds must be
+    # in the option's item of the man page (as decimals, 1e6, or 2^63\-1)
+    run python3 - "$TFM_ROOT" <<'EOF2'
+import re, subprocess, sys, os
+root = sys.argv[1]
+def man_items(tool):
+    man = open(f'{root}/man/{tool}.1').read()
+    opts = man[man.index('.Sh OPTIONS'):]
+    opts = opts[:opts.index('\n.Sh ', 1)]
+    items = {}
+    for block in re.split(r'\n(?=\.It Fl )', opts)[1:]:
+        head = block.split('\n', 1)[0]
+        for l in re.findall(r'(?:Fl |, )-([a-z][a-z0-9-]*)', head):
+            items.setdefault(l, '')
+            items[l] += block
+    return items
+def values(text):
+    text = text.replace('\\-', '-').replace('\\(mi', '-')
+    vals = set()
+    for m in re.finditer(r'(?<![\w.])(2\^(\d+)(-1)?|\d+(?:\.\d+)?(?:e[+-]?\d+)?)', text):
+        if m.group(2):
+            v = 2 ** int(m.group(2)) - (1 if m.group(3) else 0)
+        else:
+            v = float(m.group(1))
+        vals.add(float(v))
+    return vals
+out, checked = [], 0
+for tool, sub in [('tfm-tokenize', 'train'), ('tfm-tokenize', 'encode'), ('tfm-batch', None),
+                  ('tfm-train', None), ('tfm-avg', None), ('tfm-decode', None), ('tfm-score', None)]:
+    help_text = subprocess.run([tool, '--help'], capture_output=True, text=True).stdout
+    items = man_items(tool)
+    for l in sorted(set(re.findall(r'(?<![\w-])--([a-z][a-z0-9-]*)', help_text))):
+        args = [tool] + ([sub] if sub else []) + [f'--{l}', '-99999999999999999999']
+        p = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+        m = re.search(r"expected (?:an integer from (\S+) to (\S+)|a number in [\[(](\S+), (\S+)\])", p.stderr)
+        if not m:
+            continue
+        lo, hi = [float(x.rstrip(']')) for x in (m.group(1, 2) if m.group(1) else m.group(3, 4))]
+        checked += 1
+        have = values(items.get(l, ''))
+        for b in (lo, hi):
+            if b not in have:
+                out.append(f'{tool}: --{l}: {lo:g} to {hi:g}: {b:g} is not in the man page')
+for line in sorted(set(out)):
+    print(line)
+if checked < 30:
+    print(f'only {checked} numeric options found')
+EOF2
+    assert_output ""
+}
