@@ -1111,6 +1111,11 @@ void tfm_reader_close(struct tfm_reader *r)
         return;
     if (r->map)
         munmap(r->map, r->map_size);
+    /* a descriptor the caller keeps (standard input redirected from a file) is left where
+     * the reading ended, as reading it through read(2) would leave it: a second reader of
+     * it goes on from there, as it does on a pipe, instead of reading the stream again */
+    if (r->map && !r->own_fd)
+        lseek(r->fd, (off_t)(r->start + r->pos), SEEK_SET);
     if (r->own_fd)
         close(r->fd);
     tfm_header_free(&r->header);

@@ -286,3 +286,17 @@ EOF2
     run bash -c "cat '$T/flushed.tfm' | tfm-cat -H"
     assert_success
 }
+
+@test "standard input from a file is consumed as from a pipe: a second - reads what is left" {
+    run bash -c "tfm-cat - - < '$FIX/good.tfm'"
+    assert_failure 1
+    assert_equal "$(printf '%s\n' "$output" | grep -c '^stream ')" 1
+    assert_line "tfm-cat: <stdin>: empty input (not a tfm stream)"
+    run bash -c "cat '$FIX/good.tfm' | tfm-cat - -"
+    assert_failure 1
+    assert_line "tfm-cat: <stdin>: empty input (not a tfm stream)"
+    # the next command of a group finds the input read
+    run bash -c "{ tfm-cat -H > /dev/null; wc -c; } < '$FIX/good.tfm'"
+    assert_success
+    assert_output 0
+}
