@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # The documented contract, checked mechanically so that it cannot drift: each tool's
 # --help against its man page (the options, their short and long spellings, the usage
-# against the SYNOPSIS), and tfm-config(5) against the keys the tools read.
+# against the SYNOPSIS, the range of every numeric option), tfm-config(5) against the
+# keys the tools read, and examples of the pages against what the tools do.
 
 setup() {
     bats_load_library bats-support
