@@ -2,7 +2,7 @@
 #
 #   make                 library and bin/tfm-* (CPU backend; CUDA too when nvcc is found)
 #   make CUDA=0          CPU only
-#   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed"
+#   make check           unit tests, Bats suite, man page lint; ends "N passed, N failed[, N skipped]"
 #   make check-asan      the same built with ASan and UBSan (gcc) in build-asan, CPU only
 #   make check-ref       agreement with reference tools (PyTorch, sacrebleu; EVALB=path/evalb)
 #   make check-gpu       CUDA ops and the tools on a GPU against the CPU (needs a GPU)

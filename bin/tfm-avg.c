@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "cli.h"
@@ -54,6 +55,12 @@ int main(int argc, char **argv)
     }
     if (optind == argc)
         return tfm_cli_usage_error("no checkpoint or directory given");
+    /* a checkpoint is binary: not for a terminal */
+    if (strcmp(out, "-") == 0 && isatty(1))
+        return tfm_cli_usage_error("refusing to write a checkpoint to a terminal (redirect it "
+                                   "or use -o OUT)");
+    if (tfm_cli_not_terminal("--output", out))
+        return 2;
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_error err;
     int nfiles = 0, cap = 0, status = 1;

@@ -267,6 +267,16 @@ int main(int argc, char **argv)
                                    "would overwrite the attention (give two files)",
                                    o.attention, out);
     }
+    /* the hypothesis and attention streams are binary: not for a terminal (--text is) */
+    if (!o.text && strcmp(out, "-") == 0 && isatty(1))
+        return tfm_cli_usage_error("refusing to write a binary stream to a terminal (give "
+                                   "--text, redirect it or use -o OUT)");
+    if ((!o.text && tfm_cli_not_terminal("--output", out)) ||
+        (o.attention && tfm_cli_not_terminal("--attention", o.attention)))
+        return 2;
+    if (o.attention && strcmp(o.attention, "-") == 0 && isatty(1))
+        return tfm_cli_usage_error("--attention -: refusing to write a binary stream to a "
+                                   "terminal (redirect it or give FILE)");
     const char *in = optind < argc ? argv[optind] : "-";
     /* an output that is an input, the sentences or a model, would replace it */
     for (int k = 0; k < 2; k++) {

@@ -650,9 +650,11 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
         return rfail(r, r->member, idx, r->rname, off, err,
                      "payload size %llu does not match shape (%llu bytes)",
                      (unsigned long long)stored, (unsigned long long)nbytes);
+    /* A zlib stream may be longer than its data (stored blocks, and a writer that flushes
+     * as it goes adds an empty block each time), so the stored size has no ceiling but the
+     * payload's own; its floor is deflate's largest ratio. */
     if (codec == CODEC_DEFLATE &&
-        (stored > compressBound((uLong)nbytes) + 64 || nbytes > stored * DEFLATE_MAX_RATIO + 64 ||
-         stored == 0))
+        (stored > TFM_MAX_PAYLOAD || nbytes > stored * DEFLATE_MAX_RATIO + 64 || stored == 0))
         return rfail(r, r->member, idx, r->rname, off, err,
                      "compressed size %llu impossible for %llu bytes",
                      (unsigned long long)stored, (unsigned long long)nbytes);
@@ -813,7 +815,8 @@ static int read_header(struct tfm_reader *r, struct tfm_header *h, struct tfm_er
             return tfm_error_prefix(err, "%s: stream %llu, record 0 'tfm.header': at byte %llu",
                                     r->name, (unsigned long long)r->member + 1,
                                     (unsigned long long)rec.offset);
-        return tfm_error_prefix(err, "%s: record 0 'tfm.header'", r->name);
+        return tfm_error_prefix(err, "%s: record 0 'tfm.header': at byte %llu", r->name,
+                                (unsigned long long)rec.offset);
     }
     return 0;
 }
@@ -1124,6 +1127,11 @@ void tfm_reader_close(struct tfm_reader *r)
         return;
     if (r->map)
         munmap(r->map, r->map_size);
+    /* a descriptor the caller keeps (standard input redirected from a file) is left where
+     * the reading ended, as reading it through read(2) would leave it: a second reader of
+     * it goes on from there, as it does on a pipe, instead of reading the stream again */
+    if (r->map && !r->own_fd)
+        lseek(r->fd, (off_t)(r->start + r->pos), SEEK_SET);
     if (r->own_fd)
         close(r->fd);
     tfm_header_free(&r->header);

@@ -286,3 +286,14 @@ check_mean() {
     cmp "$T/run/step-000006.tfm" "$T/keep.tfm"
     tfm-avg -n 2 -o "$T/avg.tfm" "$T/run"
 }
+
+@test "a checkpoint is not written to a terminal" {
+    command -v script > /dev/null || skip "no script(1) to make a terminal"
+    run script -qec "tfm-avg '$M/run/step-000002.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-avg: refusing to write a checkpoint to a terminal"
+    assert_line --partial "rc=2"
+    refute_output --partial "TFM"
+    run script -qec "tfm-avg -o /dev/tty '$M/run/step-000002.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-avg: --output: '/dev/tty' is a terminal: refusing to write a binary stream to it"
+    assert_line --partial "rc=2"
+}

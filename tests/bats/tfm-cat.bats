@@ -216,3 +216,87 @@ open(sys.argv[2], "wb").write(s.b)
     assert_failure 1
     assert_output "tfm-cat: write error: No space left on device"
 }
+
+@test "tfm-cat --values: every dtype, its extremes, infinities, NaNs, subnormals, rank 0 and empty records" {
+    T="$BATS_TEST_TMPDIR"
+    python3 - "$FIX" "$T/all.tfm" <<'EOF2'
+import struct, sys
+sys.path.insert(0, sys.argv[1])
+import make_bad as mb
+s = mb.Stream(); s.header("kind=tokens\n")
+s.record("u8", "u8", [3], bytes([0, 1, 255]))
+s.record("u16", "u16", [2], struct.pack("<2H", 0, 65535))
+s.record("i32", "i32", [2], struct.pack("<2i", -2**31, 2**31 - 1))
+s.record("i64", "i64", [2], struct.pack("<2q", -2**63, 2**63 - 1))
+# 0, -0, 1, inf, -inf, nan, -nan, smallest and largest subnormal, largest, smallest normal
+s.record("f16", "f16", [11], struct.pack("<11H", 0x0000, 0x8000, 0x3c00, 0x7c00, 0xfc00,
+                                         0x7e00, 0xfe00, 0x0001, 0x03ff, 0x7bff, 0x0400))
+s.record("bf16", "bf16", [11], struct.pack("<11H", 0x0000, 0x8000, 0x3f80, 0x7f80, 0xff80,
+                                           0x7fc0, 0xffc0, 0x0001, 0x007f, 0x7f7f, 0x0080))
+s.record("f32", "f32", [8], struct.pack("<7fI", 0.0, -0.0, 0.1, float("inf"), float("-inf"),
+                                        float("nan"), 1e-45, 0xffc00000))
+s.record("scalar", "i32", [], struct.pack("<i", -7))
+s.record("empty", "f32", [3, 0, 2], b"")
+s.record("deflated", "i32", [2, 100], struct.pack("<200i", *range(200)), codec=1)
+s.end()
+open(sys.argv[2], "wb").write(s.b)
+EOF2
+    run tfm-cat --values "$T/all.tfm"
+    assert_success
+    assert_line --index 3 $'\t0 1 255'
+    assert_line --index 5 $'\t0 65535'
+    assert_line --index 7 $'\t-2147483648 2147483647'
+    assert_line --index 9 $'\t-9223372036854775808 9223372036854775807'
+    assert_line --index 11 $'\t0 -0 1 inf -inf nan -nan 5.96046448e-08 6.09755516e-05 65504 6.10351562e-05'
+    assert_line --index 13 $'\t0 -0 1 inf -inf nan -nan 9.18354962e-41 1.1663108e-38 3.38953139e+38 1.17549435e-38'
+    assert_line --index 15 $'\t0 -0 0.100000001 inf -inf nan 1.40129846e-45 -nan'
+    assert_line --index 16 "record 8 scalar i32 [] 4 bytes at 736"
+    assert_line --index 17 $'\t-7'
+    assert_line --index 18 "record 9 empty f32 [3,0,2] 0 bytes at 836"
+    assert_line --index 19 --regexp "^record 10 deflated i32 \[2,100\] 800 bytes at [0-9]+$"
+    assert_line --index 20 $'\t'"$(seq -s ' ' 0 99)"
+    assert_line --index 21 $'\t'"$(seq -s ' ' 100 199)"
+    assert_line --index 22 "end 12 records"
+    assert_equal "${#lines[@]}" 23
+}
+
+@test "a deflated payload longer than its data (a writer that flushes as it goes) is read" {
+    # zlib with a sync flush after every KiB of data that does not compress: a valid zlib
+    # stream, 1% longer than the data, which was refused as 'impossible'
+    T="$BATS_TEST_TMPDIR"
+    python3 - "$FIX" "$T/flushed.tfm" <<'EOF2'
+import random, sys, zlib
+sys.path.insert(0, sys.argv[1])
+import make_bad as mb
+rng = random.Random(1)
+data = bytes(rng.getrandbits(8) for _ in range(1 << 18))
+c = zlib.compressobj(6)
+z = b"".join(c.compress(data[i:i + 1024]) + c.flush(zlib.Z_SYNC_FLUSH)
+             for i in range(0, len(data), 1024)) + c.flush()
+assert len(z) > len(data) * 1.005 and zlib.decompress(z) == data
+s = mb.Stream(); s.header("kind=tokens\n")
+s.record("x", "u8", [len(data)], data, codec=1, stored=len(z))
+s.b = s.b[:s.payload_at] + z
+s.end()
+open(sys.argv[2], "wb").write(s.b)
+EOF2
+    run tfm-cat "$T/flushed.tfm"
+    assert_success
+    assert_line "record 1 x u8 [262144] 262144 bytes at 140"
+    run bash -c "cat '$T/flushed.tfm' | tfm-cat -H"
+    assert_success
+}
+
+@test "standard input from a file is consumed as from a pipe: a second - reads what is left" {
+    run bash -c "tfm-cat - - < '$FIX/good.tfm'"
+    assert_failure 1
+    assert_equal "$(printf '%s\n' "$output" | grep -c '^stream ')" 1
+    assert_line "tfm-cat: <stdin>: empty input (not a tfm stream)"
+    run bash -c "cat '$FIX/good.tfm' | tfm-cat - -"
+    assert_failure 1
+    assert_line "tfm-cat: <stdin>: empty input (not a tfm stream)"
+    # the next command of a group finds the input read
+    run bash -c "{ tfm-cat -H > /dev/null; wc -c; } < '$FIX/good.tfm'"
+    assert_success
+    assert_output 0
+}

@@ -753,3 +753,24 @@ PY
     cmp "$T/in.tfm" "$M/test.tfm"
     [ ! -e "$T/h.tfm" ]
 }
+
+@test "a hypothesis or attention stream is not written to a terminal; --text is" {
+    command -v script > /dev/null || skip "no script(1) to make a terminal"
+    cd "$BATS_TEST_TMPDIR"
+    run script -qec "tfm-decode -q -m '$M/model.tfm' '$M/test.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "tfm-decode: refusing to write a binary stream to a terminal"
+    assert_line --partial "rc=2"
+    for o in "-o /dev/tty" "-o /dev/stdout"; do
+        run script -qec "tfm-decode -q -m '$M/model.tfm' $o '$M/test.tfm'; echo rc=\$?" /dev/null
+        assert_line --partial "is a terminal: refusing to write a binary stream to it"
+        assert_line --partial "rc=2"
+    done
+    run script -qec "tfm-decode -q -m '$M/model.tfm' -o h.tfm --attention - '$M/test.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "--attention -: refusing to write a binary stream to a terminal"
+    assert_line --partial "rc=2"
+    [ ! -e h.tfm ]
+    # the text is for a terminal
+    run script -qec "tfm-decode -q --text -m '$M/model.tfm' '$M/test.tfm'; echo rc=\$?" /dev/null
+    assert_line --partial "rc=0"
+    assert_equal "${#lines[@]}" 21
+}

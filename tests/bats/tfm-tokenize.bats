@@ -304,10 +304,18 @@ open(sys.argv[2], "wb").write(s.b)
 
 @test "decode: a truncated stream is an error" {
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/val.tfm"
-    head -c -100 "$T/val.tfm" > "$T/cut.tfm"
+    # cut inside its one chunk: nothing is decoded
+    ids=$(tfm-cat "$T/val.tfm" | awk '$3 == "tokens.ids" { print $NF + 100 }')
+    head -c "$ids" "$T/val.tfm" > "$T/cut.tfm"
     run tfm-tokenize decode "$T/cut.tfm"
     assert_failure 1
     assert_output --regexp "^tfm-tokenize: $T/cut.tfm: "
+    # cut in its end record: the chunk is decoded, then the error (a chunk at a time)
+    head -c -4 "$T/val.tfm" > "$T/cut.tfm"
+    run tfm-tokenize decode "$T/cut.tfm"
+    assert_failure 1
+    assert_equal "${#lines[@]}" 301
+    assert_line --index 300 --regexp "^tfm-tokenize: $T/cut.tfm: record 4 'tfm.end': .*truncated"
 }
 
 @test "--compress: smaller, decodes the same" {

@@ -1,0 +1,282 @@
+#!/usr/bin/env bats
+# The documented contract, checked mechanically so that it cannot drift: each tool's
+# --help against its man page (the options, their short and long spellings, the usage
+# against the SYNOPSIS, the range of every numeric option), tfm-config(5) against the
+# keys the tools read, and examples of the pages against what the tools do.
+
+setup() {
+    bats_load_library bats-support
+    bats_load_library bats-assert
+    command -v tfm-train > /dev/null || skip "the tools are not built yet"
+    command -v python3 > /dev/null || skip "no python3"
+}
+
+TOOLS="tfm-avg tfm-batch tfm-cat tfm-decode tfm-score tfm-tokenize tfm-train"
+
+# Compare the options of tool $1's --help with those of its man page; prints each
+# difference, a line each, and nothing when they agree.
+#   long    every --long option the help names, and every one that begins an item of the
+#           man page's option lists (.It Fl ...), both ways
+#   pairs   every "-x, --long" of the help, and every ".It Fl x ..., Fl -long" item
+#   usage   the options the usage lines name, and those of the SYNOPSIS
+options_diff() {
+    "$1" --help > "$BATS_TEST_TMPDIR/help" || { echo "$1 --help failed"; return; }
+    python3 - "$1" "$BATS_TEST_TMPDIR/help" "$TFM_ROOT/man/$1.1" <<'EOF'
+import re, sys
+tool, help_text, man = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
+LONG = r'(?<![\w-])--([a-z][a-z0-9-]*)'
+
+# the usage: its first line and the lines that continue it (indented, not an option)
+usage, rest = [], []
+for line in help_text.splitlines():
+    if not rest and (line.startswith('usage:') or (usage and line.startswith(' ' * 4)
+                                                    and not line.lstrip().startswith('-'))):
+        usage.append(line)
+    else:
+        rest.append(line)
+usage = ' '.join(usage)
+help_long = set(re.findall(LONG, help_text))
+help_pairs = set(re.findall(r'(?<![\w-])-([A-Za-z0-9]), --([a-z][a-z0-9-]*)', help_text))
+usage_long = set(re.findall(LONG, usage))
+usage_short = set(re.findall(r'(?<![\w-])-([A-Za-z0-9])\b', usage))
+
+man_long, man_pairs = set(), set()
+for line in man.splitlines():
+    if not line.startswith('.It Fl '):
+        continue
+    words = line.split()[1:]
+    # after Fl every word is a flag until the next macro: "Fl t , -tokens Ar n"
+    flags, in_fl = [], False
+    for w in words:
+        if w == 'Fl':
+            in_fl = True
+        elif re.fullmatch(r'[A-Z][a-z]', w):
+            in_fl = False
+        elif in_fl and w not in (',', '|'):
+            flags.append(w)
+    longs = [f[1:] for f in flags if f.startswith('-')]
+    shorts = [f for f in flags if re.fullmatch(r'[A-Za-z0-9]', f)]
+    man_long.update(longs)
+    man_pairs.update((s, l) for s in shorts for l in longs)
+syn = man[man.index('.Sh SYNOPSIS'):man.index('.Sh DESCRIPTION')]
+syn_long = set(re.findall(r'Fl -([a-z][a-z0-9-]*)', syn))
+syn_short = set(re.findall(r'Fl ([A-Za-z0-9])\b', syn))
+
+def report(what, a, b, an, bn):
+    for x in sorted(a - b):
+        print(f'{tool}: {what}{x} is in {an}, not in {bn}')
+    for x in sorted(b - a):
+        print(f'{tool}: {what}{x} is in {bn}, not in {an}')
+
+report('--', help_long, man_long, '--help', 'the man page\'s OPTIONS')
+# a long option the help names beside another ("-v, --per-sentence (also --verbose)")
+# pairs with the short one only in the man page: compare the help's pairs one way
+for s, l in sorted(help_pairs - man_pairs):
+    print(f'{tool}: -{s}, --{l} is in --help, not in the man page\'s OPTIONS')
+for s, l in sorted(man_pairs):
+    if l in help_long and (s, l) not in help_pairs and any(l2 == l for _, l2 in help_pairs):
+        print(f'{tool}: -{s}, --{l} is in the man page, --help pairs --{l} otherwise')
+report('--', usage_long, syn_long, 'the usage', 'the SYNOPSIS')
+report('-', usage_short, syn_short, 'the usage', 'the SYNOPSIS')
+EOF
+}
+
+@test "every option of --help is in the man page, and every option there is in --help" {
+    for t in $TOOLS; do
+        run options_diff "$t"
+        assert_output ""
+    done
+}
+
+@test "every short option a tool takes is in its --help, paired with its long one" {
+    # a short option the option table accepts but the help does not name is undocumented
+    for t in $TOOLS; do
+        "$t" --help > "$BATS_TEST_TMPDIR/help"
+        run python3 - "$t" "$TFM_ROOT/bin/$t.c" "$BATS_TEST_TMPDIR/help" <<'EOF'
+import re, sys
+tool, src, help_text = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
+shorts = set()
+for s in re.findall(r'getopt_long\([^,]+,[^,]+,\s*([^,]+),', src):
+    s = s.strip()
+    if s.startswith('"'):
+        shorts |= set(s.strip('"').replace(':', ''))
+    else:       # a table of option strings (per subcommand): every string literal in it
+        m = re.search(re.escape(s.split('[')[0]) + r'\[[^]]*\]\s*=\s*\{([^}]*)\}', src)
+        for lit in re.findall(r'"([^"]*)"', m.group(1) if m else ''):
+            shorts |= set(lit.replace(':', ''))
+table = dict(re.findall(r'\{"([a-z][a-z0-9-]*)",\s*\w+_argument,\s*NULL,\s*\'(.)\'\}', src))
+for s in sorted(shorts):
+    longs = [l for l, c in table.items() if c == s]
+    if not longs:
+        print(f'{tool}: -{s} has no long form')
+    elif not any(re.search(rf'(?<![\w-])-{s}, --{l}\b', help_text) for l in longs):
+        print(f'{tool}: -{s} (--{longs[0]}) is not in --help as "-{s}, --{longs[0]}"')
+for l in table:
+    if not re.search(rf'(?<![\w-])--{l}\b', help_text):
+        print(f'{tool}: --{l} is not in --help')
+EOF
+        assert_output ""
+    done
+}
+
+@test "tfm-config(5) has every key with the default and the range the tools use, and no other" {
+    # the defaults: a configuration file without keys; the ranges: the message that
+    # refuses a value out of range, which states them
+    run tfm-train -c /dev/null --print-config
+    assert_success
+    printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/defaults"
+    while read -r key _ _; do
+        for v in -99999999999999999999 no-such-choice; do
+            tfm-train -c /dev/null --print-config --set "$key=$v" 2>&1 | head -1
+        done
+    done < "$BATS_TEST_TMPDIR/defaults" > "$BATS_TEST_TMPDIR/ranges"
+    run python3 - "$BATS_TEST_TMPDIR/defaults" "$BATS_TEST_TMPDIR/ranges" \
+        "$TFM_ROOT/man/tfm-config.5" <<'EOF'
+import re, sys
+defaults = dict(l.split(' = ', 1) for l in open(sys.argv[1]).read().splitlines())
+ranges, choices = {}, {}
+for l in open(sys.argv[2]).read().splitlines():
+    m = re.search(r"key '(\w+)': \S+ is out of range \[(\S+), (\S+)\]", l)
+    if m:
+        ranges[m.group(1)] = (m.group(2), m.group(3))
+    m = re.search(r"key '(\w+)': '\S+' is not one of (\S+)", l)
+    if m:
+        choices[m.group(1)] = m.group(2).split('|')
+man = open(sys.argv[3]).read()
+keys = man[man.index('.Sh KEYS'):man.index('.Sh DECISIONS')]
+items = {}
+for block in re.split(r'\n\.It Cm ', keys)[1:]:
+    head = block.split('\n', 1)[0].split()
+    if len(head) > 2 and head[1] == 'Ns' and head[2] == '=':   # a key, not a choice's item
+        items[head[0]] = block
+for k in sorted(set(defaults) - set(items)):
+    print(f'key {k} is not in tfm-config(5)')
+for k in sorted(set(items) - set(defaults)):
+    print(f'tfm-config(5) has key {k}, which the tools do not know')
+for k, block in items.items():
+    if k not in defaults:
+        continue
+    m = re.search(r'^Default (\S+)\.$', block, re.M)
+    if not m or m.group(1) != defaults[k]:
+        print(f'{k}: default {defaults[k]}, tfm-config(5) says {m and m.group(1)}')
+    if k in ranges:
+        m = re.search(r'^Range (\S+) to (\S+)\.$', block, re.M)
+        if not m or tuple(map(float, m.groups())) != tuple(map(float, ranges[k])):
+            print(f'{k}: range {ranges[k]}, tfm-config(5) says {m and m.groups()}')
+    elif k in choices:
+        head = block.split('\n', 1)[0]
+        listed = [w for w in head.split()[3:] if w not in ('Ar', '|', 'Cm', 'Ns')]
+        if listed != choices[k]:
+            print(f'{k}: choices {choices[k]}, tfm-config(5) says {listed}')
+    else:
+        print(f'{k}: neither a range nor choices in the messages')
+EOF
+    assert_output ""
+}
+
+@test "an example that batches for a config batches within the config's budget" {
+    # tfm-train refuses batches over the config's tokens: an example of README.md or a
+    # man page that pipes or passes tfm-batch --tokens N to tfm-train -c configs/X.conf
+    # must have N within X's budget (or raise it with --set tokens=)
+    run python3 - "$TFM_ROOT" <<'EOF2'
+import glob, os, re, subprocess, sys
+root = sys.argv[1]
+def budget(conf):
+    out = subprocess.run(['tfm-train', '-c', os.path.join(root, conf), '--print-config'],
+                         capture_output=True, text=True).stdout
+    return int(re.search(r'^tokens = (\d+)$', out, re.M).group(1))
+blocks = []
+text = open(os.path.join(root, 'README.md')).read()
+blocks += [('README.md', b) for b in re.findall(r'```sh\n(.*?)```', text, re.S)]
+for page in sorted(glob.glob(os.path.join(root, 'man', '*.[15]'))):
+    text = open(page).read()
+    blocks += [(os.path.basename(page), b)
+               for b in re.findall(r'^\.Bd -literal[^\n]*\n(.*?)^\.Ed', text, re.S | re.M)]
+checked = 0
+for where, block in blocks:
+    tokens = re.findall(r'tfm-batch [^|>\n]*--tokens (\d+)', block)
+    confs = re.findall(r'tfm-train [^|\n]*-c (configs/[\w-]+\.conf)', block)
+    if not tokens or not confs or 'tokens=' in block:
+        continue
+    for conf in confs:
+        checked += 1
+        for n in tokens:
+            if int(n) > budget(conf):
+                print(f'{where}: tfm-batch --tokens {n} for {conf}, whose budget is '
+                      f'{budget(conf)}')
+if checked == 0:
+    print('no example pairs tfm-batch --tokens with tfm-train -c')
+EOF2
+    assert_output ""
+}
+
+@test "tfm(5)'s example of tfm-cat output is what tfm-cat prints for a token stream" {
+    T="$BATS_TEST_TMPDIR"
+    seq 1 300 | awk '{ print "the cat sat on mat number " $1 }' > "$T/train.en"
+    tfm-tokenize train -q -m "$T/spm.model" --vocab 60 -O hard_vocab_limit=false "$T/train.en"
+    tfm-tokenize encode -q -m "$T/spm.model" -o "$T/train.en.tfm" "$T/train.en"
+    # the example: its command, then its output up to the end of the block
+    awk '/^\$ tfm-cat train.en.tfm \| head/ { on = 1; print; next }
+         on && /^\.Ed/ { exit } on' "$TFM_ROOT/man/tfm.5" > "$T/example"
+    n=$(sed -n '1s/.*head -\([0-9]*\)$/\1/p' "$T/example")
+    [ -n "$n" ]
+    [ "$(sed 1d "$T/example" | wc -l)" -eq "$n" ]
+    # the same lines, the values of a vocabulary's size and CRC aside
+    (cd "$T" && tfm-cat train.en.tfm | head -n "$n") | sed 's/=.*//' > "$T/got"
+    sed 1d "$T/example" | sed 's/=.*//' > "$T/want"
+    run diff "$T/want" "$T/got"
+    assert_success
+}
+
+@test "the range every numeric option refuses outside is in the man page's item of that option" {
+    # each option of --help given a number far out of range says the range it takes
+    # ("expected an integer from LO to HI", "a number in [LO, HI]"): both bounds must be
+    # in the option's item of the man page (as decimals, 1e6, or 2^63\-1)
+    run python3 - "$TFM_ROOT" <<'EOF2'
+import re, subprocess, sys, os
+root = sys.argv[1]
+def man_items(tool):
+    man = open(f'{root}/man/{tool}.1').read()
+    opts = man[man.index('.Sh OPTIONS'):]
+    opts = opts[:opts.index('\n.Sh ', 1)]
+    items = {}
+    for block in re.split(r'\n(?=\.It Fl )', opts)[1:]:
+        head = block.split('\n', 1)[0]
+        for l in re.findall(r'(?:Fl |, )-([a-z][a-z0-9-]*)', head):
+            items.setdefault(l, '')
+            items[l] += block
+    return items
+def values(text):
+    text = text.replace('\\-', '-').replace('\\(mi', '-')
+    vals = set()
+    for m in re.finditer(r'(?<![\w.])(2\^(\d+)(-1)?|\d+(?:\.\d+)?(?:e[+-]?\d+)?)', text):
+        if m.group(2):
+            v = 2 ** int(m.group(2)) - (1 if m.group(3) else 0)
+        else:
+            v = float(m.group(1))
+        vals.add(float(v))
+    return vals
+out, checked = [], 0
+for tool, sub in [('tfm-tokenize', 'train'), ('tfm-tokenize', 'encode'), ('tfm-batch', None),
+                  ('tfm-train', None), ('tfm-avg', None), ('tfm-decode', None), ('tfm-score', None)]:
+    help_text = subprocess.run([tool, '--help'], capture_output=True, text=True).stdout
+    items = man_items(tool)
+    for l in sorted(set(re.findall(r'(?<![\w-])--([a-z][a-z0-9-]*)', help_text))):
+        args = [tool] + ([sub] if sub else []) + [f'--{l}', '-99999999999999999999']
+        p = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+        m = re.search(r"expected (?:an integer from (\S+) to (\S+)|a number in [\[(](\S+), (\S+)\])", p.stderr)
+        if not m:
+            continue
+        lo, hi = [float(x.rstrip(']')) for x in (m.group(1, 2) if m.group(1) else m.group(3, 4))]
+        checked += 1
+        have = values(items.get(l, ''))
+        for b in (lo, hi):
+            if b not in have:
+                out.append(f'{tool}: --{l}: {lo:g} to {hi:g}: {b:g} is not in the man page')
+for line in sorted(set(out)):
+    print(line)
+if checked < 30:
+    print(f'only {checked} numeric options found')
+EOF2
+    assert_output ""
+}
