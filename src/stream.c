@@ -91,8 +91,9 @@ int tfm_inflate(void *out, size_t n, const void *in, size_t m, size_t step, size
     if (step < 1 || step > UINT_MAX)
         step = UINT_MAX;
     const unsigned char *next_in = in;
-    unsigned char *next_out = out;
+    unsigned char *next_out = out, none;
     size_t in_left = m, out_left = n;   /* not yet handed to zlib */
+    z.next_out = n ? next_out : &none;  /* zlib refuses a null one, even with no room */
     do {    /* zlib counts in uInt: hand it at most step bytes of each side at a time */
         if (z.avail_in == 0 && in_left > 0) {
             z.next_in = (unsigned char *)next_in;

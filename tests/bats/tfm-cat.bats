@@ -300,3 +300,21 @@ EOF2
     assert_success
     assert_output 0
 }
+
+@test "a deflated record of no elements (the zlib data of nothing) is read, from a file and a pipe" {
+    T="$BATS_TEST_TMPDIR"
+    python3 - "$FIX" "$T/empty.tfm" <<'EOF2'
+import sys
+sys.path.insert(0, sys.argv[1])
+import make_bad as mb
+s = mb.Stream(); s.header("kind=tokens\n")
+s.record("none", "f32", [0, 4], b"", codec=1)
+s.end()
+open(sys.argv[2], "wb").write(s.b)
+EOF2
+    run tfm-cat --values "$T/empty.tfm"
+    assert_success
+    assert_line --regexp "^record 1 none f32 \[0,4\] 0 bytes at [0-9]+$"
+    run bash -c "cat '$T/empty.tfm' | tfm-cat"
+    assert_success
+}

@@ -631,6 +631,15 @@ static void test_inflate_steps(void)
         CHECK(tfm_inflate(out, N, z2, zn, steps[k], &got) != Z_OK);
         free(z2);
     }
+    /* an empty payload: the zlib data of no bytes, into no room (out may be NULL) */
+    unsigned char e[16];
+    uLongf en = sizeof e;
+    CHECK(compress2(e, &en, src, 0, 6) == Z_OK);
+    size_t got = 1;
+    CHECK_EQ_INT(tfm_inflate(out, 0, e, en, 0, &got), Z_OK);
+    CHECK(got == 0);
+    CHECK_EQ_INT(tfm_inflate(NULL, 0, e, en, 0, &got), Z_OK);
+    CHECK_EQ_INT(tfm_inflate(NULL, 0, z, zn, 0, &got), Z_BUF_ERROR);   /* data, no room */
     free(src);
     free(out);
     free(z);
