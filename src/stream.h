@@ -207,8 +207,8 @@ uint64_t tfm_writer_offset(const struct tfm_writer *w);
 /* Inflate the zlib data in[0..m) into out[0..n), handing zlib at most step bytes of either
  * at a time (0: as much as its 32-bit counts hold), so a payload past 4 GiB inflates whole.
  * Z_OK when the data ends exactly at n bytes with no input left over; else a zlib error
- * (Z_DATA_ERROR for data that is corrupt, too long or too short), and *produced says how
- * many bytes came out. */
+ * (Z_BUF_ERROR for data cut short or longer than n bytes, Z_DATA_ERROR for data that is
+ * corrupt or followed by more input), and *produced says how many bytes came out. */
 int tfm_inflate(void *out, size_t n, const void *in, size_t m, size_t step, size_t *produced);
 
 /* zlib's CRC32 (the checksum of every record). */
