@@ -116,9 +116,11 @@ TRAIN_TEXT = $(if $(CLEAN_LEN)$(CLEAN_RATIO),train.raw,train)
 # saying so; the file of a run that has ended is taken over.  A W that is not there yet
 # is claimed as it is made, before the first settings file is written in it.  help and
 # plot, which draws the log of a run still training, claim nothing; nor do make -n and -q,
-# which write nothing.
+# which write nothing, nor a run in a W that this user may not write (another user's
+# finished run, a read-only mount: make score there only reads), which can make no file.
 W_LOCK = $(W)/.pipeline.lock
-lock_w = . $(PIPE_ROOT)/pipelines/lock-file.sh; held=$$(hold_lock $$PPID $(W_LOCK)) || \
+lock_w = { [ -w $(W) ] || exit 0; }; \
+         . $(PIPE_ROOT)/pipelines/lock-file.sh; held=$$(hold_lock $$PPID $(W_LOCK)) || \
          { [ -z "$$held" ] || echo "$(MAKEFILE_NAME): W=$(W): another run ($$held) is making files" \
                "there: stopped (make again when it has ended, or remove $(W_LOCK) if it has)"; exit 1; }
 ifneq ($(filter-out help plot,$(or $(MAKECMDGOALS),all)),)

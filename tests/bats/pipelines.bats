@@ -423,6 +423,32 @@ need_tools() {
     cmp "$w2/train.src" <(zcat "$TFM_ROOT/data/multi30k-ende/train.en.gz" | head -3000)
 }
 
+@test "wmt_ende: a user who may not write W (another's finished run) still reads its score" {
+    need_tools
+    # as root every directory is writable: the run is read by another user, nobody
+    if [ "$(id -u)" = 0 ]; then
+        command -v setpriv > /dev/null || skip "setpriv not installed"
+        as=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+    else
+        as=()
+    fi
+    local d
+    d=$(mktemp -d /tmp/tfm-ro.XXXXXX)
+    chmod 755 "$d"
+    local w="$d/run"
+    run $ENDE W="$w" score
+    assert_success
+    chmod -R a+rX,a-w "$w"
+    "${as[@]}" test -r "$TFM_ROOT/pipelines/common.mk" -a -x "$BIN/tfm-score" || \
+        { rm -rf "$d"; skip "the sources or tools cannot be read by another user"; }
+    run "${as[@]}" $ENDE W="$w" score
+    chmod -R u+w "$w"
+    rm -rf "$d"
+    assert_success
+    assert_line --regexp '^BLEU = [0-9.]+ '
+    refute_output --partial "cannot write"
+}
+
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
