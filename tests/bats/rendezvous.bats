@@ -425,8 +425,13 @@ rv_written() {
     kill -KILL "$P0"
     wait "$P0" || true
     [ -e "$T/rv" ]
+    line=$(cat "$T/rv")
     start 0 2 "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
-    for i in $(seq 100); do [ "$(cat "$T/rv" 2> /dev/null)" != "$line" ] && break; sleep 0.1; done
+    for i in $(seq 100); do
+        new=$(cat "$T/rv" 2> /dev/null) && [ -n "$new" ] && [ "$new" != "$line" ] && break
+        sleep 0.1
+    done
+    [ "$new" != "$line" ]
     start 1 2 "${ARGS[@]}" -o "$T/c2" "$M/b.tfm"
     ends "$P0" 60
     ends "$P1" 60
