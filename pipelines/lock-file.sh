@@ -32,7 +32,9 @@ lock_file() {
                  "with other runs" >&2
             return 0
         fi
-        [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -c %d:%i "$1" 2> /dev/null)" ] && return 0
+        # (both through a symbolic link: descriptor 9 is its target's, and one that named
+        # itself would never agree with it, a wait without end)
+        [ "$(stat -L -c %d:%i /dev/fd/9)" = "$(stat -L -c %d:%i "$1" 2> /dev/null)" ] && return 0
     done
 }
 

@@ -506,3 +506,14 @@ newstest2014.en"
     assert_success
     assert_output --partial "Nothing to be done"
 }
+
+@test "lock-file.sh: a file to lock that is a symbolic link (a work directory copied with cp -rs) is locked, not waited on forever" {
+    command -v flock > /dev/null || skip "flock not installed"
+    mkdir w
+    echo "1 elsewhere" > w/real
+    ln -s real w/.pipeline.lock
+    run timeout 20 bash -c '. "$1"; lock_file w/.pipeline.lock w/.pipeline.lock checking && echo locked' \
+        sh "$TFM_ROOT/pipelines/lock-file.sh"
+    assert_success
+    assert_output "locked"
+}
