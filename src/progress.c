@@ -45,15 +45,21 @@ double tfm_progress_eta(const struct tfm_progress *p, int64_t step, double elaps
     return eta;
 }
 
-/* 12.3k, 1.23M */
+/* 999, 12.3k, 1.23M, 4.56G: three significant digits and the largest unit that leaves
+ * the rounded number below 1000 (999.7 is "1k", not %.3g's "1e+03") */
 static void si(double v, char *buf, size_t n)
 {
-    if (v >= 1e6)
-        snprintf(buf, n, "%.3gM", v / 1e6);
-    else if (v >= 1e3)
-        snprintf(buf, n, "%.3gk", v / 1e3);
-    else
-        snprintf(buf, n, "%.3g", v);
+    static const char *const unit[] = {"", "k", "M", "G"};
+    char num[32];
+    int u = 0;
+    for (;;) {
+        snprintf(num, sizeof num, "%.3g", v);
+        if (u == 3 || !(strtod(num, NULL) >= 1000))
+            break;
+        v /= 1e3;
+        u++;
+    }
+    snprintf(buf, n, "%s%s", num, unit[u]);
 }
 
 /* 90.02; from a million on 1.234e+06, so that a diverging run's perplexity (up to 1e308,

@@ -208,6 +208,63 @@ teardown() {
     assert_output 0
 }
 
+@test "tfm-train(1)'s progress lines are lines a run of configs/base.conf could print" {
+    # the example's lr is the schedule's at its step, its eta the remaining updates at the
+    # rate of its elapsed time, its tokens per update within the budget, and its ppl
+    # (unsmoothed) below exp(loss): with label smoothing eps and V pieces the smoothed loss
+    # is at least (1 - eps) NLL + eps ln V, above the NLL while NLL < ln V
+    man=$(sed -n '/^tfm-train: step [0-9]/p; /^tfm-train: valid step/p' "$TFM_ROOT/man/tfm-train.1")
+    [ "$(printf '%s\n' "$man" | wc -l)" -eq 2 ]
+    run tfm-train -c "$TFM_ROOT/configs/base.conf" --set vocab=37000 --print-config
+    assert_success
+    conf=$output
+    run awk -v conf="$conf" -v man="$man" '
+        function dur(s,   t, n, c, i) {
+            t = 0; n = ""
+            for (i = 1; i <= length(s); i++) {
+                c = substr(s, i, 1)
+                if (c ~ /[0-9]/) { n = n c; continue }
+                t += n * (c == "d" ? 86400 : c == "h" ? 3600 : c == "m" ? 60 : 1); n = ""
+            }
+            return t
+        }
+        function si(s,   u) {
+            u = substr(s, length(s), 1)
+            return u == "k" ? s * 1e3 : u == "M" ? s * 1e6 : s + 0
+        }
+        BEGIN {
+            split(conf, cl, "\n")
+            for (i in cl) if (split(cl[i], kv, " = ") == 2) key[kv[1]] = kv[2]
+            split(man, ml, "\n")
+            split(ml[1], f, " ")          # tfm-train: step S/MAX loss L ppl P lr R T tok/s elapsed E eta A
+            split(f[3], sm, "/")
+            step = sm[1]; max = sm[2]
+            lr = key["lr_scale"] * key["d_model"] ^ -0.5 * \
+                 (step ^ -0.5 < step * key["warmup"] ^ -1.5 ? step ^ -0.5 : step * key["warmup"] ^ -1.5)
+            if (sprintf("%.3e", lr) != f[9]) print "lr " f[9] ", the schedule gives " sprintf("%.3e", lr)
+            if (max != key["max_steps"]) print "max steps " max ", base.conf has " key["max_steps"]
+            el = dur(f[13]); eta = dur(f[15]); want = (max - step) * el / step
+            # elapsed is rounded to the minute here, eta to the hour
+            if (eta - want > 3600 + (max - step) * 60 / step || want - eta > 3600 + (max - step) * 60 / step)
+                print "eta " f[15] ", the rate gives " want " s"
+            if (si(f[10]) * el / step > key["tokens"])
+                print f[10] " tok/s is more target tokens an update than the budget " key["tokens"]
+            eps = key["label_smoothing"]; V = key["vocab"]
+            for (k = 1; k <= 2; k++) {
+                split(ml[k], g, " ")
+                for (j = 1; j < length(g); j++) {
+                    if (g[j] == "loss") loss = g[j + 1]
+                    if (g[j] == "ppl") ppl = g[j + 1]
+                }
+                nll = log(ppl)
+                if (nll < log(V) && loss < (1 - eps) * nll + eps * log(V))
+                    print "line " k ": loss " loss " below what ppl " ppl " allows"
+            }
+        }'
+    assert_success
+    assert_output ""
+}
+
 @test "tok/s is the rate of training: the time spent validating and saving is left out" {
     # every update validates on a set of about 100 batches and saves: most of the time
     run tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps 4 --report-every 1 --valid-every 1 \

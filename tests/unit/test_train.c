@@ -200,6 +200,21 @@ static void test_progress(void)
     big.ppl = 999999.994;   /* %.2f would round it to 1000000.00 */
     tfm_progress_format(&p, &big, wide, sizeof wide);
     CHECK_STR(wide, "step 300/1000 loss 690.0000 ppl 999999.99 lr 3.100e-04 12.3k tok/s elapsed 1m30s eta 2m20s");
+    /* a rate that rounds to 1000 at three digits is written with the next unit, never
+     * in exponent form ("1e+03 tok/s", "1e+03k tok/s") */
+    static const struct { double v; const char *text; } rates[] = {
+        {0, "0"}, {999.4, "999"}, {999.5, "1k"}, {999.7, "1k"}, {1000, "1k"}, {12345, "12.3k"},
+        {99960, "100k"}, {999700, "1M"}, {1.5e6, "1.5M"}, {999.7e6, "1G"}, {2.5e9, "2.5G"},
+    };
+    for (size_t i = 0; i < sizeof rates / sizeof rates[0]; i++) {
+        struct tfm_progress_row q = r;
+        char want[256];
+        q.tokens_per_s = rates[i].v;
+        tfm_progress_format(&p, &q, wide, sizeof wide);
+        snprintf(want, sizeof want, "step 300/1000 loss 4.5000 ppl 90.02 lr 3.100e-04 %s tok/s "
+                 "elapsed 1m30s eta 2m20s", rates[i].text);
+        CHECK_STR(wide, want);
+    }
     CHECK(tfm_progress_report(&p, &r, &err) == 0);
     struct tfm_progress_row v = {.valid = 1, .step = 300, .loss = 4.0, .ppl = 54.6, .elapsed = 90,
                                  .tokens = 50};
