@@ -411,6 +411,11 @@ struct tfm_backend {
     /* bytes of device memory aligned to 64 bytes, zero-filled; NULL with err on failure */
     void *(*alloc)(struct tfm_backend *be, size_t bytes, struct tfm_error *err);
     void (*free)(struct tfm_backend *be, void *p);
+    /* Optional (NULL: no limit of its own).  May the process take `bytes` more of host
+     * memory (malloc) without starving what the backend still needs?  The CPU backend
+     * keeps address space for OpenBLAS's buffers under ulimit -v: taken by a large host
+     * buffer, OpenBLAS would wait forever at the next product.  0, or -1 with err. */
+    int (*host_room)(struct tfm_backend *be, size_t bytes, struct tfm_error *err);
     void (*upload)(struct tfm_backend *be, void *dst, const void *host, size_t bytes);
     void (*download)(struct tfm_backend *be, void *host, const void *src, size_t bytes);
     void (*copy)(struct tfm_backend *be, void *dst, const void *src, size_t bytes);

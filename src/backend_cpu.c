@@ -30,6 +30,7 @@
 #include <cblas.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #ifdef __SSE2__
 #include <immintrin.h>
 #endif
@@ -48,6 +49,7 @@ struct cpu {
     size_t scratch_floats;      /* per thread */
     float *scratch;             /* threads * scratch_floats */
     size_t blas_buffer;         /* address space kept free per thread (bytes; 0: no check) */
+    size_t pending;             /* address space the backend's setup will still take */
     rlim_t as_limit, data_limit;    /* RLIMIT_AS, RLIMIT_DATA at creation */
     int avx512;                 /* the CPU runs AVX-512F: the kernels written for it */
 };
@@ -186,7 +188,8 @@ static void starved(void)
         on_exit(leave_without_blas, NULL);
 }
 
-/* 0 if `extra` more bytes leave the BLAS buffers room under the limits; else -1, err. */
+/* 0 if `extra` more bytes leave the BLAS buffers room under the limits; else -1, err (with
+ * err NULL: -1 alone, a question asked before a step that could otherwise wait forever). */
 static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
 {
     if (!c->blas_buffer || (c->as_limit == RLIM_INFINITY && c->data_limit == RLIM_INFINITY))
@@ -200,7 +203,7 @@ static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
     if (got != 6)
         return 0;                           /* no /proc: nothing to measure against */
     double page = (double)sysconf(_SC_PAGESIZE);
-    double need = (double)c->threads * c->blas_buffer + HEADROOM_SLACK + extra;
+    double need = (double)c->threads * c->blas_buffer + HEADROOM_SLACK + c->pending + extra;
     /* statm: total size, and data + stack (what RLIMIT_DATA counts) */
     double used[2] = {pages[0] * page, pages[5] * page};
     rlim_t lim[2] = {c->as_limit, c->data_limit};
@@ -208,18 +211,56 @@ static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
     for (int i = 0; i < 2; i++) {
         if (lim[i] == RLIM_INFINITY || used[i] + need <= (double)lim[i])
             continue;
+        if (!err)
+            return -1;
         starved();
         double left = (double)lim[i] > used[i] ? (double)lim[i] - used[i] : 0;
-        char more[64] = "";
+        char more[64] = "", setup[96] = "";
         if (extra)
             snprintf(more, sizeof more, " with %.1f MiB more allocated", mib((double)extra));
+        if (c->pending)
+            snprintf(setup, sizeof setup, " (and %.0f MiB for threads still to start)",
+                     mib((double)c->pending));
         return tfm_fail(err, "the %s of %.0f MiB leaves %.0f MiB free, short of the %.0f MiB "
-                        "needed%s: OpenBLAS needs %.0f MiB for each of %d threads and waits "
+                        "needed%s: OpenBLAS needs %.0f MiB for each of %d threads%s and waits "
                         "forever without it; raise the limit, use fewer threads, or a smaller "
                         "token budget", what[i], mib((double)lim[i]), mib(left), mib(need),
-                        more, mib((double)c->blas_buffer), c->threads);
+                        more, mib((double)c->blas_buffer), c->threads, setup);
     }
     return 0;
+}
+
+/* OpenBLAS's own threads (the pthread build starts one fewer than the CPUs at load, for
+ * products it runs in parallel; the backend runs it single-threaded) each take a buffer
+ * the first time they are scheduled, which may be at any moment: under a limit, one taken
+ * after headroom() measured had OpenBLAS wait forever at a product (1 run in 30 of
+ * limits.bats on a loaded machine).  Ending them makes that moment now: each takes its
+ * buffer, frees it into OpenBLAS's table (where the backend's products reuse it) and
+ * exits.  Weak: a BLAS without such threads lacks the symbol, and has nothing to end. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+static int blas_idle_threads(void)
+{
+    return blas_thread_shutdown_ ? openblas_get_num_threads() - 1 : 0;
+}
+
+static void end_blas_threads(void)
+{
+    if (blas_thread_shutdown_)
+        blas_thread_shutdown_();
+}
+
+/* The default stack of a new thread: address space each pool worker takes. */
+static size_t thread_stack(void)
+{
+    pthread_attr_t a;
+    size_t n = (size_t)8 << 20;
+    if (pthread_attr_init(&a) == 0) {
+        if (pthread_attr_getstacksize(&a, &n) != 0)
+            n = (size_t)8 << 20;
+        pthread_attr_destroy(&a);
+    }
+    return n;
 }
 
 static void *cpu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *err)
@@ -248,6 +289,11 @@ static void *cpu_alloc(struct tfm_backend *be, size_t bytes, struct tfm_error *e
     }
 #endif
     return (void *)at;
+}
+
+static int cpu_host_room(struct tfm_backend *be, size_t bytes, struct tfm_error *err)
+{
+    return headroom(CPU(be), bytes, err);
 }
 
 static void cpu_free(struct tfm_backend *be, void *p)
@@ -1902,6 +1948,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
         tfm_fail(err, "out of memory");
         return NULL;
     }
+    int idle = blas_idle_threads();     /* before the count is set to 1 */
     openblas_set_num_threads(1);
     c->threads = threads;
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
@@ -1931,11 +1978,29 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     if (c->blas_buffer && (c->as_limit != RLIM_INFINITY || c->data_limit != RLIM_INFINITY))
         mallopt(M_ARENA_MAX, 1);
 #endif
-    if (headroom(c, 0, err) || !(c->pool = tfm_pool_create(threads, err))) {
+    /* OpenBLAS's idle threads may or may not hold their buffers yet, so ending them is
+     * safe only when their buffers fit (else one would wait forever, and the join with
+     * it); then the buffers are in what is measured.  The pool's stacks are still to come. */
+    size_t stacks = (size_t)(threads - 1) * thread_stack();
+    struct cpu idle_only = *c;
+    idle_only.threads = 0;
+    idle_only.pending = (size_t)(idle > 0 ? idle : 0) * c->blas_buffer;
+    c->pending = idle_only.pending + stacks;
+    if (headroom(&idle_only, 0, NULL) == 0) {
+        end_blas_threads();
+        c->pending = stacks;
+    }
+    if (headroom(c, 0, err)) {
         free(be);
         free(c);
         return NULL;
     }
+    if (!(c->pool = tfm_pool_create(threads, err))) {
+        free(be);
+        free(c);
+        return NULL;
+    }
+    c->pending = 0;
     be->name = "cpu";
     be->kind = TFM_BACKEND_CPU;
     be->precision = TFM_PRECISION_FP32;
@@ -1947,6 +2012,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
     be->impl = c;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
+    be->host_room = cpu_host_room;
     be->upload = cpu_copy;
     be->download = cpu_copy;
     be->copy = cpu_copy;

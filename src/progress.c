@@ -59,7 +59,7 @@ static void si(double v, char *buf, size_t n)
         v /= 1e3;
         u++;
     }
-    snprintf(buf, n, "%s%s", num, unit[u]);
+    snprintf(buf, n, "%.24s%s", num, unit[u]);   /* %.3g: at most 10 bytes */
 }
 
 /* 90.02; from a million on 1.234e+06, so that a diverging run's perplexity (up to 1e308,

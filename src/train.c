@@ -990,7 +990,12 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
         for (int r = 0; r < run->R; r++)
             run->rep[r].nccl = c[r];
     }
-    if (!(run->host = malloc((size_t)tfm_model_count(run->rep[0].m) * sizeof *run->host)))
+    /* the parameters' copy that checkpoints are written from */
+    size_t host_bytes = (size_t)tfm_model_count(run->rep[0].m) * sizeof *run->host;
+    struct tfm_backend *be0 = run->rep[0].be;
+    if (be0->host_room && be0->host_room(be0, host_bytes, err))
+        return tfm_error_prefix(err, "the checkpoint buffer");
+    if (!(run->host = malloc(host_bytes)))
         return tfm_fail(err, "out of memory");
 
     /* where the data and the counters stand */

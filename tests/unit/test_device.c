@@ -5,6 +5,8 @@
 #include "check.h"
 #include "device.h"
 
+#include <cblas.h>
+#include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,6 +97,37 @@ static void bad_upload(struct tfm_backend *be, void *dst, const void *host, size
     real.upload(be, dst, host, bytes);
     if (bytes > 4096)
         ((float *)dst)[100] = 0.5f;
+}
+
+/* OpenBLAS's own idle threads take a buffer the first time they run, at a moment nobody
+ * chooses: the CPU backend ends them as it starts (a BLAS without them is left as it is). */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+static int tasks(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_blas_threads(void)
+{
+    int idle = blas_thread_shutdown_ ? openblas_get_num_threads() - 1 : 0;
+    int before = tasks();
+    struct tfm_error err;
+    struct tfm_backend *be = tfm_backend_cpu(1, &err);
+    CHECK(be != NULL);
+    if (!be)
+        return;
+    printf("# %d threads before, %d of them OpenBLAS's idle ones; %d after\n", before, idle,
+           tasks());
+    CHECK_EQ_INT(tasks(), before - idle);
+    be->destroy(be);
 }
 
 static void test_check(void)
@@ -437,6 +470,8 @@ static void test_sim(void)
 
 int main(void)
 {
+    t_run("the CPU backend ends OpenBLAS's idle threads (first: no backend before)",
+          test_blas_threads);
     t_run("device cpu and bad names", test_cpu);
     t_run("device auto falls back to cpu without a GPU", test_auto);
     t_run("the check against the CPU passes a correct backend, names a broken op's stage",
