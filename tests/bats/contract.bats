@@ -280,3 +280,15 @@ if checked < 30:
 EOF2
     assert_output ""
 }
+
+@test "every Markdown file the code, the tests and the docs cite ships with them" {
+    # an upper-case Markdown name (README.md, RESULTS.md, PROVENANCE.md) is a document of the
+    # repository; a comment that cites one found nowhere in it points outside the code
+    cd "$TFM_ROOT"
+    run bash -c "find . -path ./build -prune -o -path ./.git -prune -o -type f -print |
+        xargs grep -IohE '\\b[A-Z][A-Z0-9_]*\\.md\\b' | sort -u |
+        while read -r f; do [ -n \"\$(find . -path ./.git -prune -o -name \"\$f\" -print -quit)\" ] ||
+            echo \"cited, not in the repository: \$f\"; done"
+    assert_success
+    assert_output ""
+}

@@ -24,7 +24,8 @@ PY=/usr/bin/python3
 [ -x "$BIN/train_step" ] || { echo "   $BIN/train_step not built (make bench)"; exit 1; }
 have_torch=1
 "$PY" -c 'import torch' 2>/dev/null || have_torch=0
-# torch with OpenMP OpenBLAS when installed (ENVIRONMENT.md: the pthread one fights torch's threads)
+# torch with OpenMP OpenBLAS when installed: the pthread one's threads fight torch's own,
+# halving its speed on 2 cores
 OMPBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
 echo "   load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) on $(nproc) CPUs"
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? a : b }'; }
