@@ -369,27 +369,32 @@ clean:
 	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \
 	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
 
+# One shell for the whole text, deaf to SIGPIPE: `help | head` ends quietly (an echo into
+# the closed pipe fails, unheard), where a shell a line, killed by the signal, had make
+# report "Broken pipe" and fail.
 help:
-	@echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|$(if $(HELP_TARGETS),$(HELP_TARGETS)|)clean|help]"
-	@printf '  %s\n' $(HELP_CORPUS)
-	$(if $(OWN_TEXT),,@echo "  TRAIN_SRC=$(TRAIN_SRC) TRAIN_TGT=$(TRAIN_TGT)"; \
+	@trap '' PIPE; { \
+	    echo "make -f pipelines/$(MAKEFILE_NAME) [VARIABLE=value ...] [all|score|plot|attention SENT=n|$(if $(HELP_TARGETS),$(HELP_TARGETS)|)clean|help]"; \
+	    printf '  %s\n' $(HELP_CORPUS); \
+	    $(if $(OWN_TEXT),,echo "  TRAIN_SRC=$(TRAIN_SRC) TRAIN_TGT=$(TRAIN_TGT)"; \
 	    echo "  VALID_SRC=$(VALID_SRC) VALID_TGT=$(VALID_TGT)"; \
-	    echo "  TEST_SRC=$(TEST_SRC) TEST_TGT=$(TEST_TGT)  the text of each set (.gz read too)")
-	@echo "  DATA=$(DATA)  the bundled corpora"
-	@echo "  W=$(W)  the work directory (clean removes what the pipeline made there)"
-	@echo "  BIN=$(BIN)  the tools"
-	@echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"
-	@echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS='$(SPM_FLAGS)'  the shared SentencePiece model"
-	@echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"
-	@echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"
-	@echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG) KEEP=$(KEEP)  checkpoint interval (time or updates), checkpoints averaged, kept (unset: all)"
-	@echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"
-	@echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"
-	@echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"
-	@echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"
-	@echo "  VALID_BLEU=$(VALID_BLEU)  non-empty: validation BLEU too (tfm-train --valid-bleu), logged and plotted"
-	@echo "  REPORT_EVERY=$(REPORT_EVERY)  updates between the lines of train.log (plot draws them)"
-	@echo "  SENT=$(SENT)  attention: the test sentence (line number) whose attention is drawn"
-	@echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"
+	    echo "  TEST_SRC=$(TEST_SRC) TEST_TGT=$(TEST_TGT)  the text of each set (.gz read too)";) \
+	    echo "  DATA=$(DATA)  the bundled corpora"; \
+	    echo "  W=$(W)  the work directory (clean removes what the pipeline made there)"; \
+	    echo "  BIN=$(BIN)  the tools"; \
+	    echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"; \
+	    echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS='$(SPM_FLAGS)'  the shared SentencePiece model"; \
+	    echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"; \
+	    echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"; \
+	    echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG) KEEP=$(KEEP)  checkpoint interval (time or updates), checkpoints averaged, kept (unset: all)"; \
+	    echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"; \
+	    echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"; \
+	    echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"; \
+	    echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"; \
+	    echo "  VALID_BLEU=$(VALID_BLEU)  non-empty: validation BLEU too (tfm-train --valid-bleu), logged and plotted"; \
+	    echo "  REPORT_EVERY=$(REPORT_EVERY)  updates between the lines of train.log (plot draws them)"; \
+	    echo "  SENT=$(SENT)  attention: the test sentence (line number) whose attention is drawn"; \
+	    echo "  LAUNCH=$(LAUNCH)  train as several processes, e.g. LAUNCH='srun -n 8' (W on a shared file system)"; \
+	} 2> /dev/null || :
 
 .PHONY: FORCE all attention clean help plot score stages

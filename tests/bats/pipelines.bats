@@ -50,6 +50,18 @@ need_tools() {
     refute_output --partial "TRAIN_SRC="       # its own text stage reads trees
 }
 
+@test "help piped to head ends quietly, with status 0" {
+    for m in wmt_ende wmt_enfr wsj_parse; do
+        # stderr apart: make said "Broken pipe" there, a line at a time
+        run bash -c "make -f '$TFM_ROOT/pipelines/$m.mk' help 2> '$BATS_TEST_TMPDIR/err' |
+            head -1; echo \"\${PIPESTATUS[0]}\""
+        assert_line --index 0 --partial "make -f pipelines/$m.mk ["
+        assert_line --index 1 0
+        run cat "$BATS_TEST_TMPDIR/err"
+        assert_output ""
+    done
+}
+
 @test "an unknown CORPUS is refused by name" {
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt15 help
     assert_failure
