@@ -216,6 +216,12 @@ worst_row() {
         done
     done
     [ "$(ls "$T" | grep -c png)" -eq 6 ]
+    # another run's picture being drawn under the name every run used is left alone
+    echo "another run's picture" > "$T/s1.cross.1.png.tmp"
+    run "$TFM_ROOT/pipelines/plot-attention" -n 1 -o "$T/s1" "$M/all.tfm"
+    assert_success
+    assert_equal "$(cat "$T/s1.cross.1.png.tmp")" "another run's picture"
+    rm "$T/s1.cross.1.png.tmp"
     # cross only: cross pictures only; the default prefix is the file's name
     tfm-decode -q -m "$M/model.tfm" --attention "$T/x.tfm" -o "$T/h.tfm" "$M/test.tfm"
     run "$TFM_ROOT/pipelines/plot-attention" -n 3 "$T/x.tfm"

@@ -35,6 +35,32 @@ panels() {
     assert_not_exist "$T/c.png.tmp"
 }
 
+@test "plot-train: two runs at once draw under names of their own; a signal leaves none" {
+    # another run's picture being drawn, under the name every run used (PREFIX.png.tmp)
+    echo "another run's picture" > "$T/c.png.tmp"
+    run "$PLOT" "$LOGS/valid-bleu.log" "$T/c"
+    assert_success
+    is_png "$T/c.png"
+    assert_equal "$(cat "$T/c.png.tmp")" "another run's picture"
+    rm "$T/c.png.tmp"
+    # the pictures take the mode that the umask gives a new file, as before
+    (umask 027 && "$PLOT" "$LOGS/valid-bleu.log" "$T/m")
+    assert_equal "$(stat -c %a "$T/m.png")" 640
+    # stopped by a signal while gnuplot draws: no partial picture is left behind
+    mkdir "$T/bin"
+    printf '#!/bin/sh\nsleep 2\n' > "$T/bin/gnuplot"   # the shell waits for it
+    chmod +x "$T/bin/gnuplot"
+    PATH="$T/bin:$PATH" "$PLOT" "$LOGS/valid-bleu.log" "$T/s" &
+    pid=$!
+    for _ in $(seq 50); do ls "$T"/s.png.tmp.* > /dev/null 2>&1 && break; sleep 0.1; done
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    assert_equal $rc 143
+    run ls "$T"
+    refute_output --partial "s.png"
+}
+
 @test "plot-train: no BLEU panel when the log has none" {
     run "$PLOT" "$LOGS/no-bleu.log" "$T/c"
     assert_success
