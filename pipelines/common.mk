@@ -135,6 +135,34 @@ endif
 $(W):
 	@mkdir -p $@; $(lock_w) >&2
 
+# What the pipeline makes in $(W), which clean removes with the FILE.tmp (a recipe's) and
+# FILE.tmp.PID (a tool's; the rendezvous's is rendezvous.RANDOM.tmp) that an interrupted
+# stage leaves, those alone (W=. may hold .tmp files of the user's); W itself goes when that
+# empties it, and is kept, with what it holds besides, otherwise (W may be the user's).
+# A W that rmdir cannot remove although empty (., a symbolic link to a directory) is kept
+# without a word: it holds nothing to name.
+MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
+       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
+       train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
+       attention .pipeline.lock $(EXTRA_MADE)
+# $(call rm_made,NAMES): shell code removing NAMES in W, with their FILE.tmp and FILE.tmp.*.
+rm_made = rm -rf $(addprefix $(W)/,$(1) $(addsuffix .tmp,$(1)) $(addsuffix .tmp.*,$(1)))
+
+# `make clean all` (clean first, other goals after it): W is cleaned here, as the makefile
+# is read, once this run holds W and before anything in W is read, its lock file kept.  As
+# a recipe, clean removed the lock of the run that went on to make the other goals (another
+# run could then start in W beside it); the settings read below would be those of the
+# files it removed; and under -j it ran beside the goals after it, removing what they made.
+ifeq ($(firstword $(MAKECMDGOALS)),clean)
+ifneq ($(filter-out clean,$(MAKECMDGOALS)),)
+ifeq ($(findstring n,$(firstword -$(MAKEFLAGS)))$(findstring q,$(firstword -$(MAKEFLAGS))),)
+clean_first := 1
+clean_said := $(if $(wildcard $(W)/.),$(shell { $(call rm_made,$(filter-out .pipeline.lock,$(MADE))); } 2>&1))
+$(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(or $(clean_said),$(MAKEFILE_NAME): W=$(W): cannot clean it)))
+endif
+endif
+endif
+
 # ---- settings: a changed variable redoes the stages it changes ------------------------------
 # $(W)/settings/NAME holds settings.NAME, the variables that stage NAME's files were made
 # with ("VOCAB=8000 SPM_TYPE=bpe ..."), and is a prerequisite of those files.  When the
@@ -354,20 +382,14 @@ stages: $(foreach s,train valid test,$(W)/$(s).src.tfm $(W)/$(s).tgt.tfm) \
 score: $(W)/score.txt
 	@cat $<
 
-# What the pipeline makes in $(W), which clean removes with the FILE.tmp (a recipe's) and
-# FILE.tmp.PID (a tool's; the rendezvous's is rendezvous.RANDOM.tmp) that an interrupted
-# stage leaves, those alone (W=. may hold .tmp files of the user's); W itself goes when that
-# empties it, and is kept, with what it holds besides, otherwise (W may be the user's).
-# A W that rmdir cannot remove although empty (., a symbolic link to a directory) is kept
-# without a word: it holds nothing to name.
-MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
-       settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
-       train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
-       attention .pipeline.lock $(EXTRA_MADE)
 clean:
-	@rm -rf $(addprefix $(W)/,$(MADE) $(addsuffix .tmp,$(MADE)) $(addsuffix .tmp.*,$(MADE)))
+ifdef clean_first
+	@: cleaned as the makefile was read
+else
+	@$(call rm_made,$(MADE))
 	@[ ! -d $(W) ] || rmdir $(W) 2> /dev/null || [ -z "$$(ls -A $(W))" ] || \
 	    echo "$(W): kept: it holds files that $(MAKEFILE_NAME) did not make:" $$(ls -A $(W) | head -5)
+endif
 
 # One shell for the whole text, deaf to SIGPIPE: `help | head` ends quietly (an echo into
 # the closed pipe fails, unheard), where a shell a line, killed by the signal, had make

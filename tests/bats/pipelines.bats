@@ -461,6 +461,43 @@ need_tools() {
     refute_output --partial "cannot write"
 }
 
+@test "wmt_ende: clean and other goals in one call: cleaned first, W held throughout" {
+    local w="$BATS_TEST_TMPDIR/cleanall" bin="$BATS_TEST_TMPDIR/slow"
+    mkdir -p "$w" "$bin"
+    echo mine > "$w/notes"          # the user's: W is kept
+    echo old > "$w/test.src"
+    # a text stage that takes 4 s (PREP), so that another run can knock meanwhile
+    printf '#!/bin/sh\nsleep 4\nexec cat\n' > "$bin/slowcat"
+    chmod +x "$bin/slowcat"
+    PATH="$bin:$PATH" $ENDE W="$w" PREP=slowcat clean "$w/test.src" > "$BATS_TEST_TMPDIR/a.out" 2>&1 &
+    local a=$!
+    sleep 2
+    # clean removed its own lock file: the second run went on beside the first
+    run $ENDE W="$w" "$w/test.tgt"
+    assert_failure
+    assert_output --partial "wmt_ende.mk: W=$w: another run (pid $a) is making files there: stopped"
+    local ra=0
+    wait $a || ra=$?
+    assert_equal $ra 0
+    run cat "$BATS_TEST_TMPDIR/a.out"
+    refute_output --partial "kept"
+    assert_file_not_exist "$w/test.tgt"
+    assert_equal "$(wc -l < "$w/test.src")" 12     # TEST_LINES=12: made anew
+    assert_equal "$(cat "$w/notes")" mine
+    # make -n clean and more: nothing removed
+    run $ENDE W="$w" -n clean "$w/test.src"
+    assert_success
+    assert_file_exist "$w/test.src"
+    # under -j the goal after clean is made after it, not beside it and then removed
+    run $ENDE -j2 W="$w" clean "$w/test.src" "$w/test.tgt"
+    assert_success
+    assert_file_exist "$w/test.src"
+    assert_file_exist "$w/test.tgt"
+    run $ENDE W="$w" clean
+    assert_success
+    assert_equal "$(ls -A "$w")" notes
+}
+
 @test "wmt_ende: deleted checkpoints are trained again, unless their average is there" {
     need_tools
     local w="$BATS_TEST_TMPDIR/gone"
