@@ -327,7 +327,7 @@ int main(int argc, char **argv)
         if (tfm_parse_double(grace, &g) || !(g >= 0 && g <= 1e7)) {
             fprintf(stderr, "tfm-train: TFM_STOP_GRACE=%s: expected seconds from 0 (none) to "
                     "1e7\n", grace);
-            return 2;
+            return 1;           /* as every bad environment value: not a command-line usage */
         }
         stop_grace.it_value.tv_sec = (time_t)g;
         stop_grace.it_value.tv_usec = (suseconds_t)((g - (double)(time_t)g) * 1e6);

@@ -92,7 +92,7 @@ setup() {
     run cat "$T/err"
     assert_output --partial "still busy long after the stop signal (TFM_STOP_GRACE)"
     run env TFM_STOP_GRACE=soon tfm-train -q -c "$CONF" -o "$T/ck4" --max-steps 1 "$M/b.tfm"
-    assert_failure 2
+    assert_failure 1
     assert_output --partial "TFM_STOP_GRACE"
 }
 
