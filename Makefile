@@ -98,10 +98,10 @@ $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-# The plugin carries its own copies of error.c and cuda_hint.c (built position-independent);
-# it exports tfm_cuda_plugin_entry only (-fvisibility=hidden), and -z defs proves it
-# complete.
-$(CUDA_PLUGIN): $(KERNEL_OBJ) $(BUILD)/pic/error.o $(BUILD)/pic/cuda_hint.o
+# The plugin carries its own copies of error.c, cuda_hint.c and cuda_env.c (built
+# position-independent); it exports tfm_cuda_plugin_entry only (-fvisibility=hidden), and
+# -z defs proves it complete.
+$(CUDA_PLUGIN): $(KERNEL_OBJ) $(BUILD)/pic/error.o $(BUILD)/pic/cuda_hint.o $(BUILD)/pic/cuda_env.o
 	$(CXX) -shared -Wl,-z,defs $(LDFLAGS) -o $@ $^ $(CUDA_LIBS) -lstdc++
 
 $(BUILD)/pic/%.o: src/%.c

@@ -37,6 +37,7 @@
 
 extern "C" {
 #include "backend.h"
+#include "cuda_env.h"
 }
 
 struct tfm_nccl;
@@ -71,13 +72,10 @@ struct tfm_cuda {
     cudaEvent_t stage_done[STAGE_SEGS];
 };
 
-// Which attention forward and backward run (cuda_attn.cu's header): AUTO, the products
-// (cuda_attn_mm.cu) at bf16 and the online-softmax kernels (cuda_attn.cu) at fp32; FLASH
-// or MM, that one at every precision (TFM_CUDA_ATTN=flash or mm; tfm-train(1)).  Fixed
-// for the backend's life, so a forward and its backward take the same path.
-enum tfm_cuda_attn { TFM_CUDA_ATTN_AUTO = 0, TFM_CUDA_ATTN_FLASH, TFM_CUDA_ATTN_MM };
-// The path TFM_CUDA_ATTN's value names (NULL or empty: AUTO); -1 with err for another.
-int tfm_cuda_attn_choice(const char *value, struct tfm_error *err);
+// Which attention forward and backward run: enum tfm_cuda_attn and tfm_cuda_attn_choice
+// (src/cuda_env.h): AUTO, the products (cuda_attn_mm.cu) at bf16 and the online-softmax
+// kernels (cuda_attn.cu) at fp32.  Fixed for the backend's life, so a forward and its
+// backward take the same path.
 
 static inline tfm_cuda *CU(struct tfm_backend *be) { return (tfm_cuda *)be->impl; }
 static inline cudaStream_t STREAM(struct tfm_backend *be) { return CU(be)->stream; }

@@ -871,19 +871,6 @@ void attn_decode(struct tfm_backend *be, int R, int H, int dk, float scale, cons
 
 }   // namespace
 
-// ---- the path (the header) ----------------------------------------------------------------
-
-int tfm_cuda_attn_choice(const char *value, struct tfm_error *err)
-{
-    if (!value || !*value)
-        return TFM_CUDA_ATTN_AUTO;
-    if (strcmp(value, "flash") == 0)
-        return TFM_CUDA_ATTN_FLASH;
-    if (strcmp(value, "mm") == 0)
-        return TFM_CUDA_ATTN_MM;
-    return tfm_fail(err, "TFM_CUDA_ATTN=%s: flash or mm", value);
-}
-
 // Whether attn_fwd and attn_bwd run the products (cuda_attn_mm.cu): asked for, or bf16
 // unless the kernels here are asked for.
 static bool by_products(struct tfm_backend *be)

@@ -549,6 +549,11 @@ const char *tfm_precision_name(enum tfm_precision p);
  * Free with be->destroy(be).  NULL with err on failure. */
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err);
 
+/* The address space the CPU backend keeps free for each thread's OpenBLAS buffer, in bytes:
+ * TFM_BLAS_BUFFER_MB's MiB (0: no check), 129 MiB unset or empty.  -1 with err for a value
+ * that is not a whole number of MiB from 0 to 2^20. */
+int tfm_backend_cpu_buffer_env(size_t *bytes, struct tfm_error *err);
+
 /* The CUDA backend on GPU `device` (kernels/backend_cuda.cu): cuBLAS and cuBLASLt, one stream.
  * Every op as described above, tested op by op against the CPU (make check-gpu).  NULL with
  * err in a build without CUDA or when the device cannot be used. */

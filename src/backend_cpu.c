@@ -1930,6 +1930,19 @@ static void cpu_destroy(struct tfm_backend *be)
     free(be);
 }
 
+int tfm_backend_cpu_buffer_env(size_t *bytes, struct tfm_error *err)
+{
+    *bytes = (size_t)BLAS_BUFFER_MB << 20;
+    const char *mb = getenv("TFM_BLAS_BUFFER_MB");
+    if (mb && *mb) {
+        long long v;
+        if (tfm_parse_int(mb, &v) || v < 0 || v > (1L << 20))
+            return tfm_fail(err, "TFM_BLAS_BUFFER_MB='%s': expected MiB, 0 to %ld", mb, 1L << 20);
+        *bytes = (size_t)v << 20;
+    }
+    return 0;
+}
+
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
 {
     if (threads < 0 || threads > TFM_CPU_MAX_THREADS) {
@@ -1954,17 +1967,10 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
     c->avx512 = __builtin_cpu_supports("avx512f");
 #endif
-    c->blas_buffer = (size_t)BLAS_BUFFER_MB << 20;
-    const char *mb = getenv("TFM_BLAS_BUFFER_MB");
-    if (mb && *mb) {
-        long long v;
-        if (tfm_parse_int(mb, &v) || v < 0 || v > (1L << 20)) {
-            tfm_fail(err, "TFM_BLAS_BUFFER_MB='%s': expected MiB, 0 to %ld", mb, 1L << 20);
-            free(be);
-            free(c);
-            return NULL;
-        }
-        c->blas_buffer = (size_t)v << 20;
+    if (tfm_backend_cpu_buffer_env(&c->blas_buffer, err)) {
+        free(be);
+        free(c);
+        return NULL;
     }
     struct rlimit rl;
     c->as_limit = getrlimit(RLIMIT_AS, &rl) == 0 ? rl.rlim_cur : RLIM_INFINITY;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cuda_env.h"
 #include "cuda_plugin.h"
 #include "model.h"
 #include "optim.h"
@@ -308,6 +309,15 @@ int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size
     return 0;
 }
 
+int tfm_device_env_check(struct tfm_error *err)
+{
+    size_t bytes;
+    if (tfm_cuda_attn_choice(getenv("TFM_CUDA_ATTN"), err) < 0 ||
+        tfm_backend_cpu_buffer_env(&bytes, err))
+        return -1;
+    return 0;
+}
+
 int tfm_device_open_gpus(const char *want, int precision, int threads, int first, int n,
                          struct tfm_gpus *out, struct tfm_error *err)
 {
@@ -319,7 +329,7 @@ int tfm_device_open_gpus(const char *want, int precision, int threads, int first
     *count = 0;
     out->fallback = 0;
     note[0] = '\0';
-    if (tfm_device_choose(want, &dev, err))
+    if (tfm_device_env_check(err) || tfm_device_choose(want, &dev, err))
         return -1;
     if (dev.kind == TFM_BACKEND_CPU) {
         snprintf(note, len, "%s", dev.note);

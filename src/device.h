@@ -21,6 +21,12 @@ struct tfm_device {
 #define TFM_DEVICE_NAMES "auto, cpu, cuda or sim"
 int tfm_device_name_ok(const char *want);
 
+/* The environment of the backends, checked whichever device is then chosen: a value the
+ * CUDA backend (TFM_CUDA_ATTN) or the CPU backend (TFM_BLAS_BUFFER_MB) would refuse is an
+ * error on every device, not only on the one that reads it (tfm_device_open_gpus checks
+ * it first).  0, or -1 with err naming the variable. */
+int tfm_device_env_check(struct tfm_error *err);
+
 /* want: one of TFM_DEVICE_NAMES.  Returns 0 and fills dev, or -1 with err. */
 int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error *err);
 /* How far a device's result a is from the CPU's b (n floats): the largest difference,

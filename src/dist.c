@@ -61,6 +61,8 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     e->world = 1;
     e->local_rank = 0;
     snprintf(e->source, sizeof e->source, "none");
+    if (tfm_dist_env_check(err))
+        return -1;
     static const char *const local[] = {"TFM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                         "MPI_LOCALRANKID", "SLURM_LOCALID"};
     _Static_assert(sizeof local / sizeof *local == sizeof vars / sizeof *vars, "one each");
@@ -789,6 +791,26 @@ static const char *env_value(const char *name)
     return v && *v ? v : NULL;
 }
 
+/* TFM_MASTER_PORT's value port into *p: 1 to 65535, or -1 with err. */
+static int env_port(const char *port, int *p, struct tfm_error *err)
+{
+    long long v;
+    if (tfm_parse_int(port, &v) || v < 1 || v > 65535)
+        return tfm_fail(err, "environment TFM_MASTER_PORT='%s': not a port", port);
+    *p = (int)v;
+    return 0;
+}
+
+/* TFM_RUN_TOKEN's value token: SECRET_MIN to SECRET_MAX characters, or -1 with err. */
+static int token_check(const char *token, struct tfm_error *err)
+{
+    size_t n = strlen(token);
+    if (n < SECRET_MIN || n > SECRET_MAX)
+        return tfm_fail(err, "TFM_RUN_TOKEN: %zu characters, %d at least and %d at most", n,
+                        SECRET_MIN, SECRET_MAX);
+    return 0;
+}
+
 static int where_from_env(struct where *w, struct tfm_error *err)
 {
     memset(w, 0, sizeof *w);
@@ -799,11 +821,9 @@ static int where_from_env(struct where *w, struct tfm_error *err)
     w->file = getenv("TFM_RENDEZVOUS");
     w->addr = addr;
     if (addr && port) {
-        long long p;
-        if (tfm_parse_int(port, &p) || p < 1 || p > 65535)
-            return tfm_fail(err, "environment TFM_MASTER_PORT='%s': not a port", port);
+        if (env_port(port, &w->port, err))
+            return -1;
         snprintf(w->host, sizeof w->host, "%s", addr);
-        w->port = (int)p;
         w->file = NULL;
         return 0;
     }
@@ -1377,6 +1397,32 @@ int tfm_dist_env_seconds(const char *name, double dflt, double *out, struct tfm_
     return 0;
 }
 
+int tfm_dist_env_bucket_mb(double *mb, struct tfm_error *err)
+{
+    const char *v = getenv("TFM_BUCKET_MB");
+    *mb = 25;
+    if (v && *v && (tfm_parse_double(v, mb) || !(*mb > 0) || *mb > 65536))
+        return tfm_fail(err, "TFM_BUCKET_MB=%s: not a size in megabytes in (0, 65536]", v);
+    return 0;
+}
+
+int tfm_dist_env_check(struct tfm_error *err)
+{
+    static const char *const limits[] = {"TFM_RENDEZVOUS_TIMEOUT", "TFM_JOIN_TIMEOUT",
+                                         "TFM_COLLECTIVE_TIMEOUT", "TFM_STOP_TIMEOUT"};
+    double x;
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++)
+        if (tfm_dist_env_seconds(limits[i], 1, &x, err))
+            return -1;
+    if (tfm_dist_env_bucket_mb(&x, err))
+        return -1;
+    const char *token = env_value("TFM_RUN_TOKEN"), *port = env_value("TFM_MASTER_PORT");
+    int p;
+    if ((token && token_check(token, err)) || (port && env_port(port, &p, err)))
+        return -1;
+    return 0;
+}
+
 struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch *watch,
                                 struct tfm_error *err)
 {
@@ -1395,12 +1441,8 @@ struct tfm_comm *tfm_comm_procs(int rank, int world, const struct tfm_dist_watch
         return NULL;
     const char *token = getenv("TFM_RUN_TOKEN");
     if (token && *token) {
-        size_t n = strlen(token);
-        if (n < SECRET_MIN || n > SECRET_MAX) {
-            tfm_fail(err, "TFM_RUN_TOKEN: %zu characters, %d at least and %d at most", n,
-                     SECRET_MIN, SECRET_MAX);
+        if (token_check(token, err))
             return NULL;
-        }
         snprintf(m.secret, sizeof m.secret, "%s", token);
         m.token = 1;
     } else if (!w.file) {

@@ -37,7 +37,19 @@ struct tfm_dist_env {
                          * SLURM_LOCALID, else 0 (which GPU) */
     char source[64];    /* which variables said so ("TFM_RANK", "none", ...) */
 };
+/* -1 with err, naming the variable, also for a bad value of one of the variables that only
+ * several processes use (tfm_dist_env_check). */
 int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err);
+/* The run's other variables, checked whatever the number of processes, so that a bad
+ * value is an error on one process as on many, where it is read only by the latter:
+ * TFM_RENDEZVOUS_TIMEOUT, TFM_JOIN_TIMEOUT, TFM_COLLECTIVE_TIMEOUT and TFM_STOP_TIMEOUT
+ * (tfm_dist_env_seconds), TFM_BUCKET_MB (tfm_dist_env_bucket_mb), TFM_RUN_TOKEN (16 to
+ * 256 characters) and TFM_MASTER_PORT (1 to 65535), each when set and not empty.  0, or
+ * -1 with err. */
+int tfm_dist_env_check(struct tfm_error *err);
+/* TFM_BUCKET_MB: megabytes of gradients a sum takes, 25 when unset or empty; -1 with err
+ * when it is not a number in (0, 65536]. */
+int tfm_dist_env_bucket_mb(double *mb, struct tfm_error *err);
 
 /* A communicator among nranks ranks of this process. */
 struct tfm_comm;

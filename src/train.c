@@ -203,12 +203,9 @@ static int all_reduce(void *ctx, float *buf, size_t n, struct tfm_error *err)
 /* TFM_BUCKET_MB: megabytes of gradients a sum (default 25), a positive number. */
 static int bucket_floats(size_t *floats, struct tfm_error *err)
 {
-    const char *v = getenv("TFM_BUCKET_MB");
-    double mb = 25;
-    if (v && *v) {
-        if (tfm_parse_double(v, &mb) || !(mb > 0) || mb > 65536)
-            return tfm_fail(err, "TFM_BUCKET_MB=%s: not a size in megabytes in (0, 65536]", v);
-    }
+    double mb;
+    if (tfm_dist_env_bucket_mb(&mb, err))
+        return -1;
     *floats = (size_t)(mb * 1048576 / sizeof(float));
     if (*floats < 16)
         *floats = 16;

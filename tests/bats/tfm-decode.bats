@@ -74,6 +74,20 @@ values() {
     diff <(echo "$output") "$M/test.txt"
 }
 
+@test "tfm-decode: a bad TFM_CUDA_ATTN or TFM_BLAS_BUFFER_MB is an error on every device" {
+    # each used to be read only by the backend it steers (the GPU's, the CPU's)
+    for dev in auto cpu sim; do
+        run env TFM_CUDA_ATTN=bogus tfm-decode -q --device $dev -m "$M/model.tfm" "$M/train.tfm"
+        assert_failure 1
+        assert_output "tfm-decode: TFM_CUDA_ATTN=bogus: flash or mm"
+    done
+    run env TFM_BLAS_BUFFER_MB=-1 tfm-decode -q --device sim -m "$M/model.tfm" "$M/train.tfm"
+    assert_failure 1
+    assert_output --partial "TFM_BLAS_BUFFER_MB='-1'"
+    run env TFM_CUDA_ATTN=flash tfm-decode -q --device cpu -m "$M/model.tfm" -o /dev/null "$M/train.tfm"
+    assert_success
+}
+
 @test "tfm-decode writes a hypothesis stream with the model's vocabulary, in input order" {
     tfm-decode -q -m "$M/model.tfm" "$M/test.tfm" > "$T/h.tfm"
     run tfm-cat --header "$T/h.tfm"

@@ -550,6 +550,26 @@ teardown() {
     done
     run env TFM_STOP_GRACE=0.5 tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 -q "$M/b500.tfm"
     assert_success
+    # every variable of tfm-train(1) with a bad value is an error on the CPU and on one
+    # process, not only on the GPU or with several processes, where it is used
+    local bad
+    for bad in "TFM_CUDA_ATTN=bogus:TFM_CUDA_ATTN=bogus: flash or mm" \
+               "TFM_BLAS_BUFFER_MB=lots:TFM_BLAS_BUFFER_MB='lots'" \
+               "TFM_RENDEZVOUS_TIMEOUT=0:TFM_RENDEZVOUS_TIMEOUT=0: not a number of seconds" \
+               "TFM_JOIN_TIMEOUT=x:TFM_JOIN_TIMEOUT=x: not a number of seconds" \
+               "TFM_COLLECTIVE_TIMEOUT=-1:TFM_COLLECTIVE_TIMEOUT=-1: not a number of seconds" \
+               "TFM_STOP_TIMEOUT=1e9:TFM_STOP_TIMEOUT=1e9: not a number of seconds" \
+               "TFM_BUCKET_MB=0:TFM_BUCKET_MB=0: not a size in megabytes" \
+               "TFM_RUN_TOKEN=short:TFM_RUN_TOKEN: 5 characters, 16 at least" \
+               "TFM_MASTER_PORT=99999:TFM_MASTER_PORT='99999': not a port"; do
+        for dev in cpu sim; do
+            run env "${bad%%:*}" tfm-train "${SMALL[@]}" --device $dev -q -o "$T/env" \
+                --max-steps 1 "$M/b500.tfm"
+            assert_failure 1
+            assert_output --partial "${bad#*:}"
+            [ ! -e "$T/env" ]
+        done
+    done
     # a run resumed at its last update names the checkpoint it resumed
     run tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 --resume "$M/b500.tfm"
     assert_success
