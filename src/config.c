@@ -192,6 +192,10 @@ static int apply_line(struct tfm_config *c, const char *b, const char *e, struct
     const struct tfm_config_key *k = find_key(kb, (size_t)(ke - kb));
     if (!k)
         return tfm_fail(err, "key '%s': unknown key", tfm_quote(q, sizeof q, kb, (size_t)(ke - kb)));
+    /* a NUL byte in a key makes it unknown, quoted as \x00; in a value it would end the
+     * value early (set_value reads a C string), and the message names the key */
+    if (memchr(vb, '\0', (size_t)(ve - vb)))
+        return tfm_fail(err, "key '%s': NUL byte in value", k->name);
     char v[256];
     if ((size_t)(ve - vb) >= sizeof v)
         return tfm_fail(err, "key '%s': value too long", k->name);
@@ -215,8 +219,6 @@ int tfm_config_parse(struct tfm_config *c, const char *text, size_t n, const cha
         const char *b = p, *e = hash ? hash : le;
         trim(&b, &e);
         if (b < e) {
-            if (memchr(b, '\0', (size_t)(e - b)))
-                return tfm_fail(err, "%s:%d: NUL byte in line", name, line);
             if (apply_line(c, b, e, err) < 0)
                 return tfm_error_prefix(err, "%s:%d", name, line);
         }

@@ -91,6 +91,16 @@ static void test_errors(void)
     static const char bin[] = "\x7f" "ELF\x02\x01\x01\x1b[2J\n";
     CHECK(tfm_config_parse(&c, bin, sizeof bin - 1, "b.conf", &err) < 0);
     CHECK_STR(err.msg, "b.conf:1: expected 'key = value', got '\\x7fELF\\x02\\x01\\x01\\x1b[2J'");
+    /* a NUL byte: the message names the key, as every other error of a line does */
+    static const char nul_value[] = "layers = 2\ndropout = 0.\0" "1\n";
+    CHECK(tfm_config_parse(&c, nul_value, sizeof nul_value - 1, "n.conf", &err) < 0);
+    CHECK_STR(err.msg, "n.conf:2: key 'dropout': NUL byte in value");
+    static const char nul_key[] = "drop\0out = 0.1\n";
+    CHECK(tfm_config_parse(&c, nul_key, sizeof nul_key - 1, "n.conf", &err) < 0);
+    CHECK_STR(err.msg, "n.conf:1: key 'drop\\x00out': unknown key");
+    static const char nul_line[] = "\0\0\0\n";
+    CHECK(tfm_config_parse(&c, nul_line, sizeof nul_line - 1, "n.conf", &err) < 0);
+    CHECK_STR(err.msg, "n.conf:1: expected 'key = value', got '\\x00\\x00\\x00'");
     CHECK(tfm_config_set(&c, "norm=middle", "--set", &err) < 0);
     CHECK_STR(err.msg, "--set norm=middle: key 'norm': 'middle' is not one of post|pre");
     CHECK(tfm_config_set(&c, "lr_scale=nan", "--set", &err) < 0);
