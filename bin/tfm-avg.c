@@ -61,6 +61,13 @@ int main(int argc, char **argv)
                                    "or use -o OUT)");
     if (tfm_cli_not_terminal("--output", out))
         return 2;
+    /* "-" is a checkpoint on standard input, which holds one */
+    int stdin_reads = 0;
+    for (int i = optind; i < argc; i++)
+        stdin_reads += tfm_cli_reads_stdin(argv[i]);
+    if (stdin_reads > 1)
+        return tfm_cli_usage_error("standard input given %d times (- or /dev/stdin): it holds "
+                                   "one checkpoint", stdin_reads);
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     struct tfm_error err;
     int nfiles = 0, cap = 0, status = 1;
@@ -70,7 +77,9 @@ int main(int argc, char **argv)
         char **paths = NULL;
         int64_t *steps = NULL;
         int n = 0, from = 0;
-        if (stat(argv[i], &st) != 0) {
+        if (strcmp(argv[i], "-") == 0)
+            st.st_mode = S_IFREG;       /* one checkpoint, read from standard input */
+        else if (stat(argv[i], &st) != 0) {
             fprintf(stderr, "tfm-avg: %s: %s\n", argv[i], strerror(errno));
             goto out;
         }

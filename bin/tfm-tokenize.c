@@ -188,6 +188,10 @@ static int run(int argc, char **argv, const char **options)
     if (sub == 0) {     /* train */
         if (!model)
             return tfm_cli_usage_error("train: -m MODEL is needed");
+        /* the model is written whole to a file (renamed into place), never to stdout */
+        if (strcmp(model, "-") == 0)
+            return tfm_cli_usage_error("train: -m -: the model is written to a file: give "
+                                       "its path");
         if (nfiles < 1)
             return tfm_cli_usage_error("train: at least one FILE is needed");
         for (int i = optind; i < argc; i++)

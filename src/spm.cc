@@ -173,7 +173,12 @@ static struct tfm_spm *load_fd(int fd, const char *path, struct tfm_error *err)
 
 extern "C" struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* "-": standard input, as for every input of the tools, named as the stream reader
+     * names it */
+    bool in = strcmp(path, "-") == 0;
+    if (in)
+        path = "<stdin>";
+    int fd = in ? 0 : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         tfm_fail(err, "%s: %s", path, strerror(errno));
         return nullptr;
@@ -184,7 +189,8 @@ extern "C" struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error 
     } catch (const std::exception &e) {
         tfm_fail(err, "%s: %s", path, e.what());
     }
-    close(fd);
+    if (!in)
+        close(fd);
     return s;
 }
 

@@ -37,7 +37,7 @@ struct tfm_spm;
 /* Load a serialized ModelProto (the bytes of a .model file). */
 struct tfm_spm *tfm_spm_load(const void *proto, size_t n, struct tfm_error *err);
 /* A .model file, or a tfm stream with an embedded model (tokens, checkpoint...); read
- * once from the front, so a pipe or a FIFO works as well. */
+ * once from the front, so a pipe or a FIFO works as well; path "-" is standard input. */
 struct tfm_spm *tfm_spm_load_file(const char *path, struct tfm_error *err);
 void tfm_spm_free(struct tfm_spm *s);
 int tfm_spm_vocab_size(const struct tfm_spm *s);

@@ -102,6 +102,16 @@ check_mean() {
     run tfm-avg -o "$T/one.tfm" "$M/run/step-000002.tfm"
     assert_success
     diff <(values "$T/one.tfm" param.emb) <(values "$M/run/step-000002.tfm" param.emb)
+    # - is a checkpoint on standard input, as for every input (it was a file named '-')
+    cd "$T"
+    cat "$M/run/step-000001.tfm" | tfm-avg -o "$T/in.tfm" - "$M/run/step-000003.tfm"
+    cmp "$T/in.tfm" "$T/piped.tfm"
+    run bash -c "cat '$M/run/step-000001.tfm' | tfm-avg - /dev/stdin"
+    assert_failure 2
+    assert_line --index 0 "tfm-avg: standard input given 2 times (- or /dev/stdin): it holds one checkpoint"
+    run tfm-avg -o "$T/none.tfm" - < /dev/null
+    assert_failure 1
+    assert_output --partial "<stdin>: empty input"
 }
 
 @test "--keep-optimizer averages the Adam moments too; training can resume from it" {

@@ -259,6 +259,23 @@ ids_by_cat() {
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/a.tfm"
     cat "$M/bpe.model" | tfm-tokenize encode -m /dev/stdin "$M/val.en" | cmp - "$T/a.tfm"
     tfm-tokenize encode -m /dev/stdin "$M/val.en" < "$M/bpe.model" | cmp - "$T/a.tfm"
+    # - is standard input too (it was opened as a file named '-'), for decode as well
+    cd "$T"
+    cat "$M/bpe.model" | tfm-tokenize encode -m - "$M/val.en" | cmp - "$T/a.tfm"
+    run bash -c "cat '$M/bpe.model' | tfm-tokenize decode -m - '$T/a.tfm'"
+    assert_success
+    assert_output "$(tfm-tokenize decode "$T/a.tfm")"
+    run bash -c "cat '$M/bpe.model' | tfm-tokenize encode -m -"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m -: standard input cannot feed both the model and the text (give FILE)"
+    run tfm-tokenize encode -m - "$M/val.en" < /dev/null
+    assert_failure 1
+    assert_output "tfm-tokenize: <stdin>: empty file, not a SentencePiece model"
+    # train writes its model to a file, renamed into place: - is refused, not a file '-'
+    run tfm-tokenize train -m - --vocab 50 "$M/val.en"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: train: -m -: the model is written to a file: give its path"
+    [ ! -e "$T/-" ]
 }
 
 @test "decode reads a stream a chunk at a time: 120 MB of ids under a 100 MB address limit" {
