@@ -230,6 +230,15 @@ int main(int argc, char **argv)
     if (!o.out_dir && !print_config)
         return tfm_cli_usage_error("-o DIR is required (where checkpoints go)");
 
+    if (config_path && !print_config && tfm_cli_reads_stdin(config_path) &&
+        tfm_cli_reads_stdin(o.train_path))
+        return tfm_cli_usage_error("-c %s: standard input cannot feed both the config and the "
+                                   "batch stream (give FILE)", config_path);
+    if (o.valid_path && tfm_cli_reads_stdin(o.valid_path))
+        return tfm_cli_usage_error("--valid %s: standard input is read once; the validation "
+                                   "batches are read again at every validation (give a "
+                                   "regular file)", o.valid_path);
+
     /* the config: defaults, then the file (or the checkpoint resumed), then overrides */
     struct tfm_error err;
     struct tfm_config cfg;

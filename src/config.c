@@ -229,13 +229,18 @@ int tfm_config_parse(struct tfm_config *c, const char *text, size_t n, const cha
 
 int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *err)
 {
-    FILE *f = fopen(path, "rb");
+    /* "-": standard input, named as the stream reader names it */
+    int in = strcmp(path, "-") == 0;
+    if (in)
+        path = "<stdin>";
+    FILE *f = in ? stdin : fopen(path, "rb");
     if (!f)
         return tfm_fail(err, "%s: %s", path, strerror(errno));
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     if (!buf) {
-        fclose(f);
+        if (!in)
+            fclose(f);
         return tfm_fail(err, "%s: out of memory", path);
     }
     int e = 0;          /* errno of a failed read (EISDIR for a directory) */
@@ -243,13 +248,15 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
         if (n == cap) {
             if (cap >= (1u << 20)) {
                 free(buf);
-                fclose(f);
+                if (!in)
+                    fclose(f);
                 return tfm_fail(err, "%s: 1 MiB or more: not a config file", path);
             }
             char *nb = realloc(buf, cap * 2);
             if (!nb) {
                 free(buf);
-                fclose(f);
+                if (!in)
+                    fclose(f);
                 return tfm_fail(err, "%s: out of memory", path);
             }
             buf = nb;
@@ -264,7 +271,8 @@ int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *er
         }
     }
     int bad = ferror(f);
-    fclose(f);
+    if (!in)
+        fclose(f);
     if (bad) {
         free(buf);
         return tfm_fail(err, "%s: %s", path, e ? strerror(e) : "read error");

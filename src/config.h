@@ -88,7 +88,8 @@ void tfm_config_defaults(struct tfm_config *c);
  * "NAME:LINE: key 'drpout': unknown key".  0 or -1 with err; c may be half-updated. */
 int tfm_config_parse(struct tfm_config *c, const char *text, size_t n, const char *name,
                      struct tfm_error *err);
-/* Read and apply a file (tfm_config_parse with the path as name). */
+/* Read and apply a file (tfm_config_parse with the path as name; "-": standard input,
+ * named "<stdin>"). */
 int tfm_config_load(struct tfm_config *c, const char *path, struct tfm_error *err);
 /* Apply one "key=value" override.  where names its origin in messages ("--set"). */
 int tfm_config_set(struct tfm_config *c, const char *kv, const char *where,

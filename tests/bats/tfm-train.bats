@@ -393,6 +393,20 @@ teardown() {
     run tfm-train "${SMALL[@]}" -o "$T/w6" "$T/nothing.tfm"
     assert_failure 1
     assert_output --partial "$T/nothing.tfm"
+    # - is standard input (it was a file named '-'): the config there, with the batches
+    # from FILE; both from standard input, or the validation stream read once, refused
+    cd "$T"
+    run bash -c "tfm-train -c - -o '$T/w7' --max-steps 1 -q '$M/b.tfm' < '$CONF'"
+    assert_success
+    [ -e "$T/w7/last.tfm" ]
+    run bash -c "cat '$M/b.tfm' | tfm-train -c - -o '$T/w8' --max-steps 1 -q"
+    assert_failure 2
+    assert_line --index 0 "tfm-train: -c -: standard input cannot feed both the config and the batch stream (give FILE)"
+    run bash -c "cat '$M/b.tfm' | tfm-train ${SMALL[*]} -o '$T/w8' --valid - --max-steps 1 -q '$M/b.tfm'"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-train: --valid -: standard input is read once"
+    [ ! -e "$T/w8" ]
+    [ ! -e "$T/-" ]
 }
 
 @test "vocabulary mismatch between batches and checkpoint, or batches and validation" {
