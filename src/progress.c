@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char LOG_HEADER[] =
     "kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\tbleu\n";
@@ -19,9 +21,25 @@ int tfm_progress_open(struct tfm_progress *p, const char *prog, FILE *out, const
     p->log_path = log_path;
     if (!log_path)
         return 0;
-    if (!(p->log = fopen(log_path, "a")))
+    /* "-": standard output, which tfm-train leaves free; a copy of the descriptor, closed
+     * as a file's would be */
+    int fd = -1;
+    if (strcmp(log_path, "-") == 0) {
+        p->log_path = log_path = "<stdout>";
+        if ((fd = dup(1)) < 0 || !(p->log = fdopen(fd, "a"))) {
+            int e = errno;
+            if (fd >= 0)
+                close(fd);
+            return tfm_fail(err, "%s: %s", log_path, strerror(e));
+        }
+    } else if (!(p->log = fopen(log_path, "a"))) {
         return tfm_fail(err, "%s: %s", log_path, strerror(errno));
-    if (ftell(p->log) == 0 && fputs(LOG_HEADER, p->log) < 0) {
+    }
+    /* the header first, unless a regular file already holds lines (a resumed run's log):
+     * a pipe or a FIFO (whose position ftell cannot tell) starts a reader's copy afresh */
+    struct stat st;
+    int fresh = fstat(fileno(p->log), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0;
+    if (fresh && fputs(LOG_HEADER, p->log) < 0) {
         fclose(p->log);
         p->log = NULL;
         return tfm_fail(err, "%s: write error", log_path);

@@ -206,6 +206,22 @@ teardown() {
     # every train line has 9 columns and a loss below the uniform one (ln 1000 + smoothing)
     run awk -F '\t' '$1 == "train" && (NF != 9 || $3 > 7.5) { bad++ } END { print bad + 0 }' "$T/log"
     assert_output 0
+    # --log - is standard output (it was a file named '-'), under its header line
+    cd "$T"
+    run bash -c "tfm-train ${SMALL[*]} -q -o '$T/l3' --max-steps 2 --report-every 1 --log - '$M/b.tfm' 2> /dev/null"
+    assert_success
+    assert_line --index 0 $'kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\tbleu'
+    assert_line --index 2 --regexp $'^train\t2\t'
+    [ ! -e "$T/-" ]
+    # a FIFO (another shell's reader) gets the header too: ftell, which said whether the
+    # log was new, fails on it
+    mkfifo "$T/fifo"
+    cat "$T/fifo" > "$T/fifo.log" &
+    tfm-train "${SMALL[@]}" -q -o "$T/l4" --max-steps 2 --report-every 1 --log "$T/fifo" "$M/b.tfm"
+    wait $!
+    run cat "$T/fifo.log"
+    assert_line --index 0 $'kind\tstep\tloss\tppl\tlr\ttokens_per_s\telapsed_s\ttokens\tbleu'
+    assert_equal "${#lines[@]}" 3
 }
 
 @test "tfm-train(1)'s progress lines are lines a run of configs/base.conf could print" {
