@@ -297,7 +297,7 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("%s", bad);
     }
     /* standard input is read once: by one of the inputs ("-", or /dev/stdin on a pipe) */
-    char stdin_user[3][96];         /* two users are enough to refuse */
+    char stdin_user[5][96];         /* two references, --param, --source, FILE */
     int nstdin = 0;
     for (int r = 0; r < nrefs && nstdin < 2; r++)
         if (tfm_cli_reads_stdin(refs[r])) {
@@ -305,6 +305,9 @@ int main(int argc, char **argv)
                      nstdin ? "another reference" : "the references", refs[r]);
             nstdin++;
         }
+    if (fo.param && tfm_cli_reads_stdin(fo.param))
+        snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the parameter file "
+                 "(--param %.40s)", fo.param);
     if (fo.source && tfm_cli_reads_stdin(fo.source))
         snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the source sentences "
                  "(--source %.40s)", fo.source);

@@ -171,21 +171,27 @@ int tfm_evalb_params_parse(struct tfm_evalb_params *p, const char *text, size_t 
 
 int tfm_evalb_params_load(struct tfm_evalb_params *p, const char *path, struct tfm_error *err)
 {
-    FILE *f = fopen(path, "rb");
+    /* "-": standard input, named as the stream reader names it */
+    int in = strcmp(path, "-") == 0;
+    if (in)
+        path = "<stdin>";
+    FILE *f = in ? stdin : fopen(path, "rb");
     if (!f)
         return tfm_fail(err, "%s: %s", path, strerror(errno));
     /* the whole file, up to 1 MiB: a parameter file is a few lines */
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap + 1);
     if (!buf) {
-        fclose(f);
+        if (!in)
+            fclose(f);
         return tfm_fail(err, "%s: out of memory", path);
     }
     size_t k;
     while (n < cap + 1 && (k = fread(buf + n, 1, cap + 1 - n, f)) > 0)
         n += k;
     int bad = ferror(f);
-    fclose(f);
+    if (!in)
+        fclose(f);
     int rc;
     if (bad)
         rc = tfm_fail(err, "%s: read error", path);

@@ -334,6 +334,15 @@ print(d[\"score\"])'"
     run bash -c 'tfm-score -m f1 --json -p "$1" -r "$2" "$2" | iconv -f UTF-8 -t UTF-8' _ "$p" "$BATS_TEST_TMPDIR/g"
     assert_success
     assert_line ' "param": "x\\x01y",'
+    # --param - reads standard input (it was a file named '-'), named <stdin>; with the
+    # trees from there too, a usage error
+    cd "$BATS_TEST_TMPDIR"
+    run bash -c 'tfm-score -m f1 -p - -r "$1" "$1" < "$2"' _ "$BATS_TEST_TMPDIR/g" "$E/COLLINS.prm"
+    assert_success
+    assert_line -n 2 "evalb:<stdin>|labeled:yes|cutoff:40|version:tfm-0.1.0"
+    run bash -c 'tfm-score -m f1 -p - -r "$1" < "$2"' _ "$BATS_TEST_TMPDIR/g" "$E/COLLINS.prm"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both the parameter file (--param -) and the hypotheses (FILE - or none): give a file for one"
 }
 
 @test "f1: more than MAX_ERROR errors gives up (exit 1); --max-error raises it" {
