@@ -229,6 +229,10 @@ int main(int argc, char **argv)
         o.save_every_sec = 600;     /* the paper's 10 minutes */
     if (!o.out_dir && !print_config)
         return tfm_cli_usage_error("-o DIR is required (where checkpoints go)");
+    /* - is standard output elsewhere; checkpoints go to files of a directory */
+    if (o.out_dir && strcmp(o.out_dir, "-") == 0)
+        return tfm_cli_usage_error("-o -: checkpoints are files of a directory, not a stream: "
+                                   "give its path");
 
     if (config_path && !print_config && tfm_cli_reads_stdin(config_path) &&
         tfm_cli_reads_stdin(o.train_path))

@@ -423,6 +423,11 @@ teardown() {
     assert_line --index 0 --partial "tfm-train: --valid -: standard input is read once"
     [ ! -e "$T/w8" ]
     [ ! -e "$T/-" ]
+    # -o - made a directory named '-'
+    run tfm-train "${SMALL[@]}" -o - --max-steps 1 -q "$M/b.tfm"
+    assert_failure 2
+    assert_line --index 0 "tfm-train: -o -: checkpoints are files of a directory, not a stream: give its path"
+    [ ! -e "$T/-" ]
 }
 
 @test "vocabulary mismatch between batches and checkpoint, or batches and validation" {
