@@ -47,7 +47,7 @@ static int env_int(const char *name, int *v, int max, struct tfm_error *err)
     return 1;
 }
 
-int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
+static int place_from_env(struct tfm_dist_env *e, struct tfm_error *err)
 {
     static const char *const vars[][2] = {
         {"TFM_RANK", "TFM_WORLD_SIZE"},
@@ -61,8 +61,6 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
     e->world = 1;
     e->local_rank = 0;
     snprintf(e->source, sizeof e->source, "none");
-    if (tfm_dist_env_check(err))
-        return -1;
     static const char *const local[] = {"TFM_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
                                         "MPI_LOCALRANKID", "SLURM_LOCALID"};
     _Static_assert(sizeof local / sizeof *local == sizeof vars / sizeof *vars, "one each");
@@ -96,6 +94,16 @@ int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
         snprintf(e->source, sizeof e->source, "%s", vars[i][0]);
         return 0;
     }
+    return 0;
+}
+
+int tfm_dist_env_read(struct tfm_dist_env *e, struct tfm_error *err)
+{
+    if (place_from_env(e, err))
+        return -1;
+    /* the others, named with the process as tfm_comm_procs names them */
+    if (tfm_dist_env_check(err))
+        return e->world > 1 ? tfm_error_prefix(err, "process %d of %d", e->rank, e->world) : -1;
     return 0;
 }
 
