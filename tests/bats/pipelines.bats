@@ -53,7 +53,7 @@ need_tools() {
 @test "help piped to head ends quietly, with status 0" {
     for m in wmt_ende wmt_enfr wsj_parse; do
         # stderr apart: make said "Broken pipe" there, a line at a time
-        run bash -c "make -f '$TFM_ROOT/pipelines/$m.mk' help 2> '$BATS_TEST_TMPDIR/err' |
+        run bash -c "make --no-print-directory -f '$TFM_ROOT/pipelines/$m.mk' help 2> '$BATS_TEST_TMPDIR/err' |
             head -1; echo \"\${PIPESTATUS[0]}\""
         assert_line --index 0 --partial "make -f pipelines/$m.mk ["
         assert_line --index 1 0
