@@ -188,9 +188,10 @@ static void starved(void)
         on_exit(leave_without_blas, NULL);
 }
 
-/* 0 if `extra` more bytes leave the BLAS buffers room under the limits; else -1, err (with
- * err NULL: -1 alone, a question asked before a step that could otherwise wait forever). */
-static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
+/* 0 if `extra` more bytes leave room under the limits for `buffers` BLAS buffers (and what
+ * the setup still takes); else -1, err (with err NULL: -1 alone, a question asked before a
+ * step that could otherwise wait forever). */
+static int room_for(const struct cpu *c, int buffers, size_t extra, struct tfm_error *err)
 {
     if (!c->blas_buffer || (c->as_limit == RLIM_INFINITY && c->data_limit == RLIM_INFINITY))
         return 0;
@@ -203,7 +204,7 @@ static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
     if (got != 6)
         return 0;                           /* no /proc: nothing to measure against */
     double page = (double)sysconf(_SC_PAGESIZE);
-    double need = (double)c->threads * c->blas_buffer + HEADROOM_SLACK + c->pending + extra;
+    double need = (double)buffers * c->blas_buffer + HEADROOM_SLACK + c->pending + extra;
     /* statm: total size, and data + stack (what RLIMIT_DATA counts) */
     double used[2] = {pages[0] * page, pages[5] * page};
     rlim_t lim[2] = {c->as_limit, c->data_limit};
@@ -225,9 +226,15 @@ static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
                         "needed%s: OpenBLAS needs %.0f MiB for each of %d threads%s and waits "
                         "forever without it; raise the limit, use fewer threads, or a smaller "
                         "token budget", what[i], mib((double)lim[i]), mib(left), mib(need),
-                        more, mib((double)c->blas_buffer), c->threads, setup);
+                        more, mib((double)c->blas_buffer), buffers, setup);
     }
     return 0;
+}
+
+/* The same for a buffer for each of the backend's threads. */
+static int headroom(const struct cpu *c, size_t extra, struct tfm_error *err)
+{
+    return room_for(c, c->threads, extra, err);
 }
 
 /* OpenBLAS's own threads (the pthread build starts one fewer than the CPUs at load, for
@@ -1988,11 +1995,9 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
      * safe only when their buffers fit (else one would wait forever, and the join with
      * it); then the buffers are in what is measured.  The pool's stacks are still to come. */
     size_t stacks = (size_t)(threads - 1) * thread_stack();
-    struct cpu idle_only = *c;
-    idle_only.threads = 0;
-    idle_only.pending = (size_t)(idle > 0 ? idle : 0) * c->blas_buffer;
-    c->pending = idle_only.pending + stacks;
-    if (headroom(&idle_only, 0, NULL) == 0) {
+    if (idle > 0 && room_for(c, idle, 0, NULL) < 0) {
+        c->pending = (size_t)idle * c->blas_buffer + stacks;
+    } else {
         end_blas_threads();
         c->pending = stacks;
     }
