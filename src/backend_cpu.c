@@ -52,6 +52,7 @@ struct cpu {
     size_t pending;             /* address space the backend's setup will still take */
     rlim_t as_limit, data_limit;    /* RLIMIT_AS, RLIMIT_DATA at creation */
     int avx512;                 /* the CPU runs AVX-512F: the kernels written for it */
+    size_t l2;                  /* bytes of level-2 cache a core (out_rows) */
 };
 
 static struct cpu *CPU(struct tfm_backend *be) { return be->impl; }
@@ -1623,12 +1624,15 @@ static void cpu_log_softmax_top(struct tfm_backend *be, const float *x, int N, i
  * W[p*OUT_PW + c][d] at [p][d][c] (zeros past V), so that a tile's products read one
  * panel row of 16-lane vectors per d.  A step's rows go through in blocks (out_rows): the
  * tiles of OUT_MR rows of a block share each panel while it is in L1, and the block's
- * logits are still in L2 when log_softmax_top_rows reads them.  (Blocks of 16, 48 and 64
- * rows took 1.63, 1.58 and 1.60 s of a tiny model's beam search, vocabulary 8000.) */
+ * logits are still in L2 when log_softmax_top_rows reads them.  A block's logits take
+ * half the core's L2 (cpu_l2), leaving the rest to the panels and the rows: a tiny model's
+ * beam search (vocabulary 8000) took 1.63, 1.58 and 1.60 s with blocks of 16, 48 and 64
+ * rows on a Xeon of 2 MiB L2, and on a Zen 4 of 1 MiB L2 0.94-0.95 s with 8 or 16 rows
+ * where 48 (1.5 MiB, past its L2) took 1.15 s, on 2 threads, the same outputs. */
 #define OUT_PW 32
 #define OUT_MR 8
 #define OUT_RB_MAX 48
-#define OUT_RB_BYTES (3 << 19)      /* 1.5 MiB of logits a block, within L2 */
+#define OUT_L2_DEFAULT (1 << 20)    /* when the C library cannot tell the L2's size */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 static size_t cpu_out_pack_floats(int V, int D)
@@ -1644,11 +1648,12 @@ struct out_job {
     struct top_job top;         /* out_top: what log_softmax_top_rows does next */
 };
 
-/* Rows a block: as many whole tiles as keep its logits within OUT_RB_BYTES, 1 to
+/* Rows a block: as many whole tiles as keep its logits within half of L2, 1 to
  * OUT_RB_MAX / OUT_MR tiles. */
-static int out_rows(int V)
+static int out_rows(const struct tfm_backend *be, int V)
 {
-    int64_t rb = OUT_RB_BYTES / ((int64_t)V * (int64_t)sizeof(float)) / OUT_MR * OUT_MR;
+    int64_t rb = (int64_t)(CPU((struct tfm_backend *)be)->l2 / 2) /
+                 ((int64_t)V * (int64_t)sizeof(float)) / OUT_MR * OUT_MR;
     return rb < OUT_MR ? OUT_MR : rb > OUT_RB_MAX ? OUT_RB_MAX : (int)rb;
 }
 
@@ -1718,7 +1723,7 @@ static void cpu_out_logits(struct tfm_backend *be, float *y, const float *x, int
                            const float *packed, int V, int D)
 {
     struct out_job j = {.y = y, .packed = (float *)packed, .x = x, .N = N, .V = V, .D = D,
-                        .rb = out_rows(V)};
+                        .rb = out_rows(be, V)};
     par(be, (N + j.rb - 1) / j.rb, (double)N * V * D, out_blocks, &j);
 }
 
@@ -1727,7 +1732,7 @@ static void cpu_out_top(struct tfm_backend *be, float *y, const float *x, int N,
                         int also, float *top_y, int32_t *top_id, float *also_y)
 {
     struct out_job j = {.y = y, .packed = (float *)packed, .x = x, .N = N, .V = V, .D = D,
-                        .rb = out_rows(V), .with_top = 1,
+                        .rb = out_rows(be, V), .with_top = 1,
                         .top = {y, ban, top_y, also_y, top_id, V, k, nban, also}};
     par(be, (N + j.rb - 1) / j.rb, (double)N * V * D, out_blocks, &j);
 }
@@ -1950,6 +1955,17 @@ int tfm_backend_cpu_buffer_env(size_t *bytes, struct tfm_error *err)
     return 0;
 }
 
+/* Bytes of level-2 cache a core, as the C library reads it from the CPU (glibc: cpuid),
+ * or OUT_L2_DEFAULT when it cannot tell (0 or -1) or tells something implausible. */
+static size_t cpu_l2(void)
+{
+    long l2 = -1;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+    l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return l2 >= (64 << 10) && l2 <= (64L << 20) ? (size_t)l2 : OUT_L2_DEFAULT;
+}
+
 struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
 {
     if (threads < 0 || threads > TFM_CPU_MAX_THREADS) {
@@ -1974,6 +1990,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
     c->avx512 = __builtin_cpu_supports("avx512f");
 #endif
+    c->l2 = cpu_l2();
     if (tfm_backend_cpu_buffer_env(&c->blas_buffer, err)) {
         free(be);
         free(c);

@@ -818,7 +818,8 @@ static void test_out_layer(void)
         CHECK(!be->out_logits && !be->out_top && !be1->out_pack);
         return;
     }
-    enum { N = 37, V = 20011, D = 40, K = 5 };     /* blocks of 16, 16 and 5 rows */
+    /* blocks of 8 or 16 rows (as the L2 allows, out_rows) and a last one of 5 */
+    enum { N = 37, V = 20011, D = 40, K = 5 };
     static float W[V * D], x[N * D], want[N * V], y[N * V], y1[N * V], one[V];
     for (int i = 0; i < V * D; i++)
         W[i] = (float)((uint32_t)(i * 2654435761u) >> 8) / 16777216.0f - 0.5f;
