@@ -1650,10 +1650,10 @@ struct out_job {
 
 /* Rows a block: as many whole tiles as keep its logits within half of L2, 1 to
  * OUT_RB_MAX / OUT_MR tiles. */
-static int out_rows(const struct tfm_backend *be, int V)
+static int out_rows(struct tfm_backend *be, int V)
 {
-    int64_t rb = (int64_t)(CPU((struct tfm_backend *)be)->l2 / 2) /
-                 ((int64_t)V * (int64_t)sizeof(float)) / OUT_MR * OUT_MR;
+    int64_t rb = (int64_t)(CPU(be)->l2 / 2) / ((int64_t)V * (int64_t)sizeof(float)) /
+                 OUT_MR * OUT_MR;
     return rb < OUT_MR ? OUT_MR : rb > OUT_RB_MAX ? OUT_RB_MAX : (int)rb;
 }
 
