@@ -818,7 +818,8 @@ static void test_out_layer(void)
         CHECK(!be->out_logits && !be->out_top && !be1->out_pack);
         return;
     }
-    /* blocks of 8 or 16 rows (as the L2 allows, out_rows) and a last one of 5 */
+    /* blocks of 8 to 48 rows (out_rows: 8 for this V with an L2 of 1 or 2 MiB); N, a prime,
+     * leaves a partial last block whatever the size */
     enum { N = 37, V = 20011, D = 40, K = 5 };
     static float W[V * D], x[N * D], want[N * V], y[N * V], y1[N * V], one[V];
     for (int i = 0; i < V * D; i++)
