@@ -23,6 +23,7 @@
 #endif
 
 #include "backend.h"
+#include "blas.h"
 #include "pool.h"
 #include "topk.h"
 #include "util.h"
@@ -1984,6 +1985,7 @@ struct tfm_backend *tfm_backend_cpu(int threads, struct tfm_error *err)
         tfm_fail(err, "out of memory");
         return NULL;
     }
+    tfm_blas_fit();                     /* OpenBLAS's kernels, before any product */
     int idle = blas_idle_threads();     /* before the count is set to 1 */
     openblas_set_num_threads(1);
     c->threads = threads;

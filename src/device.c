@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "cuda_env.h"
 #include "cuda_plugin.h"
 #include "model.h"
@@ -39,7 +40,7 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
         return tfm_fail(err, "unknown device '%s' (" TFM_DEVICE_NAMES ")", want);
     memset(dev, 0, sizeof *dev);
     if (strcmp(want, "cpu") == 0) {
-        snprintf(dev->note, sizeof dev->note, "device: cpu (as asked)");
+        snprintf(dev->note, sizeof dev->note, "device: cpu (as asked); %s", tfm_blas_fit());
         return 0;
     }
     if (strcmp(want, "sim") == 0) {
@@ -58,7 +59,8 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
     }
     if (strcmp(want, "cuda") == 0)
         return tfm_fail(err, "--device cuda: no CUDA device (%s)", cuda);
-    snprintf(dev->note, sizeof dev->note, "device: cpu, no GPU found (%s)", cuda);
+    snprintf(dev->note, sizeof dev->note, "device: cpu, no GPU found (%s); %s", cuda,
+             tfm_blas_fit());
     return 0;
 }
 

@@ -14,7 +14,7 @@
 struct tfm_device {
     enum tfm_backend_kind kind;
     int count;              /* GPUs used (0 on CPU) */
-    char note[512];         /* what was found and chosen, one line, for the log */
+    char note[768];         /* what was found and chosen, one line, for the log */
 };
 
 /* The names a tool's --device takes, for messages, and whether want is one of them. */

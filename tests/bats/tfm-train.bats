@@ -769,7 +769,27 @@ teardown() {
     # the CPU is never checked, whatever the precision
     run tfm-train "${SMALL[@]}" -o "$T/cpu" --device cpu --set precision=bf16 --max-steps 1 "$M/b.tfm"
     assert_success
-    assert_line "tfm-train: device: cpu (as asked)"
+    assert_line --regexp "^tfm-train: device: cpu \(as asked\); OpenBLAS [0-9.]+: [A-Za-z0-9_]+ kernels"
+}
+
+@test "OpenBLAS's kernels: named in the device line, never older than the CPU unless OPENBLAS_CORETYPE says" {
+    # the CPU's instruction set, as tfm judges it (src/blas.h); OpenBLAS's tables below AVX2
+    flags=" $(grep -m 1 '^flags' /proc/cpuinfo 2> /dev/null) "
+    has() { for f; do [[ $flags == *" $f "* ]] || return 1; done; }
+    older="Unknown|Katmai|Coppermine|Northwood|Prescott|Banias|Atom|Core2|Penryn|Dunnington|Nehalem|Athlon|Opteron|Opteron_SSE3|Barcelona|Nano|Bobcat"
+    if has avx512f avx512bw avx512dq avx512vl || has avx2 fma; then
+        older="$older|Sandybridge|Bulldozer|Piledriver|Steamroller|Excavator"
+    elif ! has avx; then
+        older=NONE
+    fi
+    run env -u OPENBLAS_CORETYPE tfm-train "${SMALL[@]}" -o "$T/a" --device cpu --max-steps 1 "$M/b.tfm"
+    assert_success
+    assert_line --regexp "^tfm-train: device: cpu \(as asked\); OpenBLAS [0-9.]+: [A-Za-z0-9_]+ kernels"
+    refute_line --regexp "OpenBLAS [0-9.]+: ($older) kernels"
+    # the user's choice stands, named as such
+    OPENBLAS_CORETYPE=Prescott run tfm-train "${SMALL[@]}" -o "$T/p" --device cpu --max-steps 1 "$M/b.tfm"
+    assert_success
+    assert_line --regexp "^tfm-train: device: cpu \(as asked\); OpenBLAS [0-9.]+: Prescott kernels \(OPENBLAS_CORETYPE=Prescott\)$"
 }
 
 @test "processes (TFM_RANK, TFM_WORLD_SIZE): W are one process of --ranks W, bit for bit" {

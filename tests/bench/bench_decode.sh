@@ -25,6 +25,7 @@ py=/usr/bin/python3
 torch_ok=0
 "$py" -c 'import torch' 2> /dev/null && torch_ok=1
 omp=/usr/lib/x86_64-linux-gnu/openblas-openmp
+. "$TFM_ROOT/tests/bench/blas_env.sh"
 cat_src() { case "$src" in *.gz) zcat "$src" ;; *) cat "$src" ;; esac; }
 cat_src | head -n 3000 > "$tmp/train.txt"
 tfm-tokenize train -q -m "$tmp/spm.model" --vocab 8000 "$tmp/train.txt" || exit 1

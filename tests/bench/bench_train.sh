@@ -27,6 +27,7 @@ have_torch=1
 # torch with OpenMP OpenBLAS when installed: the pthread one's threads fight torch's own,
 # halving its speed on 2 cores
 OMPBLAS=/usr/lib/x86_64-linux-gnu/openblas-openmp
+. tests/bench/blas_env.sh
 echo "   load average before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) on $(nproc) CPUs"
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (a + 0 >= b + 0) ? a : b }'; }
 for spec in "tiny 32 32 32" "base 16 32 32"; do

@@ -19,6 +19,9 @@
  * number of threads; bf16, bf16 operands (rounded, act_size bytes each) with fp32
  * accumulation, the backend's gemm only (OpenBLAS has no bf16).  The peak the ops are held
  * to; the key keeps its name for the scripts that read it.
+ *   train_step --blas-core
+ * prints the name of the OpenBLAS kernels tfm multiplies with (src/blas.h), for the
+ * scripts to give their PyTorch references the same ones.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -27,6 +30,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "config.h"
 #include "device.h"
 #include "model.h"
@@ -44,9 +48,15 @@ static double now(void) { return clock_s(CLOCK_MONOTONIC); }
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--blas-core") == 0) {
+        tfm_blas_fit();
+        printf("%s\n", openblas_get_corename());
+        return 0;
+    }
     if (argc < 7 || argc > 10) {
         fprintf(stderr,
-                "usage: train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT [PRECISION]]]\n");
+                "usage: train_step CONFIG B S T STEPS THREADS [DEVICE [SPLIT [PRECISION]]]\n"
+                "       train_step --blas-core\n");
         return 2;
     }
     const char *device = argc > 7 ? argv[7] : "cpu";
