@@ -353,7 +353,7 @@ static void test_check_bf16(void)
     CHECK(tfm_device_open_gpus("cpu", TFM_PRECISION_BF16, 1, 0, 0, &g, &err) == 0);
     CHECK_EQ_INT(g.count, 0);
     CHECK_EQ_INT(g.fallback, 0);
-    CHECK_STR(g.note, "device: cpu (as asked)");
+    CHECK(strncmp(g.note, "device: cpu (as asked); OpenBLAS ", 33) == 0);   /* no check */
     CHECK(tfm_device_open_gpus("sim", TFM_PRECISION_BF16, 1, 0, 0, &g, &err) == 0);
     CHECK_EQ_INT(g.count, 1);
     CHECK_EQ_INT(g.fallback, 0);
