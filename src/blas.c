@@ -18,8 +18,8 @@ extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 
 enum tfm_isa tfm_blas_cpu_isa(void)
 {
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-    /* libgcc's answers include the operating system's support (XCR0) for the registers */
+#if defined(__GNUC__) && defined(__x86_64__)
+    /* the compiler runtime's answers include the operating system's support (XCR0) for the registers */
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
