@@ -185,6 +185,7 @@ else
 fi
 {
     echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"; echo "host: $(uname -srm), $(nproc) CPUs"
+    echo "cpu: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2> /dev/null | head -n 1)"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
     echo "stages: $STAGES"
     [ -n "$SMI" ] && timeout 20 "$SMI" 2>&1
@@ -248,6 +249,8 @@ stage_build() {
         local n
         n=$(grep -c ' -c ' "$BLD")
         add row "build (sm_90)" pass "$([ "$n" = 0 ] && echo "up to date" || echo "$n compilations")"
+        # the CPU reference's products: OpenBLAS's kernels as tfm chose them (src/blas.h)
+        add row "CPU BLAS kernels" pass "$("$BUILD"/bench/train_step --blas-core 2>&1 | head -n 1)"
     fi
 }
 
