@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "blas.h"
 #include "check.h"
 #include "util.h"
@@ -30,6 +31,20 @@ static void test_rule(void)
     /* a name a newer OpenBLAS may give is not second-guessed */
     CHECK(tfm_blas_better_core("Zen5", TFM_ISA_AVX512) == NULL);
     CHECK(tfm_blas_better_core(NULL, TFM_ISA_AVX512) == NULL);
+}
+
+/* Creating a CPU backend makes the choice, before its first product. */
+static void test_backend(void)
+{
+    struct tfm_error err;
+    struct tfm_backend *be = tfm_backend_cpu(1, &err);
+    CHECK(be != NULL);
+    if (!be)
+        return;
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    if (!user || !*user)
+        CHECK(tfm_blas_better_core(openblas_get_corename(), tfm_blas_cpu_isa()) == NULL);
+    be->destroy(be);
 }
 
 /* What the process uses after the backend's choice: never a table older than the CPU,
@@ -139,6 +154,7 @@ static void test_choose(void)
 int main(void)
 {
     t_run("a table older than the CPU is replaced by the CPU's best, nothing else", test_rule);
+    t_run("a CPU backend's creation makes the choice", test_backend);
     t_run("the process multiplies with a table the CPU's age, or the user's", test_fit);
     t_run("each table the CPU runs, chosen in turn, multiplies right", test_choose);
     return t_done();
