@@ -48,31 +48,22 @@ static const struct {
     {"Excavator", TFM_ISA_AVX},
 };
 
-/* 1 with *isa where core names one of them */
-static int older_table(const char *core, enum tfm_isa *isa)
+/* The instruction set of the table core names, -1 for one not in the list (AVX2 or newer). */
+static int older_isa(const char *core)
 {
     for (size_t i = 0; i < sizeof older / sizeof *older; i++)
-        if (strcasecmp(core, older[i].name) == 0) {
-            *isa = older[i].isa;
-            return 1;
-        }
-    return 0;
-}
-
-/* at least AVX2 for any table not in the list */
-static enum tfm_isa isa_of(const char *core)
-{
-    enum tfm_isa isa;
-    return older_table(core, &isa) ? isa : TFM_ISA_AVX2;
+        if (strcasecmp(core, older[i].name) == 0)
+            return (int)older[i].isa;
+    return -1;
 }
 
 const char *tfm_blas_better_core(const char *took, enum tfm_isa cpu)
 {
     static const char *const best[] = {NULL, "Sandybridge", "Haswell", "SkylakeX"};
-    enum tfm_isa isa;
-    if (!took || (unsigned)cpu >= sizeof best / sizeof *best || !older_table(took, &isa))
+    if (!took || (unsigned)cpu >= sizeof best / sizeof *best)
         return NULL;
-    return isa < cpu ? best[cpu] : NULL;
+    int isa = older_isa(took);
+    return isa >= 0 && isa < (int)cpu ? best[cpu] : NULL;
 }
 
 const char *tfm_blas_choose(const char *core)
@@ -127,7 +118,8 @@ static void fit(void)
     }
     const char *want = tfm_blas_better_core(took, tfm_blas_cpu_isa());
     const char *now = want ? tfm_blas_choose(want) : NULL;
-    if (now && isa_of(now) <= isa_of(took)) {
+    int isa = now ? older_isa(now) : -1;
+    if (now && isa >= 0 && isa <= older_isa(took)) {
         /* not known to this build (which then takes Prescott's): back to its own choice */
         tfm_blas_choose(took);
         now = NULL;

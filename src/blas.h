@@ -16,8 +16,6 @@
 #ifndef TFM_BLAS_H
 #define TFM_BLAS_H
 
-#include <stddef.h>
-
 /* The instruction sets the choice knows, in order. */
 enum tfm_isa { TFM_ISA_OLD, TFM_ISA_AVX, TFM_ISA_AVX2, TFM_ISA_AVX512 };
 
@@ -32,7 +30,7 @@ const char *tfm_blas_better_core(const char *took, enum tfm_isa cpu);
 
 /* Makes the choice above once for the process (thread-safe; before the first product) and
  * returns a line for the logs: "OpenBLAS 0.3.21: SkylakeX kernels (OpenBLAS had taken
- * Prescott, its generic ones, for this CPU)" or "OpenBLAS 0.3.21: Haswell kernels". */
+ * Prescott, older than this CPU)" or "OpenBLAS 0.3.21: Haswell kernels". */
 const char *tfm_blas_fit(void);
 
 /* Has OpenBLAS take the kernels `core` names (an OPENBLAS_CORETYPE value) now; returns the
