@@ -517,22 +517,39 @@ out:
     return rc;
 }
 
-int tfm_checkpoint_to_model(const struct tfm_checkpoint *c, struct tfm_model *m, int optimizer,
-                            struct tfm_error *err)
+/* tfm_checkpoint_to_model, the parameters shared where the model can (share). */
+static int into_model(const struct tfm_checkpoint *c, struct tfm_model *m, int optimizer,
+                      int share, struct tfm_error *err)
 {
     static const enum tfm_block blocks[3] = {TFM_PARAMS, TFM_ADAM_M, TFM_ADAM_V};
     if (tfm_checkpoint_check(c, tfm_model_config(m), optimizer, err))
         return -1;
+    int shared = 0;
     for (int part = 0; part < (optimizer ? 3 : 1); part++)
         for (int i = 0; i < tfm_model_nparams(m); i++) {
             const struct tfm_param *p = tfm_model_param(m, i);
             char full[TFM_MAX_NAME + 1];
             snprintf(full, sizeof full, "%s%s", part_prefix[part], p->name);
             const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(c, full);
-            if (tfm_model_set(m, blocks[part], p->name, t->data, t->count, err))
+            int k = share ? tfm_model_share(m, p->name, t->data, t->count, err)
+                          : tfm_model_set(m, blocks[part], p->name, t->data, t->count, err);
+            if (k < 0)
                 return tfm_error_prefix(err, "%s", c->path);
+            shared += k;
         }
-    return 0;
+    return shared;
+}
+
+int tfm_checkpoint_to_model(const struct tfm_checkpoint *c, struct tfm_model *m, int optimizer,
+                            struct tfm_error *err)
+{
+    return into_model(c, m, optimizer, 0, err);
+}
+
+int tfm_checkpoint_share_model(const struct tfm_checkpoint *c, struct tfm_model *m,
+                               struct tfm_error *err)
+{
+    return into_model(c, m, 0, 1, err);
 }
 
 /* ---- directories ------------------------------------------------------------------ */

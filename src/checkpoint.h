@@ -134,6 +134,13 @@ int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config
  * copied into m.  Nothing is copied when the check fails. */
 int tfm_checkpoint_to_model(const struct tfm_checkpoint *c, struct tfm_model *m, int optimizer,
                             struct tfm_error *err);
+/* The same for an inference model (the parameters alone), which reads them in place where
+ * it can (tfm_model_share: on the CPU at fp32) instead of a copy: loaded with
+ * TFM_CKPT_MAPPED, the pages of the file's mapping, which the page cache already holds and
+ * processes decoding with the same file share.  c must then outlive m: free the model
+ * first.  The parameters shared (0 when every one was copied), or -1 with err. */
+int tfm_checkpoint_share_model(const struct tfm_checkpoint *c, struct tfm_model *m,
+                               struct tfm_error *err);
 
 /* Average the checkpoints paths[0..n) element-wise in fp32 (summed in the order given,
  * then divided by n) and write the result to out ("-": stdout).  The checkpoints must be

@@ -198,7 +198,9 @@ static int ens_select(void *ctx, int nrows, const int32_t *keep, struct tfm_erro
 
 /* The model of checkpoint ck (read from path) into mb on backend be; hdr (when not NULL)
  * gets its header.  The checkpoint must hold exactly the model its config describes
- * (tfm_checkpoint_check), looked at before the model's memory is allocated. */
+ * (tfm_checkpoint_check), looked at before the model's memory is allocated.  On the CPU
+ * the model reads its weights in ck's memory map (tfm_checkpoint_share_model): ck lives
+ * until the model is freed. */
 static int member_load(struct member *mb, const char *path, const struct tfm_checkpoint *ck,
                        struct tfm_backend *be, struct tfm_header *hdr, struct tfm_error *err)
 {
@@ -214,7 +216,7 @@ static int member_load(struct member *mb, const char *path, const struct tfm_che
                                            mb->cfg.max_len > 1024 ? mb->cfg.max_len : 1024, err);
     if (!mb->model)
         return tfm_error_prefix(err, "%s", path);
-    if (tfm_checkpoint_to_model(ck, mb->model, 0, err))
+    if (tfm_checkpoint_share_model(ck, mb->model, err) < 0)
         return -1;
     if (hdr && tfm_header_copy(hdr, &ck->header, err))
         return -1;
@@ -907,8 +909,10 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
         if (i > 0)
             hp = &hi;
         int bad = member_load(&R.ens.m[i], paths[i], cks[i], R.be, hp, err);
-        tfm_checkpoint_free(cks[i]);
-        cks[i] = NULL;
+        if (!bad && !tfm_model_shared(R.ens.m[i].model)) {    /* a copy: not needed again */
+            tfm_checkpoint_free(cks[i]);
+            cks[i] = NULL;
+        }
         if (bad) {
             R.ens.n = i + (R.ens.m[i].model != NULL);
             goto done;
@@ -1048,8 +1052,8 @@ int tfm_decode_run(const char *const *paths, int n, const char *in_path, const c
     rc = 0;
 done:
     outputs_abort(&so);
+    run_free(&R);                   /* the models first: they read the checkpoints' maps */
     for (int i = 0; i < n; i++)
         tfm_checkpoint_free(cks[i]);
-    run_free(&R);
     return rc;
 }

@@ -96,6 +96,7 @@ struct tfm_model {
     void *wcopy;                /* count weights in the backend's precision, or NULL (fp32) */
     int counted;                /* counted in be->models */
     int inference;              /* parameters only: no gradients, no Adam moments */
+    int nshared;                /* parameters read where their owner keeps them (share) */
     struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
     struct enc_p *enc;
     struct dec_p *dec;
@@ -639,13 +640,38 @@ float *tfm_model_block(const struct tfm_model *m, enum tfm_block b)
     return m->arena + (size_t)b * m->count;
 }
 
+/* A parameter read where tfm_model_share pointed it, not from its place in the arena. */
+static int is_shared(const struct tfm_model *m, const struct tfm_param *p)
+{
+    return p->data != m->arena + p->offset;
+}
+
+/* Back to its place in the arena (whose contents the caller sets next). */
+static void unshare(struct tfm_model *m, struct tfm_param *p)
+{
+    if (!is_shared(m, p))
+        return;
+    p->data = p->w = m->arena + p->offset;      /* shared: fp32, no compute copy */
+    m->nshared--;
+}
+
 void tfm_model_download(const struct tfm_model *m, enum tfm_block b, float *host)
 {
-    m->be->download(m->be, host, tfm_model_block(m, b), (size_t)m->count * sizeof(float));
+    if (b != TFM_PARAMS || !m->nshared) {
+        m->be->download(m->be, host, tfm_model_block(m, b), (size_t)m->count * sizeof(float));
+        return;
+    }
+    memset(host, 0, (size_t)m->count * sizeof(float));     /* the padding, as in the arena */
+    for (int i = 0; i < m->np; i++)
+        m->be->download(m->be, host + m->params[i].offset, m->params[i].data,
+                        (size_t)m->params[i].count * sizeof(float));
 }
 
 void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host)
 {
+    if (b == TFM_PARAMS)
+        for (int i = 0; i < m->np && m->nshared; i++)
+            unshare(m, &m->params[i]);
     m->be->upload(m->be, tfm_model_block(m, b), host, (size_t)m->count * sizeof(float));
     if (b == TFM_PARAMS)
         tfm_model_sync_weights(m);
@@ -668,11 +694,29 @@ int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const
     if (p->count != count)
         return tfm_fail(err, "'%s': %lld values, the model has %lld", name, (long long)count,
                         (long long)p->count);
+    if (b == TFM_PARAMS)
+        unshare(m, (struct tfm_param *)p);
     m->be->upload(m->be, tfm_model_block(m, b) + p->offset, host, (size_t)count * sizeof(float));
     if (b == TFM_PARAMS && m->wcopy)
         m->be->weights_copy(m->be, p->w, p->data, (size_t)count);
     return 0;
 }
+
+int tfm_model_share(struct tfm_model *m, const char *name, const float *data, int64_t count,
+                    struct tfm_error *err)
+{
+    const struct tfm_param *p = tfm_model_find(m, name);
+    if (!p || p->count != count || !m->inference || m->wcopy || !m->be->host_memory ||
+        (uintptr_t)data % 64 != 0)
+        return tfm_model_set(m, TFM_PARAMS, name, data, count, err);
+    struct tfm_param *q = (struct tfm_param *)p;
+    if (!is_shared(m, q))
+        m->nshared++;
+    q->data = q->w = (float *)data;     /* read only: no op writes an inference model's */
+    return 1;
+}
+
+int tfm_model_shared(const struct tfm_model *m) { return m->nshared; }
 
 void tfm_model_zero_grad(struct tfm_model *m)
 {

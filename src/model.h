@@ -139,6 +139,19 @@ void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host);
  * count differs from the tensor's. */
 int tfm_model_set(struct tfm_model *m, enum tfm_block b, const char *name, const float *host,
                   int64_t count, struct tfm_error *err);
+/* Point parameter `name` of an inference model at data (count floats) instead of copying
+ * it there: the model reads the weights where their owner keeps them (a checkpoint's
+ * memory map: tfm_checkpoint_share_model), which must hold them unchanged until the model
+ * is freed or the parameter set again.  Only where the ops read fp32 parameters in host
+ * memory: an inference model on a backend with host_memory, without a compute copy
+ * (fp32), data 64-byte aligned; otherwise it copies, as tfm_model_set.  1 when shared, 0
+ * when copied, -1 with err (tfm_model_set's).  tfm_model_set and tfm_model_upload of
+ * TFM_PARAMS copy into the model's own memory again; tfm_model_download reads a shared
+ * parameter where it is; tfm_model_block(TFM_PARAMS) holds the others only. */
+int tfm_model_share(struct tfm_model *m, const char *name, const float *data, int64_t count,
+                    struct tfm_error *err);
+/* The parameters tfm_model_share left shared. */
+int tfm_model_shared(const struct tfm_model *m);
 /* Zero the gradients and the losses summed in the step's statistics. */
 void tfm_model_zero_grad(struct tfm_model *m);
 /* The statistics of the optimizer step under way (backend.h, struct tfm_step_stats), in

@@ -86,10 +86,17 @@ static int temp_forget(int slot)
     return atomic_compare_exchange_strong(&slots[slot - 1].state, &want, FREE) ? 0 : -1;
 }
 
-/* Async-signal-safe: atomics, getpid, unlink, sigaction and raise only. */
+/* What SIGBUS says, made before it can come ("PROG: bus error: ..."), and its length. */
+static char bus_text[256];
+static size_t bus_len;
+
+/* Async-signal-safe: atomics, getpid, write, unlink, sigaction and raise only. */
 static void on_signal(int sig)
 {
     pid_t self = getpid();
+    if (sig == SIGBUS && bus_len && write(STDERR_FILENO, bus_text, bus_len) < 0) {
+        /* nothing more to say where stderr is gone */
+    }
     for (int i = 0; i < SLOTS; i++) {
         int want = LIVE;
         if (atomic_compare_exchange_strong(&slots[i].state, &want, REMOVING) &&
@@ -114,6 +121,18 @@ void tfm_output_catch_signals(void)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     tfm_catch_stop_signals(&sa);
+    /* The readers map regular files, and tfm-decode reads its weights in the checkpoint's
+     * map for as long as it runs: a file truncated meanwhile faults at the next read of a
+     * page past its new end.  on_signal dies of it as for the others: the raised SIGBUS
+     * is delivered, by its default action, as the handler returns, before the faulting
+     * load could run again. */
+    int n = snprintf(bus_text, sizeof bus_text, "%s: bus error: a file it had mapped into "
+                     "memory (an input or a checkpoint) was truncated while in use; replace a "
+                     "file in use by renaming a new one over it, as tfm-train and tfm-avg do\n",
+                     program_invocation_short_name);
+    bus_len = n > 0 && (size_t)n < sizeof bus_text ? (size_t)n : 0;
+    sa.sa_flags = 0;
+    sigaction(SIGBUS, &sa, NULL);
 }
 
 /* ---- where a path leads ----------------------------------------------------------- */

@@ -69,7 +69,8 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
  * temporary file this process has open, then die of the signal (exit status 128 + the
  * signal, as seen by a shell).  The handler runs on whichever thread takes the signal; a
  * forked child removes nothing of its parent's.  A signal ignored when the process started
- * (nohup, a background job) stays ignored. */
+ * (nohup, a background job) stays ignored.  SIGBUS too, which a mapped input truncated
+ * while in use raises: the temporaries removed, a message on stderr that says so. */
 void tfm_output_catch_signals(void);
 
 /* Where output path leads, into buf (PATH_MAX): made absolute, its directories and its

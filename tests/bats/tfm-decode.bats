@@ -788,3 +788,33 @@ PY
     assert_line --partial "rc=0"
     assert_equal "${#lines[@]}" 21
 }
+
+@test "tfm-decode reads its weights in the checkpoint's map: cut meanwhile, it says so, status 135, no output" {
+    [ -z "${TFM_SANITIZE:-}" ] || skip "the sanitizers take SIGBUS for themselves"
+    ulimit -c 0                     # SIGBUS would dump core
+    cp "$M/model.tfm" "$T/m.tfm"
+    mkfifo "$T/in.fifo"
+    # tfm-decode opens its input once the model is loaded, so the helper's open returns
+    # then: the checkpoint is cut to its first page, and only then come the sentences
+    # (3>&-: bats must not wait for the helper)
+    timeout 20 sh -c 'exec 4> "$1"; truncate -s 4096 "$2"; cat "$3" >&4' sh "$T/in.fifo" \
+        "$T/m.tfm" "$M/test.tfm" 3>&- &
+    local peer=$!
+    run timeout 30 tfm-decode -q -m "$T/m.tfm" -o "$T/h.tfm" "$T/in.fifo"
+    wait $peer
+    assert_failure 135
+    assert_output --partial "tfm-decode: bus error: a file it had mapped into memory (an input or a checkpoint) was truncated while in use; replace a file in use by renaming a new one over it, as tfm-train and tfm-avg do"
+    [ ! -e "$T/h.tfm" ]
+    run ls -A "$T"
+    refute_output --partial ".tmp."
+    # replaced by a rename instead, the old file is read to the end
+    cp "$M/model.tfm" "$T/m.tfm"
+    tfm-decode -q -m "$T/m.tfm" "$M/test.tfm" > "$T/want.tfm"
+    timeout 20 sh -c 'exec 4> "$1"; cp "$2" "$3.new"; truncate -s 4096 "$3.new"; mv "$3.new" "$3"; cat "$4" >&4' \
+        sh "$T/in.fifo" "$M/model.tfm" "$T/m.tfm" "$M/test.tfm" 3>&- &
+    peer=$!
+    run timeout 30 tfm-decode -q -m "$T/m.tfm" -o "$T/h.tfm" "$T/in.fifo"
+    wait $peer
+    assert_success
+    cmp "$T/h.tfm" "$T/want.tfm"
+}

@@ -2,6 +2,7 @@
  * wrong kinds, compatibility, directory listing, pruning, last.tfm, the directory lock,
  * the check of a checkpoint against the model its config describes (and loading it into
  * one), averaging. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -578,6 +579,126 @@ static void test_to_model(void)
     be->destroy(be);
 }
 
+/* The loss of an inference model of cfg on be, its parameters from c (shared where it can:
+ * *shared gets how many), with the checks of what sharing means on the way; NAN when it
+ * cannot be made. */
+static double shared_loss(const struct tfm_checkpoint *c, const struct tfm_config *cfg,
+                          struct tfm_backend *be, int share, int *shared)
+{
+    static const int32_t src[6] = {4, 5, 6, 3, 7, 5}, tgt[6] = {5, 6, 7, 4, 3, 0};
+    struct tfm_error err;
+    struct tfm_model *m = tfm_model_create_inference(cfg, be, 8, &err);
+    CHECK(m != NULL);
+    if (!m)
+        return NAN;
+    *shared = share ? tfm_checkpoint_share_model(c, m, &err) : tfm_checkpoint_to_model(c, m, 0, &err);
+    CHECK(*shared >= 0 && tfm_model_shared(m) == *shared);
+    int np = tfm_model_nparams(m), in_place = 0;
+    for (int i = 0; i < np; i++) {
+        const struct tfm_param *p = tfm_model_param(m, i);
+        char full[80];
+        snprintf(full, sizeof full, "param.%s", p->name);
+        const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(c, full);
+        in_place += t && p->data == t->data && p->w == t->data;
+    }
+    CHECK(in_place == *shared);             /* the shared ones read the map itself */
+    struct tfm_loss l;
+    double loss = tfm_model_eval_batch(m, 2, 3, 3, src, tgt, &l, &err) == 0 ? l.loss : NAN;
+    CHECK(isfinite(loss));
+    /* the whole block as it would be after a copy, the padding zero */
+    int64_t n = tfm_model_count(m);
+    float *host = malloc((size_t)n * sizeof *host);
+    tfm_model_download(m, TFM_PARAMS, host);
+    const struct tfm_param *w1 = tfm_model_find(m, "enc.0.ffn.w1");
+    CHECK(host[w1->offset + 3] == 3.5f && host[w1->offset + 7] == 0.5f);
+    CHECK(host[tfm_model_find(m, "enc.0.ln1.g")->offset + 8] == 0.0f);   /* D 8: padding */
+    const struct tfm_ckpt_tensor *t = tfm_checkpoint_find(c, "param.enc.0.ffn.w1");
+    if (w1->data == t->data) {
+        /* set again: the model's own memory, the checkpoint's untouched */
+        float *v = malloc((size_t)t->count * sizeof *v);
+        for (int64_t j = 0; j < t->count; j++)
+            v[j] = -1.0f;
+        CHECK(tfm_model_set(m, TFM_PARAMS, "enc.0.ffn.w1", v, t->count, &err) == 0);
+        CHECK(tfm_model_shared(m) == *shared - 1 && w1->data != t->data);
+        CHECK(w1->data[3] == -1.0f && t->data[3] == 3.5f);
+        tfm_model_upload(m, TFM_PARAMS, host);      /* all of them copied in again */
+        CHECK(tfm_model_shared(m) == 0 && w1->data[3] == 3.5f);
+        double again = tfm_model_eval_batch(m, 2, 3, 3, src, tgt, &l, &err) == 0 ? l.loss : NAN;
+        CHECK(again == loss);
+        free(v);
+    }
+    free(host);
+    tfm_model_free(m);
+    return loss;
+}
+
+/* tfm_checkpoint_share_model: on the CPU at fp32 every parameter is read in the
+ * checkpoint's map and the model computes what a copy does, bit for bit; where the ops do
+ * not read fp32 host memory (the CPU's bf16 emulation, the sim device) or the checkpoint
+ * was not mapped, it copies. */
+static void test_share_model(void)
+{
+    struct tfm_error err;
+    struct tfm_config cfg;
+    const struct edit both = {.adam = 1};
+    const char *path = path_in("share.tfm");
+    CHECK(write_model(path, MODEL1, MODEL1, 5, 0.5f, &both) == 0);
+    struct tfm_checkpoint *c =
+        tfm_checkpoint_load(path, TFM_CKPT_SKIP_OPTIMIZER | TFM_CKPT_MAPPED, &err);
+    tfm_config_defaults(&cfg);
+    CHECK(c && tfm_checkpoint_config(c, &cfg, &err) == 0);
+    if (!c) {
+        printf("# %s\n", err.msg);
+        return;
+    }
+    int np = 0, shared = -1, copied = -1;
+    struct tfm_param *layout = NULL;
+    CHECK(tfm_model_layout(&cfg, &layout, &np, &err) == 0 && np > 10);
+    free(layout);
+    struct tfm_backend *be = tfm_backend_cpu(1, &err);
+    CHECK(be != NULL);
+    if (be) {
+        double a = shared_loss(c, &cfg, be, 1, &shared);
+        double b = shared_loss(c, &cfg, be, 0, &copied);
+        CHECK(shared == np && copied == 0);
+        CHECK(a == b);
+        /* a training model copies (and gets only the parameters) */
+        struct tfm_model *t = tfm_model_create(&cfg, be, 8, &err);
+        CHECK(t && tfm_checkpoint_share_model(c, t, &err) == 0 && tfm_model_shared(t) == 0);
+        tfm_model_free(t);
+        be->destroy(be);
+    }
+    struct tfm_config bf = cfg;
+    bf.precision = TFM_PRECISION_BF16;
+    be = tfm_backend_cpu(1, &err);
+    if (be) {
+        shared_loss(c, &bf, be, 1, &shared);
+        CHECK(shared == 0);                 /* the ops read the compute copy */
+        be->destroy(be);
+    }
+    be = tfm_backend_sim(1, &err);
+    CHECK(be != NULL);
+    if (be) {
+        shared_loss(c, &cfg, be, 1, &shared);
+        CHECK(shared == 0);                 /* device memory */
+        be->destroy(be);
+    }
+    /* not mapped: the tensors are the checkpoint's own copies, which are not promised to
+     * be 64-byte aligned; whatever is shared reads them (c outlives the model) */
+    struct tfm_checkpoint *own = tfm_checkpoint_load(path, TFM_CKPT_SKIP_OPTIMIZER, &err);
+    be = tfm_backend_cpu(1, &err);
+    CHECK(own && be);
+    if (own && be) {
+        double a = shared_loss(own, &cfg, be, 1, &shared);
+        double b = shared_loss(own, &cfg, be, 0, &copied);
+        CHECK(a == b && copied == 0);
+    }
+    if (be)
+        be->destroy(be);
+    tfm_checkpoint_free(own);
+    tfm_checkpoint_free(c);
+}
+
 static void test_lock(void)
 {
     struct tfm_error err;
@@ -694,6 +815,7 @@ int main(void)
     t_run("the directory lock", test_lock);
     t_run("a checkpoint against the model its config describes", test_model_check);
     t_run("a checkpoint into a model", test_to_model);
+    t_run("an inference model reads a mapped checkpoint in place", test_share_model);
     t_run("average", test_average);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
