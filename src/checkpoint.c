@@ -280,9 +280,20 @@ struct tfm_checkpoint *tfm_checkpoint_load(const char *path, int flags, struct t
         tfm_fail(err, "%s: no state record", path);
         goto fail;
     }
-    if (flags & TFM_CKPT_MAPPED)
+    if (flags & TFM_CKPT_MAPPED) {
+        /* the moments that were passed over (the end of the file) give their address
+         * space back: a decoding run keeps the parameters' part mapped while it lasts */
+        const unsigned char *end = NULL;
+        for (int i = 0; i < c->ntensors; i++) {
+            const struct tfm_ckpt_tensor *t = &c->tensors[i];
+            const unsigned char *e = (const unsigned char *)(t->data + t->count);
+            if (!t->owned && e > end)
+                end = e;
+        }
+        if (end)
+            tfm_reader_unmap_after(r, end);
         c->map = r;                 /* closed by tfm_checkpoint_free */
-    else
+    } else
         tfm_reader_close(r);
     return c;
 oom:
@@ -483,13 +494,18 @@ int tfm_checkpoint_check(const struct tfm_checkpoint *c, const struct tfm_config
                      shape_text(b, sizeof b, q->rank, q->dims));
             goto out;
         }
-        int64_t j = first_bad(t->data, t->count, part == 2);
+        int64_t j = t->values_ok ? -1 : first_bad(t->data, t->count, part == 2);
         if (j >= 0) {
             float v = t->data[j];
             tfm_fail(err, "%s: tensor %s: element %lld is %s", c->path, t->name, (long long)j,
                      isnan(v) ? "NaN" : isinf(v) ? "Inf" : "negative (a second moment never is)");
             goto out;
         }
+        /* a mapped tensor is read-only: decoding checks before it allocates the model, and
+         * the load into it checks again, reading 250 MB of a base model once, not twice
+         * (the field is the checkpoint's memo, not its contents) */
+        if (!t->owned)
+            ((struct tfm_ckpt_tensor *)t)->values_ok = 1;
         have[part]++;
     }
     /* every parameter, and the moments as asked; the tensors are distinct (load) */

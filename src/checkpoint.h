@@ -63,6 +63,9 @@ struct tfm_ckpt_tensor {
     int64_t count;          /* elements */
     float *data;            /* [count]: owned, or (TFM_CKPT_MAPPED) read-only in the map */
     int owned;
+    /* read-only (not owned) and found finite (and not negative, where asked) by
+     * tfm_checkpoint_check: values that cannot change, not tested again */
+    int values_ok;
 };
 
 struct tfm_checkpoint {

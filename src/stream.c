@@ -1122,6 +1122,17 @@ struct tfm_reader *tfm_reader_open_stop(const char *path, volatile sig_atomic_t 
     return r;
 }
 
+void tfm_reader_unmap_after(struct tfm_reader *r, const void *end)
+{
+    if (!r->map || (const unsigned char *)end < r->map ||
+        (const unsigned char *)end >= r->map + r->map_size)
+        return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t keep = ((size_t)((const unsigned char *)end - r->map) + page - 1) / page * page;
+    if (keep < r->map_size && munmap(r->map + keep, r->map_size - keep) == 0)
+        r->map_size = keep;
+}
+
 void tfm_reader_close(struct tfm_reader *r)
 {
     if (!r)

@@ -173,6 +173,11 @@ void tfm_reader_on_member(struct tfm_reader *r,
                           int (*fn)(void *ctx, const struct tfm_header *h, uint64_t member,
                                     uint64_t offset, struct tfm_error *err),
                           void *ctx);
+/* For a reader done reading whose caller keeps reading the data of mapped records: give
+ * the map's pages from end (rounded up to a page) on back, with the address space they
+ * hold (a checkpoint's Adam moments, passed over).  Nothing on a reader that maps nothing
+ * or for an end outside its map. */
+void tfm_reader_unmap_after(struct tfm_reader *r, const void *end);
 void tfm_reader_close(struct tfm_reader *r);
 
 /* Writer flags. */

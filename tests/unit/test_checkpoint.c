@@ -579,6 +579,25 @@ static void test_to_model(void)
     be->destroy(be);
 }
 
+/* Bytes of this process's memory maps of files whose path ends in name. */
+static long mapped_bytes(const char *name)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    long sum = 0;
+    size_t n = strlen(name);
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        size_t len = strcspn(line, "\n");
+        line[len] = 0;
+        if (len >= n && strcmp(line + len - n, name) == 0 && sscanf(line, "%lx-%lx", &lo, &hi) == 2)
+            sum += (long)(hi - lo);
+    }
+    if (f)
+        fclose(f);
+    return sum;
+}
+
 /* The loss of an inference model of cfg on be, its parameters from c (shared where it can:
  * *shared gets how many), with the checks of what sharing means on the way; NAN when it
  * cannot be made. */
@@ -651,6 +670,19 @@ static void test_share_model(void)
         printf("# %s\n", err.msg);
         return;
     }
+    /* the moments, passed over at the end of the file, are no longer mapped */
+    struct stat st;
+    CHECK(stat(path, &st) == 0);
+    long mapped = mapped_bytes("share.tfm"), page = sysconf(_SC_PAGESIZE);
+    const struct tfm_ckpt_tensor *last = &c->tensors[c->ntensors - 1];
+    long params_end = (long)((const char *)(last->data + last->count) - (const char *)c->tensors[0].data);
+    CHECK(mapped > 0 && mapped < st.st_size / 2 && mapped <= params_end + 2 * page);
+    /* the values of a mapped (read-only) checkpoint are tested once */
+    CHECK(tfm_checkpoint_check(c, &cfg, 0, &err) == 0);
+    int ok = 0;
+    for (int i = 0; i < c->ntensors; i++)
+        ok += c->tensors[i].values_ok;
+    CHECK(ok == c->ntensors);
     int np = 0, shared = -1, copied = -1;
     struct tfm_param *layout = NULL;
     CHECK(tfm_model_layout(&cfg, &layout, &np, &err) == 0 && np > 10);
@@ -692,6 +724,12 @@ static void test_share_model(void)
         double a = shared_loss(own, &cfg, be, 1, &shared);
         double b = shared_loss(own, &cfg, be, 0, &copied);
         CHECK(a == b && copied == 0);
+        /* its own copies may change: tested at every check */
+        struct tfm_ckpt_tensor *t = &own->tensors[own->ntensors - 1];
+        CHECK(t->values_ok == 0);
+        t->data[1] = NAN;
+        CHECK(tfm_checkpoint_check(own, &cfg, 0, &err) == -1);
+        CHECK(strstr(err.msg, ": element 1 is NaN") != NULL);
     }
     if (be)
         be->destroy(be);
