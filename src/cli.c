@@ -24,6 +24,7 @@ void tfm_cli_init(const char *prog, const char *usage)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
+    tfm_output_catch_bus_error(cli_prog);
     /* A standard descriptor closed by the caller (<&-, >&-) is opened on /dev/null the
      * wrong way round, standard input for writing and the outputs for reading, so that no
      * file the tool opens takes its number (an input read again as "-", or a file

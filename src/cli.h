@@ -14,7 +14,8 @@
  * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call.
  * Call it first: it also holds standard descriptors that were closed at start on
  * /dev/null (unreadable standard input, unwritable outputs), so that the tool's own files
- * never take their numbers. */
+ * never take their numbers, and has a mapped file truncated in use said as such
+ * (tfm_output_catch_bus_error). */
 void tfm_cli_init(const char *prog, const char *usage);
 
 struct tfm_error;

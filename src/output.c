@@ -121,17 +121,24 @@ void tfm_output_catch_signals(void)
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     tfm_catch_stop_signals(&sa);
+}
+
+void tfm_output_catch_bus_error(const char *prog)
+{
     /* The readers map regular files, and tfm-decode reads its weights in the checkpoint's
      * map for as long as it runs: a file truncated meanwhile faults at the next read of a
-     * page past its new end.  on_signal dies of it as for the others: the raised SIGBUS
-     * is delivered, by its default action, as the handler returns, before the faulting
-     * load could run again. */
+     * page past its new end.  on_signal dies of it as of the stop signals: the raised
+     * SIGBUS is delivered, by its default action, as the handler returns, before the
+     * faulting load could run again. */
     int n = snprintf(bus_text, sizeof bus_text, "%s: bus error: a file it had mapped into "
                      "memory (an input or a checkpoint) was truncated while in use; replace a "
                      "file in use by renaming a new one over it, as tfm-train and tfm-avg do\n",
-                     program_invocation_short_name);
+                     prog);
     bus_len = n > 0 && (size_t)n < sizeof bus_text ? (size_t)n : 0;
-    sa.sa_flags = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, NULL);
 }
 

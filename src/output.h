@@ -69,9 +69,13 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
  * temporary file this process has open, then die of the signal (exit status 128 + the
  * signal, as seen by a shell).  The handler runs on whichever thread takes the signal; a
  * forked child removes nothing of its parent's.  A signal ignored when the process started
- * (nohup, a background job) stays ignored.  SIGBUS too, which a mapped input truncated
- * while in use raises: the temporaries removed, a message on stderr that says so. */
+ * (nohup, a background job) stays ignored. */
 void tfm_output_catch_signals(void);
+/* The same for SIGBUS, which a mapped file (an input stream, the checkpoint whose weights
+ * tfm-decode reads in place) raises when it is truncated while in use, after a message
+ * on stderr that says so, as from prog ("PROG: bus error: ...").  Every tool's
+ * tfm_cli_init calls it. */
+void tfm_output_catch_bus_error(const char *prog);
 
 /* Where output path leads, into buf (PATH_MAX): made absolute, its directories and its
  * chain of symbolic links (at most TFM_MAX_LINKS, as tfm_output_open follows it) resolved;

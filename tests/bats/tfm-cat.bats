@@ -318,3 +318,24 @@ EOF2
     run bash -c "cat '$T/empty.tfm' | tfm-cat"
     assert_success
 }
+
+@test "tfm-cat: an input truncated while it is read ends it with a message and SIGBUS, 135" {
+    [ -z "${TFM_SANITIZE:-}" ] || skip "the sanitizers take SIGBUS for themselves"
+    ulimit -c 0                     # SIGBUS would dump core
+    T="$BATS_TEST_TMPDIR"
+    for i in $(seq 2000); do cat "$FIX/good.tfm"; done > "$T/many.tfm"     # 2000 streams
+    mkfifo "$T/out"
+    tfm-cat --values "$T/many.tfm" > "$T/out" 2> "$T/err" 3>&- &
+    local pid=$! rc=0
+    # its output (400 kB) cannot all fit in the pipe: it is still reading the input (a
+    # regular file, mapped) when the file is cut, and reads past the cut once drained
+    exec 4< "$T/out"
+    head -c 100 <&4 > /dev/null
+    truncate -s 4096 "$T/many.tfm"
+    cat <&4 > /dev/null
+    exec 4<&-
+    wait $pid || rc=$?
+    [ "$rc" -eq 135 ]
+    run cat "$T/err"
+    assert_output "tfm-cat: bus error: a file it had mapped into memory (an input or a checkpoint) was truncated while in use; replace a file in use by renaming a new one over it, as tfm-train and tfm-avg do"
+}
