@@ -96,7 +96,6 @@ struct tfm_model {
     void *wcopy;                /* count weights in the backend's precision, or NULL (fp32) */
     int counted;                /* counted in be->models */
     int inference;              /* parameters only: no gradients, no Adam moments */
-    int nshared;                /* parameters read where their owner keeps them (share) */
     struct tfm_param *emb_src, *emb_tgt, *emb_out, *pos_enc, *pos_dec;
     struct enc_p *enc;
     struct dec_p *dec;
@@ -652,12 +651,11 @@ static void unshare(struct tfm_model *m, struct tfm_param *p)
     if (!is_shared(m, p))
         return;
     p->data = p->w = m->arena + p->offset;      /* shared: fp32, no compute copy */
-    m->nshared--;
 }
 
 void tfm_model_download(const struct tfm_model *m, enum tfm_block b, float *host)
 {
-    if (b != TFM_PARAMS || !m->nshared) {
+    if (b != TFM_PARAMS || !tfm_model_shared(m)) {
         m->be->download(m->be, host, tfm_model_block(m, b), (size_t)m->count * sizeof(float));
         return;
     }
@@ -670,7 +668,7 @@ void tfm_model_download(const struct tfm_model *m, enum tfm_block b, float *host
 void tfm_model_upload(struct tfm_model *m, enum tfm_block b, const float *host)
 {
     if (b == TFM_PARAMS)
-        for (int i = 0; i < m->np && m->nshared; i++)
+        for (int i = 0; i < m->np; i++)
             unshare(m, &m->params[i]);
     m->be->upload(m->be, tfm_model_block(m, b), host, (size_t)m->count * sizeof(float));
     if (b == TFM_PARAMS)
@@ -710,13 +708,17 @@ int tfm_model_share(struct tfm_model *m, const char *name, const float *data, in
         (uintptr_t)data % 64 != 0)
         return tfm_model_set(m, TFM_PARAMS, name, data, count, err);
     struct tfm_param *q = (struct tfm_param *)p;
-    if (!is_shared(m, q))
-        m->nshared++;
     q->data = q->w = (float *)data;     /* read only: no op writes an inference model's */
     return 1;
 }
 
-int tfm_model_shared(const struct tfm_model *m) { return m->nshared; }
+int tfm_model_shared(const struct tfm_model *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->np; i++)
+        n += is_shared(m, &m->params[i]);
+    return n;
+}
 
 void tfm_model_zero_grad(struct tfm_model *m)
 {
