@@ -30,6 +30,9 @@ VOCAB       ?= 8000
 SPM_TYPE    ?= bpe
 SPM_SAMPLE  ?= 2000000
 SPM_FLAGS   ?= --coverage 1
+# SentencePiece's trainer threads are part of the model it makes (tfm-tokenize(1)): a
+# number of its own, not THREADS, so that every machine makes the same vocabulary.
+SPM_THREADS ?= 16
 TOKENS      ?=
 MAX_LEN     ?=
 SET         ?=
@@ -41,7 +44,9 @@ VALID_EVERY ?= 500
 VALID_BLEU  ?=
 REPORT_EVERY ?= 100
 SENT        ?=
-AVG         ?= 5
+# The checkpoints averaged: the paper's last 5 of a base model, last 20 of a big one
+# (d_model 1024 and up, in the effective config).
+AVG         ?= $(if $(filter big,$(model_size)),20,5)
 # The checkpoints kept (tfm-train --keep): the newest KEEP; unset, all of them.
 KEEP        ?=
 BEAM        ?=
@@ -58,11 +63,35 @@ CLEAN_LEN   ?=
 CLEAN_RATIO ?=
 SCORE_FLAGS ?=
 
+# Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
+# The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
+# MAX_LEN and SET, later, win.
+SETS = $(strip $(addprefix --set ,$(EXTRA_SET)) $(if $(TOKENS),--set tokens=$(TOKENS)) \
+       $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) $(addprefix --set ,$(SET)))
+# The effective config, into the shell variable config, and a key of it (shell code for a
+# recipe): a config or override that tfm-train refuses stops the recipe with its message.
+get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
+cfg = $$(sed -n 's/^$(1) = //p' <<< "$$config")
+
 # The files and directories the pipeline reads and writes, a path each (paths.mk).
 PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT) \
             $(EXTRA_PATH_VARS)
 include $(PIPE_ROOT)/pipelines/paths.mk
 $(call check_paths,$(PATH_VARS))
+
+# The effective config as the makefile is read, a KEY=VALUE word a key (no value holds a
+# space), and $(call key,NAME), one value: what the settings of the batches, the training
+# and the decoding are made of, so that a config edited or copied without a change of
+# value (or touched, or saved again) redoes nothing, and a decoding key only decodes again.
+# Empty while tfm-train is not built, or when it refuses the config: the settings are then
+# the config's path and SETS, and the recipes that read the config say what is wrong.
+config_now := $(if $(wildcard $(BIN)/tfm-train),$(shell $(TFM)train -c $(CONFIG) $(SETS) \
+    --print-config 2> /dev/null | sed 's/ = /=/'))
+key = $(patsubst $(1)=%,%,$(filter $(1)=%,$(config_now)))
+model_size := $(shell [ 0$(call key,d_model) -ge 1024 ] 2> /dev/null && echo big)
+# The keys that training does not read (the search's; --valid-bleu decodes with them) or
+# that a resumed run may change (tfm-train(1), --resume).
+RUN_KEYS = beam alpha max_len_b min_len max_steps save_every keep precision
 
 # The numbers that awk and the shell read in the recipes, checked before anything is made
 # (awk takes TRAIN_LINES=abc for 0 lines, CLEAN_LEN=x for no limit): whole numbers from 1,
@@ -80,23 +109,18 @@ $(if $(or $(filter-out .,$(call no_digits,$(CLEAN_RATIO))),$(filter .,$(CLEAN_RA
 # The values that each follow an option of a tool: empty, the option would take the next
 # option for its value (--valid-every --max-steps), and the run would stop there, after the
 # stages before it, with the tool's usage.
-$(foreach v,THREADS VOCAB SPM_TYPE SPM_SAMPLE SEED VALID_EVERY REPORT_EVERY DEVICE,$(if $(strip $($(v))),,\
+$(foreach v,THREADS VOCAB SPM_TYPE SPM_SAMPLE SPM_THREADS SEED VALID_EVERY REPORT_EVERY DEVICE,$(if $(strip $($(v))),,\
     $(error $(MAKEFILE_NAME): $(v) is empty: it needs a value (make -f pipelines/$(MAKEFILE_NAME) help shows the default))))
-
-# Every override of the config, in one place: tfm-train, tfm-batch and the checks agree.
-# The pipeline's own (EXTRA_SET, wsj_parse's SIZE=small) first, so that the user's TOKENS,
-# MAX_LEN and SET, later, win.
-SETS = $(strip $(addprefix --set ,$(EXTRA_SET)) $(if $(TOKENS),--set tokens=$(TOKENS)) \
-       $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) $(addprefix --set ,$(SET)))
-# The effective config, into the shell variable config, and a key of it (shell code for a
-# recipe): a config or override that tfm-train refuses stops the recipe with its message.
-get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
-cfg = $$(sed -n 's/^$(1) = //p' <<< "$$config")
 
 LIMITS = $(if $(MAX_STEPS),--max-steps $(MAX_STEPS)) $(if $(MAX_TIME),--max-time $(MAX_TIME)) \
          $(foreach s,$(SAVE_EVERY),--save-every $(s)) $(if $(KEEP),--keep $(KEEP))
-DECODE_FLAGS = $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha $(ALPHA)) \
-               $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B)) $(EXTRA_DECODE_FLAGS)
+# The search: the variable when set, else the effective config's key (the config of now,
+# not the one the model was trained with: an edited beam decodes again, and only that).
+# $(call search_flag,OPTION,VARIABLE,KEY)
+search_flag = $(if $(or $($(2)),$(call key,$(3))),$(1) $(or $($(2)),$(call key,$(3))))
+DECODE_FLAGS = $(call search_flag,--beam,BEAM,beam) $(call search_flag,--alpha,ALPHA,alpha) \
+               $(call search_flag,--max-len-b,MAX_LEN_B,max_len_b) \
+               $(call search_flag,--min-len,,min_len) $(EXTRA_DECODE_FLAGS)
 
 # Lines kept of each split: sed programs, set by the corpus; TRAIN_LINES / TEST_LINES cut
 # the training set and the test set to their first N lines.
@@ -143,7 +167,7 @@ $(W):
 # without a word: it holds nothing to name.
 MADE = $(foreach s,train train.raw valid test,$(s).src $(s).tgt $(s).src.tfm $(s).tgt.tfm) \
        settings train.len spm.model train.batches.tfm valid.batches.tfm ckpt rendezvous rendezvous.*.tmp \
-       train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
+       ckpt.old.* train.done train.log model.tfm test.hyp.tfm test.hyp.txt score.txt train.png train.svg \
        attention .pipeline.lock $(EXTRA_MADE)
 # $(call rm_made,NAMES): shell code removing NAMES in W, with their FILE.tmp and FILE.tmp.*.
 rm_made = rm -rf $(addprefix $(W)/,$(1) $(addsuffix .tmp,$(1)) $(addsuffix .tmp.*,$(1)))
@@ -185,12 +209,15 @@ settings.text-valid ?= VALID_SRC=$(abspath $(VALID_SRC)) VALID_TGT=$(abspath $(V
 settings.text-test  ?= TEST_SRC=$(abspath $(TEST_SRC)) TEST_TGT=$(abspath $(TEST_TGT)) \
     TEST_SEL=$(TEST_SEL) TEST_LINES=$(TEST_LINES) PREP=$(PREP)
 settings.clean   = CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)
-settings.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS=$(SPM_FLAGS)
-settings.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(SETS) SEED=$(SEED)
+settings.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_THREADS=$(SPM_THREADS) \
+                   SPM_FLAGS=$(SPM_FLAGS)
+config_or_path   = $(if $(config_now),$(1),CONFIG=$(abspath $(CONFIG)) SETS=$(SETS))
+settings.batches = $(call config_or_path,tokens=$(call key,tokens) max_len=$(call key,max_len)) SEED=$(SEED)
+settings.train   = $(call config_or_path,$(filter-out $(addsuffix =%,$(RUN_KEYS)),$(config_now)))
 settings.avg     = AVG=$(AVG)
 settings.decode  = DECODE_FLAGS=$(strip $(DECODE_FLAGS))
 settings.score  ?= SCORE_FLAGS=$(SCORE_FLAGS)
-SETTINGS = text-train text-valid text-test clean spm batches avg decode score $(EXTRA_SETTINGS)
+SETTINGS = text-train text-valid text-test clean spm batches train avg decode score $(EXTRA_SETTINGS)
 
 # $(call quote,TEXT): TEXT as one word of the shell.
 quote = '$(subst ','\'',$(1))'
@@ -280,7 +307,7 @@ $(BIN)/tfm-%:
 # ---- SentencePiece model and token streams -------------------------------------------------
 $(W)/spm.model: $(W)/$(TRAIN_TEXT).src $(W)/$(TRAIN_TEXT).tgt $(W)/settings/spm | $(BIN)/tfm-tokenize
 	$(TFM)tokenize train -m $@ --vocab $(VOCAB) --type $(SPM_TYPE) \
-	    --max-sentences $(SPM_SAMPLE) --threads $(THREADS) $(SPM_FLAGS) $(wordlist 1,2,$^)
+	    --max-sentences $(SPM_SAMPLE) --threads $(SPM_THREADS) $(SPM_FLAGS) $(wordlist 1,2,$^)
 
 $(W)/%.tfm: $(W)/% $(W)/spm.model | $(BIN)/tfm-tokenize
 	$(TFM)tokenize encode -m $(W)/spm.model --eos --threads $(THREADS) --quiet -o $@ $<
@@ -289,20 +316,32 @@ $(W)/%.tfm: $(W)/% $(W)/spm.model | $(BIN)/tfm-tokenize
 $(CONFIG):
 	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
 
-# (set -x shows the command with the values it was given)
-$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(CONFIG) $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train
+# The config by the values of its keys (settings/batches), not by its file's time: an edit
+# of another key does not make the batches again.  (set -x shows the command with the
+# values it was given)
+$(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train $(CONFIG)
 	@$(get_config); tokens=$(call cfg,tokens); max_len=$(call cfg,max_len); set -x; \
 	$(TFM)batch --tokens $$tokens --max-len $$max_len --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 
 # ---- training -------------------------------------------------------------------------------
-# An interrupted run resumes from its newest checkpoint; checkpoints older than the batches
-# belong to other data, and the run starts afresh.  `rm $(W)/train.done` and make again to
-# train further (with a larger MAX_STEPS or another MAX_TIME).
-$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(CONFIG) | $(BIN)/tfm-train
-	@if [ -n "$$(find $(W)/ckpt -name 'step-*.tfm' ! -newer $< 2>/dev/null)" ]; then \
-	    echo "$(W)/ckpt: checkpoints older than the batches: starting afresh" >&2; \
-	    rm -rf $(W)/ckpt; fi
+# An interrupted run resumes from its newest checkpoint.  ckpt/made-with records what the
+# checkpoints were trained with: the training keys of the config (settings/train) and the
+# checksum of the batches.  When they differ now (another config or SET, new batches;
+# batches made again with the same bytes are the same), the checkpoints belong to another
+# run: ckpt/ is moved aside to ckpt.old.N, never deleted, and the run starts afresh.  A
+# ckpt/ from before made-with was kept goes aside when a checkpoint is older than the
+# batches, as it was then.  `rm $(W)/train.done` and make again to train further (with a
+# larger MAX_STEPS or another MAX_TIME).
+$(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(W)/settings/train | $(BIN)/tfm-train $(CONFIG)
+	@made="$$(cat $(W)/settings/train) batches=$$(cksum < $<)"; c=$(W)/ckpt; \
+	if [ -f $$c/made-with ]; then [ "$$(cat $$c/made-with)" = "$$made" ] || stale=1; \
+	else [ -z "$$(find $$c -name 'step-*.tfm' ! -newer $< 2> /dev/null)" ] || stale=1; fi; \
+	if [ -n "$${stale-}" ] && [ -n "$$(find $$c -name 'step-*.tfm' 2> /dev/null)" ]; then \
+	    n=1; while [ -e $$c.old.$$n ]; do n=$$((n + 1)); done; mv $$c $$c.old.$$n; \
+	    echo "$$c: checkpoints of other batches or another config: moved to $$c.old.$$n" \
+	         "(remove it to free its space); starting afresh" >&2; fi; \
+	mkdir -p $$c; printf '%s\n' "$$made" > $$c/made-with.tmp; mv $$c/made-with.tmp $$c/made-with
 	$(if $(LAUNCH),rm -f $(W)/rendezvous; TFM_RENDEZVOUS=$(abspath $(W))/rendezvous $(LAUNCH)) \
 	$(TFM)train -c $(CONFIG) $(SETS) -o $(W)/ckpt --resume --valid $(W)/valid.batches.tfm \
 	    --valid-every $(VALID_EVERY) $(if $(VALID_BLEU),--valid-bleu) $(LIMITS) --device $(DEVICE) --threads $(THREADS) \
@@ -405,11 +444,11 @@ help:
 	    echo "  W=$(W)  the work directory (clean removes what the pipeline made there)"; \
 	    echo "  BIN=$(BIN)  the tools"; \
 	    echo "  CONFIG=$(CONFIG)  SET='key=value ...'  the config and overrides of its keys"; \
-	    echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS='$(SPM_FLAGS)'  the shared SentencePiece model"; \
+	    echo "  VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_THREADS=$(SPM_THREADS) SPM_FLAGS='$(SPM_FLAGS)'  the shared SentencePiece model"; \
 	    echo "  TOKENS=$(TOKENS) MAX_LEN=$(MAX_LEN)  batch budget, longest sentence (default: the config's)"; \
 	    echo "  MAX_STEPS=$(MAX_STEPS) MAX_TIME=$(MAX_TIME)  training budget (MAX_TIME counts per run)"; \
 	    echo "  SAVE_EVERY=$(SAVE_EVERY) AVG=$(AVG) KEEP=$(KEEP)  checkpoint interval (time or updates), checkpoints averaged, kept (unset: all)"; \
-	    echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's)"; \
+	    echo "  BEAM=$(BEAM) ALPHA=$(ALPHA) MAX_LEN_B=$(MAX_LEN_B)  decoding (default: the config's, as it is now)"; \
 	    echo "  TRAIN_LINES=$(TRAIN_LINES) TEST_LINES=$(TEST_LINES)  use only the first N lines"; \
 	    echo "  CLEAN_LEN=$(CLEAN_LEN) CLEAN_RATIO=$(CLEAN_RATIO)  training pairs kept: 1 to CLEAN_LEN pieces a side, length ratio at most CLEAN_RATIO (unset: all)"; \
 	    echo "  THREADS=$(THREADS) DEVICE=$(DEVICE) SEED=$(SEED) VALID_EVERY=$(VALID_EVERY) SCORE_FLAGS=$(SCORE_FLAGS)"; \

@@ -41,7 +41,7 @@ CORPUS_MADE := $(WMT14_DIR)/train.en $(WMT14_DIR)/train.$(L2) \
                $(WMT14_DIR)/newstest2014.en $(WMT14_DIR)/newstest2014.$(L2)
 CLEAN_LEN   ?= 250
 CLEAN_RATIO ?= 1.5
-# A checkpoint of the base model with its Adam moments is about 0.7 GB, of the big one 2.3 GB,
+# A checkpoint of the base model with its Adam moments is about 0.76 GB, of a big one 2.5 GB,
 # one every 10 minutes for days: only the newest AVG, which the average needs, are kept.
 KEEP        ?= $(AVG)
 

@@ -2,8 +2,8 @@
 # stage as make rules over real files (common.mk), so an interrupted run continues:
 #   make -f pipelines/wmt_ende.mk                      the bundled Multi30k, tiny model, CPU
 #   make -f pipelines/wmt_ende.mk CORPUS=toy           the bundled 10k-pair WMT sample
-#   make -f pipelines/wmt_ende.mk CORPUS=wmt14 CONFIG=configs/base.conf
-#                                      WMT14 from the WMT archives (wmt14.mk), or WMT14_DIR
+#   make -f pipelines/wmt_ende.mk CORPUS=wmt14         WMT14 from the WMT archives (wmt14.mk),
+#                                      or WMT14_DIR; the base model, or CONFIG=configs/big.conf
 #   make -f pipelines/wmt_ende.mk help                 the variables
 
 MAKEFILE_NAME := wmt_ende.mk
@@ -16,7 +16,9 @@ DATA      ?= $(PIPE_ROOT)/data
 
 CORPUS    ?= multi30k
 W         ?= work/wmt_ende-$(CORPUS)
-CONFIG    ?= $(PIPE_ROOT)/configs/tiny.conf
+# The tiny model on the bundled corpora (a CPU's job, MAX_TIME below); the paper's base
+# model on WMT14, trained for its 100K updates (configs/base.conf, max_steps).
+CONFIG    ?= $(PIPE_ROOT)/configs/$(if $(filter wmt14,$(CORPUS)),base,tiny).conf
 WMT14_DIR ?= wmt14-ende
 
 ifeq ($(CORPUS),multi30k)

@@ -73,7 +73,9 @@ endif
 # wrong leaves: the text is not normalized (NFKC would make a full-width bracket a bracket
 # and a no-break space a space), and a character the training text lacks decodes as
 # U+2047 without the spaces SentencePiece puts around it by default.
-VOCAB     ?= 4000
+# The paper's WSJ-only vocabulary is 16K pieces; the bundled sample (3253 trees) has too
+# little text for that many, and SIZE=small takes 4000.
+VOCAB     ?= $(if $(filter paper,$(SIZE)),16000,4000)
 SPM_FLAGS ?= --coverage 1 --trainer-option split_by_unicode_script=false \
              --trainer-option normalization_rule_name=identity --trainer-option unk_surface=⁇
 HELP_TARGETS = baseline

@@ -214,14 +214,31 @@ need_tools() {
     assert_file_exist "$W/ckpt/step-000011.tfm"
     run tfm-cat --header "$W/model.tfm"
     assert_output --partial "averaged.steps=9,11"
-    # New batches make the old checkpoints stale: the run starts afresh.
+    # Batches of the same bytes are the same: touched, or made again alike, they resume.
     touch "$W/train.batches.tfm"
     rm "$W/train.done"
-    run $ENDE W="$W" MAX_STEPS=3
+    run $ENDE W="$W" MAX_STEPS=12
     assert_success
-    assert_output --partial "checkpoints older than the batches: starting afresh"
-    assert_file_not_exist "$W/ckpt/step-000011.tfm"
+    refute_output --partial "starting afresh"
+    assert_line "tfm-train: resuming from $W/ckpt/step-000011.tfm: update 11, epoch 0, batch 11"
+    # New batches make the old checkpoints stale: they are moved aside, and the run starts
+    # afresh (the batches of another seed, in another order; then the run goes back to
+    # seed 1, with the checkpoints of seed 2 moved aside in turn)
+    run $ENDE W="$W" MAX_STEPS=3 SEED=2
+    assert_success
+    assert_output --partial "tfm-batch --tokens 1024 --max-len 128 --seed 2"
+    assert_line "$W/ckpt: checkpoints of other batches or another config: moved to $W/ckpt.old.1 (remove it to free its space); starting afresh"
+    assert_file_exist "$W/ckpt.old.1/step-000012.tfm"
+    assert_file_not_exist "$W/ckpt/step-000012.tfm"
     assert_file_exist "$W/ckpt/step-000003.tfm"
+    run $ENDE W="$W" MAX_STEPS=12
+    assert_success
+    assert_line "$W/ckpt: checkpoints of other batches or another config: moved to $W/ckpt.old.2 (remove it to free its space); starting afresh"
+    assert_file_exist "$W/ckpt.old.2/step-000003.tfm"
+    assert_file_exist "$W/ckpt/step-000012.tfm"
+    run tfm-cat --header "$W/model.tfm"
+    assert_output --partial "averaged.steps=9,12"
+    rm -r "$W/ckpt.old.1" "$W/ckpt.old.2"
 }
 
 @test "wmt_ende: a W made before the settings were kept is taken as it is, its checkpoints kept" {
@@ -237,12 +254,12 @@ need_tools() {
     refute_output --partial "tfm-"
     assert_equal "$(stat -c '%n %.9Y' "$w"/* "$w"/ckpt/* | grep -v '/settings ')" "$before"
     # the values given now are recorded, and a change of them is seen
-    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
+    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_THREADS=16 SPM_FLAGS=--coverage 1"
     run $ENDE W="$w" -q
     assert_success
     run $ENDE W="$w" BEAM=2
     assert_success
-    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 2 --max-len-b 8: made again"
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 2 --alpha 0.6 --max-len-b 8 --min-len 1: made again"
     refute_output --partial "tfm-train"
     # the empty settings files of make -t are no record either
     : > "$w/settings/spm"
@@ -250,7 +267,7 @@ need_tools() {
     assert_success
     refute_output --partial "tfm-"
     refute_output --partial "was"
-    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
+    assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_THREADS=16 SPM_FLAGS=--coverage 1"
 }
 
 @test "wmt_ende: a changed variable redoes the stages it changes, and only those" {
@@ -258,14 +275,14 @@ need_tools() {
     local w="$BATS_TEST_TMPDIR/vars"
     run $ENDE W="$w"
     assert_success
-    assert_equal "$(cat "$w/settings/decode")" "DECODE_FLAGS=--max-len-b 8"
+    assert_equal "$(cat "$w/settings/decode")" "DECODE_FLAGS=--beam 4 --alpha 0.6 --max-len-b 8 --min-len 1"
     # (a file named FORCE where make runs changes nothing)
     cd "$BATS_TEST_TMPDIR"
     touch FORCE
     # the beam: decoding and the score again, nothing before them
     run $ENDE W="$w" BEAM=1
     assert_success
-    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 1 --max-len-b 8: made again"
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 1 --alpha 0.6 --max-len-b 8 --min-len 1: made again"
     assert_output --partial "tfm-decode -m $w/model.tfm --beam 1 "
     assert_line --regexp '^BLEU = '
     refute_output --partial "tfm-avg"
@@ -296,21 +313,37 @@ need_tools() {
     run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400
     assert_success
     assert_output --partial "tfm-tokenize train -m $w/spm.model --vocab 400 "
-    assert_output --partial "checkpoints older than the batches: starting afresh"
+    assert_output --partial "moved to $w/ckpt.old.1 (remove it to free its space); starting afresh"
     run tfm-tokenize decode --ids "$w/test.src.tfm"
     [ "$(tr ' ' '\n' <<< "$output" | sort -n | tail -1)" -lt 400 ]
-    # another config, older than every file made, and SET: new batches, training afresh
-    cp "$TFM_ROOT/configs/tiny.conf" "$BATS_TEST_TMPDIR/old.conf"
+    # the config by its values: a copy of it elsewhere, with comments of its own and touched,
+    # is the same config, and so is the file saved again
+    { echo "# a copy"; cat "$TFM_ROOT/configs/tiny.conf"; } > "$BATS_TEST_TMPDIR/old.conf"
     touch -d 2001-01-01 "$BATS_TEST_TMPDIR/old.conf"
     run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf"
     assert_success
-    assert_output --partial "tfm-batch --tokens"
-    assert_output --partial "starting afresh"
+    assert_output --partial "Nothing to be done"
+    touch "$BATS_TEST_TMPDIR/old.conf"
+    run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf"
+    assert_success
+    assert_output --partial "Nothing to be done"
+    # a key of the search, in the config: decoding again, nothing before it
+    echo "alpha = 1" >> "$BATS_TEST_TMPDIR/old.conf"
+    run $ENDE W="$w" AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf"
+    assert_success
+    assert_line "$w/settings/decode: now DECODE_FLAGS=--beam 4 --alpha 1 --max-len-b 8 --min-len 1: made again"
+    refute_output --partial "tfm-train"
+    refute_output --partial "tfm-batch"
+    # (the checkpoint records the search it was trained with; the keys may change on resume)
+    sed -i '$d' "$BATS_TEST_TMPDIR/old.conf"
+    # a key of the training, in SET: the same batches, training afresh, the checkpoints kept
     run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
         SET=dropout=0.2
     assert_success
     assert_output --partial "tfm-train -c $BATS_TEST_TMPDIR/old.conf --set tokens=1024 --set dropout=0.2 "
-    assert_output --partial "starting afresh"
+    assert_output --partial "moved to $w/ckpt.old.2 (remove it to free its space); starting afresh"
+    refute_output --partial "tfm-batch"
+    assert_file_exist "$w/ckpt.old.2/step-000008.tfm"
     # make -n says what a changed SEED would redo, and changes nothing
     local before; before=$(stat -c %.9Y "$w"/settings/* "$w/train.batches.tfm")
     run $ENDE W="$w" BEAM=1 AVG=1 TEST_LINES=5 VOCAB=400 CONFIG="$BATS_TEST_TMPDIR/old.conf" \
@@ -922,14 +955,16 @@ notes.txt"
     run $p k/train.batches.tfm
     assert_success
     assert_line --partial "tfm-batch --tokens 1024 --max-len 1024 "
-    run $p TOKENS=2048 MAX_LEN=300 SET='d_model=64 heads=2' k/train.batches.tfm
+    run $p TOKENS=2048 MAX_LEN=300 SET='d_model=64 heads=2' k/train.batches.tfm k/settings/train
     assert_success
     assert_line --partial "tfm-batch --tokens 2048 --max-len 300 "
-    # the effective config of the run: the overrides as settings/batches records them
-    run tfm-train -c "$TFM_ROOT/configs/parse.conf" $(sed 's/^CONFIG=[^ ]* SETS=//; s/ SEED=.*//' k/settings/batches) --print-config
-    assert_line "d_model = 64"
-    assert_line "heads = 2"
-    assert_line "layers = 2"
+    # the effective config of the run, as settings/train records it
+    run tr ' ' '\n' < k/settings/train
+    assert_line "d_model=64"
+    assert_line "heads=2"
+    assert_line "layers=2"
+    assert_line "d_ff=512"
+    refute_line --partial "beam="
 }
 
 @test "numbers that the recipes read are checked before anything is made" {
