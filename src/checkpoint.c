@@ -307,9 +307,10 @@ fail:
 }
 
 /* precision too: master weights and Adam moments are fp32 at every precision, so a run
- * may go on at another one (tfm-config(5), precision). */
+ * may go on at another one (tfm-config(5), precision).  The keys of the search are not
+ * read by training (only --valid-bleu decodes with them), so they may change as well. */
 const char *const tfm_checkpoint_run_keys[] = {"max_steps", "save_every", "keep", "precision",
-                                               NULL};
+                                               "beam", "alpha", "max_len_b", "min_len", NULL};
 
 /* c's config text over the defaults, unchecked. */
 static int config_of(const struct tfm_checkpoint *c, struct tfm_config *cfg,
@@ -982,6 +983,7 @@ int tfm_checkpoint_same_config(const struct tfm_config *cfg, const struct tfm_co
     if (key)
         return tfm_fail(err, "%s: config key '%s' is %s in the checkpoint and %s now: "
                         "resume with the checkpoint's config (only max_steps, save_every, "
-                        "keep and precision may change)", path, key, b, a);
+                        "keep, precision and the search's beam, alpha, max_len_b and min_len "
+                        "may change)", path, key, b, a);
     return 0;
 }

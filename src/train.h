@@ -87,7 +87,7 @@ struct tfm_train_result {
 
 /* Train with cfg (effective config; cfg->vocab 0: from the stream's vocabulary).  With
  * o->resume and a checkpoint in out_dir, cfg must equal the checkpoint's config except
- * for max_steps, save_every, keep and precision, and the checkpoint must hold exactly that model and
+ * for the run keys (tfm_checkpoint_run_keys), and the checkpoint must hold exactly that model and
  * its Adam moments (tfm_checkpoint_check).  Process 0 (o->world_rank) holds the lock of
  * out_dir for the run (tfm_checkpoint_lock): a second run there is refused.  A stream that
  * ends before the first update (a pipe) is an error: nothing is trained or written.

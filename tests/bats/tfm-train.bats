@@ -336,6 +336,23 @@ teardown() {
     assert_output --partial "no checkpoint to resume and no -c CONFIG"
 }
 
+@test "--resume: the keys of the search may change, and the checkpoints after carry them" {
+    run tfm-train "${SMALL[@]}" -o "$T/s" --max-steps 2 -q "$M/b.tfm"
+    assert_success
+    run tfm-train "${SMALL[@]}" --set beam=6 --set alpha=1 --set max_len_b=9 --set min_len=2 \
+        -o "$T/s" --resume --max-steps 3 -q "$M/b.tfm"
+    assert_success
+    run bash -c "tfm-cat --values '$T/s/step-000003.tfm' | awk '/record 2 config/ { getline; n = split(\$0, b, \" \"); for (i = 1; i <= n; i++) printf \"%c\", b[i] }'"
+    assert_line "beam = 6"
+    assert_line "alpha = 1"
+    assert_line "max_len_b = 9"
+    assert_line "min_len = 2"
+    # a key of the model still may not
+    run tfm-train "${SMALL[@]}" --set heads=4 -o "$T/s" --resume --max-steps 4 -q "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "config key 'heads' is 2 in the checkpoint and 4 now"
+}
+
 @test "--ranks R equals --update-freq R up to float reassociation" {
     # adam_eps 1e-3: Adam's first steps turn tiny gradients into +-lr; this keeps the
     # comparison about the gradients (see tests/unit/test_train.c)
