@@ -19,7 +19,7 @@ static const char USAGE[] =
     "                  [--min-len N] [--nbest N] [--text] [--sample] [--topk K]\n"
     "                  [--topp P] [--temperature T] [--seed N] [--tokens N] [--threads N]\n"
     "                  [--device DEV] [-o OUT] [--attention FILE [--attention-all]]\n"
-    "                  [--tree copy|count] [--progress] [--quiet] [FILE]\n";
+    "                  [--tree copy|count|off] [--progress] [--quiet] [FILE]\n";
 
 static const char HELP[] =
     "Translate a token (or batch) stream; write a hypothesis stream in input order.\n"
@@ -46,7 +46,8 @@ static const char HELP[] =
     "      --attention-all    with it the encoder and decoder self-attention too\n"
     "      --tree MODE        write only linearized trees over the source's words, their\n"
     "                         leaves the source pieces (copy) or as many as its words\n"
-    "                         (count: XX or POS tags); see tfm-decode(1)\n"
+    "                         (count: XX or POS tags); off (default): any text;\n"
+    "                         see tfm-decode(1)\n"
     "  -p, --progress / -q, --quiet   progress on stderr (default: when it is a tty)\n"
     "  -h, --help / --version\n";
 
