@@ -583,6 +583,20 @@ step-000008.tfm"
     assert_line --partial "AVG=7 KEEP=7 "
     run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" help
     assert_line --partial "AVG=5 KEEP= "
+    # the paper's: WMT14 trains the base model, averaging 5; a big one (d_model 1024) 20
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt14 help
+    assert_line --partial "  CONFIG=$TFM_ROOT/configs/base.conf "
+    assert_line --partial "AVG=5 KEEP=5 "
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt14 CONFIG="$TFM_ROOT/configs/big.conf" help
+    assert_line --partial "AVG=20 KEEP=20 "
+    run make -f "$TFM_ROOT/pipelines/wmt_ende.mk" CORPUS=wmt14 SET=d_model=1024 help
+    assert_line --partial "AVG=20 KEEP=20 "
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" SIZE=paper help
+    assert_line --partial "  VOCAB=16000 "
+    assert_line --partial "AVG=20 KEEP= "
+    run make -f "$TFM_ROOT/pipelines/wsj_parse.mk" help
+    assert_line --partial "  VOCAB=4000 "
+    assert_line --partial "AVG=5 KEEP= "
 }
 
 @test "wmt_ende: LAUNCH trains as several processes" {
