@@ -32,7 +32,7 @@ static const char HELP[] =
     "      --min-len N        at least N tokens before eos (1: never empty; 0: no limit)\n"
     "  -n, --nbest N          hypotheses per sentence (<= beam), or samples (1)\n"
     "  -t, --text             detokenized text; n-best as 'N ||| text ||| score'\n"
-    "  -s, --sample           sample instead of searching\n"
+    "  -s, --sample           sample instead of searching (no --beam)\n"
     "      --topk K           sample among the K most probable tokens (0: all)\n"
     "      --topp P           nucleus sampling, P in (0, 1] (1: all)\n"
     "      --temperature T    sampling temperature > 0 (1)\n"
@@ -314,8 +314,10 @@ int main(int argc, char **argv)
         fflush(stdout);
         return tfm_cli_fail(&err, o.usage_error ? 2 : 1);
     }
-    if (!quiet && o.stats.truncated)
-        fprintf(stderr, "tfm-decode: warning: %lld source sentences cut to the model's max_len\n",
+    /* a warning about the data, not progress: --quiet keeps it */
+    if (o.stats.truncated)
+        fprintf(stderr, "tfm-decode: %s: warning: %lld source sentences cut to the model's "
+                "max_len\n", strcmp(in, "-") == 0 ? "<stdin>" : in,
                 (long long)o.stats.truncated);
     show_device(&pr, &o.stats);
     if (tfm_cli_close_stdout(0))

@@ -144,7 +144,7 @@ int main(int argc, char **argv)
     }
     int nrefs = 0, metric = MET_BLEU, json = 0, mode = MODE_SCORE, quiet = 0, c;
     long long v;
-    int tok_set = 0, smooth_set = 0, chrf_set = 0, tokenized = 0;
+    int tok_set = 0, smooth_set = 0, smooth_value_set = 0, chrf_set = 0, tokenized = 0;
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
     struct tfm_f1_opts fo = {NULL, NULL, 0, 0, -1, 0, NULL};
@@ -181,6 +181,7 @@ int main(int argc, char **argv)
             break;
         case OPT_SMOOTH_VALUE:
             st = tfm_cli_double("--smooth-value", optarg, 0, 1e6, 0, &bo.smooth_value);
+            smooth_value_set = 1;
             break;
         case OPT_TOKENIZED: tokenized = 1; break;
         case OPT_COMPOUND: bo.compound_split = 1; break;
@@ -263,6 +264,8 @@ int main(int argc, char **argv)
             bad = "--tokenized and --tok exclude each other";
         else if (metric != MET_BLEU && (tok_set || smooth_set || bo.tok == TFM_TOK_TOKENIZED))
             bad = "--tok, --smooth and --tokenized are for --metric bleu";
+        else if (smooth_value_set && bo.smooth != TFM_SMOOTH_FLOOR && bo.smooth != TFM_SMOOTH_ADDK)
+            bad = "--smooth-value is for --smooth floor or add-k";
         else if (metric != MET_CHRF && chrf_set)
             bad = "--chrf-* options are for --metric chrf";
         else if (metric != MET_F1 && (fo.param || fo.source || fo.linearized ||

@@ -186,6 +186,25 @@ values() {
     assert_line "meta topk=5"
     assert_line "meta topp=0.9"
     assert_line "meta seed=2"
+    # there is no beam to sample from
+    run tfm-decode -q -m "$M/model.tfm" --sample --nbest 5 --beam 5 "$M/test.tfm"
+    assert_failure 2
+    assert_line -n 0 "tfm-decode: --beam and --sample exclude each other"
+}
+
+@test "tfm-decode: sources cut to the model's max_len are counted in a warning that --quiet keeps" {
+    # two lines longer than max_len (48) and one short one
+    { for n in 60 70; do for ((i = 0; i < n; i++)); do printf 'red '; done; echo; done
+      echo "blue cat"; } | tfm-tokenize encode -m "$M/spm.model" > "$T/long.tfm"
+    tfm-decode -q -m "$M/model.tfm" --text "$T/long.tfm" > "$T/out.txt" 2> "$T/err.txt"
+    assert_equal "$(cat "$T/err.txt")" "tfm-decode: $T/long.tfm: warning: 2 source sentences cut to the model's max_len"
+    assert_equal "$(wc -l < "$T/out.txt")" 3
+    assert_equal "$(sed -n 3p "$T/out.txt")" "blue cat"
+    tfm-decode -q -m "$M/model.tfm" --text - < "$T/long.tfm" > /dev/null 2> "$T/err.txt"
+    assert_equal "$(cat "$T/err.txt")" "tfm-decode: <stdin>: warning: 2 source sentences cut to the model's max_len"
+    # none cut, no warning
+    tfm-decode -q -m "$M/model.tfm" --text "$M/test.tfm" > /dev/null 2> "$T/err.txt"
+    assert_equal "$(cat "$T/err.txt")" ""
 }
 
 @test "tfm-decode reads a batch stream and writes its sentences in the order of their numbers" {

@@ -206,6 +206,19 @@ print(d[\"score\"])'"
     done
 }
 
+@test "--smooth-value only with --smooth floor or add-k, which use it" {
+    printf 'a b c d\n' > "$BATS_TEST_TMPDIR/h"
+    for args in "" "--smooth exp" "--smooth none" "--tokenized" "-m chrf" "-m f1"; do
+        run tfm-score $args --smooth-value 7 -r "$BATS_TEST_TMPDIR/h" "$BATS_TEST_TMPDIR/h"
+        assert_failure 2
+        assert_line -n 0 "tfm-score: --smooth-value is for --smooth floor or add-k"
+    done
+    for s in floor add-k; do
+        run tfm-score --smooth $s --smooth-value 7 -r "$BATS_TEST_TMPDIR/h" "$BATS_TEST_TMPDIR/h"
+        assert_success
+    done
+}
+
 @test "--help and --version" {
     run tfm-score --help
     assert_success
