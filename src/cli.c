@@ -171,6 +171,17 @@ int tfm_cli_reads_stdin(const char *path)
     return s0.st_dev == sp.st_dev && s0.st_ino == sp.st_ino;
 }
 
+int tfm_cli_same_stream(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if ((strcmp(a, "-") == 0 ? fstat(0, &sa) : stat(a, &sa)) != 0 ||
+        (strcmp(b, "-") == 0 ? fstat(0, &sb) : stat(b, &sb)) != 0)
+        return 0;       /* the open of the one not there says why */
+    if (S_ISREG(sa.st_mode) || S_ISDIR(sa.st_mode))
+        return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 int tfm_cli_not_terminal(const char *flag, const char *path)
 {
     struct stat st;

@@ -73,6 +73,13 @@ int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind
  * descriptor 0 opened again by name is read from its start, a reader of its own.) */
 int tfm_cli_reads_stdin(const char *path);
 
+/* Do input paths a and b ("-": standard input) name one file that is not a regular file
+ * or a directory: a pipe, FIFO, socket or device, by identity (device and inode: a FIFO's
+ * path and /dev/fd/N open on it are one)?  Such a file is a stream read once: two readers
+ * would each take part of its bytes, or the second wait for ever for a writer gone.  (A
+ * regular file named twice is read twice, each reader from its start.) */
+int tfm_cli_same_stream(const char *a, const char *b);
+
 /* Is the output path given to FLAG a terminal (a character device that is a tty, as
  * /dev/tty or /dev/stdout on one)?  0 when not, or 2 after "PROG: FLAG: 'PATH' is a
  * terminal: refusing to write a binary stream to it" and the usage.  For the tools that

@@ -239,6 +239,21 @@ rows() {
     run bash -c "cat '$M/en.tfm' | tfm-batch - /dev/stdin"
     assert_failure 2
     assert_line --index 0 "tfm-batch: SRC and TGT cannot both be stdin"
+    # one FIFO as both, or one pipe by two names, is read once: refused before a read
+    # (which would wait for ever for the writer gone)
+    mkfifo "$T/ff"
+    run timeout 10 tfm-batch -q -o "$T/b.tfm" "$T/ff" "$T/ff"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC '$T/ff' and TGT '$T/ff' are one pipe, FIFO or device: it can be read once"
+    run timeout 10 bash -c "tfm-batch -q -o '$T/b.tfm' /dev/fd/3 /proc/self/fd/3 \
+        3< <(cat '$M/en.tfm') < /dev/null"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC '/dev/fd/3' and TGT '/proc/self/fd/3' are one pipe, FIFO or device: it can be read once"
+    [ ! -e "$T/b.tfm" ]
+    # one regular file as both is read twice, as two files
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$M/en.tfm"
+    assert_success
+    [ -s "$T/b.tfm" ]
     run tfm-batch --frobnicate "$M/en.tfm"
     assert_failure 2
 }
