@@ -219,7 +219,9 @@ static int run(int argc, char **argv, const char **options)
         (tfm_cli_output_not_input("encode: --output", output, "input", in, "stream") ||
          tfm_cli_output_not_input("encode: --output", output, "model", model, "stream")))
         return 2;
-    if (model && tfm_cli_reads_stdin(model) && tfm_cli_reads_stdin(in))
+    /* by identity whatever is on descriptor 0: -m /dev/stdin < m.model opens the model
+     * again from its start, and the text read on descriptor 0 would be its bytes */
+    if (model && tfm_cli_names_stdin(model) && tfm_cli_names_stdin(in))
         return tfm_cli_usage_error("%s: -m %s: standard input cannot feed both the model and "
                                    "the %s (give FILE)", cmd, model,
                                    sub == 1 ? "text" : "input");

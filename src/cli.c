@@ -171,6 +171,18 @@ int tfm_cli_reads_stdin(const char *path)
     return s0.st_dev == sp.st_dev && s0.st_ino == sp.st_ino;
 }
 
+int tfm_cli_names_stdin(const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return 1;
+    struct stat s0, sp;
+    if (fstat(0, &s0) != 0 || stat(path, &sp) != 0 || S_ISDIR(s0.st_mode))
+        return 0;
+    if (S_ISCHR(s0.st_mode) && !isatty(0))
+        return 0;
+    return s0.st_dev == sp.st_dev && s0.st_ino == sp.st_ino;
+}
+
 int tfm_cli_same_stream(const char *a, const char *b)
 {
     struct stat sa, sb;

@@ -73,6 +73,13 @@ int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind
  * descriptor 0 opened again by name is read from its start, a reader of its own.) */
 int tfm_cli_reads_stdin(const char *path);
 
+/* Does input path name the file open on descriptor 0, whatever it is: "-", or by identity
+ * (device and inode) the pipe, FIFO, terminal or regular file there (/dev/stdin, the
+ * file's own name)?  For two inputs that must not be one file even when it is a regular
+ * file, which each reader would read from its start: tfm-tokenize's model and text.  A
+ * character device that is not a terminal (/dev/null) gives each reader its own bytes: 0. */
+int tfm_cli_names_stdin(const char *path);
+
 /* Do input paths a and b ("-": standard input) name one file that is not a regular file
  * or a directory: a pipe, FIFO, socket or device, by identity (device and inode: a FIFO's
  * path and /dev/fd/N open on it are one)?  Such a file is a stream read once: two readers

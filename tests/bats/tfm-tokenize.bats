@@ -255,6 +255,17 @@ ids_by_cat() {
     run bash -c "cat '$M/bpe.model' | tfm-tokenize decode -m /dev/stdin -"
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: decode: -m /dev/stdin: standard input cannot feed both the model and the input (give FILE)"
+    # a regular file on standard input too: /dev/stdin opens it again from its start, and
+    # the text would be the model's bytes; nor the text by /dev/stdin and the model by -
+    run tfm-tokenize encode -m /dev/stdin < "$M/bpe.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m /dev/stdin: standard input cannot feed both the model and the text (give FILE)"
+    run tfm-tokenize encode -m - /dev/stdin < "$M/bpe.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m -: standard input cannot feed both the model and the text (give FILE)"
+    run tfm-tokenize decode -m /proc/self/fd/0 < "$M/bpe.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: decode: -m /proc/self/fd/0: standard input cannot feed both the model and the input (give FILE)"
     # the model on standard input and the text from a file; or /dev/stdin a regular file
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/a.tfm"
     cat "$M/bpe.model" | tfm-tokenize encode -m /dev/stdin "$M/val.en" | cmp - "$T/a.tfm"
