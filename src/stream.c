@@ -349,6 +349,18 @@ static int header_parse(struct tfm_header *h, const char *text, size_t n, struct
         char key[TFM_MAX_KEY + 1];
         memcpy(key, p, (size_t)(eq - p));
         key[eq - p] = 0;
+        /* a NUL would end the key early for valid_key and strcmp ("kind\0x" read as
+         * "kind"): refused, shown with the NUL as \0 (a value's is refused by header_set_n) */
+        if (memchr(key, '\0', (size_t)(eq - p))) {
+            char shown[2 * TFM_MAX_KEY + 1], *q = shown;
+            for (const char *c = p; c < eq; c++) {
+                if (*c == '\0')
+                    *q++ = '\\';
+                *q++ = *c ? *c : '0';
+            }
+            *q = 0;
+            return tfm_fail(err, "header: bad header key '%s'", shown);
+        }
         if (strcmp(key, "kind") == 0) {
             if (have_kind)
                 return tfm_fail(err, "header: kind given twice");
