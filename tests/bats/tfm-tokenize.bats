@@ -669,6 +669,20 @@ open(sys.argv[2], "wb").write(s.b)
     assert_failure 1
     assert_output "tfm-tokenize: $T/empty.txt, $T/blank.txt: no text to train on (every file is empty or has only empty lines)"
     [ ! -e "$T/e.model" ]
+    # among files with text, each file without any is an error too, as on stdin
+    printf 'hello world\nthe cat sat\n' > "$T/text.txt"
+    for s in 0 1; do
+        run tfm-tokenize train -q -m "$T/e.model" --vocab 20 --max-sentences $s "$T/text.txt" "$T/empty.txt"
+        assert_failure 1
+        assert_output "tfm-tokenize: $T/empty.txt: no text to train on (the file is empty or has only empty lines)"
+    done
+    run tfm-tokenize train -q -m "$T/e.model" --vocab 20 "$T/blank.txt" "$T/text.txt" - < "$T/empty.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/blank.txt, <stdin>: no text to train on (each of them is empty or has only empty lines)"
+    [ ! -e "$T/e.model" ]
+    run tfm-tokenize train -q -m "$T/e.model" --vocab 20 "$T/text.txt" - < "$T/text.txt"
+    assert_success
+    [ -s "$T/e.model" ]
 }
 
 @test "decode: a write error in the middle of the output is reported once" {
