@@ -426,10 +426,18 @@ t = sys.argv[2]
 tok(t + "/src.tfm", "kind=tokens\nvocab.size=100\n", [[5, 6], [7]])
 tok(t + "/bad.tfm", "kind=tokens\n", [[150], [8, 9]])
 tok(t + "/good.tfm", "kind=tokens\n", [[99], [8, 9]])
+tok(t + "/neg.tfm", "kind=tokens\n", [[5, 6], [7, -3, 9]])
 ' "$TFM_ROOT" "$T"
+    # no vocabulary size known: a negative id is said as such, by its line and token
+    run tfm-batch -q -o "$T/b.tfm" "$T/neg.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/neg.tfm: record 2 'tokens.ids': at byte 280: line 2: negative id -3 at token 2"
+    run bash -c "cat '$T/neg.tfm' | tfm-batch -q -o '$T/b.tfm' -"
+    assert_failure 1
+    assert_output "tfm-batch: <stdin>: record 2 'tokens.ids': at byte 280: line 2: negative id -3 at token 2"
     run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/bad.tfm"
     assert_failure 1
-    assert_output "tfm-batch: $T/bad.tfm: record 2 'tokens.ids': at byte 280: id 150 at position 0 outside the vocabulary (100)"
+    assert_output "tfm-batch: $T/bad.tfm: record 2 'tokens.ids': at byte 280: line 1: id 150 at token 1 outside the vocabulary (100)"
     [ ! -e "$T/b.tfm" ]
     run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/good.tfm"
     assert_success
@@ -461,7 +469,7 @@ for name, ids in (("nokey", [5, 6, 1500]), ("nokey-ok", [5, 6, 999])):
 ' "$TFM_ROOT" "$M" "$T"
     run tfm-batch -q -o "$T/b.tfm" "$T/nokey.tfm"
     assert_failure 1
-    assert_output --regexp "^tfm-batch: $T/nokey.tfm: record 3 'tokens.ids': .*id 1500 at position 2 outside the vocabulary \(1000\)$"
+    assert_output --regexp "^tfm-batch: $T/nokey.tfm: record 3 'tokens.ids': .*line 1: id 1500 at token 3 outside the vocabulary \(1000\)$"
     run tfm-batch -q -o "$T/b.tfm" "$T/nokey-ok.tfm"
     assert_success
 }
