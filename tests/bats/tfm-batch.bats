@@ -105,6 +105,33 @@ rows() {
     cmp "$T/a.tfm" "$T/b.tfm"
 }
 
+@test "header eos, bos and targets are 0, 1 or absent: anything else is an error naming file and key" {
+    ed="$TFM_ROOT/tests/bats/edit-checkpoint.py"
+    tfm-tokenize encode -q --eos -m "$M/spm.model" -o "$T/en-eos.tfm" "$M/train.en"
+    # eos=true was read as absent, and a second eos appended to every sentence
+    python3 "$ed" "$T/en-eos.tfm" "$T/true.tfm" --header eos=true
+    run tfm-batch -q -o "$T/b.tfm" "$T/true.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/true.tfm: header: eos=true: 0 or 1 expected (or no eos key)"
+    [ ! -e "$T/b.tfm" ]
+    python3 "$ed" "$M/de.tfm" "$T/bos.tfm" --header bos=yes
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$T/bos.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bos.tfm: header: bos=yes: 0 or 1 expected (or no bos key)"
+    run tfm-batch -q -o "$T/b.tfm" "$T/bos.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bos.tfm: header: bos=yes: 0 or 1 expected (or no bos key)"
+    # 0 is as absent: the same batches as without the keys
+    python3 "$ed" "$M/en.tfm" "$T/zero.tfm" --header eos=0 --header bos=0
+    tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
+    tfm-batch -q "$T/zero.tfm" "$M/de.tfm" > "$T/z.tfm"
+    tfm-cat --values "$T/a.tfm" | grep -v '^stream \|^meta \(producer\|src.bos\)=' > "$T/a.txt"
+    tfm-cat --values "$T/z.tfm" | grep -v '^stream \|^meta \(producer\|src.bos\)=' > "$T/z.txt"
+    cmp "$T/a.txt" "$T/z.txt"
+    assert_equal "$(meta "$T/z.tfm" src.bos)" 0
+    # (a batch stream's targets=: test_batch)
+}
+
 @test "--seed: same seed same bytes, another seed another order" {
     tfm-batch -q --tokens 1000 --seed 7 "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
     tfm-batch -q --tokens 1000 --seed 7 "$M/en.tfm" "$M/de.tfm" > "$T/b.tfm"
