@@ -456,6 +456,29 @@ open(sys.argv[2], "wb").write(s.b)
     run tfm-tokenize train -m "$T/x.model" --trainer-option bos_id=5 "$D/src-val.txt"
     assert_failure 2
     assert_line --index 0 --partial "bos_id is set by tfm-tokenize itself"
+    # a key the trainer does not know, or a value it cannot take, is a usage error found
+    # by the trainer itself before any input is read (here none can be)
+    run tfm-tokenize train -m "$T/x.model" -O nonexistent_opt=1 "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --trainer-option: 'nonexistent_opt=1': unknown field name \"nonexistent_opt\" in TrainerSpec."
+    run tfm-tokenize train -m "$T/x.model" -O split_digits=maybe "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --trainer-option: 'split_digits=maybe': cannot parse \"maybe\" as bool."
+    run tfm-tokenize train -m "$T/x.model" --trainer-option=--max_sentence_length=x "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --trainer-option: '--max_sentence_length=x': cannot parse \"x\" as int."
+    run tfm-tokenize train -m "$T/x.model" -O num_sub_iterations=0 "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-tokenize: --trainer-option: 'num_sub_iterations=0': "
+    run tfm-tokenize train -m "$T/x.model" -O normalization_rule_name=bogus "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-tokenize: --trainer-option: 'normalization_rule_name=bogus': "
+    # good ones pass the check: the missing input is the error
+    run tfm-tokenize train -m "$T/x.model" -O split_digits=true -O minloglevel=1 \
+        -O normalization_rule_name=nfkc "$T/no-such-file"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/no-such-file: No such file or directory"
+    [ ! -e "$T/x.model" ]
     run tfm-tokenize train -m "$T/x.model"
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: train: at least one FILE is needed"
