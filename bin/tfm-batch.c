@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     const char *out = NULL;
     int show = isatty(2), quiet = 0, c;
     long long v;
-    tfm_cli_init("tfm-batch", USAGE);
+    tfm_cli_init("tfm-batch", USAGE, argv);
     while ((c = getopt_long(argc, argv, "t:l:s:zo:pqh", opts, NULL)) != -1) {
         switch (c) {
         case 't':

@@ -89,7 +89,7 @@ static void summary(int64_t sentences, int64_t tokens, int64_t unknown, double t
 /* The tool, with room for the --trainer-option values (one per argument at most). */
 static int run(int argc, char **argv, const char **options)
 {
-    tfm_cli_init("tfm-tokenize", USAGE);
+    tfm_cli_init("tfm-tokenize", USAGE, argv);
     if (argc < 2)
         return tfm_cli_usage_error("a subcommand is needed (train, encode or decode)");
     const char *cmd = argv[1];

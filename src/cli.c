@@ -20,10 +20,13 @@
 static const char *cli_prog = "tfm";
 static const char *cli_usage;
 
-void tfm_cli_init(const char *prog, const char *usage)
+void tfm_cli_init(const char *prog, const char *usage, char **argv)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
+    if (argv && argv[0])
+        argv[0] = (char *)cli_prog;
+    program_invocation_name = (char *)cli_prog;
     tfm_output_catch_bus_error(cli_prog);
     /* A standard descriptor closed by the caller (<&-, >&-) is opened on /dev/null the
      * wrong way round, standard input for writing and the outputs for reading, so that no

@@ -12,11 +12,14 @@
 
 /* Program name for messages ("tfm-batch") and the usage text printed after a usage error
  * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call.
+ * argv, main's (or NULL): its argv[0] becomes prog, since getopt names argv[0] in its own
+ * messages ("tfm-cat: invalid option -- 'x'", not the path the tool was run by; glibc's
+ * getopt does not use program_invocation_name, which is set too).
  * Call it first: it also holds standard descriptors that were closed at start on
  * /dev/null (unreadable standard input, unwritable outputs), so that the tool's own files
  * never take their numbers, and has a mapped file truncated in use said as such
  * (tfm_output_catch_bus_error). */
-void tfm_cli_init(const char *prog, const char *usage);
+void tfm_cli_init(const char *prog, const char *usage, char **argv);
 
 struct tfm_error;
 
