@@ -385,6 +385,7 @@ struct tfm_reader {
     /* regular files: the whole file mapped; map + start is the stream's first byte */
     unsigned char *map;
     size_t map_size, start;
+    int map_slot;               /* its entry for SIGBUS to name (tfm_output_mapped), or 0 */
     /* pipes: a read buffer (pending peeked bytes first) */
     unsigned char rbuf[1 << 16];
     size_t rpos, rlen;
@@ -1056,6 +1057,7 @@ static int reader_map(struct tfm_reader *r, off_t start)
     r->map = m;
     r->map_size = (size_t)st.st_size;
     r->start = (size_t)start;
+    r->map_slot = tfm_output_mapped(m, r->map_size, r->name);
     return 0;
 }
 
@@ -1141,16 +1143,24 @@ void tfm_reader_unmap_after(struct tfm_reader *r, const void *end)
         return;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t keep = ((size_t)((const unsigned char *)end - r->map) + page - 1) / page * page;
-    if (keep < r->map_size && munmap(r->map + keep, r->map_size - keep) == 0)
+    if (keep >= r->map_size)
+        return;
+    /* the table shrinks first: it never holds a page that is no longer mapped */
+    tfm_output_mapped_shrink(r->map_slot, keep);
+    if (munmap(r->map + keep, r->map_size - keep) == 0)
         r->map_size = keep;
+    else
+        tfm_output_mapped_shrink(r->map_slot, r->map_size);
 }
 
 void tfm_reader_close(struct tfm_reader *r)
 {
     if (!r)
         return;
-    if (r->map)
+    if (r->map) {
+        tfm_output_mapped_forget(r->map_slot);
         munmap(r->map, r->map_size);
+    }
     /* a descriptor the caller keeps (standard input redirected from a file) is left where
      * the reading ended, as reading it through read(2) would leave it: a second reader of
      * it goes on from there, as it does on a pipe, instead of reading the stream again */
