@@ -35,11 +35,19 @@
 #include <unistd.h>
 #include <zlib.h>
 
+/* The fields are read and written byte by byte (get32, put32...), but payloads are
+ * copied as they lie in memory (and a mapped file's used in place): tfm(5)'s
+ * little-endian payloads are the host's own order only on a little-endian host, the only
+ * kind tfm builds on. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "tfm streams hold little-endian payloads, copied in the host's order");
+
 static const unsigned char MAGIC[8] = {0x89, 'T', 'F', 'M', '\r', '\n', 0x1a, '\n'};
 static const unsigned char REC_MAGIC[4] = {'T', 'R', 'E', 'C'};
 enum { PREAMBLE = 16, FIXED = 32, CODEC_RAW = 0, CODEC_DEFLATE = 1 };
-/* deflate cannot expand more than 1032:1; a claimed ratio above that is a lie. */
-enum { DEFLATE_MAX_RATIO = 1032 };
+/* deflate cannot expand more than 1032:1; a claimed ratio above that is a lie.  The
+ * bound has a little slack, for the shortest streams; tfm(5) VALIDATION states both. */
+enum { DEFLATE_MAX_RATIO = 1032, DEFLATE_SLACK = 64 };
 
 /* ---- dtypes ---------------------------------------------------------------------- */
 
@@ -668,7 +676,7 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
      * as it goes adds an empty block each time), so the stored size has no ceiling but the
      * payload's own; its floor is deflate's largest ratio. */
     if (codec == CODEC_DEFLATE &&
-        (stored > TFM_MAX_PAYLOAD || nbytes > stored * DEFLATE_MAX_RATIO + 64 || stored == 0))
+        (stored > TFM_MAX_PAYLOAD || nbytes > stored * DEFLATE_MAX_RATIO + DEFLATE_SLACK || stored == 0))
         return rfail(r, r->member, idx, r->rname, off, err,
                      "compressed size %llu impossible for %llu bytes",
                      (unsigned long long)stored, (unsigned long long)nbytes);
