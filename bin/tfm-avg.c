@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     int last = 5, keep = 0, c;
     long long v;
     const char *out = "-";
-    tfm_cli_init("tfm-avg", USAGE);
+    tfm_cli_init("tfm-avg", USAGE, argv);
     while ((c = getopt_long(argc, argv, "n:o:kh", opts, NULL)) != -1) {
         switch (c) {
         case 'n':

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     const char *out = NULL;
     int show = isatty(2), quiet = 0, c;
     long long v;
-    tfm_cli_init("tfm-batch", USAGE);
+    tfm_cli_init("tfm-batch", USAGE, argv);
     while ((c = getopt_long(argc, argv, "t:l:s:zo:pqh", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -89,6 +89,9 @@ int main(int argc, char **argv)
     const char *src = argv[optind], *tgt = nfiles == 2 ? argv[optind + 1] : NULL;
     if (tgt && tfm_cli_reads_stdin(src) && tfm_cli_reads_stdin(tgt))
         return tfm_cli_usage_error("SRC and TGT cannot both be stdin");
+    if (tgt && tfm_cli_same_stream(src, tgt))
+        return tfm_cli_usage_error("SRC '%s' and TGT '%s' are one pipe, FIFO or device: it "
+                                   "can be read once", src, tgt);
     if ((!out || strcmp(out, "-") == 0) && isatty(1))
         return tfm_cli_usage_error("refusing to write a binary stream to a terminal "
                                    "(redirect it or use -o OUT)");

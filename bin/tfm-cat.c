@@ -25,7 +25,7 @@ int main(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int flags = 0, c;
-    tfm_cli_init("tfm-cat", USAGE);
+    tfm_cli_init("tfm-cat", USAGE, argv);
     while ((c = getopt_long(argc, argv, "vHh", opts, NULL)) != -1) {
         switch (c) {
         case 'v': flags |= TFM_DUMP_VALUES; break;

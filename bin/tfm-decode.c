@@ -142,7 +142,7 @@ int main(int argc, char **argv)
     long long v;
     double d;
     int c;
-    tfm_cli_init("tfm-decode", USAGE);
+    tfm_cli_init("tfm-decode", USAGE, argv);
     while ((c = getopt_long(argc, argv, "m:k:a:b:n:tsj:o:pqh", opts, NULL)) != -1) {
         switch (c) {
         case 'm':

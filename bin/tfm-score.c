@@ -152,7 +152,7 @@ int main(int argc, char **argv)
     tfm_bleu_opts_default(&bo);
     tfm_chrf_opts_default(&co);
     int st = 0;
-    tfm_cli_init(PROG, USAGE);
+    tfm_cli_init(PROG, USAGE, argv);
     while ((c = getopt_long(argc, argv, "r:m:t:lp:s:vjqh", opts, NULL)) != -1) {
         switch (c) {
         case 'r': refs[nrefs++] = optarg; break;

@@ -89,7 +89,7 @@ static void summary(int64_t sentences, int64_t tokens, int64_t unknown, double t
 /* The tool, with room for the --trainer-option values (one per argument at most). */
 static int run(int argc, char **argv, const char **options)
 {
-    tfm_cli_init("tfm-tokenize", USAGE);
+    tfm_cli_init("tfm-tokenize", USAGE, argv);
     if (argc < 2)
         return tfm_cli_usage_error("a subcommand is needed (train, encode or decode)");
     const char *cmd = argv[1];
@@ -219,7 +219,9 @@ static int run(int argc, char **argv, const char **options)
         (tfm_cli_output_not_input("encode: --output", output, "input", in, "stream") ||
          tfm_cli_output_not_input("encode: --output", output, "model", model, "stream")))
         return 2;
-    if (model && tfm_cli_reads_stdin(model) && tfm_cli_reads_stdin(in))
+    /* by identity whatever is on descriptor 0: -m /dev/stdin < m.model opens the model
+     * again from its start, and the text read on descriptor 0 would be its bytes */
+    if (model && tfm_cli_names_stdin(model) && tfm_cli_names_stdin(in))
         return tfm_cli_usage_error("%s: -m %s: standard input cannot feed both the model and "
                                    "the %s (give FILE)", cmd, model,
                                    sub == 1 ? "text" : "input");

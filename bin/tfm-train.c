@@ -125,7 +125,7 @@ int main(int argc, char **argv)
         return 1;
     }
     o.save_every_sec = 0;
-    tfm_cli_init("tfm-train", USAGE);
+    tfm_cli_init("tfm-train", USAGE, argv);
     while ((c = getopt_long(argc, argv, "c:s:o:V:n:t:S:k:u:rd:j:R:pl:Pqh", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config_path = optarg; break;

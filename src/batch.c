@@ -376,6 +376,22 @@ static void note(const struct tfm_batch_opts *o, const char *fmt, ...)
     o->progress(o->progress_ctx, line);
 }
 
+/* A 0/1 key of the header of stream name (eos, bos, targets): *v set to 0 or 1 when the
+ * key is there, unchanged when absent; any other value is an error naming file and key,
+ * never read as absent (eos=true would have a second eos appended). */
+static int header_flag(const struct tfm_header *h, const char *name, const char *key, int *v,
+                       struct tfm_error *err)
+{
+    const char *s = tfm_header_get(h, key);
+    if (!s)
+        return 0;
+    if (strcmp(s, "0") != 0 && strcmp(s, "1") != 0)
+        return tfm_fail(err, "%s: header: %s=%.40s%s: 0 or 1 expected (or no %s key)", name,
+                        key, s, strlen(s) > 40 ? "..." : "", key);
+    *v = s[0] == '1';
+    return 0;
+}
+
 /* One input stream read whole: its header (with the vocabulary) and its sentences. */
 struct input {
     struct tfm_reader *r;
@@ -383,6 +399,7 @@ struct input {
     int have_h;
     struct tfm_corpus c;
     int eos;        /* 1: append eos (the stream's header does not say eos=1) */
+    int bos;        /* the header's bos: 0, 1, or -1 when absent */
     int64_t vocab;  /* ids < vocab, from the header's vocab.size (0: absent, unchecked) */
 };
 
@@ -397,8 +414,12 @@ static int input_open(struct input *in, const char *path, struct tfm_error *err)
     if (tfm_header_copy(&in->h, h, err))
         return -1;
     in->have_h = 1;
-    const char *e = tfm_header_get(h, "eos");
-    in->eos = !(e && strcmp(e, "1") == 0);
+    int eos = 0;
+    in->bos = -1;
+    if (header_flag(h, tfm_reader_name(in->r), "eos", &eos, err) ||
+        header_flag(h, tfm_reader_name(in->r), "bos", &in->bos, err))
+        return -1;
+    in->eos = !eos;
     /* a vocab.size that is not a positive count would turn the id check off */
     const char *v = tfm_header_get(h, "vocab.size");
     in->vocab = v ? tfm_header_int(h, "vocab.size") : 0;
@@ -480,11 +501,10 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
         /* The model puts bos before the decoder's input itself (model.c) and beam search
          * never emits it: targets that begin with bos would teach it to predict bos
          * first, which decoding then never does. */
-        const char *tb = tfm_header_get(&t.h, "bos");
-        if (tb && strcmp(tb, "0") != 0) {
-            tfm_fail(err, "%s: the target sentences begin with bos (bos=%s in the header, "
+        if (t.bos == 1) {
+            tfm_fail(err, "%s: the target sentences begin with bos (bos=1 in the header, "
                      "tfm-tokenize encode --bos): encode the targets without --bos; the model "
-                     "adds bos to the decoder's input itself", tname, tb);
+                     "adds bos to the decoder's input itself", tname);
             goto done;
         }
         uint32_t vs = tfm_header_vocab_id(&s.h), vt = tfm_header_vocab_id(&t.h);
@@ -520,7 +540,7 @@ int tfm_batch_run(const char *src_path, const char *tgt_path, const char *out,
     }
     note(o, "%lld batches planned (%.2f s)", (long long)p.nbatches, tfm_now() - t0);
 
-    const char *bos = tfm_header_get(&s.h, "bos");
+    const char *bos = s.bos < 0 ? NULL : s.bos ? "1" : "0";
     if ((s.h.spm && tfm_header_set_spm(&h, s.h.spm, s.h.spm_size, err)) ||
         (o->producer && tfm_header_set(&h, "producer", o->producer, err)) ||
         (tfm_header_get(&s.h, "vocab.size") &&
@@ -813,9 +833,8 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
     br->vocab = vals[1] > 0 ? vals[1] : 0;
     br->budget = vals[2] > 0 ? vals[2] : 0;
     br->sentences = vals[3];
-    const char *tg = tfm_header_get(h, "targets");
-    if (tg)
-        br->targets = strcmp(tg, "1") == 0;
+    if (header_flag(h, name, "targets", &br->targets, err))
+        goto fail;
     if (nranks > 1) {
         if (br->total < 0) {
             tfm_fail(err, "%s: the header does not say how many batches (batches=K): cannot "

@@ -20,10 +20,13 @@
 static const char *cli_prog = "tfm";
 static const char *cli_usage;
 
-void tfm_cli_init(const char *prog, const char *usage)
+void tfm_cli_init(const char *prog, const char *usage, char **argv)
 {
     cli_prog = prog ? prog : "tfm";
     cli_usage = usage;
+    if (argv && argv[0])
+        argv[0] = (char *)cli_prog;
+    program_invocation_name = (char *)cli_prog;
     tfm_output_catch_bus_error(cli_prog);
     /* A standard descriptor closed by the caller (<&-, >&-) is opened on /dev/null the
      * wrong way round, standard input for writing and the outputs for reading, so that no
@@ -169,6 +172,29 @@ int tfm_cli_reads_stdin(const char *path)
     if (S_ISCHR(s0.st_mode) && !isatty(0))      /* /dev/null, /dev/zero: each reader its own */
         return 0;
     return s0.st_dev == sp.st_dev && s0.st_ino == sp.st_ino;
+}
+
+int tfm_cli_names_stdin(const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return 1;
+    struct stat s0, sp;
+    if (fstat(0, &s0) != 0 || stat(path, &sp) != 0 || S_ISDIR(s0.st_mode))
+        return 0;
+    if (S_ISCHR(s0.st_mode) && !isatty(0))
+        return 0;
+    return s0.st_dev == sp.st_dev && s0.st_ino == sp.st_ino;
+}
+
+int tfm_cli_same_stream(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if ((strcmp(a, "-") == 0 ? fstat(0, &sa) : stat(a, &sa)) != 0 ||
+        (strcmp(b, "-") == 0 ? fstat(0, &sb) : stat(b, &sb)) != 0)
+        return 0;       /* the open of the one not there says why */
+    if (S_ISREG(sa.st_mode) || S_ISDIR(sa.st_mode))
+        return 0;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 int tfm_cli_not_terminal(const char *flag, const char *path)

@@ -12,11 +12,14 @@
 
 /* Program name for messages ("tfm-batch") and the usage text printed after a usage error
  * (the synopsis, ending in a newline; NULL: none).  Both must outlive every other call.
+ * argv, main's (or NULL): its argv[0] becomes prog, since getopt names argv[0] in its own
+ * messages ("tfm-cat: invalid option -- 'x'", not the path the tool was run by; glibc's
+ * getopt does not use program_invocation_name, which is set too).
  * Call it first: it also holds standard descriptors that were closed at start on
  * /dev/null (unreadable standard input, unwritable outputs), so that the tool's own files
  * never take their numbers, and has a mapped file truncated in use said as such
  * (tfm_output_catch_bus_error). */
-void tfm_cli_init(const char *prog, const char *usage);
+void tfm_cli_init(const char *prog, const char *usage, char **argv);
 
 struct tfm_error;
 
@@ -72,6 +75,20 @@ int tfm_cli_output_not_input(const char *flag, const char *out, const char *kind
  * readers of one of those would each take part of its bytes.  (A regular file on
  * descriptor 0 opened again by name is read from its start, a reader of its own.) */
 int tfm_cli_reads_stdin(const char *path);
+
+/* Does input path name the file open on descriptor 0, whatever it is: "-", or by identity
+ * (device and inode) the pipe, FIFO, terminal or regular file there (/dev/stdin, the
+ * file's own name)?  For two inputs that must not be one file even when it is a regular
+ * file, which each reader would read from its start: tfm-tokenize's model and text.  A
+ * character device that is not a terminal (/dev/null) gives each reader its own bytes: 0. */
+int tfm_cli_names_stdin(const char *path);
+
+/* Do input paths a and b ("-": standard input) name one file that is not a regular file
+ * or a directory: a pipe, FIFO, socket or device, by identity (device and inode: a FIFO's
+ * path and /dev/fd/N open on it are one)?  Such a file is a stream read once: two readers
+ * would each take part of its bytes, or the second wait for ever for a writer gone.  (A
+ * regular file named twice is read twice, each reader from its start.) */
+int tfm_cli_same_stream(const char *a, const char *b);
 
 /* Is the output path given to FLAG a terminal (a character device that is a tty, as
  * /dev/tty or /dev/stdout on one)?  0 when not, or 2 after "PROG: FLAG: 'PATH' is a

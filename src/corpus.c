@@ -110,11 +110,25 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
     if (reserve(c, c->n + n, base + m, hyp, err))
         return -1;
     const int32_t *ids = rec.data;
-    for (int64_t j = 0; j < m; j++)
-        if (ids[j] < 0 || (vocab_size > 0 && ids[j] >= vocab_size))
-            return tfm_reader_fail(r, &rec, err,
-                                   "id %d at position %lld outside the vocabulary (%lld)", ids[j],
-                                   (long long)j, (long long)vocab_size);
+    /* a bad id named by its sentence (counted from 1 over the stream: its line in the
+     * text encoded, or hypothesis) and token within it (from 1); i follows j.  The
+     * offsets as copied to c (the record's own data is gone with the next record). */
+    const int64_t *co = c->offsets + c->n;     /* [n+1], from base */
+    for (int64_t j = 0, i = 0; j < m; j++) {
+        while (co[i + 1] - base <= j)
+            i++;
+        if (ids[j] >= 0 && (vocab_size <= 0 || ids[j] < vocab_size))
+            continue;
+        const char *what = hyp ? "hypothesis" : "line";
+        long long line = (long long)(c->nread + i + 1);
+        long long at = (long long)(j - (co[i] - base) + 1);
+        if (vocab_size <= 0)
+            return tfm_reader_fail(r, &rec, err, "%s %lld: negative id %d at token %lld", what,
+                                   line, ids[j], at);
+        return tfm_reader_fail(r, &rec, err, "%s %lld: id %d at token %lld outside the "
+                               "vocabulary (%lld)", what, line, ids[j], at,
+                               (long long)vocab_size);
+    }
     if (m)
         memcpy(c->ids + base, ids, (size_t)m * sizeof *ids);
 
@@ -143,6 +157,7 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
         memcpy(c->score + c->n, rec.data, (size_t)n * sizeof(float));
     }
     c->n += n;
+    c->nread += n;
     return 1;
 }
 

@@ -35,6 +35,7 @@ struct tfm_corpus {
      * offset of its hyp.index, one more than the largest index read so far */
     uint64_t member;
     int64_t index_base, index_next;
+    int64_t nread;      /* sentences read from the stream so far (lines in messages) */
 };
 
 void tfm_corpus_init(struct tfm_corpus *c);
@@ -51,7 +52,9 @@ static inline const int32_t *tfm_corpus_sent(const struct tfm_corpus *c, int64_t
 int tfm_corpus_push(struct tfm_corpus *c, const int32_t *ids, int64_t len,
                     struct tfm_error *err);
 /* Read every chunk of a tokens or hypotheses stream up to its end, checking offsets and
- * (when vocab_size > 0) that every id is in [0, vocab_size). */
+ * that every id is in [0, vocab_size) (when vocab_size > 0; else that none is negative).
+ * A bad id is named by its sentence, counted from 1 over all that c has read
+ * ("line 12: id 9000 at token 3 outside the vocabulary (8000)"). */
 int tfm_corpus_read(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_size,
                     struct tfm_error *err);
 /* Replace c's contents with the next chunk of the stream, so a large stream is processed

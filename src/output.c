@@ -1,5 +1,6 @@
 /* output.c: atomic outputs (see output.h): where a path leads, the temporary beside it,
- * the rename, and the registry of temporaries that a signal handler removes. */
+ * the rename, the registry of temporaries that a signal handler removes, and that of the
+ * files mapped into memory, which SIGBUS names. */
 #include "output.h"
 #include "util.h"
 
@@ -8,6 +9,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,17 +88,71 @@ static int temp_forget(int slot)
     return atomic_compare_exchange_strong(&slots[slot - 1].state, &want, FREE) ? 0 : -1;
 }
 
-/* What SIGBUS says, made before it can come ("PROG: bus error: ..."), and its length. */
-static char bus_text[256];
+/* ---- the registry of files mapped into memory ------------------------------------- */
+
+/* The regions the readers have mapped (stream.c), for SIGBUS to name the file whose map
+ * the faulting address is in.  A fixed table as the temporaries' is: a slot goes FREE ->
+ * TAKEN (filled) -> LIVE -> FREE, by compare-and-swap; the handler reads LIVE slots only.
+ * A forked child inherits the maps and the table alike. */
+enum { MAP_SLOTS = 64 };
+
+static struct {
+    atomic_int state;
+    uintptr_t start;
+    atomic_size_t len;      /* shrinks when the end of the map is unmapped */
+    const char *path;
+} maps[MAP_SLOTS];
+
+_Static_assert(ATOMIC_LONG_LOCK_FREE == 2 && sizeof(size_t) == sizeof(long),
+               "a signal handler needs a lock-free atomic size_t");
+
+int tfm_output_mapped(const void *start, size_t len, const char *path)
+{
+    for (int i = 0; i < MAP_SLOTS; i++) {
+        int want = FREE;
+        if (atomic_compare_exchange_strong(&maps[i].state, &want, TAKEN)) {
+            maps[i].start = (uintptr_t)start;
+            atomic_store(&maps[i].len, len);
+            maps[i].path = path;
+            atomic_store(&maps[i].state, LIVE);
+            return i + 1;
+        }
+    }
+    return 0;
+}
+
+void tfm_output_mapped_shrink(int slot, size_t len)
+{
+    if (slot > 0 && slot <= MAP_SLOTS)
+        atomic_store(&maps[slot - 1].len, len);
+}
+
+void tfm_output_mapped_forget(int slot)
+{
+    if (slot > 0 && slot <= MAP_SLOTS)
+        atomic_store(&maps[slot - 1].state, FREE);
+}
+
+/* The path of the registered map that holds addr, or NULL.  Async-signal-safe. */
+static const char *mapped_path(const void *addr)
+{
+    uintptr_t a = (uintptr_t)addr;
+    for (int i = 0; i < MAP_SLOTS; i++)
+        if (atomic_load(&maps[i].state) == LIVE && a >= maps[i].start &&
+            a - maps[i].start < atomic_load(&maps[i].len))
+            return maps[i].path;
+    return NULL;
+}
+
+/* What SIGBUS says, made before it can come: "PROG: bus error: ..." when the address is
+ * in no registered map, else bus_prog, the file's path, bus_file ("PROG: PATH: ..."). */
+static char bus_text[256], bus_prog[64], bus_file[256];
 static size_t bus_len;
 
 /* Async-signal-safe: atomics, getpid, write, unlink, sigaction and raise only. */
 static void on_signal(int sig)
 {
     pid_t self = getpid();
-    if (sig == SIGBUS && bus_len && write(STDERR_FILENO, bus_text, bus_len) < 0) {
-        /* nothing more to say where stderr is gone */
-    }
     for (int i = 0; i < SLOTS; i++) {
         int want = LIVE;
         if (atomic_compare_exchange_strong(&slots[i].state, &want, REMOVING) &&
@@ -111,6 +167,30 @@ static void on_signal(int sig)
     sigemptyset(&sa.sa_mask);
     sigaction(sig, &sa, NULL);
     raise(sig);
+}
+
+/* SIGBUS: what it is said (one write: the line is not cut by another thread's), then
+ * on_signal.  Async-signal-safe, as on_signal. */
+static void on_bus_error(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const char *path = si ? mapped_path(si->si_addr) : NULL;
+    if (path) {
+        char line[sizeof bus_prog + PATH_MAX + sizeof bus_file];
+        size_t n = 0;
+        for (const char *p = bus_prog; *p; p++)
+            line[n++] = *p;
+        for (const char *p = path; *p && n < sizeof bus_prog + PATH_MAX; p++)
+            line[n++] = *p;
+        for (const char *p = bus_file; *p; p++)
+            line[n++] = *p;
+        if (write(STDERR_FILENO, line, n) < 0) {
+            /* nothing more to say where stderr is gone */
+        }
+    } else if (bus_len && write(STDERR_FILENO, bus_text, bus_len) < 0) {
+        /* as above */
+    }
+    on_signal(sig);
 }
 
 void tfm_output_catch_signals(void)
@@ -130,14 +210,20 @@ void tfm_output_catch_bus_error(const char *prog)
      * page past its new end.  on_signal dies of it as of the stop signals: the raised
      * SIGBUS is delivered, by its default action, as the handler returns, before the
      * faulting load could run again. */
+    static const char advice[] = "replace a file in use by renaming a new one over it, as "
+                                 "tfm-train and tfm-avg do\n";
     int n = snprintf(bus_text, sizeof bus_text, "%s: bus error: a file it had mapped into "
-                     "memory (an input or a checkpoint) was truncated while in use; replace a "
-                     "file in use by renaming a new one over it, as tfm-train and tfm-avg do\n",
-                     prog);
+                     "memory (an input or a checkpoint) was truncated while in use; %s",
+                     prog, advice);
     bus_len = n > 0 && (size_t)n < sizeof bus_text ? (size_t)n : 0;
+    /* the file named when the address is in a registered map (tfm_output_mapped) */
+    snprintf(bus_prog, sizeof bus_prog, "%s: ", prog);
+    snprintf(bus_file, sizeof bus_file, ": bus error: the file was truncated while it was "
+             "mapped into memory; %s", advice);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_bus_error;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGBUS, &sa, NULL);
 }

@@ -73,9 +73,19 @@ int tfm_output_write(struct tfm_output *o, const void *p, size_t n, struct tfm_e
 void tfm_output_catch_signals(void);
 /* The same for SIGBUS, which a mapped file (an input stream, the checkpoint whose weights
  * tfm-decode reads in place) raises when it is truncated while in use, after a message
- * on stderr that says so, as from prog ("PROG: bus error: ...").  Every tool's
- * tfm_cli_init calls it. */
+ * on stderr that says so, as from prog, naming the file when the faulting address is in
+ * a map entered below ("PROG: PATH: bus error: ...", else "PROG: bus error: a file it
+ * had mapped ...").  Every tool's tfm_cli_init calls it. */
 void tfm_output_catch_bus_error(const char *prog);
+/* The files mapped into memory, so that SIGBUS names the one truncated ("PROG: PATH: bus
+ * error: the file was truncated while it was mapped into memory; ..."): a fixed table the
+ * handler looks the faulting address up in, without locks or allocation.  Enter the map
+ * [start, start + len) of the file path (which must stay allocated until forgotten):
+ * 1 + its slot, or 0 when the table is full (a fault there is then said without the
+ * name).  Shrink it when its end is unmapped; forget it before unmapping the rest. */
+int tfm_output_mapped(const void *start, size_t len, const char *path);
+void tfm_output_mapped_shrink(int slot, size_t len);
+void tfm_output_mapped_forget(int slot);
 
 /* Where output path leads, into buf (PATH_MAX): made absolute, its directories and its
  * chain of symbolic links (at most TFM_MAX_LINKS, as tfm_output_open follows it) resolved;

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -327,6 +328,28 @@ private:
     sp::util::Status status_;
 };
 
+// Input that ends at once, and says whether the trainer came to read it: it had taken
+// its options by then (tfm_spm_train_option_check).
+class ProbeIterator : public sp::SentenceIterator {
+public:
+    bool done() const override
+    {
+        reached_ = true;
+        return true;
+    }
+    void Next() override {}
+    const std::string &value() const override { return value_; }
+    sp::util::Status status() const override
+    {
+        return sp::util::Status(sp::util::StatusCode::kCancelled, "options checked");
+    }
+    bool reached() const { return reached_; }
+
+private:
+    mutable bool reached_ = false;
+    std::string value_;
+};
+
 // A line of a sample, and its place among the lines it was drawn from.
 struct SampledLine {
     int64_t n;
@@ -419,6 +442,34 @@ extern "C" int tfm_spm_train_option_check(const char *kv, struct tfm_error *err)
         if (key == k)
             return tfm_fail(err, "'%s': trainer option %s is set by tfm-tokenize itself", kv,
                             k);
+    const char *value = eq + 1;
+    if (key == "minloglevel") {     // the trainer's log level, global: not tried below
+        char *end;
+        errno = 0;
+        long v = strtol(value, &end, 10);
+        if (!*value || *end || errno || v < INT_MIN || v > INT_MAX)
+            return tfm_fail(err, "'%s': an integer expected", kv);
+        return 0;
+    }
+    // The option tried by the trainer itself, on input that ends at once (the protobuf
+    // specs are not in the library's headers, so not MergeSpecsFromArgs alone): an
+    // unknown key, a value it cannot parse (split_digits=maybe) or out of its range is
+    // refused before it reaches the input; this way before the corpus is read.
+    try {
+        std::unordered_map<std::string, std::string> kw = {
+            {"model_type", "bpe"}, {"vocab_size", "8000"}, {"input_sentence_size", "0"},
+            {"pad_id", "0"}, {"unk_id", "1"}, {"bos_id", "2"}, {"eos_id", "3"},
+            {"minloglevel", "2"},
+        };
+        kw[key] = value;
+        ProbeIterator it;
+        std::string out;
+        sp::util::Status st = sp::SentencePieceTrainer::Train(kw, &it, &out);
+        if (!st.ok() && !it.reached())
+            return tfm_fail(err, "'%s': %s", kv, clean_message(st.message()).c_str());
+    } catch (const std::exception &e) {
+        return tfm_fail(err, "'%s': %s", kv, e.what());
+    }
     return 0;
 }
 

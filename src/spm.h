@@ -85,7 +85,9 @@ void tfm_spm_train_defaults(struct tfm_spm_train_opts *o);
  * says otherwise); longer lines, and empty ones, are left out of training. */
 size_t tfm_spm_train_max_line(const struct tfm_spm_train_opts *o);
 /* Is "key=value" acceptable as an extra trainer option?  Refuses keys tfm fixes (the ids,
- * input, model_prefix...) and those with their own flag.  0, or -1 with a message. */
+ * input, model_prefix...) and those with their own flag, and what the trainer itself
+ * refuses, tried on an empty input: a key it does not know, a value it cannot parse or
+ * out of its range.  0, or -1 with a message. */
 int tfm_spm_train_option_check(const char *kv, struct tfm_error *err);
 /* Train; on success *proto (malloc'd, free() it) holds the serialized model. */
 int tfm_spm_train(const struct tfm_spm_train_opts *o, tfm_spm_next_fn next, void *ctx,

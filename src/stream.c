@@ -35,11 +35,19 @@
 #include <unistd.h>
 #include <zlib.h>
 
+/* The fields are read and written byte by byte (get32, put32...), but payloads are
+ * copied as they lie in memory (and a mapped file's used in place): tfm(5)'s
+ * little-endian payloads are the host's own order only on a little-endian host, the only
+ * kind tfm builds on. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "tfm streams hold little-endian payloads, copied in the host's order");
+
 static const unsigned char MAGIC[8] = {0x89, 'T', 'F', 'M', '\r', '\n', 0x1a, '\n'};
 static const unsigned char REC_MAGIC[4] = {'T', 'R', 'E', 'C'};
 enum { PREAMBLE = 16, FIXED = 32, CODEC_RAW = 0, CODEC_DEFLATE = 1 };
-/* deflate cannot expand more than 1032:1; a claimed ratio above that is a lie. */
-enum { DEFLATE_MAX_RATIO = 1032 };
+/* deflate cannot expand more than 1032:1; a claimed ratio above that is a lie.  The
+ * bound has a little slack, for the shortest streams; tfm(5) VALIDATION states both. */
+enum { DEFLATE_MAX_RATIO = 1032, DEFLATE_SLACK = 64 };
 
 /* ---- dtypes ---------------------------------------------------------------------- */
 
@@ -349,6 +357,18 @@ static int header_parse(struct tfm_header *h, const char *text, size_t n, struct
         char key[TFM_MAX_KEY + 1];
         memcpy(key, p, (size_t)(eq - p));
         key[eq - p] = 0;
+        /* a NUL would end the key early for valid_key and strcmp ("kind\0x" read as
+         * "kind"): refused, shown with the NUL as \0 (a value's is refused by header_set_n) */
+        if (memchr(key, '\0', (size_t)(eq - p))) {
+            char shown[2 * TFM_MAX_KEY + 1], *q = shown;
+            for (const char *c = p; c < eq; c++) {
+                if (*c == '\0')
+                    *q++ = '\\';
+                *q++ = *c ? *c : '0';
+            }
+            *q = 0;
+            return tfm_fail(err, "header: bad header key '%s'", shown);
+        }
         if (strcmp(key, "kind") == 0) {
             if (have_kind)
                 return tfm_fail(err, "header: kind given twice");
@@ -373,6 +393,7 @@ struct tfm_reader {
     /* regular files: the whole file mapped; map + start is the stream's first byte */
     unsigned char *map;
     size_t map_size, start;
+    int map_slot;               /* its entry for SIGBUS to name (tfm_output_mapped), or 0 */
     /* pipes: a read buffer (pending peeked bytes first) */
     unsigned char rbuf[1 << 16];
     size_t rpos, rlen;
@@ -655,7 +676,7 @@ static int reader_next_raw(struct tfm_reader *r, struct tfm_record *rec, struct 
      * as it goes adds an empty block each time), so the stored size has no ceiling but the
      * payload's own; its floor is deflate's largest ratio. */
     if (codec == CODEC_DEFLATE &&
-        (stored > TFM_MAX_PAYLOAD || nbytes > stored * DEFLATE_MAX_RATIO + 64 || stored == 0))
+        (stored > TFM_MAX_PAYLOAD || nbytes > stored * DEFLATE_MAX_RATIO + DEFLATE_SLACK || stored == 0))
         return rfail(r, r->member, idx, r->rname, off, err,
                      "compressed size %llu impossible for %llu bytes",
                      (unsigned long long)stored, (unsigned long long)nbytes);
@@ -1044,6 +1065,7 @@ static int reader_map(struct tfm_reader *r, off_t start)
     r->map = m;
     r->map_size = (size_t)st.st_size;
     r->start = (size_t)start;
+    r->map_slot = tfm_output_mapped(m, r->map_size, r->name);
     return 0;
 }
 
@@ -1129,16 +1151,24 @@ void tfm_reader_unmap_after(struct tfm_reader *r, const void *end)
         return;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t keep = ((size_t)((const unsigned char *)end - r->map) + page - 1) / page * page;
-    if (keep < r->map_size && munmap(r->map + keep, r->map_size - keep) == 0)
+    if (keep >= r->map_size)
+        return;
+    /* the table shrinks first: it never holds a page that is no longer mapped */
+    tfm_output_mapped_shrink(r->map_slot, keep);
+    if (munmap(r->map + keep, r->map_size - keep) == 0)
         r->map_size = keep;
+    else
+        tfm_output_mapped_shrink(r->map_slot, r->map_size);
 }
 
 void tfm_reader_close(struct tfm_reader *r)
 {
     if (!r)
         return;
-    if (r->map)
+    if (r->map) {
+        tfm_output_mapped_forget(r->map_slot);
         munmap(r->map, r->map_size);
+    }
     /* a descriptor the caller keeps (standard input redirected from a file) is left where
      * the reading ended, as reading it through read(2) would leave it: a second reader of
      * it goes on from there, as it does on a pipe, instead of reading the stream again */

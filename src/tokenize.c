@@ -32,28 +32,56 @@ struct train_input {
     const char *const *files;
     int nfiles, next;
     struct tfm_lines *cur;
-    int64_t text;           /* lines that are not empty */
-    int64_t kept;           /* of those, lines not too long for the trainer */
+    int64_t *text;          /* [nfiles] lines that are not empty, per file */
+    int64_t *kept;          /* [nfiles] of those, lines not too long for the trainer */
     size_t max_line;        /* tfm_spm_train_max_line */
-    int ended;              /* every file was read to its end */
 };
+
+/* Every file read: an error naming the files that gave the trainer nothing (man page:
+ * each file with no text is an error, not only all of them), before it trains. */
+static int train_ended(const struct train_input *in, struct tfm_error *err)
+{
+    char names[512];
+    size_t len = 0;
+    int64_t text = 0;
+    int named = 0;
+    names[0] = 0;
+    for (int i = 0; i < in->nfiles; i++) {
+        if (in->kept[i] > 0)
+            continue;
+        text += in->text[i];
+        if (len < sizeof names - 1)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", named ? ", " : "",
+                                    strcmp(in->files[i], "-") == 0 ? "<stdin>" : in->files[i]);
+        named++;
+    }
+    if (named == 0)
+        return 0;
+    if (text > 0)
+        return tfm_fail(err, "%s: no text to train on (every line is empty or longer than "
+                        "max_sentence_length, %zu bytes, which the trainer leaves out; "
+                        "--trainer-option max_sentence_length=N raises it)", names,
+                        in->max_line);
+    return tfm_fail(err, "%s: no text to train on (%s)", names,
+                    named == 1 ? "the file is empty or has only empty lines"
+                    : named == in->nfiles ? "every file is empty or has only empty lines"
+                                          : "each of them is empty or has only empty lines");
+}
 
 static int train_next(void *ctx, const char **line, size_t *len, struct tfm_error *err)
 {
     struct train_input *in = ctx;
     for (;;) {
         if (!in->cur) {
-            if (in->next == in->nfiles) {
-                in->ended = 1;
-                return 0;
-            }
+            if (in->next == in->nfiles)
+                return train_ended(in, err) ? -1 : 0;
             if (!(in->cur = tfm_lines_open(in->files[in->next++], err)))
                 return -1;
         }
         int k = tfm_lines_next(in->cur, line, len, err);
         if (k == 1 && *len > 0) {
-            in->text++;
-            in->kept += *len <= in->max_line;
+            in->text[in->next - 1]++;
+            in->kept[in->next - 1] += *len <= in->max_line;
         }
         if (k != 0)
             return k;
@@ -90,27 +118,20 @@ int tfm_tokenize_train(const char *const *files, int nfiles, const struct tfm_sp
             return tfm_fail(err, "%s: %s", files[i], strerror(errno));
         close(fd);
     }
-    struct train_input in = {files, nfiles, 0, NULL, 0, 0, tfm_spm_train_max_line(o), 0};
+    struct train_input in = {files, nfiles, 0, NULL, calloc((size_t)nfiles, sizeof *in.text),
+                             calloc((size_t)nfiles, sizeof *in.kept),
+                             tfm_spm_train_max_line(o)};
+    if (!in.text || !in.kept) {
+        free(in.text);
+        free(in.kept);
+        return tfm_fail(err, "out of memory");
+    }
     void *proto = NULL;
     size_t n = 0;
     int rc = tfm_spm_train(o, train_next, &in, &proto, &n, err);
     tfm_lines_close(in.cur);
-    if (rc && in.ended && in.kept == 0) {     /* every file read: nothing the trainer takes */
-        char names[512];
-        size_t len = 0;
-        names[0] = 0;
-        for (int i = 0; i < nfiles && len < sizeof names - 1; i++)
-            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? ", " : "",
-                                    strcmp(files[i], "-") == 0 ? "<stdin>" : files[i]);
-        if (in.text > 0)
-            return tfm_fail(err, "%s: no text to train on (every line is empty or longer than "
-                            "max_sentence_length, %zu bytes, which the trainer leaves out; "
-                            "--trainer-option max_sentence_length=N raises it)", names,
-                            in.max_line);
-        return tfm_fail(err, "%s: no text to train on (%s)", names,
-                        nfiles == 1 ? "the file is empty or has only empty lines"
-                                    : "every file is empty or has only empty lines");
-    }
+    free(in.text);
+    free(in.kept);
     if (rc)
         return -1;
     struct tfm_spm *s = tfm_spm_load(proto, n, err);  /* what we write must load */

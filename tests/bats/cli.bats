@@ -32,6 +32,29 @@ TOOLS="tfm-avg tfm-batch tfm-cat tfm-decode tfm-score tfm-tokenize tfm-train"
     done
 }
 
+@test "getopt's own messages name the tool as the tools' do, not the path it was run by" {
+    for t in $TOOLS; do
+        sub=; [ "$t" != tfm-tokenize ] || sub=encode
+        exe=$(command -v "$t")
+        run "$exe" $sub -Z
+        assert_failure 2
+        assert_line --index 0 "$t: invalid option -- 'Z'"
+        assert_line --index 1 --partial "usage: $t"
+        run "$exe" $sub --no-such-option
+        assert_failure 2
+        assert_line --index 0 "$t: unrecognized option '--no-such-option'"
+        run "$exe" $sub --help=x
+        assert_failure 2
+        assert_line --index 0 "$t: option '--help' doesn't allow an argument"
+    done
+    run "$(command -v tfm-batch)" --tokens
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: option '--tokens' requires an argument"
+    run "$(command -v tfm-batch)" -t
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: option requires an argument -- 't'"
+}
+
 @test "a failure the library reports is one line: the tool's name, then the message" {
     for t in tfm-cat tfm-batch tfm-decode; do
         run "$t" $([ "$t" = tfm-decode ] && echo "-m /nonexistent/model.tfm") /nonexistent/x.tfm

@@ -292,3 +292,29 @@ EOF2
     assert_success
     assert_output ""
 }
+
+@test "no word after a closing delimiter on an Fl line of a man page: it would print as a flag" {
+    # ".Fl o ) ; a regular file" prints "-o); -a -regular -file": mdoc takes every word
+    # after Fl for a flag until the next macro, delimiters or not; text goes on a line of
+    # its own
+    run python3 - "$TFM_ROOT"/man/*.[15] <<'EOF2'
+import re, sys
+for path in sys.argv[1:]:
+    for n, line in enumerate(open(path), 1):
+        if not line.startswith('.') or ' Fl' not in ' ' + line[1:]:
+            continue
+        in_fl = closed = False
+        for w in line[1:].split():
+            if re.fullmatch(r'[A-Z][a-z]{1,2}', w):
+                in_fl, closed = w == 'Fl', False
+            elif not in_fl:
+                continue
+            elif w in (')', ']', ';', ':', '.', '?', '!'):
+                closed = True
+            elif closed and w not in (',', '|', '(', '['):
+                print(f'{path.split("/")[-1]}:{n}: {line.rstrip()}')
+                break
+EOF2
+    assert_success
+    assert_output ""
+}

@@ -105,6 +105,33 @@ rows() {
     cmp "$T/a.tfm" "$T/b.tfm"
 }
 
+@test "header eos, bos and targets are 0, 1 or absent: anything else is an error naming file and key" {
+    ed="$TFM_ROOT/tests/bats/edit-checkpoint.py"
+    tfm-tokenize encode -q --eos -m "$M/spm.model" -o "$T/en-eos.tfm" "$M/train.en"
+    # eos=true was read as absent, and a second eos appended to every sentence
+    python3 "$ed" "$T/en-eos.tfm" "$T/true.tfm" --header eos=true
+    run tfm-batch -q -o "$T/b.tfm" "$T/true.tfm" "$M/de.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/true.tfm: header: eos=true: 0 or 1 expected (or no eos key)"
+    [ ! -e "$T/b.tfm" ]
+    python3 "$ed" "$M/de.tfm" "$T/bos.tfm" --header bos=yes
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$T/bos.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bos.tfm: header: bos=yes: 0 or 1 expected (or no bos key)"
+    run tfm-batch -q -o "$T/b.tfm" "$T/bos.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/bos.tfm: header: bos=yes: 0 or 1 expected (or no bos key)"
+    # 0 is as absent: the same batches as without the keys
+    python3 "$ed" "$M/en.tfm" "$T/zero.tfm" --header eos=0 --header bos=0
+    tfm-batch -q "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
+    tfm-batch -q "$T/zero.tfm" "$M/de.tfm" > "$T/z.tfm"
+    tfm-cat --values "$T/a.tfm" | grep -v '^stream \|^meta \(producer\|src.bos\)=' > "$T/a.txt"
+    tfm-cat --values "$T/z.tfm" | grep -v '^stream \|^meta \(producer\|src.bos\)=' > "$T/z.txt"
+    cmp "$T/a.txt" "$T/z.txt"
+    assert_equal "$(meta "$T/z.tfm" src.bos)" 0
+    # (a batch stream's targets=: test_batch)
+}
+
 @test "--seed: same seed same bytes, another seed another order" {
     tfm-batch -q --tokens 1000 --seed 7 "$M/en.tfm" "$M/de.tfm" > "$T/a.tfm"
     tfm-batch -q --tokens 1000 --seed 7 "$M/en.tfm" "$M/de.tfm" > "$T/b.tfm"
@@ -239,6 +266,21 @@ rows() {
     run bash -c "cat '$M/en.tfm' | tfm-batch - /dev/stdin"
     assert_failure 2
     assert_line --index 0 "tfm-batch: SRC and TGT cannot both be stdin"
+    # one FIFO as both, or one pipe by two names, is read once: refused before a read
+    # (which would wait for ever for the writer gone)
+    mkfifo "$T/ff"
+    run timeout 10 tfm-batch -q -o "$T/b.tfm" "$T/ff" "$T/ff"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC '$T/ff' and TGT '$T/ff' are one pipe, FIFO or device: it can be read once"
+    run timeout 10 bash -c "tfm-batch -q -o '$T/b.tfm' /dev/fd/3 /proc/self/fd/3 \
+        3< <(cat '$M/en.tfm') < /dev/null"
+    assert_failure 2
+    assert_line --index 0 "tfm-batch: SRC '/dev/fd/3' and TGT '/proc/self/fd/3' are one pipe, FIFO or device: it can be read once"
+    [ ! -e "$T/b.tfm" ]
+    # one regular file as both is read twice, as two files
+    run tfm-batch -q -o "$T/b.tfm" "$M/en.tfm" "$M/en.tfm"
+    assert_success
+    [ -s "$T/b.tfm" ]
     run tfm-batch --frobnicate "$M/en.tfm"
     assert_failure 2
 }
@@ -411,10 +453,18 @@ t = sys.argv[2]
 tok(t + "/src.tfm", "kind=tokens\nvocab.size=100\n", [[5, 6], [7]])
 tok(t + "/bad.tfm", "kind=tokens\n", [[150], [8, 9]])
 tok(t + "/good.tfm", "kind=tokens\n", [[99], [8, 9]])
+tok(t + "/neg.tfm", "kind=tokens\n", [[5, 6], [7, -3, 9]])
 ' "$TFM_ROOT" "$T"
+    # no vocabulary size known: a negative id is said as such, by its line and token
+    run tfm-batch -q -o "$T/b.tfm" "$T/neg.tfm"
+    assert_failure 1
+    assert_output "tfm-batch: $T/neg.tfm: record 2 'tokens.ids': at byte 280: line 2: negative id -3 at token 2"
+    run bash -c "cat '$T/neg.tfm' | tfm-batch -q -o '$T/b.tfm' -"
+    assert_failure 1
+    assert_output "tfm-batch: <stdin>: record 2 'tokens.ids': at byte 280: line 2: negative id -3 at token 2"
     run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/bad.tfm"
     assert_failure 1
-    assert_output "tfm-batch: $T/bad.tfm: record 2 'tokens.ids': at byte 280: id 150 at position 0 outside the vocabulary (100)"
+    assert_output "tfm-batch: $T/bad.tfm: record 2 'tokens.ids': at byte 280: line 1: id 150 at token 1 outside the vocabulary (100)"
     [ ! -e "$T/b.tfm" ]
     run tfm-batch -q -o "$T/b.tfm" "$T/src.tfm" "$T/good.tfm"
     assert_success
@@ -446,7 +496,7 @@ for name, ids in (("nokey", [5, 6, 1500]), ("nokey-ok", [5, 6, 999])):
 ' "$TFM_ROOT" "$M" "$T"
     run tfm-batch -q -o "$T/b.tfm" "$T/nokey.tfm"
     assert_failure 1
-    assert_output --regexp "^tfm-batch: $T/nokey.tfm: record 3 'tokens.ids': .*id 1500 at position 2 outside the vocabulary \(1000\)$"
+    assert_output --regexp "^tfm-batch: $T/nokey.tfm: record 3 'tokens.ids': .*line 1: id 1500 at token 3 outside the vocabulary \(1000\)$"
     run tfm-batch -q -o "$T/b.tfm" "$T/nokey-ok.tfm"
     assert_success
 }

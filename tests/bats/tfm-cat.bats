@@ -337,5 +337,5 @@ EOF2
     wait $pid || rc=$?
     [ "$rc" -eq 135 ]
     run cat "$T/err"
-    assert_output "tfm-cat: bus error: a file it had mapped into memory (an input or a checkpoint) was truncated while in use; replace a file in use by renaming a new one over it, as tfm-train and tfm-avg do"
+    assert_output "tfm-cat: $T/many.tfm: bus error: the file was truncated while it was mapped into memory; replace a file in use by renaming a new one over it, as tfm-train and tfm-avg do"
 }

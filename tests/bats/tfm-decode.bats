@@ -822,7 +822,7 @@ PY
     run timeout 30 tfm-decode -q -m "$T/m.tfm" -o "$T/h.tfm" "$T/in.fifo"
     wait $peer
     assert_failure 135
-    assert_output --partial "tfm-decode: bus error: a file it had mapped into memory (an input or a checkpoint) was truncated while in use; replace a file in use by renaming a new one over it, as tfm-train and tfm-avg do"
+    assert_output --partial "tfm-decode: $T/m.tfm: bus error: the file was truncated while it was mapped into memory; replace a file in use by renaming a new one over it, as tfm-train and tfm-avg do"
     [ ! -e "$T/h.tfm" ]
     run ls -A "$T"
     refute_output --partial ".tmp."

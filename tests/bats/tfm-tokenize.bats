@@ -255,6 +255,17 @@ ids_by_cat() {
     run bash -c "cat '$M/bpe.model' | tfm-tokenize decode -m /dev/stdin -"
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: decode: -m /dev/stdin: standard input cannot feed both the model and the input (give FILE)"
+    # a regular file on standard input too: /dev/stdin opens it again from its start, and
+    # the text would be the model's bytes; nor the text by /dev/stdin and the model by -
+    run tfm-tokenize encode -m /dev/stdin < "$M/bpe.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m /dev/stdin: standard input cannot feed both the model and the text (give FILE)"
+    run tfm-tokenize encode -m - /dev/stdin < "$M/bpe.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: encode: -m -: standard input cannot feed both the model and the text (give FILE)"
+    run tfm-tokenize decode -m /proc/self/fd/0 < "$M/bpe.model"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: decode: -m /proc/self/fd/0: standard input cannot feed both the model and the input (give FILE)"
     # the model on standard input and the text from a file; or /dev/stdin a regular file
     tfm-tokenize encode -m "$M/bpe.model" "$M/val.en" > "$T/a.tfm"
     cat "$M/bpe.model" | tfm-tokenize encode -m /dev/stdin "$M/val.en" | cmp - "$T/a.tfm"
@@ -445,6 +456,29 @@ open(sys.argv[2], "wb").write(s.b)
     run tfm-tokenize train -m "$T/x.model" --trainer-option bos_id=5 "$D/src-val.txt"
     assert_failure 2
     assert_line --index 0 --partial "bos_id is set by tfm-tokenize itself"
+    # a key the trainer does not know, or a value it cannot take, is a usage error found
+    # by the trainer itself before any input is read (here none can be)
+    run tfm-tokenize train -m "$T/x.model" -O nonexistent_opt=1 "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --trainer-option: 'nonexistent_opt=1': unknown field name \"nonexistent_opt\" in TrainerSpec."
+    run tfm-tokenize train -m "$T/x.model" -O split_digits=maybe "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --trainer-option: 'split_digits=maybe': cannot parse \"maybe\" as bool."
+    run tfm-tokenize train -m "$T/x.model" --trainer-option=--max_sentence_length=x "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 "tfm-tokenize: --trainer-option: '--max_sentence_length=x': cannot parse \"x\" as int."
+    run tfm-tokenize train -m "$T/x.model" -O num_sub_iterations=0 "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-tokenize: --trainer-option: 'num_sub_iterations=0': "
+    run tfm-tokenize train -m "$T/x.model" -O normalization_rule_name=bogus "$T/no-such-file"
+    assert_failure 2
+    assert_line --index 0 --partial "tfm-tokenize: --trainer-option: 'normalization_rule_name=bogus': "
+    # good ones pass the check: the missing input is the error
+    run tfm-tokenize train -m "$T/x.model" -O split_digits=true -O minloglevel=1 \
+        -O normalization_rule_name=nfkc "$T/no-such-file"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/no-such-file: No such file or directory"
+    [ ! -e "$T/x.model" ]
     run tfm-tokenize train -m "$T/x.model"
     assert_failure 2
     assert_line --index 0 "tfm-tokenize: train: at least one FILE is needed"
@@ -658,6 +692,20 @@ open(sys.argv[2], "wb").write(s.b)
     assert_failure 1
     assert_output "tfm-tokenize: $T/empty.txt, $T/blank.txt: no text to train on (every file is empty or has only empty lines)"
     [ ! -e "$T/e.model" ]
+    # among files with text, each file without any is an error too, as on stdin
+    printf 'hello world\nthe cat sat\n' > "$T/text.txt"
+    for s in 0 1; do
+        run tfm-tokenize train -q -m "$T/e.model" --vocab 20 --max-sentences $s "$T/text.txt" "$T/empty.txt"
+        assert_failure 1
+        assert_output "tfm-tokenize: $T/empty.txt: no text to train on (the file is empty or has only empty lines)"
+    done
+    run tfm-tokenize train -q -m "$T/e.model" --vocab 20 "$T/blank.txt" "$T/text.txt" - < "$T/empty.txt"
+    assert_failure 1
+    assert_output "tfm-tokenize: $T/blank.txt, <stdin>: no text to train on (each of them is empty or has only empty lines)"
+    [ ! -e "$T/e.model" ]
+    run tfm-tokenize train -q -m "$T/e.model" --vocab 20 "$T/text.txt" - < "$T/text.txt"
+    assert_success
+    [ -s "$T/e.model" ]
 }
 
 @test "decode: a write error in the middle of the output is reported once" {

@@ -587,6 +587,21 @@ static void test_bad_batches(void)
         CHECK(strstr(err.msg, "'batch.src': at byte") != NULL &&
               strstr(err.msg, "shape [1,6] for 2 sentences") != NULL);
     }
+    /* targets= is 0, 1 or absent: another value is an error, never "no targets" */
+    {
+        struct tfm_header h;
+        tfm_header_init(&h, TFM_KIND_BATCHES);
+        CHECK(tfm_header_set(&h, "targets", "yes", &err) == 0);
+        struct tfm_writer *w = tfm_writer_open(path, &h, 0, &err);
+        tfm_header_free(&h);
+        int64_t d1 = 2, d2[2] = {2, 3};
+        CHECK(w && !tfm_writer_put(w, "batch.index", TFM_I64, 1, &d1, ix2, &err) &&
+              !tfm_writer_put(w, "batch.src", TFM_I32, 2, d2, good, &err) &&
+              !tfm_writer_close(w, &err));
+        CHECK(tfm_batch_open(path, 0, 1, &err) == NULL);
+        CHECK(strstr(err.msg, "bad.tfm: header: targets=yes: 0 or 1 expected (or no targets "
+                              "key)") != NULL);
+    }
     /* over the budget of 12 */
     struct raw bad = ok;
     static const int32_t wide[14] = {5, 6, 7, 8, 5, 6, 3, 5, 6, 7, 8, 5, 6, 3};

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -329,6 +330,71 @@ static void test_signals(void)
     CHECK_STR(contents(c), "kept");
 }
 
+/* SIGBUS: a file mapped (two pages), cut to nothing, then read in its second page, with
+ * the map entered (0), not entered (1), shrunk to its first page (2) or forgotten (3)
+ * first.  stderr goes to PATH.err. */
+static int bus_mode;
+
+static void child_bus(const char *path)
+{
+    char err_path[600];
+    snprintf(err_path, sizeof err_path, "%s.err", path);
+    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (e < 0 || dup2(e, 2) < 0)
+        _exit(3);
+    tfm_output_catch_bus_error("prog");
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    int fd = open(path, O_RDWR);
+    const char *m = fd < 0 ? MAP_FAILED : mmap(NULL, 2 * page, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        _exit(4);
+    int slot = bus_mode == 1 ? 0 : tfm_output_mapped(m, 2 * page, path);
+    if (bus_mode != 1 && slot <= 0)
+        _exit(5);
+    if (bus_mode == 2)
+        tfm_output_mapped_shrink(slot, page);
+    if (bus_mode == 3)
+        tfm_output_mapped_forget(slot);
+    if (ftruncate(fd, 0))
+        _exit(6);
+    volatile char c = m[page + 1];
+    (void)c;
+    _exit(7);                           /* not reached: the read faults */
+}
+
+static void test_bus_error(void)
+{
+    if (getenv("TFM_SANITIZE"))
+        return t_skip("the sanitizers take SIGBUS for themselves");
+    const char *path = t_path("mapped");
+    char err_path[600], want[1024], got[1024];
+    snprintf(err_path, sizeof err_path, "%s.err", path);
+    static const char advice[] = "replace a file in use by renaming a new one over it, as "
+                                 "tfm-train and tfm-avg do\n";
+    for (bus_mode = 0; bus_mode < 4; bus_mode++) {
+        size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        CHECK(fd >= 0 && ftruncate(fd, (off_t)(2 * page)) == 0);
+        close(fd);
+        pid_t pid;
+        int st = in_child(child_bus, path, &pid);
+        CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS);
+        if (bus_mode == 0)      /* in the map entered: named */
+            snprintf(want, sizeof want, "prog: %s: bus error: the file was truncated while "
+                     "it was mapped into memory; %s", path, advice);
+        else                    /* in no map entered: said without a name */
+            snprintf(want, sizeof want, "prog: bus error: a file it had mapped into memory "
+                     "(an input or a checkpoint) was truncated while in use; %s", advice);
+        got[0] = '\0';
+        FILE *f = fopen(err_path, "r");
+        if (f) {
+            got[fread(got, 1, sizeof got - 1, f)] = '\0';
+            fclose(f);
+        }
+        CHECK_STR(got, want);
+    }
+}
+
 int main(void)
 {
     t_run("a regular file: replaced whole, an abort leaves the old one", test_regular);
@@ -337,5 +403,6 @@ int main(void)
     t_run("a descriptor named (/dev/stdout, /dev/fd/N): written through it if open at start",
           test_own_fds);
     t_run("signals: the temporary removed, the process dies of the signal", test_signals);
+    t_run("SIGBUS names the file whose map the address is in, if any", test_bus_error);
     return t_done();
 }

@@ -267,6 +267,19 @@ static void test_option_check(void)
     CHECK(strstr(err.msg, "eos_id") != NULL);
     CHECK(tfm_spm_train_option_check("vocab_size", &err) < 0);
     CHECK(tfm_spm_train_option_check("=1", &err) < 0);
+    /* what the trainer refuses, found by the trainer before any input */
+    CHECK(tfm_spm_train_option_check("nonexistent_opt=1", &err) < 0);
+    CHECK_STR(err.msg, "'nonexistent_opt=1': unknown field name \"nonexistent_opt\" in "
+                       "TrainerSpec.");
+    CHECK(tfm_spm_train_option_check("split_digits=maybe", &err) < 0);
+    CHECK_STR(err.msg, "'split_digits=maybe': cannot parse \"maybe\" as bool.");
+    CHECK(tfm_spm_train_option_check("max_sentence_length=5", &err) < 0);
+    CHECK(strstr(err.msg, "'max_sentence_length=5': ") && strstr(err.msg, "max_sentence_length"));
+    CHECK(tfm_spm_train_option_check("minloglevel=x", &err) < 0);
+    CHECK_STR(err.msg, "'minloglevel=x': an integer expected");
+    CHECK(tfm_spm_train_option_check("max_sentence_length=100", &err) == 0);
+    CHECK(tfm_spm_train_option_check("normalization_rule_name=identity", &err) == 0);
+    CHECK(tfm_spm_train_option_check("user_defined_symbols=<sep>,<cls>", &err) == 0);
 }
 
 static void test_encode_decode(void)

@@ -310,6 +310,43 @@ static void test_corpus(void)
     tfm_reader_close(r);
     tfm_corpus_free(&d);
     tfm_corpus_free(&c);
+
+    /* the bad id named by its line over the stream (not the chunk) and its token in it;
+     * with no vocabulary size, a negative one said as such */
+    tfm_corpus_init(&c);
+    for (int i = 0; i < TFM_CHUNK_SENTS + 5; i++)
+        CHECK(tfm_corpus_push(&c, ids, i % 4, &err) == 0);
+    c.ids[c.offsets[TFM_CHUNK_SENTS + 3] + 1] = -3;     /* line 65540, token 2 */
+    c.ids[c.offsets[2] + 1] = 500;                      /* line 3, token 2 */
+    tfm_header_init(&h, TFM_KIND_TOKENS);
+    w = tfm_writer_open(path, &h, 0, &err);
+    CHECK(tfm_corpus_write(w, &c, &err) == 0);
+    CHECK(tfm_writer_close(w, &err) == 0);
+    tfm_header_free(&h);
+    r = tfm_reader_open(path, &err);
+    tfm_corpus_init(&d);
+    CHECK(tfm_corpus_read(r, &d, 200, &err) == -1);
+    CHECK(strstr(err.msg, "'tokens.ids': at byte ") &&
+          strstr(err.msg, ": line 3: id 500 at token 2 outside the vocabulary (200)"));
+    tfm_reader_close(r);
+    tfm_corpus_free(&d);
+    for (int chunked = 0; chunked < 2; chunked++) {
+        r = tfm_reader_open(path, &err);
+        tfm_corpus_init(&d);
+        if (chunked) {
+            CHECK(tfm_corpus_read_chunk(r, &d, 0, &err) == 1);
+            CHECK(tfm_corpus_read_chunk(r, &d, 0, &err) == -1);
+        } else {
+            CHECK(tfm_corpus_read(r, &d, 0, &err) == -1);
+        }
+        CHECK(strstr(err.msg, "'tokens.ids': at byte ") &&
+              strstr(err.msg, ": line 65540: negative id -3 at token 2"));
+        if (!strstr(err.msg, "line 65540"))
+            printf("#   got: %s\n", err.msg);
+        tfm_reader_close(r);
+        tfm_corpus_free(&d);
+    }
+    tfm_corpus_free(&c);
 }
 
 /* Flip one byte in each region of a small stream; the reader must fail, naming the
