@@ -294,18 +294,17 @@ int main(int argc, char **argv)
     tfm_output_catch_signals();     /* no temporary file left by Ctrl-C */
     /* standard input is read once: by one model or by the sentences */
     int stdin_models = 0;
-    const char *stdin_model = NULL;
     for (int i = 0; i < nmodels; i++)
-        if (tfm_cli_reads_stdin(models[i])) {
-            stdin_models++;
-            stdin_model = models[i];
-        }
+        stdin_models += tfm_cli_reads_stdin(models[i]);
     if (stdin_models > 1)
         return tfm_cli_usage_error("-m given standard input %d times (- or /dev/stdin): it "
                                    "holds one model", stdin_models);
-    if (stdin_models && tfm_cli_reads_stdin(in))
-        return tfm_cli_usage_error("-m %s: standard input cannot feed both the model and the "
-                                   "sentences to translate (give FILE)", stdin_model);
+    /* whatever standard input is (a regular file too: -m /dev/stdin < ckpt.tfm would read
+     * the checkpoint as the sentences) */
+    for (int i = 0; i < nmodels && tfm_cli_names_stdin(in); i++)
+        if (tfm_cli_names_stdin(models[i]))
+            return tfm_cli_usage_error("-m %s: standard input cannot feed both the model and "
+                                       "the sentences to translate (give FILE)", models[i]);
     struct progress pr = {progress && !quiet, quiet, 0};
     o.progress = report;
     o.progress_ctx = &pr;

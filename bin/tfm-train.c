@@ -234,8 +234,8 @@ int main(int argc, char **argv)
         return tfm_cli_usage_error("-o -: checkpoints are files of a directory, not a stream: "
                                    "give its path");
 
-    if (config_path && !print_config && tfm_cli_reads_stdin(config_path) &&
-        tfm_cli_reads_stdin(o.train_path))
+    if (config_path && !print_config && tfm_cli_names_stdin(config_path) &&
+        tfm_cli_names_stdin(o.train_path))
         return tfm_cli_usage_error("-c %s: standard input cannot feed both the config and the "
                                    "batch stream (give FILE)", config_path);
     if (o.valid_path && tfm_cli_reads_stdin(o.valid_path))

@@ -727,6 +727,10 @@ PY
     run bash -c "tfm-decode -q -m /dev/stdin --text < '$M/model.tfm' '$M/test.tfm'"
     assert_success
     diff <(echo "$output") "$M/test.txt"
+    # but the sentences from it too would be the checkpoint read as sentences
+    run bash -c "tfm-decode -q -m /dev/stdin --text < '$M/model.tfm'"
+    assert_failure 2
+    assert_line --index 0 "tfm-decode: -m /dev/stdin: standard input cannot feed both the model and the sentences to translate (give FILE)"
 }
 
 @test "tfm-decode of a batch stream with sentences left out: tfm-score names the first one missing" {

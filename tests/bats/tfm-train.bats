@@ -435,6 +435,10 @@ teardown() {
     run bash -c "cat '$M/b.tfm' | tfm-train -c - -o '$T/w8' --max-steps 1 -q"
     assert_failure 2
     assert_line --index 0 "tfm-train: -c -: standard input cannot feed both the config and the batch stream (give FILE)"
+    # a regular file too: the config read again as the batches
+    run bash -c "tfm-train -c /dev/stdin -o '$T/w8' --max-steps 1 -q < '$CONF'"
+    assert_failure 2
+    assert_line --index 0 "tfm-train: -c /dev/stdin: standard input cannot feed both the config and the batch stream (give FILE)"
     run bash -c "cat '$M/b.tfm' | tfm-train ${SMALL[*]} -o '$T/w8' --valid - --max-steps 1 -q '$M/b.tfm'"
     assert_failure 2
     assert_line --index 0 --partial "tfm-train: --valid -: standard input is read once"
