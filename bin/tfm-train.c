@@ -371,11 +371,15 @@ int main(int argc, char **argv)
         /* a run the signal cut short (joining, or a peer silent after it) says so */
         return tfm_cli_fail(&err, stop_signal ? 128 + (int)stop_signal : 1);
     }
-    if (notes) {
+    if (notes && res.step == res.start_step)  /* no update: no checkpoint of it either */
+        fprintf(notes, "tfm-train: %s at update %lld, before this run's first update: nothing "
+                "trained%s%s\n", tfm_train_end_name(res.end), (long long)res.step,
+                res.last_checkpoint[0] ? "; last checkpoint " : ", no checkpoint written",
+                res.last_checkpoint);
+    else if (notes)
         fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n",
                 tfm_train_end_name(res.end),
                 (long long)res.step, res.last_checkpoint[0] ? res.last_checkpoint : "(none)");
-    }
     if (res.end == TFM_TRAIN_STOPPED && stop_signal)   /* 0: a signal to another process */
         return 128 + (int)stop_signal;
     return 0;

@@ -1082,7 +1082,10 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                 rc = report(&run);
             if (rc == 0 && run.g == 0 && o->valid_path && run.valid_step != run.step)
                 rc = validate(&run, err);
-            if (rc == 0 && run.g == 0 && run.saved_step != run.step)
+            /* a run that made no update has nothing to save: a fresh one writes no
+             * checkpoint of its untrained model, a resumed one leaves its newest */
+            if (rc == 0 && run.g == 0 && run.saved_step != run.step &&
+                run.step != run.start_step)
                 rc = save_checkpoint(&run, err);
             if (rc == 0 && run.log_failed) {
                 tfm_fail(err, "%s; stopped at update %lld, its checkpoint saved",
@@ -1091,6 +1094,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
             }
         }
         res->step = run.step;
+        res->start_step = run.start_step;
         if (tfm_progress_close(&run.prog, rc ? NULL : err))
             rc = -1;
     }
@@ -1117,9 +1121,10 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     if (run.ck_header.kind[0])
         tfm_header_free(&run.ck_header);
     tfm_checkpoint_unlock(run.lock);
-    /* a failed run leaves no empty directory of its own behind (rmdir removes only an
-     * empty one; a directory that was there before is never this run's) */
-    if (rc && run.created_dir)
+    /* a failed run, or one that made no update, leaves no empty directory of its own
+     * behind (rmdir removes only an empty one; a directory that was there before is
+     * never this run's) */
+    if ((rc || run.step == run.start_step) && run.created_dir)
         rmdir(o->out_dir);
     return rc;
 }

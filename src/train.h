@@ -79,6 +79,8 @@ const char *tfm_train_end_name(enum tfm_train_end end);
 struct tfm_train_result {
     enum tfm_train_end end;
     int64_t step;               /* updates done, in all */
+    int64_t start_step;         /* those done before this run (resumed from); step equal to
+                                 * it: this run made no update, and wrote no checkpoint */
     char last_checkpoint[4096]; /* path of the checkpoint written last ("" if none) */
     double loss;                /* mean loss per token over the last report interval */
     double valid_loss, valid_ppl;   /* last validation (-1: none) */
@@ -90,7 +92,9 @@ struct tfm_train_result {
  * for max_steps, save_every, keep and precision, and the checkpoint must hold exactly that model and
  * its Adam moments (tfm_checkpoint_check).  Process 0 (o->world_rank) holds the lock of
  * out_dir for the run (tfm_checkpoint_lock): a second run there is refused.  A stream that
- * ends before the first update (a pipe) is an error: nothing is trained or written.
+ * ends before the first update (a pipe) is an error: nothing is trained or written; a run
+ * that stops before its first update otherwise (a signal, max_time) ends cleanly, and
+ * writes no checkpoint either.
  * Returns 0 (see res->end), or -1 with err (a NaN or Inf loss or gradient names its
  * update; no checkpoint is written after it); a failed run removes out_dir if it made it
  * and it is still empty. */

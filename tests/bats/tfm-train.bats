@@ -608,7 +608,44 @@ teardown() {
     # a run resumed at its last update names the checkpoint it resumed
     run tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 --resume "$M/b500.tfm"
     assert_success
-    assert_line "tfm-train: max steps reached at update 1; last checkpoint $T/g/step-000001.tfm"
+    assert_line "tfm-train: max steps reached at update 1, before this run's first update: nothing trained; last checkpoint $T/g/step-000001.tfm"
+}
+
+@test "a run that stops before its first update writes no checkpoint: a signal on a stalled pipe, --max-time" {
+    # the first batches of an update of 4, then nothing: SIGTERM wrote an untrained
+    # step-000000.tfm
+    cut=$(tfm-cat "$M/b500.tfm" | awk '$1 == "record" && $2 == 8 { print $NF }')
+    mkfifo "$T/fifo"
+    tfm-train "${SMALL[@]}" -o "$T/s" --update-freq 4 "$T/fifo" 2> "$T/err" &
+    pid=$!
+    BG+=($pid)
+    exec 7> "$T/fifo"
+    head -c "$cut" "$M/b500.tfm" >&7
+    for i in $(seq 300); do grep -q device "$T/err" 2> /dev/null && break; sleep 0.1; done
+    sleep 1
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    exec 7>&-
+    assert_equal $rc 143
+    run cat "$T/err"
+    assert_line "tfm-train: stopped by a signal at update 0, before this run's first update: nothing trained, no checkpoint written"
+    [ ! -e "$T/s" ]             # the directory it made is gone: nothing was written
+    # a time limit over before the first update (a nanosecond): the same, exit 0; a
+    # directory that was there stays, empty
+    mkdir "$T/t"
+    run tfm-train "${SMALL[@]}" -o "$T/t" --max-time 0.000000001 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: max time reached at update 0, before this run's first update: nothing trained, no checkpoint written"
+    run ls -A "$T/t"
+    assert_output ""
+    # resumed: its checkpoint stays the newest, and no other is written
+    tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps 2 "$M/b.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/r" --resume --max-time 0.000000001 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: max time reached at update 2, before this run's first update: nothing trained; last checkpoint $T/r/step-000002.tfm"
+    run ls "$T/r"
+    assert_output $'last.tfm\nstep-000002.tfm'
 }
 
 @test "a stop signal before a pipe has a writer, its header or first batch ends the wait at once: exit 143, nothing left" {

@@ -624,14 +624,18 @@ static void test_train_errors(void)
     o.memory_limit = 100000;
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "lower the budget (--set tokens=N") != NULL);
-    /* a stop request finishes with a checkpoint */
+    /* a stop request before the first update: nothing trained, no checkpoint of the
+     * untrained model (it wrote step-000000.tfm), no directory left */
     volatile sig_atomic_t stop = 1;
     tiny(&c);
     opts(&o, &c, "stop", 5);
     o.stop = &stop;
     CHECK(run(&c, &o, &res) == 0);
     CHECK_EQ_INT(res.end, TFM_TRAIN_STOPPED);
-    CHECK(strstr(res.last_checkpoint, "stop/step-000000.tfm") != NULL);
+    CHECK_EQ_INT(res.step, 0);
+    CHECK_EQ_INT(res.start_step, 0);
+    CHECK_STR(res.last_checkpoint, "");
+    CHECK(access(o.out_dir, F_OK) != 0);
 }
 
 /* nb batches of 8 sentences of up to 40 tokens (8 x 40 = 320 target rows: two chunks of
