@@ -920,16 +920,29 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (!(run->config_text = tfm_config_format(cfg)))
         return tfm_fail(err, "out of memory");
 
-    /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging buffer */
+    /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging
+     * buffer.  The model's part (parameters, gradients, Adam moments, the weights'
+     * compute copy, the staging buffer) is the same at every batch budget; only the
+     * activations' shrinks with it, so the advice follows the part that is over. */
     double limit = o->memory_limit > 0 ? o->memory_limit : physical_memory();
-    double need = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * run->R) +
-                  (double)tfm_model_param_memory(cfg) / 4;
-    if (limit > 0 && need > limit)
+    double acts = o->backends ? 0 : (double)tfm_model_activation_memory(cfg, cfg->tokens) * run->R;
+    double model = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * run->R - acts) +
+                   (double)tfm_model_param_memory(cfg) / 4;
+    const double GiB = 1073741824.0;
+    if (limit > 0 && model > limit)
+        return tfm_fail(err, "the model needs %.2f GiB for its parameters, gradients and Adam "
+                        "moments alone (%d rank%s), more than the %.2f GiB available, at any "
+                        "batch budget: train a smaller model (d_model, d_ff, layers, vocab)%s "
+                        "or %s", model / GiB, run->R, run->R > 1 ? "s" : "", limit / GiB,
+                        run->R > 1 && !o->backends ? ", on fewer --ranks," : "",
+                        o->memory_limit > 0 ? "raise --max-memory" :
+                                              "on a machine with more memory");
+    if (limit > 0 && model + acts > limit)
         return tfm_fail(err, "the model with a batch budget of tokens=%d needs %.2f GiB "
-                        "(%d rank%s), more than the %.2f GiB available: lower the budget "
-                        "(--set tokens=N and tfm-batch --tokens N) or --ranks",
-                        cfg->tokens, need / 1073741824.0, run->R, run->R > 1 ? "s" : "",
-                        limit / 1073741824.0);
+                        "(%d rank%s: %.2f GiB the model, %.2f GiB the activations), more than "
+                        "the %.2f GiB available: lower the budget (--set tokens=N and tfm-batch "
+                        "--tokens N) or --ranks", cfg->tokens, (model + acts) / GiB, run->R,
+                        run->R > 1 ? "s" : "", model / GiB, acts / GiB, limit / GiB);
 
     /* ranks: a backend and a model replica each */
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -685,9 +685,20 @@ teardown() {
     run tfm-train "${SMALL[@]}" --set tokens=512 --set max_len=128 -o "$T/b" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "$M/b.tfm: batches of up to 1024 tokens, more than the batch budget tokens=512: re-batch with tfm-batch --tokens 512"
-    run tfm-train "${SMALL[@]}" -o "$T/m" --max-memory 1M "$M/b.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/m" --max-memory 4M "$M/b.tfm"
     assert_failure 1
-    assert_output --regexp "needs [0-9.]+ GiB \(1 rank\), more than the 0.00 GiB available: lower the budget \(--set tokens=N"
+    assert_output --regexp "needs [0-9.]+ GiB \(1 rank: [0-9.]+ GiB the model, [0-9.]+ GiB the activations\), more than the 0.00 GiB available: lower the budget \(--set tokens=N"
+    # the parameters, gradients and Adam moments alone are over: no budget is low enough
+    # (it said to lower tokens)
+    run tfm-train "${SMALL[@]}" --set d_model=16384 --set heads=1 -o "$T/m" --max-memory 8G \
+        "$M/b.tfm"
+    assert_failure 1
+    assert_line --regexp "^tfm-train: the model needs [0-9.]+ GiB for its parameters, gradients and Adam moments alone \(1 rank\), more than the 8.00 GiB available, at any batch budget: train a smaller model \(d_model, d_ff, layers, vocab\) or raise --max-memory$"
+    run tfm-train "${SMALL[@]}" --set d_model=16384 --set heads=1 -o "$T/m" --max-memory 8G \
+        --ranks 2 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "alone (2 ranks), more than the 8.00 GiB available, at any batch budget: train a smaller model (d_model, d_ff, layers, vocab), on fewer --ranks, or raise --max-memory"
+    [ ! -e "$T/m" ]
 }
 
 @test "NaN is reported with its update; no poisoned checkpoint is written" {
