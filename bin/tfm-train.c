@@ -19,11 +19,12 @@
 #include "util.h"
 
 static const char USAGE[] =
-    "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
-    "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
-    "                 [--valid-bleu] [--early-stop N] [--resume] [--device cpu|cuda|sim|auto]\n"
-    "                 [--threads N] [--ranks R]\n"
-    "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n";
+    "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--valid-every N]\n"
+    "                 [--valid-bleu] [--early-stop N] [--max-steps N] [--max-time DUR]\n"
+    "                 [--save-every DUR|N]... [--keep N] [--update-freq K] [--resume]\n"
+    "                 [--device cpu|cuda|sim|auto] [--threads N] [--ranks R] [--max-memory SIZE]\n"
+    "                 [--print-config] [--log FILE] [--report-every N] [--progress] [--quiet]\n"
+    "                 [FILE]\n";
 
 static const char HELP[] =
     "Train on the batch stream FILE (default stdin); checkpoints go to DIR.\n"
