@@ -804,8 +804,9 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     char resume_path[4096] = "";
     if (tfm_checkpoint_dir_ready(o->out_dir, &run->created_dir, err))
         return -1;
-    /* one run at a time in the directory; process 0 writes the checkpoints, and holds it */
-    if (run->g == 0 && !(run->lock = tfm_checkpoint_lock(o->out_dir, err)))
+    /* one run at a time in the directory; process 0 writes the checkpoints, and holds it
+     * (or its caller does, o->lock, having read the config of its newest checkpoint) */
+    if (run->g == 0 && !o->lock && !(run->lock = tfm_checkpoint_lock(o->out_dir, err)))
         return -1;
     int removed = run->g == 0 ? tfm_checkpoint_clean(o->out_dir, err) : 0;
     if (removed < 0)

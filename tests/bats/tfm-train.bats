@@ -1273,6 +1273,45 @@ PY
     assert_success
 }
 
+@test "--resume without -c is refused by a holder before it reads the checkpoint for its config; --print-config takes no lock" {
+    tfm-train "${SMALL[@]}" -q -o "$T/src" --max-steps 2 "$M/b.tfm"
+    # the holder: a directory there before, locked, the run waiting for its FIFO's writer
+    mkdir "$T/held"
+    mkfifo "$T/fifo"
+    tfm-train "${SMALL[@]}" -o "$T/held" "$T/fifo" 2> "$T/err" &
+    pid=$!
+    BG+=($pid)
+    for i in $(seq 300); do [ -e "$T/held/.tfm-train.lock" ] && break; sleep 0.1; done
+    [ -e "$T/held/.tfm-train.lock" ]
+    # the config of its newest checkpoint is printed beside the holder
+    cp "$T/src/step-000002.tfm" "$T/held/"
+    run tfm-train -o "$T/held" --resume --print-config
+    assert_success
+    assert_line "d_model = 32"
+    # a damaged newest checkpoint is not read: the lock refuses first (the checkpoint
+    # was read for the config, and its damage named, before the lock was taken)
+    head -c 3000 "$T/src/step-000002.tfm" > "$T/held/step-000002.tfm"
+    run tfm-train -o "$T/held" --resume -j 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: $T/held: in use by another run (pid $pid on host $(hostname); lock $T/held/.tfm-train.lock): wait for it to end, or use another directory"
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    assert_equal $rc 143
+    [ ! -e "$T/held/.tfm-train.lock" ]
+    # free: the checkpoint is read, and its damage named; the lock is not left behind
+    run tfm-train -o "$T/held" --resume -j 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$T/held/step-000002.tfm: record 1 'tfm.spm'"
+    [ ! -e "$T/held/.tfm-train.lock" ]
+    # and a sound one resumes, holding the lock that main took
+    cp "$T/src/step-000002.tfm" "$T/held/"
+    run tfm-train -o "$T/held" --resume -j 1 --max-steps 3 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: max steps reached at update 3; last checkpoint $T/held/step-000003.tfm"
+    [ ! -e "$T/held/.tfm-train.lock" ]
+}
+
 @test "two runs started together on one new directory: one trains, the other is refused" {
     # each would train for 2 s: the second to start finds the first holding the directory
     for k in 1 2; do
