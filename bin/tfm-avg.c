@@ -16,8 +16,9 @@ static const char USAGE[] =
     "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT...\n";
 
 static const char HELP[] =
-    "Average checkpoints element-wise in fp32: the newest N of each DIR (step-*.tfm),\n"
-    "and each CHECKPOINT given.  Writes a checkpoint to OUT (default: stdout).\n"
+    "Average checkpoints element-wise (summed in fp64, the mean rounded to fp32 once): the\n"
+    "newest N of each DIR (step-*.tfm), and each CHECKPOINT given.  Writes a checkpoint to\n"
+    "OUT (default: stdout).\n"
     "  -n, --last N          checkpoints taken from each DIR (default 5)\n"
     "  -o, --output OUT      output file ('-': stdout)\n"
     "  -k, --keep-optimizer  average the Adam moments too (dropped otherwise)\n"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -19,11 +20,12 @@
 #include "util.h"
 
 static const char USAGE[] =
-    "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]\n"
-    "                 [--max-time DUR] [--save-every DUR|N]... [--keep N] [--update-freq K]\n"
-    "                 [--valid-bleu] [--early-stop N] [--resume] [--device cpu|cuda|sim|auto]\n"
-    "                 [--threads N] [--ranks R]\n"
-    "                 [--print-config] [--log FILE] [--progress] [--quiet] [FILE]\n";
+    "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--valid-every N]\n"
+    "                 [--valid-bleu] [--early-stop N] [--max-steps N] [--max-time DUR]\n"
+    "                 [--save-every DUR|N]... [--keep N] [--update-freq K] [--resume]\n"
+    "                 [--device cpu|cuda|sim|auto] [--threads N] [--ranks R] [--max-memory SIZE]\n"
+    "                 [--print-config] [--log FILE] [--report-every N] [--progress] [--quiet]\n"
+    "                 [FILE]\n";
 
 static const char HELP[] =
     "Train on the batch stream FILE (default stdin); checkpoints go to DIR.\n"
@@ -77,6 +79,16 @@ static void on_alarm(int sig)
     ssize_t w = write(2, msg, sizeof msg - 1);
     (void)w;
     _exit(128 + (stop_signal ? (int)stop_signal : SIGTERM));
+}
+
+/* The checkpoint directory's lock, when this main took it (--resume without -c: before
+ * the checkpoint that gives the config is read); released at exit. */
+static struct tfm_ckpt_lock *dir_lock;
+
+static void unlock_dir(void)
+{
+    tfm_checkpoint_unlock(dir_lock);
+    dir_lock = NULL;
 }
 
 static int all_digits(const char *s)
@@ -243,8 +255,14 @@ int main(int argc, char **argv)
                                    "batches are read again at every validation (give a "
                                    "regular file)", o.valid_path);
 
-    /* the config: defaults, then the file (or the checkpoint resumed), then overrides */
+    /* processes: --ranks R each (default 1), on the GPUs of its place on the node; the
+     * place first, for process 0 takes the directory's lock below */
     struct tfm_error err;
+    struct tfm_dist_env env = {.rank = 0, .world = 1};
+    if (!print_config && tfm_dist_env_read(&env, &err))
+        return tfm_cli_fail(&err, 1);
+
+    /* the config: defaults, then the file (or the checkpoint resumed), then overrides */
     struct tfm_config cfg;
     tfm_config_defaults(&cfg);
     if (config_path) {
@@ -252,6 +270,18 @@ int main(int argc, char **argv)
             return tfm_cli_fail(&err, 1);
         }
     } else if (o.resume && o.out_dir) {
+        /* The lock of the directory before its newest checkpoint is read: a second run
+         * there is refused before it reads one (man page).  Process 0 holds it for the
+         * run (tfm_train_run uses it, o.lock); --print-config writes nothing and takes
+         * none; a directory that is not there holds no checkpoint. */
+        struct stat st;
+        if (!print_config && env.rank == 0 && stat(o.out_dir, &st) == 0 &&
+            S_ISDIR(st.st_mode)) {
+            if (!(dir_lock = tfm_checkpoint_lock(o.out_dir, &err)))
+                return tfm_cli_fail(&err, 1);
+            atexit(unlock_dir);
+            o.lock = dir_lock;
+        }
         char path[4096];
         int found = tfm_checkpoint_find_last(o.out_dir, path, sizeof path, &err);
         /* its config only: the run loads and checks all of it before training */
@@ -301,11 +331,6 @@ int main(int argc, char **argv)
     FILE *notes = quiet ? NULL : stderr;
     o.notes = notes;
     o.progress = !quiet && (progress || isatty(2)) ? stderr : NULL;
-    /* processes: --ranks R each (default 1), on the GPUs of its place on the node */
-    struct tfm_dist_env env;
-    if (tfm_dist_env_read(&env, &err)) {
-        return tfm_cli_fail(&err, 1);
-    }
     if (env.world > 1) {
         o.world = env.world;
         o.world_rank = env.rank;
@@ -371,11 +396,15 @@ int main(int argc, char **argv)
         /* a run the signal cut short (joining, or a peer silent after it) says so */
         return tfm_cli_fail(&err, stop_signal ? 128 + (int)stop_signal : 1);
     }
-    if (notes) {
+    if (notes && res.step == res.start_step)  /* no update: no checkpoint of it either */
+        fprintf(notes, "tfm-train: %s at update %lld, before this run's first update: nothing "
+                "trained%s%s\n", tfm_train_end_name(res.end), (long long)res.step,
+                res.last_checkpoint[0] ? "; last checkpoint " : ", no checkpoint written",
+                res.last_checkpoint);
+    else if (notes)
         fprintf(notes, "tfm-train: %s at update %lld; last checkpoint %s\n",
                 tfm_train_end_name(res.end),
                 (long long)res.step, res.last_checkpoint[0] ? res.last_checkpoint : "(none)");
-    }
     if (res.end == TFM_TRAIN_STOPPED && stop_signal)   /* 0: a signal to another process */
         return 128 + (int)stop_signal;
     return 0;

@@ -844,71 +844,103 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
     int to_file = out && strcmp(out, "-") != 0;
     if (to_file && tfm_output_open(&o, out, err))
         return -1;
-    int flags = keep_optimizer ? 0 : TFM_CKPT_NO_OPTIMIZER;
-    struct tfm_checkpoint *acc = load_checked(paths[0], flags, err), *c = NULL;
-    if (!acc) {
+    /* the inputs' values are read in their memory maps: the sums are the memory this takes */
+    int flags = (keep_optimizer ? 0 : TFM_CKPT_NO_OPTIMIZER) | TFM_CKPT_MAPPED;
+    struct tfm_checkpoint *ref = load_checked(paths[0], flags, err), *c = NULL;
+    double *sum = NULL;         /* (total) every value's sum so far, the tensors of ref in turn */
+    float *mean = NULL;         /* (largest) one tensor's mean, as written */
+    if (!ref) {
         tfm_output_abort(&o);
         return -1;
     }
+    int64_t total = 0, largest = 1;
+    for (int i = 0; i < ref->ntensors; i++) {
+        total += ref->tensors[i].count;
+        if (ref->tensors[i].count > largest)
+            largest = ref->tensors[i].count;
+    }
+    if (!(sum = malloc((size_t)(total > 0 ? total : 1) * sizeof *sum)) ||
+        !(mean = malloc((size_t)largest * sizeof *mean))) {
+        tfm_fail(err, "out of memory (%.2f GiB for the sums of %lld values)",
+                 (double)total * sizeof *sum / 1073741824.0, (long long)total);
+        goto fail;
+    }
+    /* Summed in double, divided by n there and rounded to float once: the sum of an
+     * element's values is exact while the largest of their magnitudes is at most
+     * 2^(29 - ceil(log2 n)) times the smallest nonzero one, and the result is then the
+     * correctly rounded mean (man/tfm-avg.1); finite values have a finite mean however
+     * large their sum in float would be. */
+    double *s = sum;
+    for (int i = 0; i < ref->ntensors; i++) {
+        const struct tfm_ckpt_tensor *t = &ref->tensors[i];
+        for (int64_t j = 0; j < t->count; j++)
+            s[j] = t->data[j];
+        s += t->count;
+    }
     char steps[TFM_MAX_VALUE + 1];
-    int64_t first = acc->state.step;
+    int64_t first = ref->state.step;
     int used = snprintf(steps, sizeof steps, "%lld", (long long)first);
     for (int k = 1; k < n; k++) {
         if (!(c = load_checked(paths[k], flags, err)))
             goto fail;
-        if (tfm_checkpoint_compatible(c, acc, err)) {
+        if (tfm_checkpoint_compatible(c, ref, err)) {
             tfm_error_prefix(err, "%s and %s", paths[k], paths[0]);
             goto fail;
         }
-        for (int i = 0; i < acc->ntensors; i++) {
-            float *a = acc->tensors[i].data;    /* (count) */
-            const float *b = tfm_checkpoint_find(c, acc->tensors[i].name)->data;
-            for (int64_t j = 0; j < acc->tensors[i].count; j++)
-                a[j] += b[j];
+        s = sum;
+        for (int i = 0; i < ref->ntensors; i++) {
+            const struct tfm_ckpt_tensor *t = &ref->tensors[i];
+            const float *b = tfm_checkpoint_find(c, t->name)->data;     /* (count) */
+            for (int64_t j = 0; j < t->count; j++)
+                s[j] += b[j];
+            s += t->count;
         }
         if (used >= 0 && (size_t)used < sizeof steps)
             used += snprintf(steps + used, sizeof steps - (size_t)used, ",%lld",
                              (long long)c->state.step);
         /* the newest keeps its header, config and state (the run keys of its config, such
          * as max_steps or precision, may differ from the others') */
-        tfm_header_free(&acc->header);
-        acc->header = c->header;
+        tfm_header_free(&ref->header);
+        ref->header = c->header;
         tfm_header_init(&c->header, "");
-        free(acc->config);
-        acc->config = c->config;
+        free(ref->config);
+        ref->config = c->config;
         c->config = NULL;
-        acc->state = c->state;
+        ref->state = c->state;
         tfm_checkpoint_free(c);
         c = NULL;
     }
-    for (int i = 0; i < acc->ntensors; i++) {
-        float *a = acc->tensors[i].data;
-        for (int64_t j = 0; j < acc->tensors[i].count; j++)
-            a[j] /= (float)n;
-    }
-    if (tfm_header_setf(&acc->header, err, "averaged", "%d", n))
+    if (tfm_header_setf(&ref->header, err, "averaged", "%d", n))
         goto fail;
     if ((size_t)used >= sizeof steps)
-        snprintf(steps, sizeof steps, "%lld,...,%lld", (long long)first, (long long)acc->state.step);
-    if (tfm_header_set(&acc->header, "averaged.steps", steps, err))
+        snprintf(steps, sizeof steps, "%lld,...,%lld", (long long)first, (long long)ref->state.step);
+    if (tfm_header_set(&ref->header, "averaged.steps", steps, err))
         goto fail;
-    struct tfm_writer *w = begin(out, to_file ? &o : NULL, &acc->header, acc->config,
-                                 &acc->state, err);
+    struct tfm_writer *w = begin(out, to_file ? &o : NULL, &ref->header, ref->config,
+                                 &ref->state, err);
     if (!w)
         goto fail;
-    for (int i = 0; i < acc->ntensors; i++) {
-        struct tfm_ckpt_tensor *t = &acc->tensors[i];
-        if (tfm_checkpoint_put(w, "", t->name, t->rank, t->dims, t->data, err)) {
+    s = sum;
+    for (int i = 0; i < ref->ntensors; i++) {
+        const struct tfm_ckpt_tensor *t = &ref->tensors[i];
+        for (int64_t j = 0; j < t->count; j++)
+            mean[j] = (float)(s[j] / n);
+        s += t->count;
+        if (tfm_checkpoint_put(w, "", t->name, t->rank, t->dims, mean, err)) {
             tfm_writer_abort(w);
             goto fail;
         }
     }
-    tfm_checkpoint_free(acc);
+    free(sum);
+    free(mean);
+    tfm_checkpoint_free(ref);
     return tfm_writer_close(w, err);
 fail:
     tfm_output_abort(&o);           /* nothing once the writer took it */
+    free(sum);
+    free(mean);
     tfm_checkpoint_free(c);
-    tfm_checkpoint_free(acc);
+    tfm_checkpoint_free(ref);
     return -1;
 }
 

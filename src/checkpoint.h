@@ -97,7 +97,7 @@ int tfm_checkpoint_put(struct tfm_writer *w, const char *prefix, const char *nam
 #define TFM_CKPT_NO_OPTIMIZER 1     /* drop the adam.* records: read and checked (their
                                      * CRC too), not kept (averaging) */
 #define TFM_CKPT_MAPPED 2           /* tensors of a regular file point into its memory map
-                                     * instead of copies: read-only (decoding) */
+                                     * instead of copies: read-only (decoding, averaging) */
 #define TFM_CKPT_SKIP_OPTIMIZER 4   /* pass over the adam.* records unread: their payloads
                                      * and CRCs go unchecked, and cost nothing from a file
                                      * (decoding); implies TFM_CKPT_NO_OPTIMIZER */
@@ -145,12 +145,15 @@ int tfm_checkpoint_to_model(const struct tfm_checkpoint *c, struct tfm_model *m,
 int tfm_checkpoint_share_model(const struct tfm_checkpoint *c, struct tfm_model *m,
                                struct tfm_error *err);
 
-/* Average the checkpoints paths[0..n) element-wise in fp32 (summed in the order given,
- * then divided by n) and write the result to out ("-": stdout).  The checkpoints must be
+/* Average the checkpoints paths[0..n) element-wise (summed in double in the order given,
+ * divided by n, rounded to fp32 once: the correctly rounded mean where the sum is exact,
+ * see checkpoint.c) and write the result to out ("-": stdout).  The checkpoints must be
  * compatible (tfm_checkpoint_compatible) and each must pass tfm_checkpoint_check against
  * its own config (the Adam moments only with keep_optimizer); header, config and state
- * come from the last one, with keys "averaged" (n) and "averaged.steps" added.  The Adam moments are averaged
- * too with keep_optimizer, dropped otherwise.  Holds two checkpoints in memory at most. */
+ * come from the last one, with keys "averaged" (n) and "averaged.steps" added.  The Adam
+ * moments are averaged too with keep_optimizer, dropped otherwise.  Memory: the sums, 8
+ * bytes a value averaged, and one tensor's mean; the checkpoints are read in their memory
+ * maps, two at a time (a copy of one read from a pipe). */
 int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
                            struct tfm_error *err);
 

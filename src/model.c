@@ -397,6 +397,13 @@ size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens)
     return p + pe + w + carve(cfg, max_tokens, sizeof(float), 0, NULL, NULL);
 }
 
+size_t tfm_model_activation_memory(const struct tfm_config *cfg, int64_t max_tokens)
+{
+    if (tfm_model_param_memory(cfg) == 0 || max_tokens < 1)
+        return 0;
+    return carve(cfg, max_tokens, sizeof(float), 0, NULL, NULL);
+}
+
 /* ---- initialization ------------------------------------------------------------------------ */
 
 static void init_tensor(const struct tfm_param *p, int idx, uint64_t seed, int D, float *out)

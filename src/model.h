@@ -95,6 +95,10 @@ struct tfm_param {
 size_t tfm_model_memory(const struct tfm_config *cfg, int64_t max_tokens);
 /* Bytes of the parameter arena alone (params, grads, Adam m and v). */
 size_t tfm_model_param_memory(const struct tfm_config *cfg);
+/* Bytes of the activation arena alone (fp32 words): the part of tfm_model_memory that
+ * grows with max_tokens; the rest is the model's whatever the budget.  0 if cfg is
+ * invalid. */
+size_t tfm_model_activation_memory(const struct tfm_config *cfg, int64_t max_tokens);
 
 /* Build a model of cfg (cfg->vocab > 0) on be, for batches of up to max_tokens padded
  * tokens per side (0: cfg->tokens), and initialize its parameters from cfg->seed.

@@ -804,8 +804,9 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     char resume_path[4096] = "";
     if (tfm_checkpoint_dir_ready(o->out_dir, &run->created_dir, err))
         return -1;
-    /* one run at a time in the directory; process 0 writes the checkpoints, and holds it */
-    if (run->g == 0 && !(run->lock = tfm_checkpoint_lock(o->out_dir, err)))
+    /* one run at a time in the directory; process 0 writes the checkpoints, and holds it
+     * (or its caller does, o->lock, having read the config of its newest checkpoint) */
+    if (run->g == 0 && !o->lock && !(run->lock = tfm_checkpoint_lock(o->out_dir, err)))
         return -1;
     int removed = run->g == 0 ? tfm_checkpoint_clean(o->out_dir, err) : 0;
     if (removed < 0)
@@ -920,16 +921,29 @@ static int setup(struct run *run, struct tfm_checkpoint **ck, struct tfm_error *
     if (!(run->config_text = tfm_config_format(cfg)))
         return tfm_fail(err, "out of memory");
 
-    /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging buffer */
+    /* host memory: R replicas (on a GPU: in its memory) and the checkpoint staging
+     * buffer.  The model's part (parameters, gradients, Adam moments, the weights'
+     * compute copy, the staging buffer) is the same at every batch budget; only the
+     * activations' shrinks with it, so the advice follows the part that is over. */
     double limit = o->memory_limit > 0 ? o->memory_limit : physical_memory();
-    double need = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * run->R) +
-                  (double)tfm_model_param_memory(cfg) / 4;
-    if (limit > 0 && need > limit)
+    double acts = o->backends ? 0 : (double)tfm_model_activation_memory(cfg, cfg->tokens) * run->R;
+    double model = (o->backends ? 0 : (double)tfm_model_memory(cfg, cfg->tokens) * run->R - acts) +
+                   (double)tfm_model_param_memory(cfg) / 4;
+    const double GiB = 1073741824.0;
+    if (limit > 0 && model > limit)
+        return tfm_fail(err, "the model needs %.2f GiB for its parameters, gradients and Adam "
+                        "moments alone (%d rank%s), more than the %.2f GiB available, at any "
+                        "batch budget: train a smaller model (d_model, d_ff, layers, vocab)%s "
+                        "or %s", model / GiB, run->R, run->R > 1 ? "s" : "", limit / GiB,
+                        run->R > 1 && !o->backends ? ", on fewer --ranks," : "",
+                        o->memory_limit > 0 ? "raise --max-memory" :
+                                              "on a machine with more memory");
+    if (limit > 0 && model + acts > limit)
         return tfm_fail(err, "the model with a batch budget of tokens=%d needs %.2f GiB "
-                        "(%d rank%s), more than the %.2f GiB available: lower the budget "
-                        "(--set tokens=N and tfm-batch --tokens N) or --ranks",
-                        cfg->tokens, need / 1073741824.0, run->R, run->R > 1 ? "s" : "",
-                        limit / 1073741824.0);
+                        "(%d rank%s: %.2f GiB the model, %.2f GiB the activations), more than "
+                        "the %.2f GiB available: lower the budget (--set tokens=N and tfm-batch "
+                        "--tokens N) or --ranks", cfg->tokens, (model + acts) / GiB, run->R,
+                        run->R > 1 ? "s" : "", model / GiB, acts / GiB, limit / GiB);
 
     /* ranks: a backend and a model replica each */
     int threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -1082,7 +1096,10 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
                 rc = report(&run);
             if (rc == 0 && run.g == 0 && o->valid_path && run.valid_step != run.step)
                 rc = validate(&run, err);
-            if (rc == 0 && run.g == 0 && run.saved_step != run.step)
+            /* a run that made no update has nothing to save: a fresh one writes no
+             * checkpoint of its untrained model, a resumed one leaves its newest */
+            if (rc == 0 && run.g == 0 && run.saved_step != run.step &&
+                run.step != run.start_step)
                 rc = save_checkpoint(&run, err);
             if (rc == 0 && run.log_failed) {
                 tfm_fail(err, "%s; stopped at update %lld, its checkpoint saved",
@@ -1091,6 +1108,7 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
             }
         }
         res->step = run.step;
+        res->start_step = run.start_step;
         if (tfm_progress_close(&run.prog, rc ? NULL : err))
             rc = -1;
     }
@@ -1117,9 +1135,10 @@ int tfm_train_run(struct tfm_config *cfg, const struct tfm_train_opts *o,
     if (run.ck_header.kind[0])
         tfm_header_free(&run.ck_header);
     tfm_checkpoint_unlock(run.lock);
-    /* a failed run leaves no empty directory of its own behind (rmdir removes only an
-     * empty one; a directory that was there before is never this run's) */
-    if (rc && run.created_dir)
+    /* a failed run, or one that made no update, leaves no empty directory of its own
+     * behind (rmdir removes only an empty one; a directory that was there before is
+     * never this run's) */
+    if ((rc || run.step == run.start_step) && run.created_dir)
         rmdir(o->out_dir);
     return rc;
 }

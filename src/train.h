@@ -57,6 +57,8 @@ struct tfm_train_opts {
     FILE *notes;                /* one-off notes (device, resume, saves) or NULL */
     const char *log_path;       /* --log, or NULL */
     volatile sig_atomic_t *stop;    /* non-zero: finish the update, save, return */
+    struct tfm_ckpt_lock *lock; /* process 0: out_dir's lock, taken by the caller (which
+                                 * releases it), or NULL: the run takes it for its life */
     double memory_limit;        /* bytes the run may use (0: physical memory) */
     struct tfm_backend **backends;  /* ranks GPU backends (the caller's), or NULL: CPU
                                      * backends, threads split over the ranks */
@@ -79,6 +81,8 @@ const char *tfm_train_end_name(enum tfm_train_end end);
 struct tfm_train_result {
     enum tfm_train_end end;
     int64_t step;               /* updates done, in all */
+    int64_t start_step;         /* those done before this run (resumed from); step equal to
+                                 * it: this run made no update, and wrote no checkpoint */
     char last_checkpoint[4096]; /* path of the checkpoint written last ("" if none) */
     double loss;                /* mean loss per token over the last report interval */
     double valid_loss, valid_ppl;   /* last validation (-1: none) */
@@ -89,8 +93,10 @@ struct tfm_train_result {
  * o->resume and a checkpoint in out_dir, cfg must equal the checkpoint's config except
  * for the run keys (tfm_checkpoint_run_keys), and the checkpoint must hold exactly that model and
  * its Adam moments (tfm_checkpoint_check).  Process 0 (o->world_rank) holds the lock of
- * out_dir for the run (tfm_checkpoint_lock): a second run there is refused.  A stream that
- * ends before the first update (a pipe) is an error: nothing is trained or written.
+ * out_dir for the run (tfm_checkpoint_lock, or o->lock): a second run there is refused.
+ * A stream that ends before the first update (a pipe) is an error: nothing is trained or
+ * written; a run that stops before its first update otherwise (a signal, max_time) ends
+ * cleanly, and writes no checkpoint either.
  * Returns 0 (see res->end), or -1 with err (a NaN or Inf loss or gradient names its
  * update; no checkpoint is written after it); a failed run removes out_dir if it made it
  * and it is still empty. */

@@ -135,6 +135,36 @@ check_mean() {
     assert_output --partial "cannot resume: $T/cont2/step-000006.tfm: tensor adam.m.emb missing (config wants 400x32): no optimizer state to resume from (dropped, as tfm-avg does?)"
 }
 
+@test "the mean is the exact one rounded once: values that nearly cancel, sums over fp32's range" {
+    edit() { python3 "$TFM_ROOT/tests/bats/edit-checkpoint.py" "$@"; }
+    # element 0 of param.emb: 1e8 + 1 is 1e8 in fp32, and a sum in fp32 made the mean 0
+    local k=0
+    for v in 1e8 1 -1e8; do
+        k=$((k + 1))
+        edit "$M/run/step-00000$((k + 3)).tfm" "$T/c$k.tfm" --poison param.emb $v
+    done
+    run tfm-avg -o "$T/third.tfm" "$T"/c{1,2,3}.tfm
+    assert_success
+    values "$T/third.tfm" param.emb | head -n 1 > "$T/got"
+    run cat "$T/got"
+    assert_output "0.333333343"         # 1/3 rounded to fp32
+    # 3e38 twice sums to Inf in fp32, and the average was refused as poisoned; the Adam
+    # second moments (-k) too
+    for k in 1 2; do
+        edit "$M/run/step-00000$((k + 4)).tfm" "$T/big$k.tfm" --poison param.emb 3e38 \
+            --poison adam.v.emb 2e38
+    done
+    run tfm-avg -k -o "$T/big.tfm" "$T"/big{1,2}.tfm
+    assert_success
+    assert_output ""
+    for name in param.emb adam.v.emb; do
+        values "$T/big.tfm" $name | head -n 1
+    done > "$T/got"
+    run cat "$T/got"
+    assert_output "3.00000001e+38
+1.99999994e+38"
+}
+
 @test "the average decodes" {
     tfm-avg -n 3 -o "$T/avg.tfm" "$M/run"
     run tfm-decode -m "$T/avg.tfm" --max-len-b 3 -q --text -o "$T/hyp.txt" "$M/test.tfm"

@@ -51,9 +51,28 @@ teardown() {
 @test "--help mirrors the synopsis; --version" {
     run tfm-train --help
     assert_success
-    assert_line --index 0 --partial "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--max-steps N]"
+    assert_line --index 0 --partial "usage: tfm-train -c CONFIG [--set KEY=VALUE]... -o DIR [--valid FILE] [--valid-every N]"
     assert_output --partial "--ranks R"
     assert_output --partial "--print-config"
+    # every option of the list is in the usage, by one spelling or the other, but --help
+    # and --version (contract.bats holds the usage to the SYNOPSIS); --valid-every,
+    # --report-every and --max-memory were not
+    run python3 - "$output" <<'EOF'
+import re, sys
+lines = sys.argv[1].splitlines()
+n = 1
+while n < len(lines) and lines[n].startswith(' ' * 4) and not lines[n].lstrip().startswith('-'):
+    n += 1
+usage = ' '.join(lines[:n])
+def named(opt):
+    return re.search(r'(?<![\w-])' + re.escape(opt) + r'(?![\w-])', usage)
+for line in lines[n:]:
+    m = re.match(r'\s+(?:-(\w), )?--([a-z][a-z0-9-]*)', line)
+    if m and m.group(2) not in ('help', 'version') and not named('--' + m.group(2)) and \
+            not (m.group(1) and named('-' + m.group(1))):
+        print(f'--{m.group(2)} is not in the usage')
+EOF
+    assert_output ""
     run tfm-train --version
     assert_success
     assert_output "tfm-train $(cat "$TFM_ROOT/VERSION")"
@@ -629,7 +648,44 @@ teardown() {
     # a run resumed at its last update names the checkpoint it resumed
     run tfm-train "${SMALL[@]}" -o "$T/g" --max-steps 1 --resume "$M/b500.tfm"
     assert_success
-    assert_line "tfm-train: max steps reached at update 1; last checkpoint $T/g/step-000001.tfm"
+    assert_line "tfm-train: max steps reached at update 1, before this run's first update: nothing trained; last checkpoint $T/g/step-000001.tfm"
+}
+
+@test "a run that stops before its first update writes no checkpoint: a signal on a stalled pipe, --max-time" {
+    # the first batches of an update of 4, then nothing: SIGTERM wrote an untrained
+    # step-000000.tfm
+    cut=$(tfm-cat "$M/b500.tfm" | awk '$1 == "record" && $2 == 8 { print $NF }')
+    mkfifo "$T/fifo"
+    tfm-train "${SMALL[@]}" -o "$T/s" --update-freq 4 "$T/fifo" 2> "$T/err" &
+    pid=$!
+    BG+=($pid)
+    exec 7> "$T/fifo"
+    head -c "$cut" "$M/b500.tfm" >&7
+    for i in $(seq 300); do grep -q device "$T/err" 2> /dev/null && break; sleep 0.1; done
+    sleep 1
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    exec 7>&-
+    assert_equal $rc 143
+    run cat "$T/err"
+    assert_line "tfm-train: stopped by a signal at update 0, before this run's first update: nothing trained, no checkpoint written"
+    [ ! -e "$T/s" ]             # the directory it made is gone: nothing was written
+    # a time limit over before the first update (a nanosecond): the same, exit 0; a
+    # directory that was there stays, empty
+    mkdir "$T/t"
+    run tfm-train "${SMALL[@]}" -o "$T/t" --max-time 0.000000001 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: max time reached at update 0, before this run's first update: nothing trained, no checkpoint written"
+    run ls -A "$T/t"
+    assert_output ""
+    # resumed: its checkpoint stays the newest, and no other is written
+    tfm-train "${SMALL[@]}" -q -o "$T/r" --max-steps 2 "$M/b.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/r" --resume --max-time 0.000000001 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: max time reached at update 2, before this run's first update: nothing trained; last checkpoint $T/r/step-000002.tfm"
+    run ls "$T/r"
+    assert_output $'last.tfm\nstep-000002.tfm'
 }
 
 @test "a stop signal before a pipe has a writer, its header or first batch ends the wait at once: exit 143, nothing left" {
@@ -669,9 +725,20 @@ teardown() {
     run tfm-train "${SMALL[@]}" --set tokens=512 --set max_len=128 -o "$T/b" "$M/b.tfm"
     assert_failure 1
     assert_output --partial "$M/b.tfm: batches of up to 1024 tokens, more than the batch budget tokens=512: re-batch with tfm-batch --tokens 512"
-    run tfm-train "${SMALL[@]}" -o "$T/m" --max-memory 1M "$M/b.tfm"
+    run tfm-train "${SMALL[@]}" -o "$T/m" --max-memory 4M "$M/b.tfm"
     assert_failure 1
-    assert_output --regexp "needs [0-9.]+ GiB \(1 rank\), more than the 0.00 GiB available: lower the budget \(--set tokens=N"
+    assert_output --regexp "needs [0-9.]+ GiB \(1 rank: [0-9.]+ GiB the model, [0-9.]+ GiB the activations\), more than the 0.00 GiB available: lower the budget \(--set tokens=N"
+    # the parameters, gradients and Adam moments alone are over: no budget is low enough
+    # (it said to lower tokens)
+    run tfm-train "${SMALL[@]}" --set d_model=16384 --set heads=1 -o "$T/m" --max-memory 8G \
+        "$M/b.tfm"
+    assert_failure 1
+    assert_line --regexp "^tfm-train: the model needs [0-9.]+ GiB for its parameters, gradients and Adam moments alone \(1 rank\), more than the 8.00 GiB available, at any batch budget: train a smaller model \(d_model, d_ff, layers, vocab\) or raise --max-memory$"
+    run tfm-train "${SMALL[@]}" --set d_model=16384 --set heads=1 -o "$T/m" --max-memory 8G \
+        --ranks 2 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "alone (2 ranks), more than the 8.00 GiB available, at any batch budget: train a smaller model (d_model, d_ff, layers, vocab), on fewer --ranks, or raise --max-memory"
+    [ ! -e "$T/m" ]
 }
 
 @test "NaN is reported with its update; no poisoned checkpoint is written" {
@@ -1225,6 +1292,45 @@ PY
     [ -e "$T/kill/.tfm-train.lock" ]
     run tfm-train "${SMALL[@]}" -o "$T/kill" --resume --max-steps 1000000 --max-time 1s -q "$M/b.tfm"
     assert_success
+}
+
+@test "--resume without -c is refused by a holder before it reads the checkpoint for its config; --print-config takes no lock" {
+    tfm-train "${SMALL[@]}" -q -o "$T/src" --max-steps 2 "$M/b.tfm"
+    # the holder: a directory there before, locked, the run waiting for its FIFO's writer
+    mkdir "$T/held"
+    mkfifo "$T/fifo"
+    tfm-train "${SMALL[@]}" -o "$T/held" "$T/fifo" 2> "$T/err" &
+    pid=$!
+    BG+=($pid)
+    for i in $(seq 300); do [ -e "$T/held/.tfm-train.lock" ] && break; sleep 0.1; done
+    [ -e "$T/held/.tfm-train.lock" ]
+    # the config of its newest checkpoint is printed beside the holder
+    cp "$T/src/step-000002.tfm" "$T/held/"
+    run tfm-train -o "$T/held" --resume --print-config
+    assert_success
+    assert_line "d_model = 32"
+    # a damaged newest checkpoint is not read: the lock refuses first (the checkpoint
+    # was read for the config, and its damage named, before the lock was taken)
+    head -c 3000 "$T/src/step-000002.tfm" > "$T/held/step-000002.tfm"
+    run tfm-train -o "$T/held" --resume -j 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output "tfm-train: $T/held: in use by another run (pid $pid on host $(hostname); lock $T/held/.tfm-train.lock): wait for it to end, or use another directory"
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    assert_equal $rc 143
+    [ ! -e "$T/held/.tfm-train.lock" ]
+    # free: the checkpoint is read, and its damage named; the lock is not left behind
+    run tfm-train -o "$T/held" --resume -j 1 "$M/b.tfm"
+    assert_failure 1
+    assert_output --partial "$T/held/step-000002.tfm: record 1 'tfm.spm'"
+    [ ! -e "$T/held/.tfm-train.lock" ]
+    # and a sound one resumes, holding the lock that main took
+    cp "$T/src/step-000002.tfm" "$T/held/"
+    run tfm-train -o "$T/held" --resume -j 1 --max-steps 3 "$M/b.tfm"
+    assert_success
+    assert_line "tfm-train: max steps reached at update 3; last checkpoint $T/held/step-000003.tfm"
+    [ ! -e "$T/held/.tfm-train.lock" ]
 }
 
 @test "two runs started together on one new directory: one trains, the other is refused" {

@@ -795,6 +795,31 @@ static void test_average(void)
     CHECK(c && tfm_checkpoint_find(c, "adam.m.emb") &&
           tfm_checkpoint_find(c, "adam.m.emb")->data[1] == 1.5f);
     tfm_checkpoint_free(c);
+    /* Exact sums: 1e8, 1 and -1e8 have the mean 1/3, which a float sum loses (1e8 + 1 is
+     * 1e8 in float); 3e38 three times, and Adam's second moments of 2e38, overflow a float
+     * sum (it used to be refused as Inf) and have finite means */
+    static const struct { const char *name; float v[3], mean; } exact[] = {
+        {"param.enc.0.ffn.w1", {1e8f, 1.0f, -1e8f}, (float)(1.0 / 3)},
+        {"param.dec.0.ffn.w2", {3e38f, 3e38f, 3e38f}, 3e38f},
+        {"adam.v.emb", {2e38f, 2e38f, 2e38f}, 2e38f},
+    };
+    for (size_t e = 0; e < sizeof exact / sizeof *exact; e++) {
+        for (int i = 0; i < 3; i++) {
+            const struct edit one = {.adam = 1, .poison = exact[e].name, .bad = exact[e].v[i]};
+            CHECK(write_model(in[i], MODEL1, MODEL1, 100 * (i + 1), (float)i * 0.5f, &one) == 0);
+        }
+        CHECK(tfm_checkpoint_average(in, 3, 1, out, &err) == 0);
+        c = tfm_checkpoint_load(out, 0, &err);
+        struct tfm_ckpt_tensor *t = c ? tfm_checkpoint_find(c, exact[e].name) : NULL;
+        CHECK(t != NULL);
+        if (t) {
+            if (t->data[3] != exact[e].mean)
+                printf("# %s: %.9g, expected %.9g\n", exact[e].name, t->data[3], exact[e].mean);
+            CHECK(t->data[3] == exact[e].mean);
+            CHECK(t->data[2] == 2.5f);          /* the others as before */
+        }
+        tfm_checkpoint_free(c);
+    }
     /* a config mismatch is refused and writes nothing */
     const char *bad[2] = {in[0], path_in("other.tfm")};
     static const char wide[] = "layers = 1\nd_model = 16\nd_ff = 16\nheads = 2\nvocab = 8\n"

@@ -195,10 +195,16 @@ static void test_batch_errors(void)
     CHECK(tfm_model_eval_batch(m, 1, 4, 4, ok, ok, &l, &err) == 0);
     CHECK_EQ_INT(l.tokens, 3);
     tfm_model_free(m);
-    /* memory grows with the budget; 0 for an invalid config */
+    /* memory grows with the budget, by its activations alone: the model's part (at
+     * least the parameter arena) is the same at every budget; 0 for an invalid config */
     CHECK(tfm_model_memory(&c, 64) > tfm_model_memory(&c, 32));
+    size_t a32 = tfm_model_activation_memory(&c, 32), a64 = tfm_model_activation_memory(&c, 64);
+    CHECK(a32 > 0 && a64 > a32);
+    CHECK_EQ_INT(tfm_model_memory(&c, 64) - a64, tfm_model_memory(&c, 32) - a32);
+    CHECK(tfm_model_memory(&c, 32) - a32 >= tfm_model_param_memory(&c));
     c.heads = 3;
     CHECK_EQ_INT(tfm_model_memory(&c, 32), 0);
+    CHECK_EQ_INT(tfm_model_activation_memory(&c, 32), 0);
 }
 
 /* Padding does not change a sentence's loss: a pair alone = the same pair in a batch. */

@@ -618,20 +618,33 @@ static void test_train_errors(void)
     tfm_checkpoint_unlock(l);
     CHECK(run(&c, &o, &res) == 0);
     CHECK(access(none_ck, F_OK) == 0);
-    /* a memory limit */
+    /* a memory limit: below the model's part (parameters, gradients, Adam moments, the
+     * staging buffer) no budget helps; above it, the budget is the one to lower */
     tiny(&c);
     opts(&o, &c, "memory", 5);
-    o.memory_limit = 100000;
+    double acts = (double)tfm_model_activation_memory(&c, c.tokens);
+    double model = (double)tfm_model_memory(&c, c.tokens) - acts +
+                   (double)tfm_model_param_memory(&c) / 4;
+    o.memory_limit = model * 0.9;
+    CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
+    CHECK(strstr(err.msg, "for its parameters, gradients and Adam moments alone (1 rank)") &&
+          strstr(err.msg, "at any batch budget: train a smaller model") &&
+          !strstr(err.msg, "tokens=N"));
+    o.memory_limit = model + acts / 2;
     CHECK(tfm_train_run(&c, &o, &res, &err) == -1);
     CHECK(strstr(err.msg, "lower the budget (--set tokens=N") != NULL);
-    /* a stop request finishes with a checkpoint */
+    /* a stop request before the first update: nothing trained, no checkpoint of the
+     * untrained model (it wrote step-000000.tfm), no directory left */
     volatile sig_atomic_t stop = 1;
     tiny(&c);
     opts(&o, &c, "stop", 5);
     o.stop = &stop;
     CHECK(run(&c, &o, &res) == 0);
     CHECK_EQ_INT(res.end, TFM_TRAIN_STOPPED);
-    CHECK(strstr(res.last_checkpoint, "stop/step-000000.tfm") != NULL);
+    CHECK_EQ_INT(res.step, 0);
+    CHECK_EQ_INT(res.start_step, 0);
+    CHECK_STR(res.last_checkpoint, "");
+    CHECK(access(o.out_dir, F_OK) != 0);
 }
 
 /* nb batches of 8 sentences of up to 40 tokens (8 x 40 = 320 target rows: two chunks of
