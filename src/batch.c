@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "spm.h"
@@ -671,16 +672,17 @@ static int header_counts(const struct tfm_header *h, const char *name, int64_t v
     return 0;
 }
 
+#define NOT_SHARED "a second batch stream follows the first: concatenated batch streams " \
+    "cannot be shared among %d ranks (the count of batches must be known at the start; run " \
+    "tfm-batch on the joined token streams instead)"
+
 /* rec, a batch.index, is the first record of the next stream of a concatenation: its
  * batches follow the first stream's (one rank only: sharing needs the count at the start). */
 static int next_stream(struct tfm_batch_reader *br, const struct tfm_record *rec,
                        struct tfm_error *err)
 {
     if (br->nranks > 1)
-        return tfm_reader_fail(br->r, rec, err, "a second batch stream follows the first: "
-                               "concatenated batch streams cannot be shared among %d ranks "
-                               "(the count of batches must be known at the start; run "
-                               "tfm-batch on the joined token streams instead)", br->nranks);
+        return tfm_reader_fail(br->r, rec, err, NOT_SHARED, br->nranks);
     int64_t vals[4];
     if (header_counts(tfm_reader_member_header(br->r), tfm_reader_name(br->r), vals, err))
         return tfm_error_prefix(err, "stream %llu", (unsigned long long)rec->member + 1);
@@ -793,6 +795,45 @@ static int read_batch(struct tfm_batch_reader *br, struct tfm_error *err)
     return 1;
 }
 
+static int skip_all(const char *name, void *ctx)
+{
+    (void)name;
+    (void)ctx;
+    return 1;
+}
+
+static int refuse_member(void *ctx, const struct tfm_header *h, uint64_t member,
+                         uint64_t offset, struct tfm_error *err)
+{
+    (void)h;
+    const struct tfm_batch_reader *br = ctx;
+    tfm_fail(err, NOT_SHARED, br->nranks);
+    return tfm_error_prefix(err, "%s: stream %llu at byte %llu", tfm_reader_name(br->r),
+                            (unsigned long long)member + 1, (unsigned long long)offset);
+}
+
+/* Several ranks share a file (a stream read once is found out as it is read): a second
+ * stream after the first is refused now, before training, rather than an epoch later.
+ * Only the records' headers are read, not their payloads. */
+static int check_one_stream(struct tfm_batch_reader *br, const char *path,
+                            struct tfm_error *err)
+{
+    struct stat st;
+    if (!path || strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    struct tfm_reader *r = tfm_reader_open(path, err);
+    if (!r)
+        return -1;
+    tfm_reader_skip(r, skip_all, NULL);
+    tfm_reader_on_member(r, refuse_member, br);
+    struct tfm_record rec;
+    int k;
+    while ((k = tfm_reader_next(r, &rec, err)) == 1)
+        ;
+    tfm_reader_close(r);
+    return k;
+}
+
 struct tfm_batch_reader *tfm_batch_open(const char *path, int rank, int nranks,
                                         struct tfm_error *err)
 {
@@ -846,6 +887,8 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
                      nranks);
             goto fail;
         }
+        if (check_one_stream(br, path, err) < 0)
+            goto fail;
     }
     br->share = br->total >= 0 ? br->total / nranks * count : -1;
     /* read the first batch now, so that an empty or wrong stream fails at open */

@@ -1,9 +1,12 @@
 /* test_batch.c: the batching algorithm (budget, coverage, padding, seeds) and the batch
  * stream reader (round trip, sharding, resuming, validation of bad batches). */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "batch.h"
@@ -834,8 +837,40 @@ static void test_concat(void)
         free(seen);
         tfm_batch_close(r);
     }
-    /* shared among ranks, the count must be known at the start: refused */
+    /* shared among ranks, the count must be known at the start: refused, from a file at
+     * open (before training, not an epoch later), where the second stream begins */
     r = tfm_batch_open(ab, 1, 2, &err);
+    CHECK(r == NULL);
+    struct stat sa;
+    CHECK_EQ_INT(stat(a, &sa), 0);
+    char want[512];
+    snprintf(want, sizeof want, "%s: stream 2 at byte %lld: a second batch stream follows the "
+             "first: concatenated batch streams cannot be shared among 2 ranks", ab,
+             (long long)sa.st_size);
+    CHECK(strstr(err.msg, want) == err.msg);
+    if (strstr(err.msg, want) != err.msg)
+        printf("# %s\n", err.msg);
+    tfm_batch_close(r);
+    /* read once (a pipe), as it is read: the second stream's first record */
+    int fd = open(ab, O_RDONLY);
+    int saved = dup(0);
+    CHECK(fd >= 0 && saved >= 0 && dup2(fd, 0) == 0);
+    int pfd[2];
+    CHECK_EQ_INT(pipe(pfd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {     /* copy the file into the pipe */
+        close(pfd[0]);
+        char buf[65536];
+        ssize_t n;
+        while ((n = read(fd, buf, sizeof buf)) > 0)
+            if (write(pfd[1], buf, (size_t)n) != n)
+                _exit(1);
+        _exit(0);
+    }
+    close(pfd[1]);
+    CHECK(dup2(pfd[0], 0) == 0);
+    close(pfd[0]);
+    r = tfm_batch_open("-", 1, 2, &err);
     CHECK(r != NULL);
     struct tfm_batch bt;
     int rc = 1;
@@ -845,6 +880,10 @@ static void test_concat(void)
     CHECK(strstr(err.msg, ": stream 2, record 1 'batch.index': ") &&
           strstr(err.msg, "cannot be shared among 2 ranks"));
     tfm_batch_close(r);
+    CHECK(dup2(saved, 0) == 0);
+    close(saved);
+    close(fd);
+    waitpid(pid, NULL, 0);
 
     /* a stream that ends after a batch's source: its target is not taken from the next */
     struct tfm_header h;
