@@ -20,10 +20,13 @@
 #define SIG_VERSION "tfm-" TFM_VERSION
 
 static const char USAGE[] =
-    "usage: tfm-score -r REF [-r REF]... [--metric bleu|chrf|f1] [--tok 13a|intl|none]\n"
-    "                 [--lowercase] [--tokenized [--compound-split]] [--json]\n"
-    "                 [--param FILE.prm] [--source FILE | --linearized] [--keep-tags]\n"
-    "                 [--root LABEL] [--per-sentence] [FILE]\n"
+    "usage: tfm-score -r REF [-r REF]... [--metric bleu|chrf|f1] [--lowercase]\n"
+    "                 [--tok 13a|intl|none] [--smooth exp|none|floor|add-k]\n"
+    "                 [--smooth-value V] [--tokenized [--compound-split]]\n"
+    "                 [--chrf-char-order N] [--chrf-word-order N] [--chrf-beta N]\n"
+    "                 [--chrf-whitespace] [--chrf-eps-smoothing] [--param FILE.prm]\n"
+    "                 [--source FILE | --linearized] [--keep-tags] [--root LABEL]\n"
+    "                 [--per-sentence] [--max-error N] [--json] [--quiet] [FILE]\n"
     "       tfm-score --linearize [--keep-tags | --keep-words] [--keep-function-tags]\n"
     "                 [FILE]\n"
     "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n"

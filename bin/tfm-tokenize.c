@@ -18,10 +18,11 @@
 static const char USAGE[] =
     "usage: tfm-tokenize train  -m MODEL [--vocab N] [--type bpe|unigram] [--coverage F]\n"
     "                           [--max-sentences N] [--seed N] [--threads N]\n"
-    "                           [--trainer-option KEY=VALUE]... [-v] FILE...\n"
+    "                           [--trainer-option KEY=VALUE]... [-v]\n"
+    "                           [--progress | --quiet] FILE...\n"
     "       tfm-tokenize encode -m MODEL [--bos] [--eos] [--threads N] [--compress]\n"
-    "                           [-o OUT] [FILE]\n"
-    "       tfm-tokenize decode [-m MODEL] [--ids] [FILE]\n";
+    "                           [-o OUT] [--progress | --quiet] [FILE]\n"
+    "       tfm-tokenize decode [-m MODEL] [--ids] [--progress | --quiet] [FILE]\n";
 
 static const char HELP[] =
     "Train SentencePiece models; turn text into tfm token streams and back.\n"

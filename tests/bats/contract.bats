@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # The documented contract, checked mechanically so that it cannot drift: each tool's
-# --help against its man page (the options, their short and long spellings, the usage
-# against the SYNOPSIS, the range of every numeric option), tfm-config(5) against the
-# keys the tools read, and examples of the pages against what the tools do.
+# --help against its man page (the options, their short and long spellings, the range of
+# every numeric option), the usage against the help's option list and the SYNOPSIS,
+# tfm-config(5) against the keys the tools read, and examples of the pages against what
+# the tools do.
 
 setup() {
     bats_load_library bats-support
@@ -18,7 +19,7 @@ TOOLS="tfm-avg tfm-batch tfm-cat tfm-decode tfm-score tfm-tokenize tfm-train"
 #   long    every --long option the help names, and every one that begins an item of the
 #           man page's option lists (.It Fl ...), both ways
 #   pairs   every "-x, --long" of the help, and every ".It Fl x ..., Fl -long" item
-#   usage   the options the usage lines name, and those of the SYNOPSIS
+# (usage_diff holds the usage to the help's option list and to the SYNOPSIS)
 options_diff() {
     "$1" --help > "$BATS_TEST_TMPDIR/help" || { echo "$1 --help failed"; return; }
     python3 - "$1" "$BATS_TEST_TMPDIR/help" "$TFM_ROOT/man/$1.1" <<'EOF'
@@ -26,19 +27,8 @@ import re, sys
 tool, help_text, man = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
 LONG = r'(?<![\w-])--([a-z][a-z0-9-]*)'
 
-# the usage: its first line and the lines that continue it (indented, not an option)
-usage, rest = [], []
-for line in help_text.splitlines():
-    if not rest and (line.startswith('usage:') or (usage and line.startswith(' ' * 4)
-                                                    and not line.lstrip().startswith('-'))):
-        usage.append(line)
-    else:
-        rest.append(line)
-usage = ' '.join(usage)
 help_long = set(re.findall(LONG, help_text))
 help_pairs = set(re.findall(r'(?<![\w-])-([A-Za-z0-9]), --([a-z][a-z0-9-]*)', help_text))
-usage_long = set(re.findall(LONG, usage))
-usage_short = set(re.findall(r'(?<![\w-])-([A-Za-z0-9])\b', usage))
 
 man_long, man_pairs = set(), set()
 for line in man.splitlines():
@@ -58,9 +48,6 @@ for line in man.splitlines():
     shorts = [f for f in flags if re.fullmatch(r'[A-Za-z0-9]', f)]
     man_long.update(longs)
     man_pairs.update((s, l) for s in shorts for l in longs)
-syn = man[man.index('.Sh SYNOPSIS'):man.index('.Sh DESCRIPTION')]
-syn_long = set(re.findall(r'Fl -([a-z][a-z0-9-]*)', syn))
-syn_short = set(re.findall(r'Fl ([A-Za-z0-9])\b', syn))
 
 def report(what, a, b, an, bn):
     for x in sorted(a - b):
@@ -76,8 +63,104 @@ for s, l in sorted(help_pairs - man_pairs):
 for s, l in sorted(man_pairs):
     if l in help_long and (s, l) not in help_pairs and any(l2 == l for _, l2 in help_pairs):
         print(f'{tool}: -{s}, --{l} is in the man page, --help pairs --{l} otherwise')
-report('--', usage_long, syn_long, 'the usage', 'the SYNOPSIS')
-report('-', usage_short, syn_short, 'the usage', 'the SYNOPSIS')
+EOF
+}
+
+# Compare the usage of tool $1's --help with the option list after it and with the
+# SYNOPSIS of its man page, a synopsis at a time (a subcommand's, a mode's); prints each
+# difference, a line each, and nothing when they agree.
+#   list      every option of the list (by its short or its long spelling) is in the
+#             usage, but --help and --version; an option of a subcommand's section of
+#             the list ("train:") in that subcommand's synopsis, one of another section
+#             ("common:") in every subcommand's; and the usage names no other option
+#   synopsis  the Nth synopsis of the usage ("usage: TOOL ...", "       TOOL ...") names
+#             the options of the Nth .Nm of the SYNOPSIS, and its subcommand
+usage_diff() {
+    "$1" --help > "$BATS_TEST_TMPDIR/help" || { echo "$1 --help failed"; return; }
+    python3 - "$1" "$BATS_TEST_TMPDIR/help" "$TFM_ROOT/man/$1.1" <<'EOF'
+import re, sys
+tool, help_text, man = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
+OPT = r'(?<![\w-])(--[a-z][a-z0-9-]*|-[A-Za-z0-9])(?![\w-])'
+lines = help_text.splitlines()
+
+# the usage: its first line and the lines that continue it (indented, not an option),
+# cut into synopses, each begun by the tool's name; a word after it that is not an
+# option is a subcommand
+n = 1
+while n < len(lines) and lines[n].startswith(' ' * 4) and not lines[n].lstrip().startswith('-'):
+    n += 1
+synopses = []                                   # [subcommand or None, options]
+for line in lines[:n]:
+    words = line.split()
+    if words[:1] == ['usage:']:
+        words = words[1:]
+    if words[:1] == [tool]:
+        sub = words[1] if len(words) > 1 and re.fullmatch(r'[a-z]+', words[1]) else None
+        synopses.append([sub, set()])
+    elif not synopses:
+        sys.exit(print(f'{tool}: the usage does not begin with "usage: {tool}"'))
+    synopses[-1][1].update(re.findall(OPT, line))
+subs = {sub for sub, _ in synopses if sub}
+
+# the list: the items of the lines indented by a few spaces, "-x, --long ARG", "-x",
+# "--long", several joined by " / "; a line "word:" at the margin begins a section
+ITEM = re.compile(r'(?:-([A-Za-z0-9])(?:, --([a-z][a-z0-9-]*))?|--([a-z][a-z0-9-]*))'
+                  r'(?: (?![-/])\S+)?')
+items, section = [], None                       # (section or None, spellings)
+for line in lines[n:]:
+    m = re.match(r'([a-z]+):', line)
+    if m:
+        section = m.group(1) if m.group(1) in subs else None
+        continue
+    m = re.match(r' {2,8}(?=-)', line)
+    pos = m and m.end()
+    while m:
+        m = ITEM.match(line, pos)
+        if m:
+            names = {'-' + m.group(1)} if m.group(1) else set()
+            names |= {'--' + l for l in (m.group(2), m.group(3)) if l}
+            items.append((section, names))
+            if not line.startswith(' / ', m.end()):
+                break
+            pos = m.end() + 3
+if not items:
+    print(f'{tool}: no option list in --help')
+
+def where(sub):
+    return f'{tool} {sub}' if sub else tool
+for section, names in items:
+    if names & {'--help', '--version'}:
+        continue
+    if section:
+        targets = [s for s in synopses if s[0] == section]
+    elif subs:
+        targets = [s for s in synopses if s[0]]
+    else:
+        targets = [(None, set().union(*(opts for _, opts in synopses)))]
+    for sub, opts in targets:
+        if not names & opts:
+            print(f'{where(sub)}: {max(names, key=len)} is in the list of --help, '
+                  f'not in the usage')
+for sub, opts in synopses:
+    known = set().union(*(nm for s, nm in items if s is None or s == sub))
+    for o in sorted(opts - known):
+        print(f'{where(sub)}: {o} is in the usage, not in the list of --help')
+
+# the SYNOPSIS, a synopsis a .Nm
+syn = man[man.index('.Sh SYNOPSIS'):man.index('.Sh DESCRIPTION')]
+blocks = re.split(r'^\.Nm\b.*\n', syn, flags=re.M)[1:]
+if len(blocks) != len(synopses):
+    print(f'{tool}: {len(synopses)} synopses in the usage, {len(blocks)} in the SYNOPSIS')
+for k, ((sub, opts), block) in enumerate(zip(synopses, blocks), 1):
+    m = re.match(r'\.Cm ([a-z]+)$', block, re.M)
+    if (m and m.group(1)) != sub:
+        print(f'{tool}: synopsis {k}: subcommand {sub} in the usage, '
+              f'{m and m.group(1)} in the SYNOPSIS')
+    have = {'-' + o for o in re.findall(r'Fl (-[a-z][a-z0-9-]*|[A-Za-z0-9]\b)', block)}
+    for o in sorted(opts - have):
+        print(f'{where(sub)}: {o} is in synopsis {k} of the usage, not in the SYNOPSIS\'s')
+    for o in sorted(have - opts):
+        print(f'{where(sub)}: {o} is in synopsis {k} of the SYNOPSIS, not in the usage\'s')
 EOF
 }
 
@@ -86,6 +169,12 @@ EOF
         run options_diff "$t"
         assert_output ""
     done
+}
+
+@test "the usage names every option of --help's list (a subcommand's its own), as the SYNOPSIS does" {
+    every_tool() { for t in $TOOLS; do usage_diff "$t"; done; }
+    run every_tool
+    assert_output ""
 }
 
 @test "every short option a tool takes is in its --help, paired with its long one" {
