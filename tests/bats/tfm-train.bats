@@ -47,6 +47,17 @@ teardown() {
     for p in "${BG[@]}"; do kill -KILL "$p" 2> /dev/null || true; done
 }
 
+# Wait (up to 30 s) until DIR's newest checkpoint, last.tfm, is of update N or later: with
+# --keep, the file of update N itself may be gone again between two looks.
+wait_step() {
+    local i l
+    for i in $(seq 3000); do
+        l=$(readlink "$1/last.tfm" 2> /dev/null) && [ $((10#${l:5:6})) -ge "$2" ] && return 0
+        sleep 0.01
+    done
+    return 1
+}
+
 
 @test "--help mirrors the synopsis; --version" {
     run tfm-train --help
@@ -1239,8 +1250,7 @@ PY
     tfm-train "${SMALL[@]}" -o "$T/two" --save-every 1 --keep 3 --max-steps 100000 -q "$M/b.tfm" 3>&- &
     pid=$!
     BG+=($pid)
-    for i in $(seq 3000); do [ -e "$T/two/step-000002.tfm" ] && break; sleep 0.01; done
-    [ -e "$T/two/step-000002.tfm" ]
+    wait_step "$T/two" 2
     # a fresh run, a resumed run and one with another config are all refused
     for args in "" "--resume" "--set dropout=0.3 --resume"; do
         run tfm-train "${SMALL[@]}" $args -o "$T/two" --max-steps 3 "$M/b.tfm"
@@ -1268,7 +1278,7 @@ PY
     tfm-train "${SMALL[@]}" -o "$T/kill" --save-every 1 --keep 3 --max-steps 100000 -q "$M/b.tfm" 3>&- &
     pid=$!
     BG+=($pid)
-    for i in $(seq 3000); do [ -e "$T/kill/step-000002.tfm" ] && break; sleep 0.01; done
+    wait_step "$T/kill" 2
     kill -KILL $pid
     wait $pid || true
     [ -e "$T/kill/.tfm-train.lock" ]
