@@ -329,10 +329,10 @@ $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(W)/settings/batches | $(BIN)
 # checkpoints were trained with: the training keys of the config (settings/train) and the
 # checksum of the batches.  When they differ now (another config or SET, new batches;
 # batches made again with the same bytes are the same), the checkpoints belong to another
-# run: ckpt/ is moved aside to ckpt.old.N (clean alone removes it), and the run starts afresh.  A
-# ckpt/ from before made-with was kept goes aside when a checkpoint is older than the
-# batches, as it was then.  `rm $(W)/train.done` and make again to train further (with a
-# larger MAX_STEPS or another MAX_TIME).
+# run: ckpt/ is moved aside to ckpt.old.N (clean alone removes it), and the run starts
+# afresh.  A ckpt/ from before made-with was kept goes aside when a checkpoint is older
+# than the batches, as it was then.  `rm $(W)/train.done` and make again to train further
+# (with a larger MAX_STEPS or another MAX_TIME).
 $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(W)/settings/train | $(BIN)/tfm-train $(CONFIG)
 	@made="$$(cat $(W)/settings/train) batches=$$(cksum < $<)"; c=$(W)/ckpt; \
 	if [ -f $$c/made-with ]; then [ "$$(cat $$c/made-with)" = "$$made" ] || stale=1; \
