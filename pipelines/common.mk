@@ -85,10 +85,20 @@ $(call check_paths,$(PATH_VARS))
 # value (or touched, or saved again) redoes nothing, and a decoding key only decodes again.
 # Empty while tfm-train is not built, or when it refuses the config: the settings are then
 # the config's path and SETS, and the recipes that read the config say what is wrong.
-config_now := $(if $(wildcard $(BIN)/tfm-train),$(shell $(TFM)train -c $(CONFIG) $(SETS) \
-    --print-config 2> /dev/null | sed 's/ = /=/'))
+# A config that tfm-train refuses stops make here, with its message, before any settings
+# file is written (help, clean and plot go on).
+config_out := $(if $(and $(wildcard $(BIN)/tfm-train),$(wildcard $(CONFIG))),$(shell \
+    $(TFM)train -c $(CONFIG) $(SETS) --print-config 2>&1 | sed 's/ = /=/'; \
+    echo "print-config-exit=$${PIPESTATUS[0]}"))
+config_now := $(if $(filter print-config-exit=0,$(config_out)),$(filter-out print-config-exit=%,$(config_out)))
+ifneq ($(and $(config_out),$(if $(config_now),,1),$(filter-out help clean plot,$(or $(MAKECMDGOALS),all))),)
+$(error $(MAKEFILE_NAME): CONFIG=$(CONFIG) $(SETS): $(filter-out print-config-exit=%,$(config_out)))
+endif
 key = $(patsubst $(1)=%,%,$(filter $(1)=%,$(config_now)))
-model_size := $(shell [ 0$(call key,d_model) -ge 1024 ] 2> /dev/null && echo big)
+# (d_model from the config's file itself while tfm-train is not there to say)
+model_size := $(shell [ 0$(or $(call key,d_model),$(shell sed -n \
+    's/^[[:space:]]*d_model[[:space:]]*=[[:space:]]*\([0-9]*\).*/\1/p' $(CONFIG) 2> /dev/null | \
+    tail -1)) -ge 1024 ] 2> /dev/null && echo big)
 # The keys that training does not read (the search's; --valid-bleu decodes with them) or
 # that a resumed run may change (tfm-train(1), --resume).
 RUN_KEYS = beam alpha max_len_b min_len max_steps save_every keep precision
@@ -241,8 +251,17 @@ $(W)/settings/%: | $(W)
 settings_readable := $(if $(wildcard $(W)/settings),$(shell cd $(call quote,$(W)/settings) && \
     for f in $(SETTINGS); do [ -f "$$f" ] && [ -r "$$f" ] && echo "$$f"; done))
 FORCE:
+# The settings as a version before this one wrote them, where the values are the same:
+# a W of that version goes on as it is (its SentencePiece model then records another
+# thread count, its vocabulary unchanged; its checkpoints are judged by their time).
+settings_was.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) SPM_FLAGS=$(SPM_FLAGS)
+settings_was.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(SETS) SEED=$(SEED)
+settings_was.decode  = DECODE_FLAGS=$(strip $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha \
+    $(ALPHA)) $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B)) $(EXTRA_DECODE_FLAGS))
 $(foreach n,$(SETTINGS),$(if $(and $(filter $(n),$(settings_readable)),\
-    $(call same,$(settings.$(n)),$(file <$(W)/settings/$(n)))),,$(eval $(W)/settings/$(n): FORCE)))
+    $(or $(call same,$(settings.$(n)),$(file <$(W)/settings/$(n))),\
+         $(if $(settings_was.$(n)),$(call same,$(settings_was.$(n)),$(file <$(W)/settings/$(n)))))),,\
+    $(eval $(W)/settings/$(n): FORCE)))
 
 # ---- text ---------------------------------------------------------------------------------
 # A pipeline with its own text stage sets OWN_TEXT.

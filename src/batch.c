@@ -814,14 +814,15 @@ static int refuse_member(void *ctx, const struct tfm_header *h, uint64_t member,
 
 /* Several ranks share a file (a stream read once is found out as it is read): a second
  * stream after the first is refused now, before training, rather than an epoch later.
- * Only the records' headers are read, not their payloads. */
+ * Only the records' headers are read, not their payloads; a stop request (*stop) ends
+ * the reading as it ends any wait of the reader. */
 static int check_one_stream(struct tfm_batch_reader *br, const char *path,
-                            struct tfm_error *err)
+                            volatile sig_atomic_t *stop, struct tfm_error *err)
 {
     struct stat st;
     if (!path || strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
         return 0;
-    struct tfm_reader *r = tfm_reader_open(path, err);
+    struct tfm_reader *r = tfm_reader_open_stop(path, stop, err);
     if (!r)
         return -1;
     tfm_reader_skip(r, skip_all, NULL);
@@ -887,7 +888,7 @@ struct tfm_batch_reader *tfm_batch_open_ranks(const char *path, int rank, int co
                      nranks);
             goto fail;
         }
-        if (check_one_stream(br, path, err) < 0)
+        if (check_one_stream(br, path, stop, err) < 0)
             goto fail;
     }
     br->share = br->total >= 0 ? br->total / nranks * count : -1;

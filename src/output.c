@@ -174,7 +174,9 @@ static void on_signal(int sig)
 static void on_bus_error(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
-    const char *path = si ? mapped_path(si->si_addr) : NULL;
+    /* si_addr is the faulting address only for a fault the kernel raised (si_code > 0);
+     * for a SIGBUS sent by kill(2) its bytes are the sender's pid and uid */
+    const char *path = si && si->si_code > 0 ? mapped_path(si->si_addr) : NULL;
     if (path) {
         char line[sizeof bus_prog + PATH_MAX + sizeof bus_file];
         size_t n = 0;

@@ -270,6 +270,46 @@ need_tools() {
     assert_equal "$(cat "$w/settings/spm")" "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_THREADS=16 SPM_FLAGS=--coverage 1"
 }
 
+@test "wmt_ende: a W of the version before (its settings' old forms, no ckpt/made-with) goes on as it is" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the tests before"
+    local w="$BATS_TEST_TMPDIR/was"
+    cp -a "$W" "$w"
+    # the forms that version wrote, of the same values (at the times the files had)
+    was() { echo "$2" > "$w/settings/$1.tmp"; touch -r "$w/settings/$1" "$w/settings/$1.tmp"
+            mv "$w/settings/$1.tmp" "$w/settings/$1"; }
+    was spm "VOCAB=500 SPM_TYPE=bpe SPM_SAMPLE=2000000 SPM_FLAGS=--coverage 1"
+    was batches "CONFIG=$TFM_ROOT/configs/tiny.conf SETS=--set tokens=1024 SEED=1"
+    was decode "DECODE_FLAGS=--max-len-b 8"
+    rm "$w/settings/train" "$w/ckpt/made-with"
+    run $ENDE W="$w"
+    assert_success
+    refute_output --partial "made again"
+    refute_output --partial "tfm-"
+    # and training further resumes (the checkpoints are newer than the batches)
+    rm "$w/train.done"
+    run $ENDE W="$w" MAX_STEPS=12
+    assert_success
+    refute_output --partial "starting afresh"
+    assert_line --partial "tfm-train: resuming from $w/ckpt/step-"
+}
+
+@test "wmt_ende: a config that tfm-train refuses stops make at once, with its message, and changes nothing" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the tests before"
+    local before; before=$(stat -c '%n %.9Y' "$W"/settings/* "$W"/*.tfm)
+    run $ENDE W="$W" SET=foo=1
+    assert_failure
+    assert_output --partial "wmt_ende.mk: CONFIG=$TFM_ROOT/configs/tiny.conf --set tokens=1024 --set foo=1: tfm-train: --set foo=1: key 'foo': unknown key"
+    refute_output --partial "tfm-batch"
+    assert_equal "$(stat -c '%n %.9Y' "$W"/settings/* "$W"/*.tfm)" "$before"
+    run $ENDE W="$W" -q
+    assert_success
+    # help still says what there is
+    run $ENDE W="$W" SET=foo=1 help
+    assert_success
+}
+
 @test "wmt_ende: a changed variable redoes the stages it changes, and only those" {
     need_tools
     local w="$BATS_TEST_TMPDIR/vars"
@@ -907,14 +947,14 @@ notes.txt"
     assert_equal "$(ls -A)" "t fm"
 }
 
-@test "a config or SET that tfm-train refuses stops at the batches with its message" {
+@test "a config or SET that tfm-train refuses stops make before anything is made, with its message" {
     need_tools
     local w="$BATS_TEST_TMPDIR/bad"
     run $ENDE W="$w" SET=bogus=1 "$w/train.batches.tfm"
     assert_failure
-    assert_line "tfm-train: --set bogus=1: key 'bogus': unknown key"
+    assert_output --partial "wmt_ende.mk: CONFIG=$TFM_ROOT/configs/tiny.conf --set tokens=1024 --set bogus=1: tfm-train: --set bogus=1: key 'bogus': unknown key"
     refute_output --partial "usage: tfm-batch"
-    assert_file_not_exist "$w/train.batches.tfm"
+    assert_not_exist "$w"
     run $ENDE W="$w" "$w/train.batches.tfm"
     assert_success
     assert_line "+ $BIN/tfm-batch --tokens 1024 --max-len 128 --seed 1 --quiet -o $w/train.batches.tfm $w/train.src.tfm $w/train.tgt.tfm"

@@ -143,6 +143,8 @@ params_follow() {
     mean=$(mean_diff "$1" "$2")
     max=$(max_diff "$1" "$2")
     note "parameters: mean absolute difference $mean, largest $max"
+    # none: a checkpoint unread, without parameters, or not pairing up (checkpoints.bash)
+    [ "$mean" != none ] && [ "$max" != none ] || { note "no parameters to compare"; return 1; }
     if [ "$DEV" = sim ]; then
         cmp -s <(params "$1") <(params "$2") || { note "not identical, as they must be on sim"; return 1; }
         return 0
