@@ -122,7 +122,7 @@ fake_gpu() {
     chmod +x "$BATS_TEST_TMPDIR/fake/make"
     PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_GPUS=0 \
         run "$TFM_ROOT/tests/gpu/report.sh" build
-    assert_success
+    assert_failure 1                  # a row failed: the report is printed, and says which
     assert_output --partial '| build (sm_90) | fail | exit 2: kernels/cuda_ops.cu(41): error: identifier "undefined_name" is undefined |'
 }
 
@@ -176,7 +176,7 @@ fake_gpu() {
     chmod +x "$BATS_TEST_TMPDIR/fake/make"
     PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_BUILD=1 BUILD="$BATS_TEST_TMPDIR/b" \
         run "$TFM_ROOT/tests/gpu/report.sh" ops
-    assert_success
+    assert_failure 1
     grep -q "^make -j[0-9]* BUILD=$BATS_TEST_TMPDIR/b .* all $BATS_TEST_TMPDIR/b/bench/train_step" \
         "$BATS_TEST_TMPDIR/make.log"
     # a build without the CUDA plugin (no nvcc) fails its row
@@ -213,7 +213,7 @@ fake_gpu() {
     assert_output --partial "| test_gpu_ops (small and big shapes) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=ops |"
     assert_output --partial "| tools on the GPU (tools.sh) | not run | no time left in this run's 20 s (REPORT_SECONDS): run make gpu-report STAGES=tools |"
     PYTHON=/nonexistent/python3 BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh" decode
-    assert_success
+    assert_failure 1
     assert_output --regexp "\| PyTorch \| not run \| /nonexistent/python3: .*: the PyTorch columns say - \|"
     refute_output --partial "torch_decode.py"
     # every command with its exit status, seconds and limit
@@ -224,7 +224,7 @@ fake_gpu() {
     fake_gpu
     PATH="$BATS_TEST_TMPDIR/fake:$PATH" GPU_REPORT_DIR="$BATS_TEST_TMPDIR/r" GPU_REPORT_BUILD=0 \
         BENCH_STEPS=1 run "$TFM_ROOT/tests/gpu/report.sh"
-    assert_success
+    assert_failure 1
     assert_output --partial "| GPU | pass | 1: GPU 0: NVIDIA H100 80GB HBM3 |"
     assert_output --regexp "\| test_gpu_ops \(small and big shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"
     assert_output --regexp "\| test_gpu_ops bf16 \(small and big shapes\) \| fail \| .* skipped with a GPU present: the CUDA backend: (no NVIDIA driver|built without CUDA)"

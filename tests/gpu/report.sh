@@ -32,7 +32,8 @@
 # every check and speed, one of every command run (stage, exit status, seconds, limit), and
 # the raw logs (system.log and one per stage).  report.md is rewritten after every command,
 # so it exists, complete up to the last command, even when a run is killed.  Never stops at
-# a failure.  Needs neither bats nor mandoc, nor the network; without PyTorch the PyTorch
+# a failure, but exits 1 after the report when a row of a stage it ran failed (0 when
+# every row passed or was not run).  Needs neither bats nor mandoc, nor the network; without PyTorch the PyTorch
 # columns say "-" and one row says why.  Without a GPU every GPU row says "not run: no GPU".
 # Env: GPU_REPORT_DIR (gpu-report); GPU_REPORT_STAGES (the stages when none is named);
 # GPU_REPORT_BUILD=0 skips the build; REPORT_SECONDS; PYTHON (python3); CUDA_ARCH (sm_90
@@ -483,3 +484,9 @@ for s in $ALL; do
     fi
 done
 cat "$OUT/report.md"
+# The exit status: 1 when a row of a stage this command ran failed, else 0.  A row not
+# run (every GPU row on a machine without a GPU) is no failure: the rows say what ran.
+for s in $STAGES; do
+    grep -q '^| [^|]* | fail |' "$PARTS/rows-$s" 2> /dev/null && exit 1
+done
+exit 0
