@@ -314,8 +314,9 @@ int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size
 int tfm_device_env_check(struct tfm_error *err)
 {
     size_t bytes;
+    int packed;
     if (tfm_cuda_attn_choice(getenv("TFM_CUDA_ATTN"), err) < 0 ||
-        tfm_backend_cpu_buffer_env(&bytes, err))
+        tfm_backend_cpu_buffer_env(&bytes, err) || tfm_backend_sim_packed_env(&packed, err))
         return -1;
     return 0;
 }
