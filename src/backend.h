@@ -566,6 +566,11 @@ struct tfm_backend *tfm_backend_cuda(int device, struct tfm_error *err);
  * when it is made: in fp32 words, as the CPU does).  NULL with err. */
 struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err);
 
+/* TFM_SIM_PACKED: *packed 1 (bf16 activations in 2 bytes) unset or "1", 0 for "0"; -1 with
+ * err naming the variable and its value for any other (checked on every device:
+ * tfm_device_env_check). */
+int tfm_backend_sim_packed_env(int *packed, struct tfm_error *err);
+
 /* How many times the host has read the sim backend be's memory so far: downloads,
  * download_act, and ops whose result comes back to the host (sumsq), each a point where a
  * GPU's host would wait for its queue; -1 for another backend.  For tests that count the

@@ -703,8 +703,23 @@ static void sim_destroy(struct tfm_backend *be)
     free(be);
 }
 
+int tfm_backend_sim_packed_env(int *packed, struct tfm_error *err)
+{
+    const char *v = getenv("TFM_SIM_PACKED");
+    *packed = 1;
+    if (!v)
+        return 0;
+    if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+        return tfm_fail(err, "TFM_SIM_PACKED='%s': expected 0 or 1", v);
+    *packed = v[0] == '1';
+    return 0;
+}
+
 struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
 {
+    int packed;
+    if (tfm_backend_sim_packed_env(&packed, err))
+        return NULL;
     struct tfm_backend *be = calloc(1, sizeof *be);
     struct sim *s = calloc(1, sizeof *s);
     if (!be || !s) {
@@ -718,8 +733,7 @@ struct tfm_backend *tfm_backend_sim(int threads, struct tfm_error *err)
         free(s);
         return NULL;
     }
-    const char *packed = getenv("TFM_SIM_PACKED");
-    s->words = packed && strcmp(packed, "0") == 0;
+    s->words = !packed;
     be->name = "sim";
     be->kind = TFM_BACKEND_SIM;
     be->precision = TFM_PRECISION_FP32;

@@ -32,7 +32,12 @@ static struct {
     pthread_once_t once;
     const struct tfm_cuda_plugin *plugin;
     char why[512];
-} loaded = {.once = PTHREAD_ONCE_INIT};
+    int gpus;           /* tfm_cuda_driver_gpus */
+    /* the driver library the search found: the first whole copy the loader would take,
+     * and the first it would pass over (another machine's, no library, unreadable), each
+     * as "PATH" and "PATH: REASON" (empty: none) */
+    char taken[PATH_MAX], skipped[PATH_MAX + 128];
+} loaded = {.once = PTHREAD_ONCE_INIT, .gpus = -1};
 
 __attribute__((format(printf, 1, 2))) static void why(const char *fmt, ...)
 {
@@ -94,20 +99,35 @@ static const char *driver_error(void *drv, int code, char *buf, size_t n)
 static int driver_whole(void);
 
 /* 0 when the driver reports at least one GPU and supports this build's CUDA major
- * version; -1 with loaded.why otherwise. */
+ * version; -1 with loaded.why otherwise.  loaded.gpus: what the driver counted, 0 when
+ * there is none or it says there is no GPU. */
 static int driver_ready(void)
 {
-    if (driver_whole())
+    int whole = driver_whole();
+    if (whole < 0)
         return -1;
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!drv) {
-        /* not there, or there and not loadable (not a library, missing its own
-         * dependencies): the second is a broken install, and dlopen says how */
+        /* not there, or there and not loadable (not a library, another machine's,
+         * unreadable, missing its own dependencies): the second is a broken install.  The
+         * loader's "libcuda.so.1: cannot open shared object file" is about the library
+         * itself; it says the same of a copy it passed over, which the search names. */
         const char *e = dlerror();
-        if (!e || strstr(e, "No such file"))
+        if (!e)
+            e = "libcuda.so.1: cannot open shared object file";
+        const char *colon = strchr(e, ':');
+        int itself = strncmp(e, "libcuda.so.1:", 13) == 0;
+        int named = colon && colon - e >= 12 && memcmp(colon - 12, "libcuda.so.1", 12) == 0;
+        if (itself && !whole && !loaded.skipped[0]) {
+            loaded.gpus = 0;
             why("no NVIDIA driver (libcuda.so.1 not found)");
-        else
+        } else if (itself && !whole) {
+            why("the NVIDIA driver library cannot be loaded: %s", loaded.skipped);
+        } else if (!named && whole) {   /* a dependency's error: which library needs it */
+            why("the NVIDIA driver library cannot be loaded: %s: %s", loaded.taken, e);
+        } else {
             why("the NVIDIA driver library cannot be loaded: %s", e);
+        }
         return -1;
     }
     cu_init_fn init = (cu_init_fn)dlsym(drv, "cuInit");
@@ -132,6 +152,8 @@ static int driver_ready(void)
         return -1;
     }
     if ((rc = init(0)) != 0) {
+        if (rc == 100)          /* CUDA_ERROR_NO_DEVICE: the driver sees none */
+            loaded.gpus = 0;
         why("the NVIDIA driver did not start: cuInit: %s", driver_error(drv, rc, buf, sizeof buf));
         return -1;
     }
@@ -139,6 +161,7 @@ static int driver_ready(void)
         why("the NVIDIA driver: cuDeviceGetCount: %s", driver_error(drv, rc, buf, sizeof buf));
         return -1;
     }
+    loaded.gpus = n > 0 ? n : 0;
     if (n < 1) {
         why("no GPU (the NVIDIA driver sees none)");
         return -1;
@@ -211,6 +234,10 @@ static int driver_at(const char *path)
         why("the NVIDIA driver library %s", bad);
         return BAD;
     }
+    if (rc == 0 && !loaded.taken[0])
+        snprintf(loaded.taken, sizeof loaded.taken, "%s", path);
+    if (rc != 0 && !loaded.skipped[0])
+        snprintf(loaded.skipped, sizeof loaded.skipped, "%s", bad);
     return rc == 0 ? TAKEN : 0;
 }
 
@@ -225,8 +252,9 @@ static int cache_entry(const char *path, void *taken)
     return rc == BAD ? BAD : 0;
 }
 
-/* The driver library the loader would take: 0 when it is whole or there is none, -1 with
- * loaded.why when it would crash dlopen (SIGBUS reading a copy cut short) or hang it (a
+/* The driver library the loader would take: 1 when it is whole, 0 when there is none
+ * (loaded.taken and loaded.skipped say what was found), -1 with loaded.why when it would
+ * crash dlopen (SIGBUS reading a copy cut short) or hang it (a
  * FIFO).  Looked for where the loader looks, in its order:
  *   LD_LIBRARY_PATH: each directory as the loader reads it (an empty entry, leading,
  *     doubled or trailing, is the working directory), its glibc-hwcaps subdirectories
@@ -255,7 +283,7 @@ static int driver_whole(void)
             if ((rc = driver_at(path)) == BAD)
                 return -1;
             if (rc == TAKEN && !sub)
-                return 0;
+                return 1;
         }
         last = !p[l];
         p += l + !last;         /* past a trailing separator: "", the working directory */
@@ -270,7 +298,7 @@ static int driver_whole(void)
             return -1;
         taken = rc == TAKEN;
     }
-    return 0;
+    return taken;
 }
 
 /* The first copy of library name in the directories of list (separated by ':' or ';'; an
@@ -357,11 +385,13 @@ static void load(void)
 {
     char buf[PATH_MAX + 64];
     const char *path = plugin_path(buf, sizeof buf);
+    /* the driver first even when CUDA is turned off: whether there is a GPU to leave */
+    int ready = driver_ready();
     if (!*path) {
         why("CUDA turned off (TFM_CUDA_LIB is empty)");
         return;
     }
-    if (driver_ready())
+    if (ready)
         return;
     char bad[PATH_MAX + 128];
     if (tfm_so_whole(path, bad, sizeof bad) < 0) {
@@ -382,6 +412,9 @@ static void load(void)
         if (p)
             why("%s: interface version %d, not this build's %d (reinstall tfm)", path, p->abi,
                 TFM_CUDA_PLUGIN_ABI);
+        else if (entry)
+            why("%s: its tfm_cuda_plugin_entry returned no table (a broken plugin: "
+                "reinstall tfm)", path);
         else
             why("%s: not a tfm CUDA plugin (no tfm_cuda_plugin_entry)", path);
         dlclose(h);
@@ -396,6 +429,12 @@ const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
     if (!loaded.plugin && why_out && n)
         snprintf(why_out, n, "%s", loaded.why);
     return loaded.plugin;
+}
+
+int tfm_cuda_driver_gpus(void)
+{
+    pthread_once(&loaded.once, load);
+    return loaded.gpus;
 }
 
 /* The plugin of CUDA backend be (loaded: a CUDA backend came from it); NULL for another. */
@@ -435,6 +474,11 @@ const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why_out, size_t n)
     if (why_out && n)
         snprintf(why_out, n, "built without CUDA");
     return NULL;
+}
+
+int tfm_cuda_driver_gpus(void)
+{
+    return 0;
 }
 
 #endif

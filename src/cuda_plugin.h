@@ -71,6 +71,12 @@ struct tfm_cuda_plugin {
  * phrase, no program name).  The answer is computed once and kept. */
 const struct tfm_cuda_plugin *tfm_cuda_plugin(char *why, size_t n);
 
+/* The GPUs the NVIDIA driver counted when tfm_cuda_plugin looked (it looks, once, on the
+ * first call of either): 0 when there is no driver (libcuda.so.1 nowhere on the loader's
+ * search path) or it says there is no GPU, or in a build without CUDA; -1 when a driver is
+ * there and could not say (it cannot be loaded, is too old, did not start). */
+int tfm_cuda_driver_gpus(void);
+
 /* How many times the ops of CUDA backend be have grown its device workspace (a cudaFree
  * and cudaMalloc inside an op, which waits for the device) since it was opened, not
  * counting reserve_step's allocation: it stays put for as long as the ops of a training

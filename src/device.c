@@ -57,10 +57,14 @@ int tfm_device_choose(const char *want, struct tfm_device *dev, struct tfm_error
         snprintf(dev->note, sizeof dev->note, "device: cuda (%s)", cuda);
         return 0;
     }
+    /* no GPU: no driver, or one that sees none; else a GPU this build cannot use (a
+     * broken or old driver, the CUDA code missing or turned off, the runtime refusing) */
+    int none = tfm_cuda_driver_gpus() == 0;
     if (strcmp(want, "cuda") == 0)
-        return tfm_fail(err, "--device cuda: no CUDA device (%s)", cuda);
-    snprintf(dev->note, sizeof dev->note, "device: cpu, no GPU found (%s); %s", cuda,
-             tfm_blas_fit());
+        return none ? tfm_fail(err, "--device cuda: no CUDA device (%s)", cuda)
+                    : tfm_fail(err, "--device cuda: the GPU cannot be used (%s)", cuda);
+    snprintf(dev->note, sizeof dev->note, "device: cpu, %s (%s); %s",
+             none ? "no GPU found" : "GPU not usable", cuda, tfm_blas_fit());
     return 0;
 }
 
@@ -314,8 +318,9 @@ int tfm_device_check_for(struct tfm_backend *be, int precision, char *note, size
 int tfm_device_env_check(struct tfm_error *err)
 {
     size_t bytes;
+    int packed;
     if (tfm_cuda_attn_choice(getenv("TFM_CUDA_ATTN"), err) < 0 ||
-        tfm_backend_cpu_buffer_env(&bytes, err))
+        tfm_backend_cpu_buffer_env(&bytes, err) || tfm_backend_sim_packed_env(&packed, err))
         return -1;
     return 0;
 }

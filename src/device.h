@@ -22,8 +22,8 @@ struct tfm_device {
 int tfm_device_name_ok(const char *want);
 
 /* The environment of the backends, checked whichever device is then chosen: a value the
- * CUDA backend (TFM_CUDA_ATTN) or the CPU backend (TFM_BLAS_BUFFER_MB) would refuse is an
- * error on every device, not only on the one that reads it (tfm_device_open_gpus checks
+ * CUDA backend (TFM_CUDA_ATTN), the CPU backend (TFM_BLAS_BUFFER_MB) or the sim backend
+ * (TFM_SIM_PACKED) would refuse is an error on every device, not only on the one that reads it (tfm_device_open_gpus checks
  * it first).  0, or -1 with err naming the variable. */
 int tfm_device_env_check(struct tfm_error *err);
 

@@ -122,7 +122,7 @@ real_driver() {
     cc -shared -fPIC -o "$M/stub/libcuda.so.1" "$M/stub.c"
     LD_LIBRARY_PATH="$M/stub" run train s1 --device cuda
     assert_failure 1
-    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver: cuDriverGetVersion: CUDA_ERROR_STUB_LIBRARY ($M/stub/libcuda.so.1 is the CUDA toolkit's stub library, not a driver))"
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver: cuDriverGetVersion: CUDA_ERROR_STUB_LIBRARY ($M/stub/libcuda.so.1 is the CUDA toolkit's stub library, not a driver))"
     # a user-space driver of another version than the kernel's, without cuGetErrorName
     printf '%s\n' 'int cuInit(unsigned f) { (void)f; return 803; }' \
         'int cuDeviceGetCount(int *n) { *n = 0; return 3; }' \
@@ -137,7 +137,7 @@ real_driver() {
     need_plugin
     LD_LIBRARY_PATH="$M/one" run train g
     assert_success
-    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\), cuBLAS [0-9.]+, NCCL [0-9.]+: no GPU \(cudaGetDeviceCount: cuda[A-Za-z]+: "
+    assert_output --regexp "device: cpu, GPU not usable \(CUDA runtime [0-9.]+ \(driver 13\.0\), cuBLAS [0-9.]+, NCCL [0-9.]+: no GPU \(cudaGetDeviceCount: cuda[A-Za-z]+: "
     [ -e "$M/g/step-000001.tfm" ]
 }
 
@@ -151,19 +151,89 @@ real_driver() {
     # the loader would map its segments and die of SIGBUS reading them
     LD_LIBRARY_PATH="$M/cut" run train v
     assert_success
-    assert_output --partial "device: cpu, no GPU found (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    assert_output --partial "device: cpu, GPU not usable (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
     LD_LIBRARY_PATH="$M/nowhere::$M/cut" run train w --device cuda
     assert_failure 1
-    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library $M/cut/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
     # a whole one first on the path is the one taken
     LD_LIBRARY_PATH="$M/one:$M/cut" run train x
     assert_success
-    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+    assert_output --regexp "device: cpu, GPU not usable \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
     # not a library: the loader's own words, not 'not found'
     LD_LIBRARY_PATH="$M/text:$M/one" run train y
     assert_success
-    assert_output --partial "device: cpu, no GPU found (the NVIDIA driver library cannot be loaded: $M/text/libcuda.so.1: "
+    assert_output --partial "device: cpu, GPU not usable (the NVIDIA driver library cannot be loaded: $M/text/libcuda.so.1: "
     refute_output --partial "not found"
+}
+
+@test "a driver library there that cannot load (its own dependency missing, another machine's, unreadable) is named with the loader's words, not 'not found'" {
+    need_plugin
+    mkdir -p "$M/missdep" "$M/depdir" "$M/arch" "$M/unread"
+    echo 'int tfm_dep(void) { return 1; }' > "$M/dep.c"
+    cc -shared -fPIC -o "$M/depdir/libtfmcudadep.so" "$M/dep.c"
+    cc -shared -fPIC -DFAKE_INIT=0 -DFAKE_COUNT=1 -DFAKE_VERSION=13000 -o "$M/missdep/libcuda.so.1" \
+        "$M/fake.c" -Wl,--no-as-needed -L"$M/depdir" -ltfmcudadep
+    # the dependency is nowhere the loader looks: its "No such file" is not the driver's
+    LD_LIBRARY_PATH="$M/missdep" run train md
+    assert_success
+    assert_output --partial "device: cpu, GPU not usable (the NVIDIA driver library cannot be loaded: $M/missdep/libcuda.so.1: libtfmcudadep.so: cannot open shared object file: No such file or directory)"
+    refute_output --partial "not found"
+    LD_LIBRARY_PATH="$M/missdep" run train md2 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library cannot be loaded: $M/missdep/libcuda.so.1: libtfmcudadep.so: cannot open shared object file: No such file or directory)"
+    # another machine's (e_machine 183, AArch64 on x86-64, x86-64 elsewhere): the loader
+    # passes over it and says "libcuda.so.1: ... No such file"; the search names it
+    cp "$M/one/libcuda.so.1" "$M/arch/libcuda.so.1"
+    if [ "$(uname -m)" = x86_64 ]; then printf '\267\000'; else printf '\076\000'; fi |
+        dd of="$M/arch/libcuda.so.1" bs=1 seek=18 conv=notrunc status=none
+    LD_LIBRARY_PATH="$M/arch" run train ar --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library cannot be loaded: $M/arch/libcuda.so.1: not a 64-bit shared object for this machine)"
+    # a whole one after it is the one taken
+    LD_LIBRARY_PATH="$M/arch:$M/one" run train ar2
+    assert_success
+    assert_output --regexp "device: cpu, GPU not usable \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+    # unreadable (root reads it all the same)
+    cp "$M/one/libcuda.so.1" "$M/unread/libcuda.so.1"
+    chmod 000 "$M/unread/libcuda.so.1"
+    if [ "$(id -u)" != 0 ]; then
+        LD_LIBRARY_PATH="$M/unread" run train ur --device cuda
+        assert_failure 1
+        assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library cannot be loaded: $M/unread/libcuda.so.1: Permission denied)"
+    fi
+    # nothing there at all is the only "not found"
+    if ! real_driver; then
+        mkdir -p "$M/empty"
+        LD_LIBRARY_PATH="$M/empty" run train nf --device cuda
+        assert_failure 1
+        assert_output "tfm-train: --device cuda: no CUDA device (no NVIDIA driver (libcuda.so.1 not found))"
+    fi
+}
+
+@test "CUDA turned off or its code missing: 'not usable' where the driver counts a GPU, 'no GPU' where it counts none" {
+    need_plugin
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB= run train to1
+    assert_success
+    assert_output --partial "device: cpu, GPU not usable (CUDA turned off (TFM_CUDA_LIB is empty))"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB= run train to2 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (CUDA turned off (TFM_CUDA_LIB is empty))"
+    LD_LIBRARY_PATH="$M/none" TFM_CUDA_LIB= run train to3
+    assert_success
+    assert_output --partial "device: cpu, no GPU found (CUDA turned off (TFM_CUDA_LIB is empty))"
+    LD_LIBRARY_PATH="$M/none" TFM_CUDA_LIB= run train to4 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (CUDA turned off (TFM_CUDA_LIB is empty))"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nowhere.so" run train to5 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (cannot load the CUDA code: $M/nowhere.so: No such file or directory)"
+    LD_LIBRARY_PATH="$M/none" TFM_CUDA_LIB="$M/nowhere.so" run train to6 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (no GPU (the NVIDIA driver sees none))"
+    # a driver whose cuInit says CUDA_ERROR_NO_DEVICE sees none either
+    LD_LIBRARY_PATH="$M/broken" run train to7 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver did not start: cuInit: CUDA_ERROR_NO_DEVICE)"
 }
 
 @test "a FIFO for the plugin or the driver library, the working directory as the library path's last entry, glibc-hwcaps: refused, not a hang or SIGBUS" {
@@ -178,22 +248,22 @@ real_driver() {
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/fifo/plugin.so" run timeout -s KILL 60 \
         tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f1" --device cuda "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: --device cuda: no CUDA device (cannot load the CUDA code: $M/fifo/plugin.so: not a regular file)"
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (cannot load the CUDA code: $M/fifo/plugin.so: not a regular file)"
     LD_LIBRARY_PATH="$M/fifo:$M/one" run timeout -s KILL 60 \
         tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f2" --device cuda "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/fifo/libcuda.so.1: not a regular file)"
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library $M/fifo/libcuda.so.1: not a regular file)"
     # a trailing separator is the working directory to the loader, as a leading one is
     cd "$M/cwd"
     LD_LIBRARY_PATH="$M/nowhere:" run tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f3" --device cuda "$M/b.tfm"
     assert_failure 1
-    assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library ./libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library ./libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
     cd "$M"
     # the loader looks in DIR/glibc-hwcaps/LEVEL before DIR
     if [ "$(uname -m)" = x86_64 ]; then
         LD_LIBRARY_PATH="$M/hw:$M/one" run tfm-train -c "$TFM_ROOT/configs/tiny.conf" -o "$M/f4" --device cuda "$M/b.tfm"
         assert_failure 1
-        assert_output "tfm-train: --device cuda: no CUDA device (the NVIDIA driver library $M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
+        assert_output "tfm-train: --device cuda: the GPU cannot be used (the NVIDIA driver library $M/hw/glibc-hwcaps/x86-64-v2/libcuda.so.1: truncated (3000 bytes, its headers describe $size or more))"
     fi
 }
 
@@ -214,7 +284,7 @@ real_driver() {
     head -c 3000 "$M/wholedep/libtfmdep.so.1" > "$M/deps/lib/libtfmdep.so.1"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d2 --device cuda
     assert_failure 1
-    assert_output "tfm-train: --device cuda: no CUDA device (cannot load the CUDA code: its library $M/deps/lib/libtfmdep.so.1: truncated (3000 bytes, its headers describe $size or more))"
+    assert_output "tfm-train: --device cuda: the GPU cannot be used (cannot load the CUDA code: its library $M/deps/lib/libtfmdep.so.1: truncated (3000 bytes, its headers describe $size or more))"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/deps/plugin.so" run train d3
     assert_success
     assert_output --partial "its library $M/deps/lib/libtfmdep.so.1: truncated"
@@ -232,13 +302,22 @@ real_driver() {
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/one/libcuda.so.1" run train i
     assert_success
     assert_output --partial "$M/one/libcuda.so.1: not a tfm CUDA plugin"
+    # the entry point there, answering NULL: a broken plugin, not a foreign one
+    echo 'const void *tfm_cuda_plugin_entry(void) { return 0; }' > "$M/nulltable.c"
+    cc -shared -fPIC -o "$M/nulltable.so" "$M/nulltable.c"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/nulltable.so" run train i2 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: the GPU cannot be used ($M/nulltable.so: its tfm_cuda_plugin_entry returned no table (a broken plugin: reinstall tfm))"
+    LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/one/libcuda.so.1" run train i3 --device cuda
+    assert_failure 1
+    assert_output "tfm-train: --device cuda: the GPU cannot be used ($M/one/libcuda.so.1: not a tfm CUDA plugin (no tfm_cuda_plugin_entry))"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB= run train j --device cuda
     assert_failure 1
     assert_output --partial "CUDA turned off (TFM_CUDA_LIB is empty)"
     # a plugin of another build's interface: refused before any of its calls
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/newer.so" run train j2
     assert_success
-    assert_output --regexp "device: cpu, no GPU found \($M/newer.so: interface version ([0-9]+), not this build's [0-9]+ \(reinstall tfm\)\)"
+    assert_output --regexp "device: cpu, GPU not usable \($M/newer.so: interface version ([0-9]+), not this build's [0-9]+ \(reinstall tfm\)\)"
 }
 
 @test "a truncated, empty or directory plugin is an error naming it, not a crash; TFM_CUDA_LIB without a slash is in the working directory" {
@@ -251,10 +330,10 @@ real_driver() {
     mkdir -p "$M/dir.so"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/cut.so" run train k
     assert_success
-    assert_output --partial "device: cpu, no GPU found (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes, its headers describe "
+    assert_output --partial "device: cpu, GPU not usable (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes, its headers describe "
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/cut.so" run train l --device cuda
     assert_failure 1
-    assert_output --partial "--device cuda: no CUDA device (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes"
+    assert_output --partial "--device cuda: the GPU cannot be used (cannot load the CUDA code: $M/cut.so: truncated (100000 bytes"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB="$M/tail.so" run train m --device cuda
     assert_failure 1
     assert_output --partial "$M/tail.so: truncated ($((size - 100)) bytes, its headers describe $size or more)"
@@ -273,7 +352,7 @@ real_driver() {
     assert_output --partial "cannot load the CUDA code: ./cut.so: No such file or directory"
     LD_LIBRARY_PATH="$M/one" TFM_CUDA_LIB=libtfm-cuda.so run train q
     assert_success
-    assert_output --regexp "device: cpu, no GPU found \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
+    assert_output --regexp "device: cpu, GPU not usable \(CUDA runtime [0-9.]+ \(driver 13\.0\)"
 }
 
 @test "a GPU that will not open: auto computes on the CPU saying why, in tfm-decode too without --progress; cuda fails" {
@@ -329,7 +408,7 @@ real_driver() {
     assert_success
     tfm-decode -q -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > /dev/null 2> "$M/err"
     [ ! -s "$M/err" ]
-    # no GPU at all is no fallback: nothing said without --progress
+    # CUDA turned off is no fallback: nothing said without --progress
     TFM_CUDA_LIB= tfm-decode -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm" > /dev/null 2> "$M/err"
     [ ! -s "$M/err" ]
     run tfm-decode --device cuda -m "$M/r/last.tfm" --max-len-b 2 "$M/three.tfm"

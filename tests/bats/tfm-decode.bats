@@ -74,7 +74,7 @@ values() {
     diff <(echo "$output") "$M/test.txt"
 }
 
-@test "tfm-decode: a bad TFM_CUDA_ATTN or TFM_BLAS_BUFFER_MB is an error on every device" {
+@test "tfm-decode: a bad TFM_CUDA_ATTN, TFM_BLAS_BUFFER_MB or TFM_SIM_PACKED is an error on every device" {
     # each used to be read only by the backend it steers (the GPU's, the CPU's)
     for dev in auto cpu sim; do
         run env TFM_CUDA_ATTN=bogus tfm-decode -q --device $dev -m "$M/model.tfm" "$M/train.tfm"
@@ -84,6 +84,18 @@ values() {
     run env TFM_BLAS_BUFFER_MB=-1 tfm-decode -q --device sim -m "$M/model.tfm" "$M/train.tfm"
     assert_failure 1
     assert_output --partial "TFM_BLAS_BUFFER_MB='-1'"
+    # TFM_SIM_PACKED steers the sim device alone: 0 or 1, never ignored elsewhere
+    for dev in auto cpu sim cuda; do
+        for v in 2 yes ""; do
+            run env TFM_SIM_PACKED="$v" tfm-decode -q --device $dev -m "$M/model.tfm" "$M/train.tfm"
+            assert_failure 1
+            assert_output "tfm-decode: TFM_SIM_PACKED='$v': expected 0 or 1"
+        done
+    done
+    for v in 0 1; do
+        run env TFM_SIM_PACKED=$v tfm-decode -q --device sim -m "$M/model.tfm" -o /dev/null "$M/train.tfm"
+        assert_success
+    done
     run env TFM_CUDA_ATTN=flash tfm-decode -q --device cpu -m "$M/model.tfm" -o /dev/null "$M/train.tfm"
     assert_success
 }
