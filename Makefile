@@ -71,9 +71,14 @@ $(BUILD)/src/cuda_load.o: CPPFLAGS += -DTFM_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_
 # to another directory or machine would otherwise look for the plugin where it was built).
 CUDA_LOAD_STAMP := $(BUILD)/cuda-load.flags
 CUDA_LOAD_FLAGS := $(abspath $(CUDA_PLUGIN)) $(CUDA_TOOLKIT_VERSION)
+# The kernels likewise with nvcc's flags, the architectures among them: a build for other
+# GPUs (gpu-report's sm_90 only, then the default's sm_80 too) compiles them again.
+NVCC_STAMP := $(BUILD)/nvcc.flags
 ifeq ($(filter clean,$(MAKECMDGOALS)),)
 $(shell mkdir -p $(BUILD) && { [ "$$(cat $(CUDA_LOAD_STAMP) 2>/dev/null)" = '$(CUDA_LOAD_FLAGS)' ] || \
         echo '$(CUDA_LOAD_FLAGS)' > $(CUDA_LOAD_STAMP); })
+$(shell { [ "$$(cat $(NVCC_STAMP) 2>/dev/null)" = '$(NVCCFLAGS)' ] || \
+        echo '$(NVCCFLAGS)' > $(NVCC_STAMP); })
 endif
 endif
 LDLIBS   += -ldl
@@ -116,7 +121,7 @@ $(BUILD)/src/%.o: src/%.cc VERSION
 	@mkdir -p $(@D)
 	$(CXX) $(CPPFLAGS) $(CXXFLAGS) -c -o $@ $<
 
-$(BUILD)/kernels/%.o: kernels/%.cu
+$(BUILD)/kernels/%.o: kernels/%.cu $(NVCC_STAMP)
 	@mkdir -p $(@D)
 	$(NVCC) $(CPPFLAGS) $(NVCCFLAGS) -c -o $@ $<
 
