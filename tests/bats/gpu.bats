@@ -68,7 +68,7 @@ tools_check() {
     tools_check 5
 }
 
-@test "gpu tools: bf16: auto is bf16 on CUDA; 40 updates follow the CPU's emulation" {
+@test "gpu tools: bf16: 40 updates follow the CPU's emulation (and, on CUDA only, auto is bf16)" {
     tools_check 6
 }
 
