@@ -8,6 +8,7 @@
 #ifndef TFM_CHECK_H
 #define TFM_CHECK_H
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,28 @@ static __attribute__((unused)) const char *t_contents(FILE *f)
     if (ftruncate(fileno(f), 0) != 0)
         t_fail(__FILE__, __LINE__, "ftruncate");
     return buf;
+}
+
+/* The read end of a pipe that a child process fills with the contents of path, so that a
+ * reader takes its path for input read once; the caller closes it and waits for *child. */
+static __attribute__((unused)) int t_pipe_from(const char *path, pid_t *child)
+{
+    int fds[2];
+    if (pipe(fds))
+        return -1;
+    *child = fork();
+    if (*child == 0) {
+        close(fds[0]);
+        int fd = open(path, O_RDONLY);
+        char buf[65536];
+        ssize_t k;
+        while ((k = read(fd, buf, sizeof buf)) > 0)
+            if (write(fds[1], buf, (size_t)k) != k)
+                _exit(1);
+        _exit(0);
+    }
+    close(fds[1]);
+    return fds[0];
 }
 
 static int t_done(void)

@@ -1,6 +1,5 @@
 /* test_batch.c: the batching algorithm (budget, coverage, padding, seeds) and the batch
  * stream reader (round trip, sharding, resuming, validation of bad batches). */
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -852,24 +851,10 @@ static void test_concat(void)
         printf("# %s\n", err.msg);
     tfm_batch_close(r);
     /* read once (a pipe), as it is read: the second stream's first record */
-    int fd = open(ab, O_RDONLY);
-    int saved = dup(0);
-    CHECK(fd >= 0 && saved >= 0 && dup2(fd, 0) == 0);
-    int pfd[2];
-    CHECK_EQ_INT(pipe(pfd), 0);
-    pid_t pid = fork();
-    if (pid == 0) {     /* copy the file into the pipe */
-        close(pfd[0]);
-        char buf[65536];
-        ssize_t n;
-        while ((n = read(fd, buf, sizeof buf)) > 0)
-            if (write(pfd[1], buf, (size_t)n) != n)
-                _exit(1);
-        _exit(0);
-    }
-    close(pfd[1]);
-    CHECK(dup2(pfd[0], 0) == 0);
-    close(pfd[0]);
+    pid_t pid = -1;
+    int pfd = t_pipe_from(ab, &pid), saved = dup(0);
+    CHECK(pfd >= 0 && saved >= 0 && dup2(pfd, 0) == 0);
+    close(pfd);
     r = tfm_batch_open("-", 1, 2, &err);
     CHECK(r != NULL);
     struct tfm_batch bt;
@@ -882,7 +867,6 @@ static void test_concat(void)
     tfm_batch_close(r);
     CHECK(dup2(saved, 0) == 0);
     close(saved);
-    close(fd);
     waitpid(pid, NULL, 0);
 
     /* a stream that ends after a batch's source: its target is not taken from the next */

@@ -116,24 +116,10 @@ static int pipe_fd = -1;    /* read end of the last open_via_pipe (the reader ke
 /* Read path through a pipe (a child copies it), so the non-mmap path is exercised. */
 static struct tfm_reader *open_via_pipe(const char *path, pid_t *child)
 {
-    int fds[2];
-    if (pipe(fds))
+    if ((pipe_fd = t_pipe_from(path, child)) < 0)
         return NULL;
-    *child = fork();
-    if (*child == 0) {
-        close(fds[0]);
-        int fd = open(path, O_RDONLY);
-        char buf[4096];
-        ssize_t k;
-        while ((k = read(fd, buf, sizeof buf)) > 0)
-            if (write(fds[1], buf, (size_t)k) != k)
-                _exit(1);
-        _exit(0);
-    }
-    close(fds[1]);
-    pipe_fd = fds[0];
     struct tfm_error err;
-    struct tfm_reader *r = tfm_reader_open_fd(fds[0], "<pipe>", &err);
+    struct tfm_reader *r = tfm_reader_open_fd(pipe_fd, "<pipe>", &err);
     if (!r)
         printf("# %s\n", err.msg);
     return r;
