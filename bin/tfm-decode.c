@@ -301,7 +301,8 @@ int main(int argc, char **argv)
                                    "holds one model", stdin_models);
     /* whatever standard input is (a regular file too: -m /dev/stdin < ckpt.tfm would read
      * the checkpoint as the sentences) */
-    for (int i = 0; i < nmodels && tfm_cli_names_stdin(in); i++)
+    int in_stdin = tfm_cli_names_stdin(in);
+    for (int i = 0; i < nmodels && in_stdin; i++)
         if (tfm_cli_names_stdin(models[i]))
             return tfm_cli_usage_error("-m %s: standard input cannot feed both the model and "
                                        "the sentences to translate (give FILE)", models[i]);

@@ -68,10 +68,6 @@ SCORE_FLAGS ?=
 # MAX_LEN and SET, later, win.
 SETS = $(strip $(addprefix --set ,$(EXTRA_SET)) $(if $(TOKENS),--set tokens=$(TOKENS)) \
        $(if $(MAX_LEN),--set max_len=$(MAX_LEN)) $(addprefix --set ,$(SET)))
-# The effective config, into the shell variable config, and a key of it (shell code for a
-# recipe): a config or override that tfm-train refuses stops the recipe with its message.
-get_config = config=$$($(TFM)train -c $(CONFIG) $(SETS) --print-config)
-cfg = $$(sed -n 's/^$(1) = //p' <<< "$$config")
 
 # The files and directories the pipeline reads and writes, a path each (paths.mk).
 PATH_VARS = W BIN DATA CONFIG $(if $(OWN_TEXT),,TRAIN_SRC TRAIN_TGT VALID_SRC VALID_TGT TEST_SRC TEST_TGT) \
@@ -336,11 +332,11 @@ $(CONFIG):
 	@echo "$(MAKEFILE_NAME): CONFIG=$@: no such file (configs/ has the bundled ones)" >&2; exit 1
 
 # The config by the values of its keys (settings/batches), not by its file's time: an edit
-# of another key does not make the batches again.  (set -x shows the command with the
-# values it was given)
+# of another key does not make the batches again.  The values are the effective config's
+# as the makefile read it (config_now: with tfm-train and CONFIG there, as this recipe
+# needs them).  (set -x shows the command on one line)
 $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(W)/settings/batches | $(BIN)/tfm-batch $(BIN)/tfm-train $(CONFIG)
-	@$(get_config); tokens=$(call cfg,tokens); max_len=$(call cfg,max_len); set -x; \
-	$(TFM)batch --tokens $$tokens --max-len $$max_len --seed $(SEED) \
+	@set -x; $(TFM)batch --tokens $(call key,tokens) --max-len $(call key,max_len) --seed $(SEED) \
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 
 # ---- training -------------------------------------------------------------------------------

@@ -111,14 +111,15 @@ static int read_chunk(struct tfm_reader *r, struct tfm_corpus *c, int64_t vocab_
         return -1;
     const int32_t *ids = rec.data;
     /* a bad id named by its sentence (counted from 1 over the stream: its line in the
-     * text encoded, or hypothesis) and token within it (from 1); i follows j.  The
-     * offsets as copied to c (the record's own data is gone with the next record). */
+     * text encoded, or hypothesis) and token within it (from 1), found once one is bad.
+     * The offsets as copied to c (the record's own data is gone with the next record). */
     const int64_t *co = c->offsets + c->n;     /* [n+1], from base */
-    for (int64_t j = 0, i = 0; j < m; j++) {
-        while (co[i + 1] - base <= j)
-            i++;
+    for (int64_t j = 0; j < m; j++) {
         if (ids[j] >= 0 && (vocab_size <= 0 || ids[j] < vocab_size))
             continue;
+        int64_t i = 0;
+        while (co[i + 1] - base <= j)
+            i++;
         const char *what = hyp ? "hypothesis" : "line";
         long long line = (long long)(c->nread + i + 1);
         long long at = (long long)(j - (co[i] - base) + 1);
