@@ -29,8 +29,11 @@ CC       ?= cc
 CXX      ?= c++
 OPT      ?= -O2 -g
 CPPFLAGS += -Isrc -D_GNU_SOURCE
-# -fopenmp-simd: the `omp simd` loop hints only; the threads are our own (src/pool.c)
-CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -fopenmp-simd -MMD -MP
+# -fopenmp-simd: the `omp simd` loop hints only; the threads are our own (src/pool.c).
+# A function called without its declaration is an error: with another library's header of
+# the same name (the reference BLAS's cblas.h for OpenBLAS's), the call would take an int for
+# a pointer and the binary crash at run time.
+CFLAGS   += -std=c11 $(OPT) -Wall -Wextra -Werror=implicit-function-declaration -fopenmp-simd -MMD -MP
 CXXFLAGS += -std=c++17 $(OPT) -Wall -Wextra -MMD -MP
 SPM_LIBS := $(shell pkg-config --libs sentencepiece 2>/dev/null || echo -lsentencepiece -lsentencepiece_train)
 LDLIBS   += $(SPM_LIBS) -lopenblas -lz -lpthread -lm -lstdc++

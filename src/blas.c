@@ -3,6 +3,9 @@
 #include "blas.h"
 
 #include <cblas.h>
+#ifndef OPENBLAS_CONFIG_H
+#error "cblas.h is not OpenBLAS's (the reference BLAS's has none of its functions): install libopenblas-dev (.ci/install-deps)"
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
