@@ -294,6 +294,44 @@ need_tools() {
     assert_line --partial "tfm-train: resuming from $w/ckpt/step-"
 }
 
+@test "wmt_ende: the training is recorded by its keys not at their default, so keys at their default, as the version before wrote every key, change nothing" {
+    need_tools
+    [ -e "$W/score.txt" ] || skip "needs the run of the tests before"
+    local w="$BATS_TEST_TMPDIR/keys"
+    cp -a "$W" "$w"
+    # only what differs from an empty config: tiny.conf's model and its token budget
+    run tr ' ' '\n' < "$w/settings/train"
+    assert_line "d_model=64"
+    assert_line "tokens=1024"
+    refute_line "adam_beta1=0.9"
+    refute_line --partial "beam="
+    # every key, at its default or not (the form of the version before), and one more key
+    # at its default (as a key added since would be): the same run
+    local all batches
+    all=$("$BIN/tfm-train" -c "$TFM_ROOT/configs/tiny.conf" --set tokens=1024 --print-config |
+          sed 's/ = /=/' | grep -v -E '^(beam|alpha|max_len_b|min_len|max_steps|save_every|keep|precision)=' |
+          tr '\n' ' ')
+    batches=$(sed 's/.*batches=/batches=/' "$w/ckpt/made-with")
+    echo "${all}adam_eps=1e-09" > "$w/settings/train.tmp"
+    touch -r "$w/settings/train" "$w/settings/train.tmp"; mv "$w/settings/train.tmp" "$w/settings/train"
+    echo "${all}adam_eps=1e-09 $batches" > "$w/ckpt/made-with"
+    run $ENDE W="$w"
+    assert_success
+    refute_output --partial "made again"
+    refute_output --partial "tfm-"
+    rm "$w/train.done"
+    run $ENDE W="$w" MAX_STEPS=12
+    assert_success
+    refute_output --partial "starting afresh"
+    assert_line --partial "tfm-train: resuming from $w/ckpt/step-"
+    # a key away from its default in the record is another run: its checkpoints go aside
+    echo "${all}adam_eps=1e-08 $batches" > "$w/ckpt/made-with"
+    rm "$w/train.done"
+    run $ENDE W="$w" MAX_STEPS=13
+    assert_success
+    assert_output --partial "moved to $w/ckpt.old.1 (remove it to free its space); starting afresh"
+}
+
 @test "wmt_ende: a config that tfm-train refuses stops make at once, with its message, and changes nothing" {
     need_tools
     [ -e "$W/score.txt" ] || skip "needs the run of the tests before"
