@@ -13,7 +13,7 @@
 #include "output.h"
 
 static const char USAGE[] =
-    "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT...\n";
+    "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] [--progress | --quiet] DIR|CHECKPOINT...\n";
 
 static const char HELP[] =
     "Average checkpoints element-wise (summed in fp64, the mean rounded to fp32 once): the\n"
@@ -22,21 +22,31 @@ static const char HELP[] =
     "  -n, --last N          checkpoints taken from each DIR (default 5)\n"
     "  -o, --output OUT      output file ('-': stdout)\n"
     "  -k, --keep-optimizer  average the Adam moments too (dropped otherwise)\n"
+    "  -p, --progress        a line on stderr as each checkpoint is read, and one when the\n"
+    "                        mean is written (default: when stderr is a tty)\n"
+    "  -q, --quiet           nothing on stderr but errors\n"
     "  -h, --help            this help\n"
     "      --version         print the version\n";
+
+static void progress(void *ctx, const char *line)
+{
+    (void)ctx;
+    fprintf(stderr, "tfm-avg: %s\n", line);
+}
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
         {"last", required_argument, NULL, 'n'},   {"output", required_argument, NULL, 'o'},
         {"keep-optimizer", no_argument, NULL, 'k'}, {"help", no_argument, NULL, 'h'},
+        {"progress", no_argument, NULL, 'p'},     {"quiet", no_argument, NULL, 'q'},
         {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0},
     };
-    int last = 5, keep = 0, c;
+    int last = 5, keep = 0, show = isatty(2), c;
     long long v;
     const char *out = "-";
     tfm_cli_init("tfm-avg", USAGE, argv);
-    while ((c = getopt_long(argc, argv, "n:o:kh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "n:o:kpqh", opts, NULL)) != -1) {
         switch (c) {
         case 'n':
             if (tfm_cli_int("-n", optarg, 1, 100000, &v))
@@ -49,6 +59,8 @@ int main(int argc, char **argv)
             out = optarg;
             break;
         case 'k': keep = 1; break;
+        case 'p': show = 1; break;
+        case 'q': show = 0; break;
         case 'h': return tfm_cli_help(HELP);
         case 'V': return tfm_cli_version(TFM_VERSION);
         default: return tfm_cli_usage();
@@ -126,7 +138,8 @@ int main(int argc, char **argv)
             status = 2;
             goto out;
         }
-    if (tfm_checkpoint_average((const char *const *)files, nfiles, keep, out, &err)) {
+    if (tfm_checkpoint_average_progress((const char *const *)files, nfiles, keep, out,
+                                        show ? progress : NULL, NULL, &err)) {
         tfm_cli_fail(&err, 1);
         goto out;
     }

@@ -19,6 +19,7 @@
 
 #include "model.h"
 #include "output.h"
+#include "progress.h"
 #include "spm.h"
 
 enum { STATE_FIXED = 8, STATE_VERSION = 2, STATE_SHARD_POS = 1 };
@@ -834,9 +835,42 @@ static struct tfm_checkpoint *load_checked(const char *path, int flags, struct t
     return c;
 }
 
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Progress of an average: k of n checkpoints read, bytes (of values) so far. */
+static void average_progress(void (*progress)(void *, const char *), void *ctx, int k, int n,
+                             const char *path, int64_t step, double bytes, double t0)
+{
+    if (!progress)
+        return;
+    double dt = seconds_now() - t0;
+    char line[4400], left[32] = "0s";
+    if (k < n)
+        tfm_duration_format(dt / k * (n - k), left, sizeof left);
+    int giga = bytes >= 1e9;
+    snprintf(line, sizeof line, "read %d/%d: %s (step %lld), %.*f %s in %.1fs (%.0f MB/s), eta %s",
+             k, n, path, (long long)step, giga ? 2 : 1, bytes / (giga ? 1e9 : 1e6),
+             giga ? "GB" : "MB", dt, dt > 0 ? bytes / 1e6 / dt : 0.0, left);
+    progress(ctx, line);
+}
+
 int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
                            struct tfm_error *err)
 {
+    return tfm_checkpoint_average_progress(paths, n, keep_optimizer, out, NULL, NULL, err);
+}
+
+int tfm_checkpoint_average_progress(const char *const *paths, int n, int keep_optimizer,
+                                    const char *out,
+                                    void (*progress)(void *ctx, const char *line), void *ctx,
+                                    struct tfm_error *err)
+{
+    double t0 = seconds_now();
     if (n < 1)
         return tfm_fail(err, "no checkpoint to average");
     /* the output first: a path that cannot be written fails before the inputs are read */
@@ -877,6 +911,8 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
             s[j] = t->data[j];
         s += t->count;
     }
+    double bytes = (double)total * sizeof(float);
+    average_progress(progress, ctx, 1, n, paths[0], ref->state.step, bytes, t0);
     char steps[TFM_MAX_VALUE + 1];
     int64_t first = ref->state.step;
     int used = snprintf(steps, sizeof steps, "%lld", (long long)first);
@@ -898,6 +934,8 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
         if (used >= 0 && (size_t)used < sizeof steps)
             used += snprintf(steps + used, sizeof steps - (size_t)used, ",%lld",
                              (long long)c->state.step);
+        bytes += (double)total * sizeof(float);
+        average_progress(progress, ctx, k + 1, n, paths[k], c->state.step, bytes, t0);
         /* the newest keeps its header, config and state (the run keys of its config, such
          * as max_steps or precision, may differ from the others') */
         tfm_header_free(&ref->header);
@@ -934,7 +972,18 @@ int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, 
     free(sum);
     free(mean);
     tfm_checkpoint_free(ref);
-    return tfm_writer_close(w, err);
+    if (tfm_writer_close(w, err))
+        return -1;
+    if (progress) {
+        char line[4400];
+        snprintf(line, sizeof line, "wrote %s: the mean of %d checkpoint%s (step%s %s), %lld "
+                 "values%s, in %.1fs", to_file ? out : "standard output", n, n == 1 ? "" : "s",
+                 n == 1 ? "" : "s", steps, (long long)total,
+                 keep_optimizer ? " (the parameters and their Adam moments)" : " (the parameters)",
+                 seconds_now() - t0);
+        progress(ctx, line);
+    }
+    return 0;
 fail:
     tfm_output_abort(&o);           /* nothing once the writer took it */
     free(sum);

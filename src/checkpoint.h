@@ -156,6 +156,13 @@ int tfm_checkpoint_share_model(const struct tfm_checkpoint *c, struct tfm_model 
  * maps, two at a time (a copy of one read from a pipe). */
 int tfm_checkpoint_average(const char *const *paths, int n, int keep_optimizer, const char *out,
                            struct tfm_error *err);
+/* The same, telling progress (when not NULL) a line for people as each checkpoint has been
+ * read and summed (its number, path and step, the bytes read so far, the rate, the time
+ * left) and once the mean is written. */
+int tfm_checkpoint_average_progress(const char *const *paths, int n, int keep_optimizer,
+                                    const char *out,
+                                    void (*progress)(void *ctx, const char *line), void *ctx,
+                                    struct tfm_error *err);
 
 /* ---- directories ------------------------------------------------------------------ */
 

@@ -57,7 +57,7 @@ check_mean() {
 @test "--help mirrors the synopsis; --version" {
     run tfm-avg --help
     assert_success
-    assert_line --index 0 "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] DIR|CHECKPOINT..."
+    assert_line --index 0 "usage: tfm-avg [-n N] [-o OUT] [--keep-optimizer] [--progress | --quiet] DIR|CHECKPOINT..."
     run tfm-avg --version
     assert_success
     assert_output "tfm-avg $(cat "$TFM_ROOT/VERSION")"
@@ -336,4 +336,35 @@ check_mean() {
     run script -qec "tfm-avg -o /dev/tty '$M/run/step-000002.tfm'; echo rc=\$?" /dev/null
     assert_line --partial "tfm-avg: --output: '/dev/tty' is a terminal: refusing to write a binary stream to it"
     assert_line --partial "rc=2"
+}
+
+@test "--progress: a line as each checkpoint is read, one when the mean is written; a terminal gets them, --quiet none" {
+    run tfm-avg --progress -n 3 -o "$T/avg.tfm" "$M/run"
+    assert_success
+    assert_equal "${#lines[@]}" 4
+    # the values are those of the parameters: the bytes read count them, 4 each
+    local values; values=$(tfm-cat "$M/run/step-000004.tfm" |
+        awk '$1 == "record" && $3 ~ /^param\./ { d = $5; gsub(/[][]/, "", d); n = split(d, a, ",")
+                                                  v = 1; for (i = 1; i <= n; i++) v *= a[i]; s += v }
+             END { print s }')
+    [ "$values" -gt 1000 ]
+    local mb; mb=$(awk -v v="$values" 'BEGIN { printf "%.1f", 4 * v / 1e6 }')
+    assert_line --index 0 --regexp "^tfm-avg: read 1/3: $M/run/step-000004.tfm \(step 4\), $mb MB in [0-9.]+s \([0-9]+ MB/s\), eta [0-9]+s$"
+    mb=$(awk -v v="$values" 'BEGIN { printf "%.1f", 3 * 4 * v / 1e6 }')
+    assert_line --index 2 --regexp "^tfm-avg: read 3/3: $M/run/step-000006.tfm \(step 6\), $mb MB in [0-9.]+s \([0-9]+ MB/s\), eta 0s$"
+    assert_line --index 3 --regexp "^tfm-avg: wrote $T/avg.tfm: the mean of 3 checkpoints \(steps 4,5,6\), $values values \(the parameters\), in [0-9.]+s$"
+    # with the moments, three times the values
+    run tfm-avg -p -k -o "$T/avgk.tfm" "$M/run/step-000002.tfm"
+    assert_success
+    assert_line --index 1 --regexp "^tfm-avg: wrote $T/avgk.tfm: the mean of 1 checkpoint \(step 2\), $((3 * values)) values \(the parameters and their Adam moments\), in "
+    # not a terminal: nothing unless asked; --quiet wins over a terminal
+    run tfm-avg -n 2 -o "$T/avg.tfm" "$M/run"
+    assert_success
+    assert_output ""
+    command -v script > /dev/null || skip "no script(1) to make a terminal"
+    run script -qec "tfm-avg -n 2 -o '$T/t.tfm' '$M/run'" /dev/null
+    assert_output --partial "tfm-avg: read 2/2: $M/run/step-000006.tfm (step 6)"
+    assert_output --partial "tfm-avg: wrote $T/t.tfm: the mean of 2 checkpoints (steps 5,6)"
+    run script -qec "tfm-avg -q -n 2 -o '$T/t.tfm' '$M/run'" /dev/null
+    assert_output ""
 }
