@@ -854,7 +854,7 @@ static void average_progress(void (*progress)(void *, const char *), void *ctx, 
         tfm_duration_format(dt / k * (n - k), left, sizeof left);
     int giga = bytes >= 1e9;
     snprintf(line, sizeof line, "read %d/%d: %s (step %lld), %.*f %s in %.1fs (%.0f MB/s), eta %s",
-             k, n, path, (long long)step, giga ? 2 : 1, bytes / (giga ? 1e9 : 1e6),
+             k, n, strcmp(path, "-") == 0 ? "<stdin>" : path, (long long)step, giga ? 2 : 1, bytes / (giga ? 1e9 : 1e6),
              giga ? "GB" : "MB", dt, dt > 0 ? bytes / 1e6 / dt : 0.0, left);
     progress(ctx, line);
 }

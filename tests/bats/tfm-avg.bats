@@ -357,6 +357,10 @@ check_mean() {
     run tfm-avg -p -k -o "$T/avgk.tfm" "$M/run/step-000002.tfm"
     assert_success
     assert_line --index 1 --regexp "^tfm-avg: wrote $T/avgk.tfm: the mean of 1 checkpoint \(step 2\), $((3 * values)) values \(the parameters and their Adam moments\), in "
+    # standard input is named as in the errors
+    run bash -c "tfm-avg -p -o '$T/in.tfm' - < '$M/run/step-000003.tfm'"
+    assert_success
+    assert_line --index 0 --partial "tfm-avg: read 1/1: <stdin> (step 3), "
     # not a terminal: nothing unless asked; --quiet wins over a terminal
     run tfm-avg -n 2 -o "$T/avg.tfm" "$M/run"
     assert_success
