@@ -360,10 +360,10 @@ made_with = $(if $(shell [ -f $(call quote,$(1)) ] && [ -r $(call quote,$(1)) ] 
 
 # An interrupted run resumes from its newest checkpoint.  ckpt/made-with records what the
 # checkpoints were trained with: the training keys of the config that are not at their
-# default (settings/train) and the checksum of the batches.  When they differ now (another config or SET, new batches;
-# batches made again with the same bytes are the same), the checkpoints belong to another
-# run: ckpt/ is moved aside to ckpt.old.N (clean alone removes it), and the run starts
-# afresh.  A ckpt/ from before made-with was kept goes aside when a checkpoint is older
+# default (settings/train) and the checksum of the batches.  When they differ now (another
+# config or SET, new batches; batches made again with the same bytes are the same), the
+# checkpoints belong to another run: ckpt/ is moved aside to ckpt.old.N (clean alone
+# removes it), and the run starts afresh.  A ckpt/ from before made-with was kept goes aside when a checkpoint is older
 # than the batches, as it was then.  `rm $(W)/train.done` and make again to train further
 # (with a larger MAX_STEPS or another MAX_TIME).
 $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(W)/settings/train | $(BIN)/tfm-train $(CONFIG)

@@ -23,6 +23,20 @@ setup() {
     W="$BATS_FILE_TMPDIR/ende"
 }
 
+# W $1, of the tests before, goes on as it is: a make makes nothing, and training further
+# (MAX_STEPS=12) resumes from its checkpoints.
+goes_on() {
+    run $ENDE W="$1"
+    assert_success
+    refute_output --partial "made again"
+    refute_output --partial "tfm-"
+    rm "$1/train.done"
+    run $ENDE W="$1" MAX_STEPS=12
+    assert_success
+    refute_output --partial "starting afresh"
+    assert_line --partial "tfm-train: resuming from $1/ckpt/step-"
+}
+
 need_tools() {
     local t
     for t in tfm-batch tfm-train tfm-avg tfm-decode; do
@@ -282,16 +296,9 @@ need_tools() {
     was batches "CONFIG=$TFM_ROOT/configs/tiny.conf SETS=--set tokens=1024 SEED=1"
     was decode "DECODE_FLAGS=--max-len-b 8"
     rm "$w/settings/train" "$w/ckpt/made-with"
-    run $ENDE W="$w"
-    assert_success
-    refute_output --partial "made again"
-    refute_output --partial "tfm-"
-    # and training further resumes (the checkpoints are newer than the batches)
-    rm "$w/train.done"
-    run $ENDE W="$w" MAX_STEPS=12
-    assert_success
-    refute_output --partial "starting afresh"
-    assert_line --partial "tfm-train: resuming from $w/ckpt/step-"
+    # nothing is made again, and training further resumes (the checkpoints are newer than
+    # the batches)
+    goes_on "$w"
 }
 
 @test "wmt_ende: the training is recorded by its keys not at their default, so keys at their default, as the version before wrote every key, change nothing" {
@@ -315,15 +322,7 @@ need_tools() {
     echo "${all}adam_eps=1e-09" > "$w/settings/train.tmp"
     touch -r "$w/settings/train" "$w/settings/train.tmp"; mv "$w/settings/train.tmp" "$w/settings/train"
     echo "${all}adam_eps=1e-09 $batches" > "$w/ckpt/made-with"
-    run $ENDE W="$w"
-    assert_success
-    refute_output --partial "made again"
-    refute_output --partial "tfm-"
-    rm "$w/train.done"
-    run $ENDE W="$w" MAX_STEPS=12
-    assert_success
-    refute_output --partial "starting afresh"
-    assert_line --partial "tfm-train: resuming from $w/ckpt/step-"
+    goes_on "$w"
     # a key away from its default in the record is another run: its checkpoints go aside
     echo "${all}adam_eps=1e-08 $batches" > "$w/ckpt/made-with"
     rm "$w/train.done"
