@@ -26,7 +26,8 @@ static const char USAGE[] =
     "                 [--chrf-char-order N] [--chrf-word-order N] [--chrf-beta N]\n"
     "                 [--chrf-whitespace] [--chrf-eps-smoothing] [--param FILE.prm]\n"
     "                 [--source FILE | --linearized] [--keep-tags] [--root LABEL]\n"
-    "                 [--per-sentence] [--max-error N] [--json] [--quiet] [FILE]\n"
+    "                 [--per-sentence] [--max-error N] [--confidence [--confidence-n N]\n"
+    "                 [--seed N]] [--json] [--quiet] [FILE]\n"
     "       tfm-score --linearize [--keep-tags | --keep-words] [--keep-function-tags]\n"
     "                 [FILE]\n"
     "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n"
@@ -55,6 +56,10 @@ static const char HELP[] =
     "      --linearized        f1: test lines are linearized; words from the gold trees\n"
     "  -v, --per-sentence      f1: print EVALB's whole report (also --verbose)\n"
     "      --max-error N       f1: override MAX_ERROR\n"
+    "      --confidence        BLEU: the mean and 95% interval of 1000 bootstrap\n"
+    "                          resamples, as sacreBLEU --confidence draws them\n"
+    "      --confidence-n N    resamples, 2 to 100000 (1000)\n"
+    "      --seed N            their seed (12345, sacreBLEU's)\n"
     "  -j, --json              print the result as JSON\n"
     "      --linearize         print \"WORDS<TAB>LINEARIZED\" for each tree of FILE\n"
     "      --keep-tags         --linearize: write POS tags instead of XX; f1 with\n"
@@ -77,6 +82,7 @@ enum {
     OPT_SMOOTH = 256, OPT_SMOOTH_VALUE, OPT_TOKENIZED, OPT_COMPOUND, OPT_CHAR_ORDER,
     OPT_WORD_ORDER, OPT_BETA, OPT_WS, OPT_EPS, OPT_LINEARIZED, OPT_MAX_ERROR, OPT_LINEARIZE, OPT_ONELINE,
     OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_KEEP_WORDS, OPT_RESTORE, OPT_ROOT, OPT_VERSION,
+    OPT_CONFIDENCE, OPT_CONFIDENCE_N, OPT_SEED,
 };
 
 static void warn(void *ctx, const char *msg)
@@ -128,6 +134,9 @@ int main(int argc, char **argv)
         {"verbose", no_argument, NULL, 'v'},
         {"max-error", required_argument, NULL, OPT_MAX_ERROR},
         {"json", no_argument, NULL, 'j'},
+        {"confidence", no_argument, NULL, OPT_CONFIDENCE},
+        {"confidence-n", required_argument, NULL, OPT_CONFIDENCE_N},
+        {"seed", required_argument, NULL, OPT_SEED},
         {"linearize", no_argument, NULL, OPT_LINEARIZE},
         {"keep-tags", no_argument, NULL, OPT_KEEP_TAGS},
         {"keep-function-tags", no_argument, NULL, OPT_KEEP_FTAGS},
@@ -148,6 +157,8 @@ int main(int argc, char **argv)
     int nrefs = 0, metric = MET_BLEU, json = 0, mode = MODE_SCORE, quiet = 0, c;
     long long v;
     int tok_set = 0, smooth_set = 0, smooth_value_set = 0, chrf_set = 0, tokenized = 0;
+    int confidence = 0, bootstrap = 1000, bootstrap_set = 0, seed_set = 0;
+    unsigned long long seed = 12345;
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
     struct tfm_f1_opts fo = {NULL, NULL, 0, 0, -1, 0, NULL};
@@ -214,6 +225,17 @@ int main(int argc, char **argv)
                 fo.max_error = (int)v;
             break;
         case 'j': json = 1; break;
+        case OPT_CONFIDENCE: confidence = 1; break;
+        case OPT_CONFIDENCE_N:
+            if (!(st = tfm_cli_int("--confidence-n", optarg, 2, 100000, &v)))
+                bootstrap = (int)v;
+            bootstrap_set = 1;
+            break;
+        case OPT_SEED:
+            if (!(st = tfm_cli_int("--seed", optarg, 0, 9223372036854775807LL, &v)))
+                seed = (unsigned long long)v;
+            seed_set = 1;
+            break;
         case OPT_LINEARIZE:
         case OPT_RESTORE:
         case OPT_ONELINE: {
@@ -284,8 +306,14 @@ int main(int argc, char **argv)
                   "--source or --linearized";
         else if (lo.keep_function_tags || lo.keep_words)
             bad = "--keep-function-tags and --keep-words are for --linearize";
-    } else if (nrefs || metric != MET_BLEU || json) {
-        bad = "--linearize, --restore and --oneline take no -r, --metric or --json";
+        else if ((bootstrap_set || seed_set) && !confidence)
+            bad = "--confidence-n and --seed are for --confidence";
+        else if (confidence && metric != MET_BLEU)
+            bad = "--confidence is for --metric bleu (chrF's and F1's intervals are not "
+                  "there yet)";
+    } else if (nrefs || metric != MET_BLEU || json || confidence || bootstrap_set || seed_set) {
+        bad = "--linearize, --restore and --oneline take no -r, --metric, --json or "
+              "--confidence";
     } else if (mode == MODE_ONELINE && (fo.source || fo.root || lo.keep_tags ||
                                         lo.keep_function_tags || lo.keep_words)) {
         bad = "--oneline takes no --source, --root or --keep-* options";
@@ -339,7 +367,9 @@ int main(int argc, char **argv)
     } else if (mode == MODE_ONELINE) {
         rc = tfm_treebank_oneline(in, stdout, &err);
     } else {
-        struct tfm_score_opts so = {stdout, json, SIG_VERSION, quiet ? NULL : warn, NULL};
+        struct tfm_score_opts so = {.out = stdout, .json = json, .version = SIG_VERSION,
+                                    .warn = quiet ? NULL : warn,
+                                    .bootstrap = confidence ? bootstrap : 0, .seed = seed};
         struct tfm_scorer *s = metric == MET_BLEU ? tfm_bleu_scorer(&bo, nrefs, &so, &err)
                              : metric == MET_CHRF ? tfm_chrf_scorer(&co, nrefs, &so, &err)
                                                   : tfm_evalb_scorer(&fo, &so, &err);

@@ -7,6 +7,7 @@
  * Not here: chrF (chrf.c), files and streams (text.c, hypread.c).
  */
 #include "bleu.h"
+#include "bootstrap.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -645,7 +646,12 @@ struct tfm_bleu {
     struct tfm_ngrams refmax, tmp, hypc;
     uint32_t *ids;
     size_t cap_ids;
+    float *sent;                /* with a bootstrap: each sentence's statistics, STAT_WIDTH */
+    int64_t cap_sent;
 };
+
+/* A sentence's statistics as sacreBLEU lists them: hyp_len, ref_len, correct[], total[]. */
+enum { STAT_WIDTH = 2 + 2 * TFM_BLEU_ORDER };
 
 struct tfm_bleu *tfm_bleu_new(const struct tfm_bleu_opts *o, struct tfm_error *err)
 {
@@ -663,6 +669,7 @@ void tfm_bleu_free(struct tfm_bleu *b)
     if (!b)
         return;
     tfm_tokens_free(&b->hyp);
+    free(b->sent);
     for (int i = 0; i < b->cap_refs; i++)
         tfm_tokens_free(&b->refs[i]);
     free(b->refs);
@@ -810,6 +817,50 @@ void tfm_bleu_compute(const struct tfm_bleu_stats *st, const struct tfm_bleu_opt
     s->score = s->bp * exp(sum / TFM_BLEU_ORDER);
 }
 
+double tfm_bleu_score_f32(const float *st, const struct tfm_bleu_opts *o)
+{
+    /* sacreBLEU's compute_bleu on float32 statistics: numpy keeps float32 where a float32
+     * meets a Python number, so the precisions are float32; the logs, their sum, the
+     * brevity penalty and the score are Python floats */
+    int64_t hyp_len = (int64_t)st[0], ref_len = (int64_t)st[1];
+    float correct[TFM_BLEU_ORDER], total[TFM_BLEU_ORDER];
+    int any = 0;
+    for (int n = 0; n < TFM_BLEU_ORDER; n++) {
+        correct[n] = st[2 + n];
+        total[n] = st[2 + TFM_BLEU_ORDER + n];
+        any |= correct[n] != 0;
+    }
+    double bp = 1.0;
+    if (hyp_len < ref_len)
+        bp = hyp_len > 0 ? exp(1.0 - (double)ref_len / (double)hyp_len) : 0.0;
+    if (!any)
+        return 0.0;
+    double sv = smooth_value(o), smooth_mteval = 1.0;
+    float prec[TFM_BLEU_ORDER] = {0};
+    for (int n = 0; n < TFM_BLEU_ORDER; n++) {
+        if (o->smooth == TFM_SMOOTH_ADDK && n > 0) {
+            correct[n] += (float)sv;
+            total[n] += (float)sv;
+        }
+        if (total[n] == 0)
+            break;
+        if (correct[n] == 0) {
+            if (o->smooth == TFM_SMOOTH_EXP) {
+                smooth_mteval *= 2;
+                prec[n] = 100.0f / ((float)smooth_mteval * total[n]);
+            } else if (o->smooth == TFM_SMOOTH_FLOOR) {
+                prec[n] = (float)(100. * sv) / total[n];
+            }
+        } else {
+            prec[n] = 100.0f * correct[n] / total[n];
+        }
+    }
+    double sum = 0;
+    for (int n = 0; n < TFM_BLEU_ORDER; n++)
+        sum += my_log(prec[n]);
+    return bp * exp(sum / TFM_BLEU_ORDER);
+}
+
 int tfm_bleu_format_verbose(const struct tfm_bleu_score *s, char *buf, size_t n)
 {
     return snprintf(buf, n,
@@ -827,17 +878,57 @@ int tfm_bleu_format(const struct tfm_bleu_score *s, char *buf, size_t n)
 
 /* ---- the scorer (score.h) ------------------------------------------------------------ */
 
+/* The statistics of the sentence that took b->st from was to what it is now, into row. */
+static void sentence_stats(const struct tfm_bleu *b, const struct tfm_bleu_stats *was,
+                           float *row)
+{
+    row[0] = (float)(b->st.hyp_len - was->hyp_len);
+    row[1] = (float)(b->st.ref_len - was->ref_len);
+    for (int n = 0; n < TFM_BLEU_ORDER; n++) {
+        row[2 + n] = (float)(b->st.correct[n] - was->correct[n]);
+        row[2 + TFM_BLEU_ORDER + n] = (float)(b->st.total[n] - was->total[n]);
+    }
+}
+
 static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp_len,
                     const char *const *refs, const size_t *ref_lens, struct tfm_error *err)
 {
-    if (tfm_bleu_add(s->metric, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
+    struct tfm_bleu *b = s->metric;
+    struct tfm_bleu_stats was = b->st;
+    if (tfm_bleu_add(b, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
         return tfm_error_prefix(err, "line %lld", (long long)i + 1);
+    if (s->o.bootstrap) {
+        if (s->added == b->cap_sent) {
+            int64_t cap = b->cap_sent ? 2 * b->cap_sent : 1024;
+            float *p = realloc(b->sent, (size_t)cap * STAT_WIDTH * sizeof *p);
+            if (!p)
+                return tfm_fail(err, "out of memory");
+            b->sent = p;
+            b->cap_sent = cap;
+        }
+        sentence_stats(b, &was, b->sent + s->added * STAT_WIDTH);
+    }
     return 0;
+}
+
+static double bootstrap_score(const float *sum, const void *opts)
+{
+    return tfm_bleu_score_f32(sum, opts);
+}
+
+/* "nrefs:1|bs:1000|seed:12345|case:mixed|..." from sig without them, as sacreBLEU's. */
+static void signature_bootstrap(char *sig, size_t n, int samples, uint64_t seed)
+{
+    char rest[256];
+    const char *bar = strchr(sig, '|');
+    snprintf(rest, sizeof rest, "%s", bar ? bar + 1 : "");
+    size_t head = bar ? (size_t)(bar - sig) + 1 : strlen(sig);
+    snprintf(sig + head, n - head, "%sbs:%d|seed:%llu|%s", bar ? "" : "|", samples,
+             (unsigned long long)seed, rest);
 }
 
 static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
 {
-    (void)err;
     const struct tfm_bleu *b = s->metric;
     struct tfm_bleu_score sc;
     tfm_bleu_compute(&b->st, &b->o, &sc);
@@ -845,8 +936,22 @@ static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
     tfm_bleu_format(&sc, line, sizeof line);
     tfm_bleu_format_verbose(&sc, verbose, sizeof verbose);
     tfm_bleu_signature(&b->o, s->nrefs, s->o.version, sig, sizeof sig);
+    double conf[2];
+    int with_ci = 0;
+    if (s->o.bootstrap && s->added > 0) {
+        if (tfm_bootstrap_ci(b->sent, s->added, STAT_WIDTH, s->o.bootstrap, s->o.seed,
+                             bootstrap_score, &b->o, &conf[0], &conf[1], err))
+            return -1;
+        signature_bootstrap(sig, sizeof sig, s->o.bootstrap, s->o.seed);
+        /* sacreBLEU reports the interval only about a mean above 0 */
+        with_ci = conf[0] > 0;
+        if (with_ci)
+            snprintf(line, sizeof line, "BLEU = %.2f (\u03bc = %.2f \u00b1 %.2f) %s", sc.score,
+                     conf[0], conf[1], verbose);
+    }
     struct tfm_json j;
-    if (!tfm_score_sacrebleu_report(s, &j, line, "BLEU", sc.score, sig, verbose))
+    if (!tfm_score_sacrebleu_report_ci(s, &j, line, "BLEU", sc.score, sig, verbose,
+                                       with_ci ? conf : NULL))
         return 0;
     tfm_json_member_nums(&j, "precisions", sc.precisions, TFM_BLEU_ORDER);
     tfm_json_member_ints(&j, "counts", sc.correct, TFM_BLEU_ORDER);

@@ -103,6 +103,10 @@ const struct tfm_bleu_stats *tfm_bleu_stats(const struct tfm_bleu *b);
 /* The score of summed statistics, as sacreBLEU's BLEU.compute_bleu. */
 void tfm_bleu_compute(const struct tfm_bleu_stats *st, const struct tfm_bleu_opts *o,
                       struct tfm_bleu_score *s);
+/* The score of statistics summed in float32 ({hyp_len, ref_len, correct[4], total[4]}),
+ * as sacreBLEU's compute_bleu scores its bootstrap resamples (bootstrap.h): the
+ * precisions in float32. */
+double tfm_bleu_score_f32(const float *st, const struct tfm_bleu_opts *o);
 /* "BLEU = 22.67 54.4/28.7/16.9/10.3 (BP = 0.985 ratio = 0.985 hyp_len = 60395
  * ref_len = 61287)" without newline, as sacreBLEU's str(BLEUScore) with width 2. */
 int tfm_bleu_format(const struct tfm_bleu_score *s, char *buf, size_t n);

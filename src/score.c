@@ -68,6 +68,13 @@ int tfm_score_sacrebleu_report(const struct tfm_scorer *s, struct tfm_json *j,
                                const char *line, const char *name, double score,
                                const char *sig, const char *verbose)
 {
+    return tfm_score_sacrebleu_report_ci(s, j, line, name, score, sig, verbose, NULL);
+}
+
+int tfm_score_sacrebleu_report_ci(const struct tfm_scorer *s, struct tfm_json *j,
+                                  const char *line, const char *name, double score,
+                                  const char *sig, const char *verbose, const double *conf)
+{
     if (!s->o.json) {
         fprintf(s->o.out, "%s\n%s\n", line, sig);
         return 0;
@@ -77,6 +84,13 @@ int tfm_score_sacrebleu_report(const struct tfm_scorer *s, struct tfm_json *j,
     tfm_json_member_str(j, "name", name);
     tfm_json_member_num(j, "score", score);
     tfm_json_member_str(j, "signature", sig);
+    if (conf) {
+        char text[128];
+        snprintf(text, sizeof text, "\u03bc = %.2f \u00b1 %.2f", conf[0], conf[1]);
+        tfm_json_member_num(j, "confidence_mean", conf[0]);
+        tfm_json_member_num(j, "confidence_var", conf[1]);
+        tfm_json_member_str(j, "confidence", text);
+    }
     if (verbose)
         tfm_json_member_str(j, "verbose_score", verbose);
     char buf[512];

@@ -31,6 +31,8 @@ struct tfm_score_opts {
     const char *version;    /* in signatures: "tfm-0.1.0" */
     void (*warn)(void *ctx, const char *msg);   /* NULL: no warnings */
     void *warn_ctx;
+    int bootstrap;          /* resamples for a 95% confidence interval (bootstrap.h), 0: none */
+    uint64_t seed;          /* their seed (sacreBLEU's is 12345) */
 };
 
 struct tfm_scorer;
@@ -79,5 +81,11 @@ int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
 int tfm_score_sacrebleu_report(const struct tfm_scorer *s, struct tfm_json *j,
                                const char *line, const char *name, double score,
                                const char *sig, const char *verbose);
+/* The same with a bootstrap's mean and half-width (conf[0], conf[1]; conf NULL: none):
+ * "confidence_mean", "confidence_var" (sacreBLEU's name for the half-width) and
+ * "confidence" ("μ = 29.86 ± 1.62") after the signature, as sacreBLEU puts them. */
+int tfm_score_sacrebleu_report_ci(const struct tfm_scorer *s, struct tfm_json *j,
+                                  const char *line, const char *name, double score,
+                                  const char *sig, const char *verbose, const double *conf);
 
 #endif

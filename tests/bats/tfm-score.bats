@@ -26,6 +26,57 @@ setup() {
     done
 }
 
+@test "--confidence: sacreBLEU's bootstrap mean and interval, to the bit, and its line" {
+    # sacreBLEU 2.6.0 (numpy 2.4): BLEU().corpus_score(hyp, [ref], n_bootstrap=1000);
+    # score._mean, score._ci; and str(score) at width 2
+    run tfm-score -r "$REF" --confidence "$FBK"
+    assert_success
+    assert_line -n 0 "BLEU = 26.33 (μ = 26.32 ± 0.66) 59.3/32.3/19.9/12.6 (BP = 1.000 ratio = 1.003 hyp_len = 61450 ref_len = 61287)"
+    assert_line -n 1 "nrefs:1|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+    run tfm-score -r "$REF" --confidence --json "$FBK"
+    assert_success
+    assert_line ' "score": 26.3316213125408,'
+    assert_line ' "confidence_mean": 26.321809022164633,'
+    assert_line ' "confidence_var": 0.6550781007752402,'
+    assert_line ' "confidence": "μ = 26.32 ± 0.66",'
+    assert_line ' "bs": "1000",'
+    assert_line ' "seed": "12345",'
+    # another seed and count (SACREBLEU_SEED=7, n_bootstrap=200)
+    run tfm-score -r "$REF" --confidence --confidence-n 200 --seed 7 --json "$FBK"
+    assert_line ' "confidence_mean": 26.282739268646793,'
+    assert_line ' "confidence_var": 0.5605950443814081,'
+    assert_line ' "signature": "nrefs:1|bs:200|seed:7|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0",'
+    # the score itself is the same with or without
+    run bash -c "tfm-score -r '$REF' --json '$FBK' | grep '\"score\"'"
+    assert_output ' "score": 26.3316213125408,'
+    # a mean of 0 (no match in any resample) prints no interval, as sacreBLEU
+    printf 'x\ny\n' > "$BATS_TEST_TMPDIR/h"; printf 'a\nb\n' > "$BATS_TEST_TMPDIR/r"
+    run tfm-score -r "$BATS_TEST_TMPDIR/r" --confidence "$BATS_TEST_TMPDIR/h"
+    assert_success
+    assert_line -n 0 "BLEU = 0.00 0.0/0.0/0.0/0.0 (BP = 1.000 ratio = 1.000 hyp_len = 2 ref_len = 2)"
+    assert_line -n 1 --partial "nrefs:1|bs:1000|seed:12345|"
+}
+
+@test "--confidence: its options' ranges, and where it does not apply" {
+    run tfm-score -r "$REF" --confidence --confidence-n 1 "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --confidence-n: '1': expected an integer from 2 to 100000"
+    run tfm-score -r "$REF" --confidence --seed -1 "$FBK"
+    assert_failure 2
+    assert_line -n 0 --partial "tfm-score: --seed: '-1': expected an integer from 0 to "
+    run tfm-score -r "$REF" --seed 3 "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --confidence-n and --seed are for --confidence"
+    run tfm-score -r "$REF" --confidence-n 50 "$FBK"
+    assert_failure 2
+    run tfm-score -r "$REF" -m chrf --confidence "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --confidence is for --metric bleu (chrF's and F1's intervals are not there yet)"
+    run tfm-score --oneline --confidence "$E/sample/sample.gld"
+    assert_line -n 0 "tfm-score: --linearize, --restore and --oneline take no -r, --metric, --json or --confidence"
+    assert_failure 2
+}
+
 @test "pipe: cat hyp | tfm-score -r ref, and - for stdin" {
     run bash -c "cat '$KIT' | tfm-score -r '$REF'"
     assert_success

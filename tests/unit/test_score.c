@@ -80,7 +80,7 @@ static void test_loop(void)
 {
     static const struct tfm_scorer_ops ops = {rec_start, rec_add, rec_report, rec_free};
     char warned[256] = "";
-    struct tfm_score_opts so = {stdout, 0, "v", warn_into, warned};
+    struct tfm_score_opts so = {.out = stdout, .version = "v", .warn = warn_into, .warn_ctx = warned};
     struct tfm_error err;
     struct tfm_text hyp, refs[2];
     const char *h[] = {"a", "b"}, *r0[] = {"A", "B"}, *r1[] = {"x", "y"}, *r2[] = {"1"};
@@ -119,7 +119,7 @@ static void test_bleu_chrf(void)
 {
     FILE *f = tmpfile();
     struct tfm_error err;
-    struct tfm_score_opts so = {f, 0, "tfm-X", NULL, NULL};
+    struct tfm_score_opts so = {.out = f, .version = "tfm-X"};
     struct tfm_text hyp, ref;
     const char *h[] = {"the cat sat the mat on"}, *r[] = {"the cat sat on the mat"};
     text_of(&hyp, "h", h, 1);
@@ -188,7 +188,7 @@ static void test_f1(void)
     FILE *f = tmpfile();
     struct tfm_error err;
     char warned[256] = "";
-    struct tfm_score_opts so = {f, 0, "tfm-X", warn_into, warned};
+    struct tfm_score_opts so = {.out = f, .version = "tfm-X", .warn = warn_into, .warn_ctx = warned};
     struct tfm_f1_opts fo = {NULL, NULL, 0, 0, -1, 0, NULL};
     struct tfm_text gold, test;
     const char *g[] = {"(S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))", "(S (NN a) (NN b))"};

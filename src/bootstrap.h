@@ -1,0 +1,57 @@
+/* bootstrap.h: a confidence interval for a corpus score by bootstrap resampling, drawn as
+ * sacreBLEU 2 draws it, so that its mean and interval are sacreBLEU's to the bit.
+ *
+ * sacreBLEU (significance.py, _bootstrap_resample and Score.estimate_ci):
+ *   - rng = numpy.random.default_rng(seed) (seed 12345 unless SACREBLEU_SEED says):
+ *     numpy's SeedSequence hashes the seed into the state of a PCG64 (XSL-RR 128/64);
+ *   - the indices of every resample at once, rng.choice(n, size=(samples, n)): each a
+ *     bounded integer by Lemire's multiply-and-reject on 32-bit draws, two to a 64-bit
+ *     output (the low half first), in row-major order;
+ *   - each resample's statistics summed in float32, sentence by sentence, and scored from
+ *     those float32 sums (the metric's own arithmetic: BLEU's then runs partly in
+ *     float32, tfm_bleu_score_f32);
+ *   - the scores sorted: the interval's half-width is half the distance between the
+ *     (samples/40)-th from each end; the mean is statistics.mean's, the sum taken exactly
+ *     and rounded once.
+ * The float32 sums are exact while every statistic's total stays under 2^24 (16.7
+ * million tokens): beyond, both round alike only where numpy sums in the same order.
+ * Not here: the metrics' statistics (bleu.h), the report (score.h).
+ */
+#ifndef TFM_BOOTSTRAP_H
+#define TFM_BOOTSTRAP_H
+
+#include <stdint.h>
+
+#include "error.h"
+
+/* numpy.random.default_rng(seed): PCG64 seeded through SeedSequence. */
+struct tfm_np_rng {
+    unsigned __int128 state, inc;
+    int has_half;           /* the high half of the last 64-bit output is still to give */
+    uint32_t half;
+};
+
+/* default_rng(seed) for a seed of 0 to 2^64 - 1 (numpy takes any integer from 0). */
+void tfm_np_rng_seed(struct tfm_np_rng *r, uint64_t seed);
+/* The next 64-bit output (numpy's random_raw). */
+uint64_t tfm_np_rng_next64(struct tfm_np_rng *r);
+/* The next 32 bits (numpy's next_uint32: a 64-bit output's low half, then its high). */
+uint32_t tfm_np_rng_next32(struct tfm_np_rng *r);
+/* An integer in [0, n), 1 <= n <= 2^32, as Generator.integers(0, n) and choice(n) draw it. */
+int64_t tfm_np_rng_below(struct tfm_np_rng *r, int64_t n);
+
+/* score(sum, ctx): the corpus score of summed statistics (width of them). */
+typedef double (*tfm_bootstrap_score_fn)(const float *sum, const void *ctx);
+
+/* The mean and half-width of the 95% interval of score over `samples` resamples (2 and
+ * up) of the n sentences whose statistics are stats[n][width], drawn from seed, as
+ * sacreBLEU's bootstrap.  0, or -1 with err (out of memory, n outside 1 to 2^32). */
+int tfm_bootstrap_ci(const float *stats, int64_t n, int width, int samples, uint64_t seed,
+                     tfm_bootstrap_score_fn score, const void *ctx, double *mean, double *ci,
+                     struct tfm_error *err);
+
+/* The mean of x[0..n) as Python's statistics.mean: the exact sum divided by n, rounded
+ * once (to nearest) -- up to the rare quotient within a rounding of a tie. */
+double tfm_exact_mean(const double *x, int64_t n);
+
+#endif
