@@ -91,8 +91,8 @@ ifneq ($(and $(config_out),$(if $(config_now),,1),$(filter-out help clean plot,$
 $(error $(MAKEFILE_NAME): CONFIG=$(CONFIG) $(SETS): $(filter-out print-config-exit=%,$(config_out)))
 endif
 key = $(patsubst $(1)=%,%,$(filter $(1)=%,$(config_now)))
-# The defaults, as an empty config has them: a key at its default says nothing of the run,
-# so the settings of the training leave it out (below), and a key added to tfm-train with
+# The defaults, as an empty config has them: the settings of the training are compared
+# without the keys at their default now (below), so that a key added to tfm-train with
 # its default does not make a run of an earlier version another run.
 config_defaults := $(if $(config_now),$(shell $(TFM)train -c /dev/null --print-config 2> /dev/null | \
     sed 's/ = /=/'))
@@ -227,7 +227,7 @@ settings.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMPLE) 
                    SPM_FLAGS=$(SPM_FLAGS)
 config_or_path   = $(if $(config_now),$(1),CONFIG=$(abspath $(CONFIG)) SETS=$(SETS))
 settings.batches = $(call config_or_path,tokens=$(call key,tokens) max_len=$(call key,max_len)) SEED=$(SEED)
-settings.train   = $(call config_or_path,$(call train_keys,$(config_now)))
+settings.train   = $(call config_or_path,$(filter-out $(addsuffix =%,$(RUN_KEYS)),$(config_now)))
 settings.avg     = AVG=$(AVG)
 settings.decode  = DECODE_FLAGS=$(strip $(DECODE_FLAGS))
 settings.score  ?= SCORE_FLAGS=$(SCORE_FLAGS)
@@ -262,13 +262,16 @@ settings_was.spm     = VOCAB=$(VOCAB) SPM_TYPE=$(SPM_TYPE) SPM_SAMPLE=$(SPM_SAMP
 settings_was.batches = CONFIG=$(abspath $(CONFIG)) SETS=$(SETS) SEED=$(SEED)
 settings_was.decode  = DECODE_FLAGS=$(strip $(if $(BEAM),--beam $(BEAM)) $(if $(ALPHA),--alpha \
     $(ALPHA)) $(if $(MAX_LEN_B),--max-len-b $(MAX_LEN_B)) $(EXTRA_DECODE_FLAGS))
-# The training's settings are read by their keys: a file that holds keys at their default
-# (every key, as the previous version wrote it, or one that was added since) says the same.
+# The training's settings hold every key, and are compared by the keys not at their default
+# now, on both sides: a key that a later version adds at its default is left out of the
+# comparison, and a default that changes meets the old value recorded.
 settings_read.train = $(call train_keys,$(1))
-settings_in = $(call $(if $(value settings_read.$(1)),settings_read.$(1),same_words),$(file <$(W)/settings/$(1)))
+# $(call settings_as_read,NAME,TEXT): TEXT of the settings NAME as they are compared.
+settings_as_read = $(call $(if $(value settings_read.$(1)),settings_read.$(1),same_words),$(2))
+settings_in = $(call settings_as_read,$(1),$(file <$(W)/settings/$(1)))
 same_words = $(1)
 $(foreach n,$(SETTINGS),$(if $(and $(filter $(n),$(settings_readable)),\
-    $(or $(call same,$(settings.$(n)),$(call settings_in,$(n))),\
+    $(or $(call same,$(call settings_as_read,$(n),$(settings.$(n))),$(call settings_in,$(n))),\
          $(if $(settings_was.$(n)),$(call same,$(settings_was.$(n)),$(file <$(W)/settings/$(n)))))),,\
     $(eval $(W)/settings/$(n): FORCE)))
 
@@ -353,22 +356,25 @@ $(W)/%.batches.tfm: $(W)/%.src.tfm $(W)/%.tgt.tfm $(W)/settings/batches | $(BIN)
 	    --quiet -o $@ $(W)/$*.src.tfm $(W)/$*.tgt.tfm
 
 # ---- training -------------------------------------------------------------------------------
-# $(call made_with,FILE): the record of FILE by its keys, as settings.train has them (keys at
-# their default left out), and its batches; empty unless FILE is a regular file one may read.
+# $(call made_with,FILE): the record of FILE as it is compared (keys at their default left
+# out, as settings_as_read has them), and its batches; empty unless FILE is a regular file
+# one may read.
 made_with = $(if $(shell [ -f $(call quote,$(1)) ] && [ -r $(call quote,$(1)) ] && echo 1),$(strip \
     $(call train_keys,$(file <$(1)))))
 
 # An interrupted run resumes from its newest checkpoint.  ckpt/made-with records what the
-# checkpoints were trained with: the training keys of the config that are not at their
-# default (settings/train) and the checksum of the batches.  When they differ now (another
-# config or SET, new batches; batches made again with the same bytes are the same), the
-# checkpoints belong to another run: ckpt/ is moved aside to ckpt.old.N (clean alone
-# removes it), and the run starts afresh.  A ckpt/ from before made-with was kept goes aside when a checkpoint is older
-# than the batches, as it was then.  `rm $(W)/train.done` and make again to train further
-# (with a larger MAX_STEPS or another MAX_TIME).
+# checkpoints were trained with: the training keys of the config (settings/train), compared
+# by those not at their default now, and the checksum of the batches.  When they differ
+# now (another config or SET, new batches; batches made again with the same bytes are the
+# same), the checkpoints belong to another run: ckpt/ is moved aside to ckpt.old.N (clean
+# alone removes it), and the run starts afresh.  A ckpt/ from before made-with was kept
+# goes aside when a checkpoint is older than the batches, as it was then.
+# `rm $(W)/train.done` and make again to train further (with a larger MAX_STEPS or another
+# MAX_TIME).
 $(W)/train.done: $(W)/train.batches.tfm $(W)/valid.batches.tfm $(W)/settings/train | $(BIN)/tfm-train $(CONFIG)
-	@made=$(call quote,$(settings.train)); made="$${made:+$$made }batches=$$(cksum < $<)"; c=$(W)/ckpt; \
-	if [ -f $$c/made-with ]; then [ $(call quote,$(call made_with,$(W)/ckpt/made-with)) = "$$made" ] || stale=1; \
+	@b="batches=$$(cksum < $<)"; made=$(call quote,$(settings.train))" $$b"; \
+	now=$(call quote,$(strip $(call train_keys,$(settings.train)))); now="$${now:+$$now }$$b"; c=$(W)/ckpt; \
+	if [ -f $$c/made-with ]; then [ $(call quote,$(call made_with,$(W)/ckpt/made-with)) = "$$now" ] || stale=1; \
 	else [ -z "$$(find $$c -name 'step-*.tfm' ! -newer $< 2> /dev/null)" ] || stale=1; fi; \
 	if [ -n "$${stale-}" ] && [ -n "$$(find $$c -name 'step-*.tfm' 2> /dev/null)" ]; then \
 	    n=1; while [ -e $$c.old.$$n ]; do n=$$((n + 1)); done; mv $$c $$c.old.$$n; \
