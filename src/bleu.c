@@ -938,11 +938,12 @@ static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
     tfm_bleu_signature(&b->o, s->nrefs, s->o.version, sig, sizeof sig);
     double conf[2];
     int with_ci = 0;
-    if (s->o.bootstrap && s->added > 0) {
+    if (s->o.bootstrap)
+        signature_bootstrap(sig, sizeof sig, s->o.bootstrap, s->o.seed);
+    if (s->o.bootstrap && s->added > 0) {   /* no sentence: nothing to resample */
         if (tfm_bootstrap_ci(b->sent, s->added, STAT_WIDTH, s->o.bootstrap, s->o.seed,
                              bootstrap_score, &b->o, &conf[0], &conf[1], err))
             return -1;
-        signature_bootstrap(sig, sizeof sig, s->o.bootstrap, s->o.seed);
         /* sacreBLEU reports the interval only about a mean above 0 */
         with_ci = conf[0] > 0;
         if (with_ci)

@@ -888,7 +888,9 @@ int tfm_checkpoint_average_progress(const char *const *paths, int n, int keep_op
         return -1;
     }
     int64_t total = 0, largest = 1;
+    int moments = 0;            /* Adam moments among the values averaged */
     for (int i = 0; i < ref->ntensors; i++) {
+        moments |= is_adam(ref->tensors[i].name, NULL);
         total += ref->tensors[i].count;
         if (ref->tensors[i].count > largest)
             largest = ref->tensors[i].count;
@@ -979,7 +981,7 @@ int tfm_checkpoint_average_progress(const char *const *paths, int n, int keep_op
         snprintf(line, sizeof line, "wrote %s: the mean of %d checkpoint%s (step%s %s), %lld "
                  "values%s, in %.1fs", to_file ? out : "standard output", n, n == 1 ? "" : "s",
                  n == 1 ? "" : "s", steps, (long long)total,
-                 keep_optimizer ? " (the parameters and their Adam moments)" : " (the parameters)",
+                 moments ? " (the parameters and their Adam moments)" : " (the parameters)",
                  seconds_now() - t0);
         progress(ctx, line);
     }

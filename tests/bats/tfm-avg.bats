@@ -357,6 +357,11 @@ check_mean() {
     run tfm-avg -p -k -o "$T/avgk.tfm" "$M/run/step-000002.tfm"
     assert_success
     assert_line --index 1 --regexp "^tfm-avg: wrote $T/avgk.tfm: the mean of 1 checkpoint \(step 2\), $((3 * values)) values \(the parameters and their Adam moments\), in "
+    # -k over checkpoints without moments (an average): the parameters alone, said so
+    tfm-avg -o "$T/nomoments.tfm" "$M/run/step-000002.tfm"
+    run tfm-avg -p -k -o "$T/k2.tfm" "$T/nomoments.tfm"
+    assert_success
+    assert_line --index 1 --regexp "^tfm-avg: wrote $T/k2.tfm: the mean of 1 checkpoint \\(step 2\\), $values values \\(the parameters\\), in "
     # standard input is named as in the errors
     run bash -c "tfm-avg -p -o '$T/in.tfm' - < '$M/run/step-000003.tfm'"
     assert_success

@@ -55,6 +55,12 @@ setup() {
     assert_success
     assert_line -n 0 "BLEU = 0.00 0.0/0.0/0.0/0.0 (BP = 1.000 ratio = 1.000 hyp_len = 2 ref_len = 2)"
     assert_line -n 1 --partial "nrefs:1|bs:1000|seed:12345|"
+    # no sentence: nothing to resample, no interval; the signature says how it was asked
+    : > "$BATS_TEST_TMPDIR/e"
+    run tfm-score -r "$BATS_TEST_TMPDIR/e" --confidence "$BATS_TEST_TMPDIR/e"
+    assert_success
+    assert_line -n 0 --partial "BLEU = 0.00 "
+    assert_line -n 1 --partial "nrefs:1|bs:1000|seed:12345|"
 }
 
 @test "--confidence: its options' ranges, and where it does not apply" {
