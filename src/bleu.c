@@ -17,6 +17,7 @@
 #include "bleu_unicode.h"
 #include "json.h"
 #include "score.h"
+#include "util.h"
 
 /* ---- UTF-8 --------------------------------------------------------------------------- */
 
@@ -647,7 +648,7 @@ struct tfm_bleu {
     uint32_t *ids;
     size_t cap_ids;
     float *sent;                /* with a bootstrap: each sentence's statistics, STAT_WIDTH */
-    int64_t cap_sent;
+    size_t cap_sent;            /* floats */
 };
 
 /* A sentence's statistics as sacreBLEU lists them: hyp_len, ref_len, correct[], total[]. */
@@ -898,14 +899,8 @@ static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp
     if (tfm_bleu_add(b, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
         return tfm_error_prefix(err, "line %lld", (long long)i + 1);
     if (s->o.bootstrap) {
-        if (s->added == b->cap_sent) {
-            int64_t cap = b->cap_sent ? 2 * b->cap_sent : 1024;
-            float *p = realloc(b->sent, (size_t)cap * STAT_WIDTH * sizeof *p);
-            if (!p)
-                return tfm_fail(err, "out of memory");
-            b->sent = p;
-            b->cap_sent = cap;
-        }
+        if (tfm_grow(&b->sent, &b->cap_sent, (size_t)(s->added + 1) * STAT_WIDTH, sizeof *b->sent))
+            return tfm_fail(err, "out of memory");
         sentence_stats(b, &was, b->sent + s->added * STAT_WIDTH);
     }
     return 0;

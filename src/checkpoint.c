@@ -21,6 +21,7 @@
 #include "output.h"
 #include "progress.h"
 #include "spm.h"
+#include "util.h"
 
 enum { STATE_FIXED = 8, STATE_VERSION = 2, STATE_SHARD_POS = 1 };
 
@@ -835,27 +836,21 @@ static struct tfm_checkpoint *load_checked(const char *path, int flags, struct t
     return c;
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Progress of an average: k of n checkpoints read, bytes (of values) so far. */
 static void average_progress(void (*progress)(void *, const char *), void *ctx, int k, int n,
                              const char *path, int64_t step, double bytes, double t0)
 {
     if (!progress)
         return;
-    double dt = seconds_now() - t0;
+    double dt = tfm_now() - t0;
     char line[4400], left[32] = "0s";
     if (k < n)
         tfm_duration_format(dt / k * (n - k), left, sizeof left);
     int giga = bytes >= 1e9;
     snprintf(line, sizeof line, "read %d/%d: %s (step %lld), %.*f %s in %.1fs (%.0f MB/s), eta %s",
-             k, n, strcmp(path, "-") == 0 ? "<stdin>" : path, (long long)step, giga ? 2 : 1, bytes / (giga ? 1e9 : 1e6),
-             giga ? "GB" : "MB", dt, dt > 0 ? bytes / 1e6 / dt : 0.0, left);
+             k, n, strcmp(path, "-") == 0 ? "<stdin>" : path, (long long)step, giga ? 2 : 1,
+             bytes / (giga ? 1e9 : 1e6), giga ? "GB" : "MB", dt, dt > 0 ? bytes / 1e6 / dt : 0.0,
+             left);
     progress(ctx, line);
 }
 
@@ -870,7 +865,7 @@ int tfm_checkpoint_average_progress(const char *const *paths, int n, int keep_op
                                     void (*progress)(void *ctx, const char *line), void *ctx,
                                     struct tfm_error *err)
 {
-    double t0 = seconds_now();
+    double t0 = tfm_now();
     if (n < 1)
         return tfm_fail(err, "no checkpoint to average");
     /* the output first: a path that cannot be written fails before the inputs are read */
@@ -982,7 +977,7 @@ int tfm_checkpoint_average_progress(const char *const *paths, int n, int keep_op
                  "values%s, in %.1fs", to_file ? out : "standard output", n, n == 1 ? "" : "s",
                  n == 1 ? "" : "s", steps, (long long)total,
                  moments ? " (the parameters and their Adam moments)" : " (the parameters)",
-                 seconds_now() - t0);
+                 tfm_now() - t0);
         progress(ctx, line);
     }
     return 0;
