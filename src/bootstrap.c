@@ -119,6 +119,18 @@ int64_t tfm_np_rng_below(struct tfm_np_rng *r, int64_t n)
     return (int64_t)(m >> 32);
 }
 
+int tfm_np_rng_bit(struct tfm_np_rng *r, struct tfm_np_bits *b)
+{
+    if (b->left == 0) {
+        b->buf = tfm_np_rng_next32(r);
+        b->left = 31;
+    } else {
+        b->buf >>= 1;
+        b->left--;
+    }
+    return (int)(b->buf & 1);
+}
+
 /* ---- the exact mean ------------------------------------------------------------------- */
 
 /* Shewchuk's partials: *np non-overlapping doubles whose sum is exactly what was added. */
@@ -194,14 +206,63 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* numpy's pairwise_sum for float64 (its add.reduce over a contiguous array). */
+static double pairwise_sum(const double *a, int64_t n)
+{
+    if (n < 8) {
+        double r = 0.;
+        for (int64_t i = 0; i < n; i++)
+            r += a[i];
+        return r;
+    }
+    if (n <= 128) {
+        double r[8];
+        int64_t i;
+        for (int k = 0; k < 8; k++)
+            r[k] = a[k];
+        for (i = 8; i < n - n % 8; i += 8)
+            for (int k = 0; k < 8; k++)
+                r[k] += a[i + k];
+        double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    int64_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+double tfm_np_mean(const double *x, int64_t n)
+{
+    return n > 0 ? pairwise_sum(x, n) / (double)n : NAN;
+}
+
+/* Sort scores[0..samples) and give the half-width of their 95% interval. */
+static double interval(double *scores, int samples)
+{
+    qsort(scores, (size_t)samples, sizeof *scores, cmp_double);
+    int lower = samples / 40, upper = samples - lower - 1;
+    return 0.5 * (scores[upper] - scores[lower]);
+}
+
+static int check_sizes(int64_t n, int width, int samples, struct tfm_error *err)
+{
+    if (n < 1 || n > ((int64_t)1 << 32))
+        return tfm_fail(err, "resampling %lld sentences: 1 to 2^32 expected", (long long)n);
+    if (samples < 1 || width < 1)
+        return tfm_fail(err, "resampling: at least 1 resample and 1 statistic expected");
+    return 0;
+}
+
 int tfm_bootstrap_ci(const float *stats, int64_t n, int width, int samples, uint64_t seed,
                      tfm_bootstrap_score_fn score, const void *ctx, double *mean, double *ci,
                      struct tfm_error *err)
 {
-    if (n < 1 || n > ((int64_t)1 << 32))
-        return tfm_fail(err, "bootstrap of %lld sentences: 1 to 2^32 expected", (long long)n);
-    if (samples < 2 || width < 1)
-        return tfm_fail(err, "bootstrap: at least 2 resamples and 1 statistic expected");
+    if (check_sizes(n, width, samples, err))
+        return -1;
+    if (samples < 2)
+        return tfm_fail(err, "bootstrap: at least 2 resamples expected");
     double *scores = malloc((size_t)samples * sizeof *scores);
     float *sum = malloc((size_t)width * sizeof *sum);
     if (!scores || !sum) {
@@ -220,11 +281,113 @@ int tfm_bootstrap_ci(const float *stats, int64_t n, int width, int samples, uint
         }
         scores[s] = score(sum, ctx);
     }
-    qsort(scores, (size_t)samples, sizeof *scores, cmp_double);
-    int lower = samples / 40, upper = samples - lower - 1;
-    *ci = 0.5 * (scores[upper] - scores[lower]);
+    *ci = interval(scores, samples);
     *mean = tfm_exact_mean(scores, samples);
     free(scores);
     free(sum);
+    return 0;
+}
+
+/* p = (1 + how many of stat[0..trials) exceed real) / (trials + 1), as sacreBLEU's
+ * _compute_p_value. */
+static double p_value(const double *stat, int trials, double real)
+{
+    int64_t c = 0;
+    for (int t = 0; t < trials; t++)
+        c += stat[t] > real;
+    return (double)(c + 1) / (double)(trials + 1);
+}
+
+int tfm_paired_bs(const float *base, const float *sys, int64_t n, int width, int samples,
+                  uint64_t seed, tfm_bootstrap_score_fn score, const void *ctx,
+                  double base_score, double sys_score, double *p, double conf[2],
+                  double *base_conf, struct tfm_error *err)
+{
+    if (check_sizes(n, width, samples, err))
+        return -1;
+    if (samples < 2)
+        return tfm_fail(err, "paired bootstrap: at least 2 resamples expected");
+    double *sb = malloc((size_t)samples * sizeof *sb);
+    double *ss = malloc((size_t)samples * sizeof *ss);
+    double *d = malloc((size_t)samples * sizeof *d);
+    float *sum = malloc((size_t)width * 2 * sizeof *sum);
+    if (!sb || !ss || !d || !sum) {
+        free(sb);
+        free(ss);
+        free(d);
+        free(sum);
+        return tfm_fail(err, "out of memory");
+    }
+    struct tfm_np_rng r;
+    tfm_np_rng_seed(&r, seed);
+    float *sum_b = sum, *sum_s = sum + width;
+    for (int s = 0; s < samples; s++) {
+        memset(sum, 0, (size_t)width * 2 * sizeof *sum);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t at = tfm_np_rng_below(&r, n) * width;
+            for (int k = 0; k < width; k++) {
+                sum_b[k] += base[at + k];
+                sum_s[k] += sys[at + k];
+            }
+        }
+        sb[s] = score(sum_b, ctx);
+        ss[s] = score(sum_s, ctx);
+        d[s] = fabs(ss[s] - sb[s]);
+    }
+    /* the differences centred on their mean, against the real difference */
+    double mean_d = tfm_np_mean(d, samples);
+    for (int s = 0; s < samples; s++)
+        d[s] -= mean_d;
+    *p = p_value(d, samples, fabs(base_score - sys_score));
+    /* estimate_ci: the mean of the sorted scores */
+    conf[1] = interval(ss, samples);
+    conf[0] = tfm_np_mean(ss, samples);
+    if (base_conf) {
+        base_conf[1] = interval(sb, samples);
+        base_conf[0] = tfm_np_mean(sb, samples);
+    }
+    free(sb);
+    free(ss);
+    free(d);
+    free(sum);
+    return 0;
+}
+
+int tfm_paired_ar(const int64_t *base, const int64_t *sys, int64_t n, int width, int trials,
+                  uint64_t seed, tfm_paired_i64_fn score, const void *ctx, double base_score,
+                  double sys_score, double *p, struct tfm_error *err)
+{
+    if (check_sizes(n, width, trials, err))
+        return -1;
+    double *stat = malloc((size_t)trials * sizeof *stat);
+    int64_t *buf = calloc((size_t)width * 3, sizeof *buf);
+    if (!stat || !buf) {
+        free(stat);
+        free(buf);
+        return tfm_fail(err, "out of memory");
+    }
+    int64_t *both = buf, *a = buf + width, *b = buf + 2 * width;
+    for (int64_t i = 0; i < n; i++)
+        for (int k = 0; k < width; k++)
+            both[k] += base[i * width + k] + sys[i * width + k];
+    struct tfm_np_rng r;
+    tfm_np_rng_seed(&r, seed);
+    /* one integers() call draws every trial's bits: its bit buffer runs across them */
+    struct tfm_np_bits bits = {0, 0};
+    for (int t = 0; t < trials; t++) {
+        memset(a, 0, (size_t)width * sizeof *a);
+        for (int64_t i = 0; i < n; i++) {
+            /* a set bit gives pseudo-system a the baseline's output of sentence i */
+            const int64_t *row = (tfm_np_rng_bit(&r, &bits) ? base : sys) + i * width;
+            for (int k = 0; k < width; k++)
+                a[k] += row[k];
+        }
+        for (int k = 0; k < width; k++)
+            b[k] = both[k] - a[k];
+        stat[t] = fabs(score(a, ctx) - score(b, ctx));
+    }
+    *p = p_value(stat, trials, fabs(base_score - sys_score));
+    free(stat);
+    free(buf);
     return 0;
 }

@@ -15,6 +15,19 @@
  *     and rounded once.
  * The float32 sums are exact while every statistic's total stays under 2^24 (16.7
  * million tokens): beyond, both round alike only where numpy sums in the same order.
+ * Paired tests between two systems on the same sentences, as sacreBLEU's --paired-bs and
+ * --paired-ar (significance.py) compute them:
+ *   - bootstrap (bs): rng.choice(n, size=(samples, n)) from default_rng(seed), the same
+ *     indices for both systems; each resample scored from float32 sums as above; the
+ *     system's mean and interval as estimate_ci gives them (numpy's mean: a pairwise sum,
+ *     tfm_np_mean); the statistic |sys - base| of each resample less their mean;
+ *   - approximate randomization (ar): rng.integers(2, size=(trials, n), dtype=bool): each
+ *     bit swaps a sentence's outputs between the two systems or not (numpy draws 32 of
+ *     them from each 32-bit draw, the lowest bit first); each shuffled pair summed
+ *     exactly (int64) and scored as the metric scores numpy int64 sums; the statistic
+ *     |score a - score b| of each trial;
+ *   - p = (1 + the number of trials whose statistic exceeds |sys - base| of the real
+ *     scores) / (trials + 1).
  * Not here: the metrics' statistics (bleu.h), the report (score.h).
  */
 #ifndef TFM_BOOTSTRAP_H
@@ -40,6 +53,14 @@ uint32_t tfm_np_rng_next32(struct tfm_np_rng *r);
 /* An integer in [0, n), 1 <= n <= 2^32, as Generator.integers(0, n) and choice(n) draw it. */
 int64_t tfm_np_rng_below(struct tfm_np_rng *r, int64_t n);
 
+/* Generator.integers(2, size=..., dtype=bool)'s bits: the state of one such call. */
+struct tfm_np_bits {
+    uint32_t buf;
+    int left;               /* bits of buf still to give */
+};
+/* The next bit of one integers(2, dtype=bool) call (b zeroed when the call starts). */
+int tfm_np_rng_bit(struct tfm_np_rng *r, struct tfm_np_bits *b);
+
 /* score(sum, ctx): the corpus score of summed statistics (width of them). */
 typedef double (*tfm_bootstrap_score_fn)(const float *sum, const void *ctx);
 
@@ -56,5 +77,28 @@ int tfm_bootstrap_ci(const float *stats, int64_t n, int width, int samples, uint
  * differ where the quotient lies within 2^-53 of a half-way point); scores such as
  * BLEU's (0, or 1e-3 to 100, n up to 1e5) are always decided. */
 double tfm_exact_mean(const double *x, int64_t n);
+
+/* The mean of x[0..n) as numpy's x.mean() on float64: its pairwise sum (blocks of up to
+ * 128 summed in 8 lanes), divided by n. */
+double tfm_np_mean(const double *x, int64_t n);
+
+/* The scores of a resample as a paired test needs them: from float32 sums (bs), from
+ * exact int64 sums (ar). */
+typedef double (*tfm_paired_i64_fn)(const int64_t *sum, const void *ctx);
+
+/* The paired bootstrap test of sys against base (both stats[n][width], float32), samples
+ * >= 2 resamples from seed; base_score and sys_score are the real corpus scores.  Gives
+ * p, the system's mean and half-width, and, when base_conf is not NULL, the baseline's
+ * mean and half-width from the same resamples (sacreBLEU's baseline row). */
+int tfm_paired_bs(const float *base, const float *sys, int64_t n, int width, int samples,
+                  uint64_t seed, tfm_bootstrap_score_fn score, const void *ctx,
+                  double base_score, double sys_score, double *p, double conf[2],
+                  double *base_conf, struct tfm_error *err);
+
+/* The paired approximate randomization test of sys against base (stats[n][width], int64),
+ * trials >= 1 from seed, scored by score. */
+int tfm_paired_ar(const int64_t *base, const int64_t *sys, int64_t n, int width, int trials,
+                  uint64_t seed, tfm_paired_i64_fn score, const void *ctx, double base_score,
+                  double sys_score, double *p, struct tfm_error *err);
 
 #endif

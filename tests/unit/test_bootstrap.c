@@ -1,6 +1,9 @@
-/* test_bootstrap: numpy's default_rng as bootstrap.c draws it (outputs and bounded
- * integers against values numpy 2.4 printed), the exact mean (statistics.mean's values),
- * the interval of a known set of scores, and BLEU's float32 score of summed statistics. */
+/* test_bootstrap: numpy's default_rng as bootstrap.c draws it (outputs, bounded integers
+ * and boolean bits against values numpy 2.4 printed), the exact mean (statistics.mean's
+ * values) and numpy's pairwise mean, the interval of a known set of scores, BLEU's
+ * float32 score of summed statistics, and both paired tests on a toy metric against
+ * sacreBLEU's algorithms written with numpy. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -130,6 +133,95 @@ static void test_bleu_f32(void)
     CHECK(tfm_bleu_score_f32(none, &o) == 0.0);
 }
 
+/* numpy: default_rng(12345).integers(2, size=(3, 25), dtype=bool), then choice(1000, 3) */
+static void test_bits(void)
+{
+    static const char want[] =
+        "101110011000001111111111010011011011000110001101010011000101110001111011001";
+    struct tfm_np_rng r;
+    struct tfm_np_bits b = {0, 0};
+    tfm_np_rng_seed(&r, 12345);
+    int bad = 0;
+    for (int i = 0; want[i]; i++)
+        bad += tfm_np_rng_bit(&r, &b) != want[i] - '0';
+    CHECK(bad == 0);
+    /* 75 bits took three 32-bit draws: the next draw is the high half of a 64-bit one */
+    CHECK(tfm_np_rng_below(&r, 1000) == 316);
+    CHECK(tfm_np_rng_below(&r, 1000) == 204);
+    CHECK(tfm_np_rng_below(&r, 1000) == 797);
+}
+
+/* numpy: np.array([math.sin(i) * 30 + i * 1e-3 for i in range(n)]).mean() */
+static void test_np_mean(void)
+{
+    static const struct {
+        int n;
+        double want;
+    } cases[] = {
+        {5, 6.8125155463131035}, {100, 0.16325838823480154},
+        {1000, 0.4991127028062349}, {4097, 2.0471365052028787},
+    };
+    static double x[4097];
+    for (int i = 0; i < 4097; i++)
+        x[i] = sin((double)i) * 30 + i * 1e-3;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        double got = tfm_np_mean(x, cases[c].n);
+        if (got != cases[c].want)
+            printf("#   n %d: %.17g, numpy %.17g\n", cases[c].n, got, cases[c].want);
+        CHECK(got == cases[c].want);
+    }
+    /* the exact mean of 1000 differs: another summation */
+    CHECK(tfm_exact_mean(x, 1000) != tfm_np_mean(x, 1000));
+}
+
+/* A toy metric of 2 statistics: 100 * s0 / s1. */
+static double ratio_f32(const float *sum, const void *ctx)
+{
+    (void)ctx;
+    return 100.0 * (double)sum[0] / (double)sum[1];
+}
+
+static double ratio_i64(const int64_t *sum, const void *ctx)
+{
+    (void)ctx;
+    return 100.0 * (double)sum[0] / (double)sum[1];
+}
+
+/* Both paired tests on 37 sentences of that metric, against sacreBLEU's
+ * _paired_bs_test and _paired_ar_test written with numpy for it (seed 7; 200 resamples,
+ * 500 trials): base row i (7i mod 5, 3 + i mod 4), system row i (3i mod 6, 3 + i mod 4). */
+static void test_paired(void)
+{
+    enum { N = 37 };
+    float bf[N * 2], sf[N * 2];
+    int64_t bi[N * 2], si[N * 2], tb[2] = {0, 0}, ts[2] = {0, 0};
+    for (int i = 0; i < N; i++) {
+        bi[2 * i] = (i * 7) % 5, si[2 * i] = (i * 3) % 6;
+        bi[2 * i + 1] = si[2 * i + 1] = 3 + i % 4;
+        for (int k = 0; k < 2; k++) {
+            bf[2 * i + k] = (float)bi[2 * i + k], sf[2 * i + k] = (float)si[2 * i + k];
+            tb[k] += bi[2 * i + k], ts[k] += si[2 * i + k];
+        }
+    }
+    double base = ratio_i64(tb, NULL), sys = ratio_i64(ts, NULL);
+    CHECK(base == 43.63636363636363 && sys == 32.72727272727273);
+    double p, conf[2], bconf[2];
+    struct tfm_error err;
+    CHECK(tfm_paired_bs(bf, sf, N, 2, 200, 7, ratio_f32, NULL, base, sys, &p, conf, bconf,
+                        &err) == 0);
+    CHECK(p == 0.08955223880597014);
+    CHECK(conf[0] == 32.5081302972247 && conf[1] == 10.024470945061005);
+    CHECK(bconf[0] == 44.10102320136077 && bconf[1] == 11.380266075388025);
+    CHECK(tfm_paired_ar(bi, si, N, 2, 500, 7, ratio_i64, NULL, base, sys, &p, &err) == 0);
+    CHECK(p == 0.14171656686626746);
+    /* a system against itself: every shuffle is the same pair, no difference exceeds 0 */
+    CHECK(tfm_paired_ar(bi, bi, N, 2, 500, 7, ratio_i64, NULL, base, base, &p, &err) == 0);
+    CHECK(p == 1.0 / 501);
+    CHECK(tfm_paired_bs(bf, sf, N, 2, 1, 7, ratio_f32, NULL, base, sys, &p, conf, NULL,
+                        &err) == -1);
+    CHECK(tfm_paired_ar(bi, si, 0, 2, 500, 7, ratio_i64, NULL, base, sys, &p, &err) == -1);
+}
+
 int main(void)
 {
     t_run("numpy's default_rng: PCG64 seeded through SeedSequence", test_raw);
@@ -137,5 +229,8 @@ int main(void)
     t_run("the mean as statistics.mean: exact sum, one rounding", test_mean);
     t_run("the interval and mean of known resamples; refusals", test_ci);
     t_run("BLEU of float32 statistics as sacreBLEU's bootstrap scores them", test_bleu_f32);
+    t_run("numpy's boolean integers: 32 bits a draw, the lowest first", test_bits);
+    t_run("numpy's mean: the pairwise sum", test_np_mean);
+    t_run("the paired bootstrap and approximate randomization tests (toy metric)", test_paired);
     return t_done();
 }
