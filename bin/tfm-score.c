@@ -28,6 +28,10 @@ static const char USAGE[] =
     "                 [--source FILE | --linearized] [--keep-tags] [--root LABEL]\n"
     "                 [--per-sentence] [--max-error N] [--confidence [--confidence-n N]\n"
     "                 [--seed N]] [--json] [--quiet] [FILE]\n"
+    "       tfm-score -r REF [-r REF]... [BLEU options] --paired-bs [--paired-bs-n N]\n"
+    "                 [--seed N] [--json] BASELINE SYSTEM...\n"
+    "       tfm-score -r REF [-r REF]... [BLEU options] --paired-ar [--paired-ar-n N]\n"
+    "                 [--seed N] [--json] BASELINE SYSTEM...\n"
     "       tfm-score --linearize [--keep-tags | --keep-words] [--keep-function-tags]\n"
     "                 [FILE]\n"
     "       tfm-score --restore --source FILE [--root LABEL] [FILE]\n"
@@ -60,6 +64,13 @@ static const char HELP[] =
     "                          resamples, as sacreBLEU --confidence draws them\n"
     "      --confidence-n N    resamples, 2 to 100000 (1000)\n"
     "      --seed N            their seed (12345, sacreBLEU's)\n"
+    "      --paired-bs         BLEU: test each SYSTEM against BASELINE by paired\n"
+    "                          bootstrap resampling (p, mean and 95% interval), as\n"
+    "                          sacreBLEU --paired-bs\n"
+    "      --paired-bs-n N     resamples, 2 to 100000 (1000)\n"
+    "      --paired-ar         BLEU: the same by approximate randomization (p), as\n"
+    "                          sacreBLEU --paired-ar\n"
+    "      --paired-ar-n N     trials, 1 to 1000000 (10000)\n"
     "  -j, --json              print the result as JSON\n"
     "      --linearize         print \"WORDS<TAB>LINEARIZED\" for each tree of FILE\n"
     "      --keep-tags         --linearize: write POS tags instead of XX; f1 with\n"
@@ -82,7 +93,8 @@ enum {
     OPT_SMOOTH = 256, OPT_SMOOTH_VALUE, OPT_TOKENIZED, OPT_COMPOUND, OPT_CHAR_ORDER,
     OPT_WORD_ORDER, OPT_BETA, OPT_WS, OPT_EPS, OPT_LINEARIZED, OPT_MAX_ERROR, OPT_LINEARIZE, OPT_ONELINE,
     OPT_KEEP_TAGS, OPT_KEEP_FTAGS, OPT_KEEP_WORDS, OPT_RESTORE, OPT_ROOT, OPT_VERSION,
-    OPT_CONFIDENCE, OPT_CONFIDENCE_N, OPT_SEED,
+    OPT_CONFIDENCE, OPT_CONFIDENCE_N, OPT_SEED, OPT_PAIRED_BS, OPT_PAIRED_AR, OPT_PAIRED_BS_N,
+    OPT_PAIRED_AR_N,
 };
 
 static void warn(void *ctx, const char *msg)
@@ -91,23 +103,47 @@ static void warn(void *ctx, const char *msg)
     fprintf(stderr, PROG ": %s\n", msg);
 }
 
-/* Score the hypotheses at hyp_path (a stream or text) against the references refs. */
-static int score_files(struct tfm_scorer *s, const char *const *refs, const char *hyp_path,
-                       struct tfm_error *err)
+/* Read the references refs[0..nrefs) into rt (freed by the caller). */
+static int read_refs(struct tfm_text *rt, const char *const *refs, int nrefs,
+                     struct tfm_error *err)
 {
-    struct tfm_text hyp, *rt = calloc((size_t)(s->nrefs ? s->nrefs : 1), sizeof *rt);
+    for (int r = 0; r < nrefs; r++)
+        if (tfm_text_read(&rt[r], refs[r], err))
+            return -1;
+    return 0;
+}
+
+/* Score (report 1) or collect (report 0) the hypotheses at hyp_path (a stream or text). */
+static int score_file(struct tfm_scorer *s, const struct tfm_text *rt, const char *hyp_path,
+                      int report, struct tfm_error *err)
+{
+    struct tfm_text hyp;
     tfm_text_init(&hyp);
-    int rc = rt ? 0 : tfm_fail(err, "out of memory");
-    for (int r = 0; r < s->nrefs && rc == 0; r++)
-        rc = tfm_text_read(&rt[r], refs[r], err);
+    int rc = tfm_hypread_text(hyp_path, &hyp, err);
     if (rc == 0)
-        rc = tfm_hypread_text(hyp_path, &hyp, err);
-    if (rc == 0)
-        rc = tfm_score_run(s, &hyp, rt, err);
-    for (int r = 0; rt && r < s->nrefs; r++)
-        tfm_text_free(&rt[r]);
-    free(rt);
+        rc = report ? tfm_score_run(s, &hyp, rt, err) : tfm_score_collect(s, &hyp, rt, err);
     tfm_text_free(&hyp);
+    return rc;
+}
+
+/* The paired test of the systems paths[1..n) against paths[0]: a BLEU scorer each. */
+static int paired_files(const struct tfm_bleu_opts *bo, const struct tfm_score_opts *so,
+                        const struct tfm_text *rt, int nrefs, const char *const *paths,
+                        int n, int test, int samples, uint64_t seed, struct tfm_error *err)
+{
+    struct tfm_scorer **sys = calloc((size_t)n, sizeof *sys);
+    int rc = sys ? 0 : tfm_fail(err, "out of memory");
+    for (int k = 0; k < n && rc == 0; k++) {
+        sys[k] = tfm_bleu_scorer(bo, nrefs, so, err);
+        rc = sys[k] ? score_file(sys[k], rt, paths[k], 0, err) : -1;
+        if (rc && sys[k] && !strchr(err->msg, ':'))
+            tfm_error_prefix(err, "%s", paths[k]);
+    }
+    if (rc == 0)
+        rc = tfm_score_paired(sys, paths, n, test, samples, seed, err);
+    for (int k = 0; sys && k < n; k++)
+        tfm_scorer_free(sys[k]);
+    free(sys);
     return rc;
 }
 
@@ -137,6 +173,10 @@ int main(int argc, char **argv)
         {"confidence", no_argument, NULL, OPT_CONFIDENCE},
         {"confidence-n", required_argument, NULL, OPT_CONFIDENCE_N},
         {"seed", required_argument, NULL, OPT_SEED},
+        {"paired-bs", no_argument, NULL, OPT_PAIRED_BS},
+        {"paired-ar", no_argument, NULL, OPT_PAIRED_AR},
+        {"paired-bs-n", required_argument, NULL, OPT_PAIRED_BS_N},
+        {"paired-ar-n", required_argument, NULL, OPT_PAIRED_AR_N},
         {"linearize", no_argument, NULL, OPT_LINEARIZE},
         {"keep-tags", no_argument, NULL, OPT_KEEP_TAGS},
         {"keep-function-tags", no_argument, NULL, OPT_KEEP_FTAGS},
@@ -158,6 +198,7 @@ int main(int argc, char **argv)
     long long v;
     int tok_set = 0, smooth_set = 0, smooth_value_set = 0, chrf_set = 0, tokenized = 0;
     int confidence = 0, bootstrap = 1000, bootstrap_set = 0, seed_set = 0;
+    int paired = 0, bs_n = 1000, ar_n = 10000, bs_n_set = 0, ar_n_set = 0;
     unsigned long long seed = 12345;
     struct tfm_bleu_opts bo;
     struct tfm_chrf_opts co;
@@ -236,6 +277,24 @@ int main(int argc, char **argv)
                 seed = (unsigned long long)v;
             seed_set = 1;
             break;
+        case OPT_PAIRED_BS:
+        case OPT_PAIRED_AR: {
+            int t = c == OPT_PAIRED_BS ? TFM_PAIRED_BS : TFM_PAIRED_AR;
+            if (paired && paired != t)
+                st = tfm_cli_usage_error("--paired-bs and --paired-ar exclude each other");
+            paired = t;
+            break;
+        }
+        case OPT_PAIRED_BS_N:
+            if (!(st = tfm_cli_int("--paired-bs-n", optarg, 2, 100000, &v)))
+                bs_n = (int)v;
+            bs_n_set = 1;
+            break;
+        case OPT_PAIRED_AR_N:
+            if (!(st = tfm_cli_int("--paired-ar-n", optarg, 1, 1000000, &v)))
+                ar_n = (int)v;
+            ar_n_set = 1;
+            break;
         case OPT_LINEARIZE:
         case OPT_RESTORE:
         case OPT_ONELINE: {
@@ -271,9 +330,10 @@ int main(int argc, char **argv)
             return st;
         }
     }
-    if (argc - optind > 1) {
+    if (argc - optind > 1 && !paired) {
         free(refs);
-        return tfm_cli_usage_error("one input FILE at most ('%s' is extra)", argv[optind + 1]);
+        return tfm_cli_usage_error("one input FILE at most ('%s' is extra; several systems "
+                                   "are for --paired-bs or --paired-ar)", argv[optind + 1]);
     }
     /* after the loop, so that a --tok in any position meets --tokenized below */
     if (tokenized)
@@ -306,14 +366,28 @@ int main(int argc, char **argv)
                   "--source or --linearized";
         else if (lo.keep_function_tags || lo.keep_words)
             bad = "--keep-function-tags and --keep-words are for --linearize";
-        else if ((bootstrap_set || seed_set) && !confidence)
-            bad = "--confidence-n and --seed are for --confidence";
+        else if (bootstrap_set && !confidence)
+            bad = "--confidence-n is for --confidence";
+        else if (seed_set && !confidence && !paired)
+            bad = "--seed is for --confidence, --paired-bs or --paired-ar";
+        else if (bs_n_set && paired != TFM_PAIRED_BS)
+            bad = "--paired-bs-n is for --paired-bs";
+        else if (ar_n_set && paired != TFM_PAIRED_AR)
+            bad = "--paired-ar-n is for --paired-ar";
+        else if (paired && confidence)
+            bad = "--confidence is for one system; --paired-bs gives each system's interval";
+        else if (paired && metric != MET_BLEU)
+            bad = "--paired-bs and --paired-ar are for --metric bleu (chrF's and F1's tests "
+                  "are not there yet)";
+        else if (paired && argc - optind < 2)
+            bad = "--paired-bs and --paired-ar need a BASELINE and at least one SYSTEM";
         else if (confidence && metric != MET_BLEU)
             bad = "--confidence is for --metric bleu (chrF's and F1's intervals are not "
                   "there yet)";
-    } else if (nrefs || metric != MET_BLEU || json || confidence || bootstrap_set || seed_set) {
-        bad = "--linearize, --restore and --oneline take no -r, --metric, --json or "
-              "--confidence";
+    } else if (nrefs || metric != MET_BLEU || json || confidence || bootstrap_set || seed_set ||
+               paired || bs_n_set || ar_n_set || argc - optind > 1) {
+        bad = "--linearize, --restore and --oneline take one FILE and no -r, --metric, "
+              "--json, --confidence or --paired-*";
     } else if (mode == MODE_ONELINE && (fo.source || fo.root || lo.keep_tags ||
                                         lo.keep_function_tags || lo.keep_words)) {
         bad = "--oneline takes no --source, --root or --keep-* options";
@@ -345,11 +419,14 @@ int main(int argc, char **argv)
     if (fo.source && tfm_cli_reads_stdin(fo.source))
         snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the source sentences "
                  "(--source %.40s)", fo.source);
-    if (tfm_cli_reads_stdin(in))
-        snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the %s (FILE %.40s)",
-                 mode == MODE_SCORE ? "hypotheses" : mode == MODE_RESTORE ? "linearized trees"
-                                                                          : "trees",
-                 strcmp(in, "-") == 0 ? "- or none" : in);
+    for (int k = optind; k < (argc > optind ? argc : optind + 1) && nstdin < 5; k++) {
+        const char *f = k < argc ? argv[k] : in;
+        if (tfm_cli_reads_stdin(f))
+            snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the %s (FILE %.40s)",
+                     paired ? "systems" : mode == MODE_SCORE ? "hypotheses"
+                                        : mode == MODE_RESTORE ? "linearized trees" : "trees",
+                     strcmp(f, "-") == 0 ? (paired ? "-" : "- or none") : f);
+    }
     if (nstdin > 1) {
         free(refs);
         return tfm_cli_usage_error("standard input cannot feed both %s and %s: give a file "
@@ -369,12 +446,24 @@ int main(int argc, char **argv)
     } else {
         struct tfm_score_opts so = {.out = stdout, .json = json, .version = SIG_VERSION,
                                     .warn = quiet ? NULL : warn,
-                                    .bootstrap = confidence ? bootstrap : 0, .seed = seed};
-        struct tfm_scorer *s = metric == MET_BLEU ? tfm_bleu_scorer(&bo, nrefs, &so, &err)
-                             : metric == MET_CHRF ? tfm_chrf_scorer(&co, nrefs, &so, &err)
-                                                  : tfm_evalb_scorer(&fo, &so, &err);
-        rc = s ? score_files(s, refs, in, &err) : -1;
-        tfm_scorer_free(s);
+                                    .bootstrap = confidence ? bootstrap : 0, .seed = seed,
+                                    .keep_rows = paired != 0};
+        struct tfm_text *rt = calloc((size_t)(nrefs ? nrefs : 1), sizeof *rt);
+        rc = rt ? read_refs(rt, refs, nrefs, &err) : tfm_fail(&err, "out of memory");
+        if (rc == 0 && paired) {
+            rc = paired_files(&bo, &so, rt, nrefs, (const char *const *)argv + optind,
+                              argc - optind, paired, paired == TFM_PAIRED_BS ? bs_n : ar_n,
+                              seed, &err);
+        } else if (rc == 0) {
+            struct tfm_scorer *s = metric == MET_BLEU ? tfm_bleu_scorer(&bo, nrefs, &so, &err)
+                                 : metric == MET_CHRF ? tfm_chrf_scorer(&co, nrefs, &so, &err)
+                                                      : tfm_evalb_scorer(&fo, &so, &err);
+            rc = s ? score_file(s, rt, in, 1, &err) : -1;
+            tfm_scorer_free(s);
+        }
+        for (int r = 0; rt && r < nrefs; r++)
+            tfm_text_free(&rt[r]);
+        free(rt);
     }
     if (rc)
         fprintf(stderr, PROG ": %s\n", err.msg);

@@ -898,7 +898,7 @@ static int bleu_add(struct tfm_scorer *s, int64_t i, const char *hyp, size_t hyp
     struct tfm_bleu_stats was = b->st;
     if (tfm_bleu_add(b, hyp, hyp_len, s->nrefs, refs, ref_lens, err) < 0)
         return tfm_error_prefix(err, "line %lld", (long long)i + 1);
-    if (s->o.bootstrap) {
+    if (s->o.bootstrap || s->o.keep_rows) {
         if (tfm_grow(&b->sent, &b->cap_sent, (size_t)(s->added + 1) * STAT_WIDTH, sizeof *b->sent))
             return tfm_fail(err, "out of memory");
         sentence_stats(b, &was, b->sent + s->added * STAT_WIDTH);
@@ -911,15 +911,37 @@ static double bootstrap_score(const float *sum, const void *opts)
     return tfm_bleu_score_f32(sum, opts);
 }
 
-/* "nrefs:1|bs:1000|seed:12345|case:mixed|..." from sig without them, as sacreBLEU's. */
-static void signature_bootstrap(char *sig, size_t n, int samples, uint64_t seed)
+/* The score of int64 sums as sacreBLEU scores an approximate randomization trial: its
+ * statistics are then a numpy int64 array, and compute_bleu adds add-k's value to its
+ * counts in place, in int64: a fractional value loses its fraction there. */
+static double trial_score(const int64_t *sum, const void *opts)
 {
-    char rest[256];
-    const char *bar = strchr(sig, '|');
-    snprintf(rest, sizeof rest, "%s", bar ? bar + 1 : "");
-    size_t head = bar ? (size_t)(bar - sig) + 1 : strlen(sig);
-    snprintf(sig + head, n - head, "%sbs:%d|seed:%llu|%s", bar ? "" : "|", samples,
-             (unsigned long long)seed, rest);
+    struct tfm_bleu_opts o = *(const struct tfm_bleu_opts *)opts;
+    if (o.smooth == TFM_SMOOTH_ADDK)
+        o.smooth_value = floor(smooth_value(&o));
+    struct tfm_bleu_stats st = {0, sum[0], sum[1], {0}, {0}};
+    for (int n = 0; n < TFM_BLEU_ORDER; n++) {
+        st.correct[n] = sum[2 + n];
+        st.total[n] = sum[2 + TFM_BLEU_ORDER + n];
+    }
+    struct tfm_bleu_score sc;
+    tfm_bleu_compute(&st, &o, &sc);
+    return sc.score;
+}
+
+static int bleu_paired(const struct tfm_scorer *s, struct tfm_score_rows *out,
+                       struct tfm_error *err)
+{
+    const struct tfm_bleu *b = s->metric;
+    if (!b->sent && s->added)
+        return tfm_fail(err, "BLEU: the sentences' statistics were not kept");
+    struct tfm_bleu_score sc;
+    tfm_bleu_compute(&b->st, &b->o, &sc);
+    *out = (struct tfm_score_rows){.rows = b->sent, .width = STAT_WIDTH, .score = sc.score,
+                                   .score_f32 = bootstrap_score, .score_i64 = trial_score,
+                                   .ctx = &b->o, .name = "BLEU"};
+    tfm_bleu_signature(&b->o, s->nrefs, s->o.version, out->sig, sizeof out->sig);
+    return 0;
 }
 
 static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
@@ -934,7 +956,7 @@ static int bleu_report(struct tfm_scorer *s, struct tfm_error *err)
     double conf[2];
     int with_ci = 0;
     if (s->o.bootstrap)
-        signature_bootstrap(sig, sizeof sig, s->o.bootstrap, s->o.seed);
+        tfm_score_signature_seeded(sig, sizeof sig, "bs", s->o.bootstrap, s->o.seed);
     if (s->o.bootstrap && s->added > 0) {   /* no sentence: nothing to resample */
         if (tfm_bootstrap_ci(b->sent, s->added, STAT_WIDTH, s->o.bootstrap, s->o.seed,
                              bootstrap_score, &b->o, &conf[0], &conf[1], err))
@@ -967,7 +989,7 @@ static void bleu_metric_free(void *b)
 }
 
 static const struct tfm_scorer_ops BLEU_OPS = {
-    .add = bleu_add, .report = bleu_report, .free = bleu_metric_free,
+    .add = bleu_add, .report = bleu_report, .free = bleu_metric_free, .paired = bleu_paired,
 };
 
 struct tfm_scorer *tfm_bleu_scorer(const struct tfm_bleu_opts *o, int nrefs,

@@ -1,9 +1,11 @@
 /* score.c: the scorer loop and the parts every scorer shares (score.h). */
 #include "score.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bootstrap.h"
 #include "json.h"
 #include "text.h"
 
@@ -32,8 +34,8 @@ void tfm_scorer_free(struct tfm_scorer *s)
     free(s);
 }
 
-int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
-                  const struct tfm_text *refs, struct tfm_error *err)
+int tfm_score_collect(struct tfm_scorer *s, const struct tfm_text *hyp,
+                      const struct tfm_text *refs, struct tfm_error *err)
 {
     for (int r = 0; r < s->nrefs; r++)
         if (refs[r].n != hyp->n)
@@ -59,8 +61,144 @@ int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
     }
     free(rl);
     free(rn);
-    if (rc == 0)
-        rc = s->ops->report(s, err);
+    return rc;
+}
+
+int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
+                  const struct tfm_text *refs, struct tfm_error *err)
+{
+    if (tfm_score_collect(s, hyp, refs, err))
+        return -1;
+    return s->ops->report(s, err);
+}
+
+void tfm_score_signature_seeded(char *sig, size_t n, const char *key, int samples,
+                                uint64_t seed)
+{
+    char rest[256];
+    const char *bar = strchr(sig, '|');
+    snprintf(rest, sizeof rest, "%s", bar ? bar + 1 : "");
+    size_t head = bar ? (size_t)(bar - sig) + 1 : strlen(sig);
+    snprintf(sig + head, n - head, "%s%s:%d|seed:%llu|%s", bar ? "" : "|", key, samples,
+             (unsigned long long)seed, rest);
+}
+
+/* What the report says of one system: its score, p (NAN for the baseline), and the
+ * mean and half-width of its resamples (NAN without them). */
+struct paired_result {
+    double score, p, mean, ci;
+};
+
+/* The statistics as int64, for approximate randomization (they are counts). */
+static void rows_i64(const struct tfm_score_rows *r, int64_t n, int64_t *out)
+{
+    for (int64_t i = 0; i < n * r->width; i++)
+        out[i] = (int64_t)r->rows[i];
+}
+
+static void paired_report(struct tfm_scorer *const *sys, const char *const *names, int nsys,
+                          const struct tfm_score_rows *r, const struct paired_result *res)
+{
+    FILE *out = sys[0]->o.out;
+    static const char BASE[] = "Baseline: ";
+    if (sys[0]->o.json) {
+        struct tfm_json j;
+        tfm_json_init(&j, out);
+        tfm_json_array(&j, 1);
+        for (int k = 0; k < nsys; k++) {
+            char name[1024];
+            snprintf(name, sizeof name, "%s%s", k ? "" : BASE, names[k]);
+            tfm_json_object(&j, 1);
+            tfm_json_member_str(&j, "system", name);
+            tfm_json_key(&j, r[0].name);
+            tfm_json_object(&j, 1);
+            tfm_json_member_num(&j, "score", res[k].score);
+            tfm_json_member_num(&j, "p_value", res[k].p);
+            tfm_json_member_num(&j, "mean", res[k].mean);
+            tfm_json_member_num(&j, "ci", res[k].ci);
+            tfm_json_member_str(&j, "signature", r[0].sig);
+            tfm_json_end(&j);
+            tfm_json_end(&j);
+        }
+        tfm_json_end(&j);
+        fputc('\n', out);
+        return;
+    }
+    int width = 0;
+    for (int k = 0; k < nsys; k++) {
+        int w = (int)strlen(names[k]) + (k ? 0 : (int)strlen(BASE));
+        width = w > width ? w : width;
+    }
+    for (int k = 0; k < nsys; k++) {
+        fprintf(out, "%s%-*s  %s = %.2f", k ? "" : BASE,
+                width - (k ? 0 : (int)strlen(BASE)), names[k], r[0].name, res[k].score);
+        if (!isnan(res[k].mean))
+            fprintf(out, " (\u03bc = %.2f \u00b1 %.2f)", res[k].mean, res[k].ci);
+        if (k)
+            fprintf(out, " (p = %.4f)%s", res[k].p, res[k].p <= 0.05 ? "*" : "");
+        fputc('\n', out);
+    }
+    fprintf(out, "%s\n", r[0].sig);
+}
+
+int tfm_score_paired(struct tfm_scorer *const *sys, const char *const *names, int nsys,
+                     int test, int samples, uint64_t seed, struct tfm_error *err)
+{
+    if (nsys < 2)
+        return tfm_fail(err, "a paired test needs a baseline and at least one system");
+    int64_t n = sys[0]->added;
+    for (int k = 1; k < nsys; k++)
+        if (sys[k]->added != n)
+            return tfm_fail(err, "%s: %lld sentences, the baseline has %lld", names[k],
+                            (long long)sys[k]->added, (long long)n);
+    if (n == 0)
+        return tfm_fail(err, "no sentence: nothing to resample");
+    struct tfm_score_rows *r = calloc((size_t)nsys, sizeof *r);
+    struct paired_result *res = calloc((size_t)nsys, sizeof *res);
+    int64_t *base = NULL, *other = NULL;
+    int rc = r && res ? 0 : tfm_fail(err, "out of memory");
+    for (int k = 0; k < nsys && rc == 0; k++) {
+        if (!sys[k]->ops->paired)
+            rc = tfm_fail(err, "this metric has no paired test");
+        else
+            rc = sys[k]->ops->paired(sys[k], &r[k], err);
+    }
+    if (rc == 0 && test == TFM_PAIRED_AR) {
+        base = malloc((size_t)n * (size_t)r[0].width * sizeof *base);
+        other = malloc((size_t)n * (size_t)r[0].width * sizeof *other);
+        if (!base || !other)
+            rc = tfm_fail(err, "out of memory");
+        else
+            rows_i64(&r[0], n, base);
+    }
+    for (int k = 0; k < nsys && rc == 0; k++) {
+        res[k] = (struct paired_result){r[k].score, NAN, NAN, NAN};
+        if (k == 0)
+            continue;
+        if (test == TFM_PAIRED_BS) {
+            double conf[2], base_conf[2];
+            rc = tfm_paired_bs(r[0].rows, r[k].rows, n, r[0].width, samples, seed,
+                               r[0].score_f32, r[0].ctx, r[0].score, r[k].score, &res[k].p,
+                               conf, k == 1 ? base_conf : NULL, err);
+            if (rc == 0)
+                res[k].mean = conf[0], res[k].ci = conf[1];
+            if (rc == 0 && k == 1)  /* the baseline's resamples are the same for every system */
+                res[0].mean = base_conf[0], res[0].ci = base_conf[1];
+        } else {
+            rows_i64(&r[k], n, other);
+            rc = tfm_paired_ar(base, other, n, r[0].width, samples, seed, r[0].score_i64,
+                               r[0].ctx, r[0].score, r[k].score, &res[k].p, err);
+        }
+    }
+    if (rc == 0) {
+        tfm_score_signature_seeded(r[0].sig, sizeof r[0].sig,
+                                   test == TFM_PAIRED_BS ? "bs" : "ar", samples, seed);
+        paired_report(sys, names, nsys, r, res);
+    }
+    free(r);
+    free(res);
+    free(base);
+    free(other);
     return rc;
 }
 

@@ -33,9 +33,24 @@ struct tfm_score_opts {
     void *warn_ctx;
     int bootstrap;          /* resamples for a 95% confidence interval (bootstrap.h), 0: none */
     uint64_t seed;          /* their seed (sacreBLEU's is 12345) */
+    int keep_rows;          /* keep each sentence's statistics: for tfm_score_paired */
 };
 
 struct tfm_scorer;
+
+/* What a paired test needs of one system's scorer (ops->paired fills it in). */
+struct tfm_score_rows {
+    const float *rows;      /* each sentence's statistics, rows[sentences][width] */
+    int width;
+    double score;           /* the corpus score, as reported */
+    /* the score of summed statistics: of float32 sums, as sacreBLEU scores a bootstrap
+     * resample; of int64 sums, as it scores an approximate randomization trial */
+    double (*score_f32)(const float *sum, const void *ctx);
+    double (*score_i64)(const int64_t *sum, const void *ctx);
+    const void *ctx;
+    const char *name;       /* "BLEU" */
+    char sig[256];          /* the signature ("nrefs:1|case:mixed|...") */
+};
 
 struct tfm_scorer_ops {
     /* once, before the first sentence (may be NULL): files the metric reads itself, the
@@ -47,6 +62,10 @@ struct tfm_scorer_ops {
     /* the corpus score, to s->o.out */
     int (*report)(struct tfm_scorer *s, struct tfm_error *err);
     void (*free)(void *metric);
+    /* (may be NULL: no paired test) the statistics of the sentences added, kept when
+     * o.keep_rows, and the scores of their sums */
+    int (*paired)(const struct tfm_scorer *s, struct tfm_score_rows *out,
+                  struct tfm_error *err);
 };
 
 struct tfm_scorer {
@@ -73,6 +92,27 @@ void tfm_scorer_free(struct tfm_scorer *s);
  * scorer scores one corpus: once per scorer. */
 int tfm_score_run(struct tfm_scorer *s, const struct tfm_text *hyp,
                   const struct tfm_text *refs, struct tfm_error *err);
+/* The same without the report: the sentences added, for tfm_score_paired. */
+int tfm_score_collect(struct tfm_scorer *s, const struct tfm_text *hyp,
+                      const struct tfm_text *refs, struct tfm_error *err);
+
+/* Paired significance tests of systems sys[1..nsys) against the baseline sys[0], as
+ * sacreBLEU's --paired-bs and --paired-ar (bootstrap.h): each scorer has collected the
+ * same sentences with o.keep_rows.  samples: resamples (bs) or trials (ar).  The report,
+ * to sys[0]->o.out: a line a system,
+ *   "Baseline: NAME  BLEU = 26.33 (μ = 26.32 ± 0.66)"
+ *   "NAME            BLEU = 16.60 (μ = 16.57 ± 0.52) (p = 0.0010)*"
+ * (the mean and interval only for bs; * where p <= 0.05), then the signature with
+ * "bs:N|seed:S" or "ar:N|seed:S" after nrefs.  With o.json, sacreBLEU's JSON list:
+ * {"system", METRIC: {"score", "p_value", "mean", "ci", "signature"}} a system. */
+enum { TFM_PAIRED_BS = 1, TFM_PAIRED_AR };
+int tfm_score_paired(struct tfm_scorer *const *sys, const char *const *names, int nsys,
+                     int test, int samples, uint64_t seed, struct tfm_error *err);
+
+/* sig with "KEY:N|seed:S|" after its first field, as sacreBLEU's signature of a
+ * bootstrap ("bs") or approximate randomization ("ar"). */
+void tfm_score_signature_seeded(char *sig, size_t n, const char *key, int samples,
+                                uint64_t seed);
 
 /* The report of a sacreBLEU metric: "LINE\nSIGNATURE\n", or with s->o.json the start of
  * its JSON object -- name, score, signature, verbose_score (when not NULL), and the

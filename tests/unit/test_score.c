@@ -78,7 +78,8 @@ static void warn_into(void *ctx, const char *msg)
 
 static void test_loop(void)
 {
-    static const struct tfm_scorer_ops ops = {rec_start, rec_add, rec_report, rec_free};
+    static const struct tfm_scorer_ops ops = {.start = rec_start, .add = rec_add,
+                                              .report = rec_report, .free = rec_free};
     char warned[256] = "";
     struct tfm_score_opts so = {.out = stdout, .version = "v", .warn = warn_into, .warn_ctx = warned};
     struct tfm_error err;
