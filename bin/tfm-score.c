@@ -113,15 +113,15 @@ static int read_refs(struct tfm_text *rt, const char *const *refs, int nrefs,
     return 0;
 }
 
-/* Score (report 1) or collect (report 0) the hypotheses at hyp_path (a stream or text). */
+/* Score the hypotheses at hyp_path (a stream or text) against the references rt. */
 static int score_file(struct tfm_scorer *s, const struct tfm_text *rt, const char *hyp_path,
-                      int report, struct tfm_error *err)
+                      struct tfm_error *err)
 {
     struct tfm_text hyp;
     tfm_text_init(&hyp);
     int rc = tfm_hypread_text(hyp_path, &hyp, err);
     if (rc == 0)
-        rc = report ? tfm_score_run(s, &hyp, rt, err) : tfm_score_collect(s, &hyp, rt, err);
+        rc = tfm_score_run(s, &hyp, rt, err);
     tfm_text_free(&hyp);
     return rc;
 }
@@ -134,10 +134,13 @@ static int paired_files(const struct tfm_bleu_opts *bo, const struct tfm_score_o
     struct tfm_scorer **sys = calloc((size_t)n, sizeof *sys);
     int rc = sys ? 0 : tfm_fail(err, "out of memory");
     for (int k = 0; k < n && rc == 0; k++) {
+        struct tfm_text hyp;
+        tfm_text_init(&hyp);
         sys[k] = tfm_bleu_scorer(bo, nrefs, so, err);
-        rc = sys[k] ? score_file(sys[k], rt, paths[k], 0, err) : -1;
-        if (rc && sys[k] && !strchr(err->msg, ':'))
-            tfm_error_prefix(err, "%s", paths[k]);
+        rc = sys[k] ? tfm_hypread_text(paths[k], &hyp, err) : -1;   /* names the file */
+        if (rc == 0 && tfm_score_collect(sys[k], &hyp, rt, err))
+            rc = tfm_error_prefix(err, "%s", hyp.name);
+        tfm_text_free(&hyp);
     }
     if (rc == 0)
         rc = tfm_score_paired(sys, paths, n, test, samples, seed, err);
@@ -419,13 +422,15 @@ int main(int argc, char **argv)
     if (fo.source && tfm_cli_reads_stdin(fo.source))
         snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the source sentences "
                  "(--source %.40s)", fo.source);
-    for (int k = optind; k < (argc > optind ? argc : optind + 1) && nstdin < 5; k++) {
+    for (int k = optind, systems = 0; k < (argc > optind ? argc : optind + 1) && nstdin < 5;
+         k++) {
         const char *f = k < argc ? argv[k] : in;
         if (tfm_cli_reads_stdin(f))
-            snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "the %s (FILE %.40s)",
-                     paired ? "systems" : mode == MODE_SCORE ? "hypotheses"
-                                        : mode == MODE_RESTORE ? "linearized trees" : "trees",
-                     strcmp(f, "-") == 0 ? (paired ? "-" : "- or none") : f);
+            snprintf(stdin_user[nstdin++], sizeof stdin_user[0], "%s (FILE %.40s)",
+                     paired ? (systems++ ? "another system" : "a system")
+                     : mode == MODE_SCORE   ? "the hypotheses"
+                     : mode == MODE_RESTORE ? "the linearized trees" : "the trees",
+                     strcmp(f, "-") == 0 && !paired ? "- or none" : f);
     }
     if (nstdin > 1) {
         free(refs);
@@ -458,7 +463,7 @@ int main(int argc, char **argv)
             struct tfm_scorer *s = metric == MET_BLEU ? tfm_bleu_scorer(&bo, nrefs, &so, &err)
                                  : metric == MET_CHRF ? tfm_chrf_scorer(&co, nrefs, &so, &err)
                                                       : tfm_evalb_scorer(&fo, &so, &err);
-            rc = s ? score_file(s, rt, in, 1, &err) : -1;
+            rc = s ? score_file(s, rt, in, &err) : -1;
             tfm_scorer_free(s);
         }
         for (int r = 0; rt && r < nrefs; r++)

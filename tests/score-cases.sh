@@ -159,6 +159,14 @@ done
 case_ "tfm-score --linearize < $TMP/open.mrg"
 case_ "tfm-score --linearize $TMP/none"
 
+# ---- paired tests: bootstrap and approximate randomization, text and JSON ---------------
+PROMT=$W/systems/newstest2017.PROMT-Rule-based.4735.en-de
+case_ "tfm-score --paired-bs -r $REF $FBK $KIT $PROMT"
+case_ "tfm-score --paired-bs -j --paired-bs-n 200 --seed 7 --tok intl -r $REF $KIT $FBK"
+case_ "tfm-score --paired-ar --paired-ar-n 1000 -l -r $REF $FBK $KIT $PROMT"
+case_ "tfm-score --paired-ar -j --paired-ar-n 500 --smooth add-k --smooth-value 0.5 -r $REF $FBK $KIT"
+case_ "tfm-score --paired-ar --paired-ar-n 100 -r $TMP/r1 $TMP/h1 $TMP/h2"
+
 # ---- errors -----------------------------------------------------------------------------
 head -n 3003 "$REF" > "$TMP/short"
 printf 'ok\n\xff bad\n' > "$TMP/utf"
@@ -181,7 +189,9 @@ for o in "" "--metric bogus" "--tok 14" "--compound-split" "--tokenized --tok 13
          "-m chrf --tok intl" "--chrf-word-order 9 -m chrf" "--chrf-beta 2" "--per-sentence" \
          "-m f1 -r $REF" "-m f1 -l" "-m f1 --source x --linearized" "--keep-tags -m f1" \
          "--keep-function-tags -m f1 --linearized" "--smooth-value x" "--smooth bogus" \
-         "--max-error -1 -m f1" "--root 'A B' -m f1 --linearized"; do
+         "--max-error -1 -m f1" "--root 'A B' -m f1 --linearized" "--paired-bs" \
+         "--paired-ar -m chrf" "--paired-bs --paired-ar" "--paired-bs-n 5" "--paired-ar-n 0 --paired-ar" \
+         "--paired-bs --confidence"; do
     case_ "tfm-score $o -r $TMP/ok $TMP/ok $TMP/ok"
     case_ "tfm-score $o -r $TMP/ok $TMP/ok"
 done

@@ -72,15 +72,109 @@ setup() {
     assert_line -n 0 --partial "tfm-score: --seed: '-1': expected an integer from 0 to "
     run tfm-score -r "$REF" --seed 3 "$FBK"
     assert_failure 2
-    assert_line -n 0 "tfm-score: --confidence-n and --seed are for --confidence"
+    assert_line -n 0 "tfm-score: --seed is for --confidence, --paired-bs or --paired-ar"
     run tfm-score -r "$REF" --confidence-n 50 "$FBK"
     assert_failure 2
     run tfm-score -r "$REF" -m chrf --confidence "$FBK"
     assert_failure 2
     assert_line -n 0 "tfm-score: --confidence is for --metric bleu (chrF's and F1's intervals are not there yet)"
     run tfm-score --oneline --confidence "$E/sample/sample.gld"
-    assert_line -n 0 "tfm-score: --linearize, --restore and --oneline take no -r, --metric, --json or --confidence"
+    assert_line -n 0 "tfm-score: --linearize, --restore and --oneline take one FILE and no -r, --metric, --json, --confidence or --paired-*"
     assert_failure 2
+}
+
+@test "--paired-bs: each system against the baseline, sacreBLEU's figures to the bit" {
+    # sacreBLEU 2.6.0 (numpy 2.4): sacrebleu REF -i FBK KIT PROMT --paired-bs -f json
+    PROMT="$W/systems/newstest2017.PROMT-Rule-based.4735.en-de"
+    run tfm-score -r "$REF" --paired-bs "$FBK" "$KIT" "$PROMT"
+    assert_success
+    assert_equal "${#lines[@]}" 4
+    assert_line -n 0 --regexp "^Baseline: .*/newstest2017.FBK.4870.en-de +BLEU = 26.33 \(μ = 26.32 ± 0.66\)$"
+    assert_line -n 1 --regexp "^.*/newstest2017.KIT.4950.en-de +BLEU = 26.08 \(μ = 26.08 ± 0.67\) \(p = 0.0989\)$"
+    assert_line -n 2 --regexp "^.*/newstest2017.PROMT-Rule-based.4735.en-de +BLEU = 16.61 \(μ = 16.61 ± 0.53\) \(p = 0.0010\)\*$"
+    assert_line -n 3 "nrefs:1|bs:1000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+    # the columns line up: every score starts at the same place
+    [ "$(printf '%s\n' "${lines[@]:0:3}" | awk '{ print index($0, "BLEU =") }' | sort -u | wc -l)" -eq 1 ]
+    run tfm-score -r "$REF" --paired-bs --json "$FBK" "$KIT"
+    assert_success
+    assert_line '  "system": "Baseline: '"$FBK"'",'
+    assert_line '  "system": "'"$KIT"'",'
+    assert_line '   "p_value": null,'
+    assert_line '   "mean": 26.321809022164633,'
+    assert_line '   "ci": 0.6550781007752402,'
+    assert_line '   "score": 26.076033504662192,'
+    assert_line '   "p_value": 0.0989010989010989,'
+    assert_line '   "mean": 26.076321998569867,'
+    assert_line '   "ci": 0.6667205894986648,'
+    # the baseline's interval is --confidence's draws (its mean by numpy's sum, not
+    # statistics.mean: here the same double)
+    run bash -c "tfm-score -r '$REF' --confidence --json '$FBK' | grep confidence_var"
+    assert_output ' "confidence_var": 0.6550781007752402,'
+}
+
+@test "--paired-ar: approximate randomization, sacreBLEU's p to the bit; seeds and counts" {
+    # sacrebleu REF -i FBK KIT --paired-ar -f json (10000 trials)
+    run tfm-score -r "$REF" --paired-ar --json "$FBK" "$KIT"
+    assert_success
+    assert_line '   "p_value": 0.24087591240875914,'
+    assert_line '   "mean": null,'
+    assert_line '   "signature": "nrefs:1|ar:10000|seed:12345|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"'
+    run tfm-score -r "$REF" --paired-ar "$FBK" "$KIT"
+    assert_line -n 0 --regexp "^Baseline: .*FBK.4870.en-de +BLEU = 26.33$"
+    assert_line -n 1 --regexp "KIT.4950.en-de +BLEU = 26.08 \(p = 0.2409\)$"
+    # SACREBLEU_SEED=7, --paired-ar-n 1000 and --paired-bs-n 200: other draws
+    run tfm-score -r "$REF" --paired-ar --paired-ar-n 1000 --seed 7 "$FBK" "$KIT"
+    assert_line -n 2 "nrefs:1|ar:1000|seed:7|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+    run tfm-score -r "$REF" --paired-bs --paired-bs-n 200 --seed 7 "$FBK" "$KIT"
+    assert_line -n 2 "nrefs:1|bs:200|seed:7|case:mixed|eff:no|tok:13a|smooth:exp|version:tfm-0.1.0"
+    # a system against itself: no trial exceeds the real difference of 0 (sacreBLEU's count)
+    run tfm-score -r "$REF" --paired-ar --paired-ar-n 99 "$FBK" "$FBK"
+    assert_line -n 1 --regexp "BLEU = 26.33 \(p = 0.0100\)\*$"
+    # a stream and a text file compare as their text
+    run bash -c "cat '$KIT' | tfm-score -r '$REF' --paired-ar --paired-ar-n 200 '$FBK' -"
+    assert_success
+    assert_line -n 1 --regexp "^- +BLEU = 26.08 \(p = "
+}
+
+@test "--paired-bs and --paired-ar: what they refuse" {
+    run tfm-score -r "$REF" --paired-bs "$FBK"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --paired-bs and --paired-ar need a BASELINE and at least one SYSTEM"
+    run tfm-score -r "$REF" "$FBK" "$KIT"
+    assert_failure 2
+    assert_line -n 0 --partial "one input FILE at most ("
+    run tfm-score -r "$REF" --paired-bs --paired-ar "$FBK" "$KIT"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --paired-bs and --paired-ar exclude each other"
+    run tfm-score -r "$REF" --paired-bs -m chrf "$FBK" "$KIT"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --paired-bs and --paired-ar are for --metric bleu (chrF's and F1's tests are not there yet)"
+    run tfm-score -r "$REF" --paired-bs --confidence "$FBK" "$KIT"
+    assert_failure 2
+    run tfm-score -r "$REF" --paired-ar --paired-bs-n 10 "$FBK" "$KIT"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --paired-bs-n is for --paired-bs"
+    run tfm-score -r "$REF" --paired-bs --paired-bs-n 1 "$FBK" "$KIT"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: --paired-bs-n: '1': expected an integer from 2 to 100000"
+    run tfm-score -r "$REF" --paired-ar --paired-ar-n 0 "$FBK" "$KIT"
+    assert_failure 2
+    run bash -c "tfm-score -r '$REF' --paired-bs - - < '$FBK'"
+    assert_failure 2
+    assert_line -n 0 "tfm-score: standard input cannot feed both a system (FILE -) and another system (FILE -): give a file for one"
+    # a system of another length, unreadable, bad text: named, exit 1, nothing on stdout
+    head -n 3003 "$KIT" > "$BATS_TEST_TMPDIR/short"
+    run bash -c "tfm-score -r '$REF' --paired-bs '$FBK' '$BATS_TEST_TMPDIR/short' 2> '$BATS_TEST_TMPDIR/err'"
+    assert_failure 1
+    assert_output ""
+    assert_equal "$(cat "$BATS_TEST_TMPDIR/err")" "tfm-score: $BATS_TEST_TMPDIR/short: $REF: 3004 lines, hypotheses have 3003"
+    run tfm-score -r "$REF" --paired-ar "$FBK" /nonexistent
+    assert_failure 1
+    assert_line -n 0 "tfm-score: /nonexistent: No such file or directory"
+    : > "$BATS_TEST_TMPDIR/none"
+    run tfm-score -r "$BATS_TEST_TMPDIR/none" --paired-ar "$BATS_TEST_TMPDIR/none" "$BATS_TEST_TMPDIR/none"
+    assert_failure 1
+    assert_line -n 0 "tfm-score: no sentence: nothing to resample"
 }
 
 @test "pipe: cat hyp | tfm-score -r ref, and - for stdin" {
