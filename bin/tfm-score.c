@@ -335,8 +335,10 @@ int main(int argc, char **argv)
     }
     if (argc - optind > 1 && !paired) {
         free(refs);
-        return tfm_cli_usage_error("one input FILE at most ('%s' is extra; several systems "
-                                   "are for --paired-bs or --paired-ar)", argv[optind + 1]);
+        return tfm_cli_usage_error("one input FILE at most ('%s' is extra%s)", argv[optind + 1],
+                                   mode == MODE_SCORE && metric == MET_BLEU
+                                       ? "; several systems are for --paired-bs or --paired-ar"
+                                       : "");
     }
     /* after the loop, so that a --tok in any position meets --tokenized below */
     if (tokenized)

@@ -106,10 +106,12 @@ static void paired_report(struct tfm_scorer *const *sys, const char *const *name
         tfm_json_init(&j, out);
         tfm_json_array(&j, 1);
         for (int k = 0; k < nsys; k++) {
-            char name[1024];
-            snprintf(name, sizeof name, "%s%s", k ? "" : BASE, names[k]);
+            char *name = malloc(strlen(BASE) + strlen(names[k]) + 1);
             tfm_json_object(&j, 1);
-            tfm_json_member_str(&j, "system", name);
+            if (name)
+                strcat(strcpy(name, k ? "" : BASE), names[k]);
+            tfm_json_member_str(&j, "system", name ? name : names[k]);
+            free(name);
             tfm_json_key(&j, r[0].name);
             tfm_json_object(&j, 1);
             tfm_json_member_num(&j, "score", res[k].score);

@@ -106,6 +106,13 @@ setup() {
     assert_line '   "p_value": 0.0989010989010989,'
     assert_line '   "mean": 26.076321998569867,'
     assert_line '   "ci": 0.6667205894986648,'
+    # a path of any length is named whole
+    d="$BATS_TEST_TMPDIR"
+    for i in 1 2 3 4 5 6; do d="$d/$(printf 'd%.0s' $(seq 200))"; done
+    mkdir -p "$d" && cp "$KIT" "$d/k"
+    run tfm-score -r "$REF" --paired-bs --paired-bs-n 20 --json "$FBK" "$d/k"
+    assert_success
+    assert_line '  "system": "'"$d/k"'",'
     # the baseline's interval is --confidence's draws (its mean by numpy's sum, not
     # statistics.mean: here the same double)
     run bash -c "tfm-score -r '$REF' --confidence --json '$FBK' | grep confidence_var"
@@ -130,7 +137,7 @@ setup() {
     # a system against itself: no trial exceeds the real difference of 0 (sacreBLEU's count)
     run tfm-score -r "$REF" --paired-ar --paired-ar-n 99 "$FBK" "$FBK"
     assert_line -n 1 --regexp "BLEU = 26.33 \(p = 0.0100\)\*$"
-    # a stream and a text file compare as their text
+    # a system on standard input (-) beside a file
     run bash -c "cat '$KIT' | tfm-score -r '$REF' --paired-ar --paired-ar-n 200 '$FBK' -"
     assert_success
     assert_line -n 1 --regexp "^- +BLEU = 26.08 \(p = "
