@@ -298,57 +298,57 @@ static double p_value(const double *stat, int trials, double real)
     return (double)(c + 1) / (double)(trials + 1);
 }
 
-int tfm_paired_bs(const float *base, const float *sys, int64_t n, int width, int samples,
-                  uint64_t seed, tfm_bootstrap_score_fn score, const void *ctx,
-                  double base_score, double sys_score, double *p, double conf[2],
-                  double *base_conf, struct tfm_error *err)
+int tfm_paired_bs(const float *const *rows, int nsys, int64_t n, int width, int samples,
+                  uint64_t seed, tfm_bootstrap_score_fn score_fn, const void *ctx,
+                  const double *score, double *p, double *mean, double *ci,
+                  struct tfm_error *err)
 {
     if (check_sizes(n, width, samples, err))
         return -1;
-    if (samples < 2)
-        return tfm_fail(err, "paired bootstrap: at least 2 resamples expected");
-    double *sb = malloc((size_t)samples * sizeof *sb);
-    double *ss = malloc((size_t)samples * sizeof *ss);
-    double *d = malloc((size_t)samples * sizeof *d);
-    float *sum = malloc((size_t)width * 2 * sizeof *sum);
-    if (!sb || !ss || !d || !sum) {
-        free(sb);
-        free(ss);
-        free(d);
+    if (samples < 2 || nsys < 1)
+        return tfm_fail(err, "paired bootstrap: at least 2 resamples and 1 system expected");
+    /* every system's resample scores, [nsys][samples], then the differences */
+    double *sc = malloc(((size_t)nsys + 1) * (size_t)samples * sizeof *sc);
+    float *sum = malloc((size_t)nsys * (size_t)width * sizeof *sum);
+    if (!sc || !sum) {
+        free(sc);
         free(sum);
         return tfm_fail(err, "out of memory");
     }
+    double *d = sc + (size_t)nsys * (size_t)samples;
     struct tfm_np_rng r;
     tfm_np_rng_seed(&r, seed);
-    float *sum_b = sum, *sum_s = sum + width;
     for (int s = 0; s < samples; s++) {
-        memset(sum, 0, (size_t)width * 2 * sizeof *sum);
+        memset(sum, 0, (size_t)nsys * (size_t)width * sizeof *sum);
         for (int64_t i = 0; i < n; i++) {
             int64_t at = tfm_np_rng_below(&r, n) * width;
-            for (int k = 0; k < width; k++) {
-                sum_b[k] += base[at + k];
-                sum_s[k] += sys[at + k];
-            }
+            for (int k = 0; k < nsys; k++)
+                for (int w = 0; w < width; w++)
+                    sum[k * width + w] += rows[k][at + w];
         }
-        sb[s] = score(sum_b, ctx);
-        ss[s] = score(sum_s, ctx);
-        d[s] = fabs(ss[s] - sb[s]);
+        for (int k = 0; k < nsys; k++)
+            sc[(size_t)k * samples + s] = score_fn(sum + k * width, ctx);
     }
-    /* the differences centred on their mean, against the real difference */
-    double mean_d = tfm_np_mean(d, samples);
-    for (int s = 0; s < samples; s++)
-        d[s] -= mean_d;
-    *p = p_value(d, samples, fabs(base_score - sys_score));
-    /* estimate_ci: the mean of the sorted scores */
-    conf[1] = interval(ss, samples);
-    conf[0] = tfm_np_mean(ss, samples);
-    if (base_conf) {
-        base_conf[1] = interval(sb, samples);
-        base_conf[0] = tfm_np_mean(sb, samples);
+    /* each system's differences from the baseline, centred on their mean, against the
+     * real difference */
+    const double *base = sc;
+    p[0] = NAN;
+    for (int k = 1; k < nsys; k++) {
+        const double *sys = sc + (size_t)k * samples;
+        for (int s = 0; s < samples; s++)
+            d[s] = fabs(sys[s] - base[s]);
+        double mean_d = tfm_np_mean(d, samples);
+        for (int s = 0; s < samples; s++)
+            d[s] -= mean_d;
+        p[k] = p_value(d, samples, fabs(score[0] - score[k]));
     }
-    free(sb);
-    free(ss);
-    free(d);
+    /* estimate_ci: the mean of the sorted scores (sorting last: the differences pair
+     * resamples by their order) */
+    for (int k = 0; k < nsys; k++) {
+        ci[k] = interval(sc + (size_t)k * samples, samples);
+        mean[k] = tfm_np_mean(sc + (size_t)k * samples, samples);
+    }
+    free(sc);
     free(sum);
     return 0;
 }

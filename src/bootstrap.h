@@ -86,14 +86,16 @@ double tfm_np_mean(const double *x, int64_t n);
  * exact int64 sums (ar). */
 typedef double (*tfm_paired_i64_fn)(const int64_t *sum, const void *ctx);
 
-/* The paired bootstrap test of sys against base (both stats[n][width], float32), samples
- * >= 2 resamples from seed; base_score and sys_score are the real corpus scores.  Gives
- * p, the system's mean and half-width, and, when base_conf is not NULL, the baseline's
- * mean and half-width from the same resamples (sacreBLEU's baseline row). */
-int tfm_paired_bs(const float *base, const float *sys, int64_t n, int width, int samples,
-                  uint64_t seed, tfm_bootstrap_score_fn score, const void *ctx,
-                  double base_score, double sys_score, double *p, double conf[2],
-                  double *base_conf, struct tfm_error *err);
+/* The paired bootstrap test of systems 1..nsys-1 against system 0, the baseline (rows[k]:
+ * stats[n][width], float32), samples >= 2 resamples from seed, drawn once for all: a
+ * system's test against the baseline sees the same resamples whatever the other systems,
+ * as sacreBLEU's reseeded one does.  score[k] is system k's real corpus score.  Gives
+ * p[k] (p[0]: NAN) and the mean and half-width of each system's resamples, the
+ * baseline's among them (sacreBLEU's baseline row). */
+int tfm_paired_bs(const float *const *rows, int nsys, int64_t n, int width, int samples,
+                  uint64_t seed, tfm_bootstrap_score_fn score_fn, const void *ctx,
+                  const double *score, double *p, double *mean, double *ci,
+                  struct tfm_error *err);
 
 /* The paired approximate randomization test of sys against base (stats[n][width], int64),
  * trials >= 1 from seed, scored by score. */

@@ -83,10 +83,10 @@ void tfm_score_signature_seeded(char *sig, size_t n, const char *key, int sample
              (unsigned long long)seed, rest);
 }
 
-/* What the report says of one system: its score, p (NAN for the baseline), and the
+/* What the report says of each system k: score[k], p[k] (NAN for the baseline) and the
  * mean and half-width of its resamples (NAN without them). */
-struct paired_result {
-    double score, p, mean, ci;
+struct paired_results {
+    double *score, *p, *mean, *ci;
 };
 
 /* The statistics as int64, for approximate randomization (they are counts). */
@@ -97,7 +97,7 @@ static void rows_i64(const struct tfm_score_rows *r, int64_t n, int64_t *out)
 }
 
 static void paired_report(struct tfm_scorer *const *sys, const char *const *names, int nsys,
-                          const struct tfm_score_rows *r, const struct paired_result *res)
+                          const struct tfm_score_rows *r, const struct paired_results *res)
 {
     FILE *out = sys[0]->o.out;
     static const char BASE[] = "Baseline: ";
@@ -114,10 +114,10 @@ static void paired_report(struct tfm_scorer *const *sys, const char *const *name
             free(name);
             tfm_json_key(&j, r[0].name);
             tfm_json_object(&j, 1);
-            tfm_json_member_num(&j, "score", res[k].score);
-            tfm_json_member_num(&j, "p_value", res[k].p);
-            tfm_json_member_num(&j, "mean", res[k].mean);
-            tfm_json_member_num(&j, "ci", res[k].ci);
+            tfm_json_member_num(&j, "score", res->score[k]);
+            tfm_json_member_num(&j, "p_value", res->p[k]);
+            tfm_json_member_num(&j, "mean", res->mean[k]);
+            tfm_json_member_num(&j, "ci", res->ci[k]);
             tfm_json_member_str(&j, "signature", r[0].sig);
             tfm_json_end(&j);
             tfm_json_end(&j);
@@ -133,11 +133,11 @@ static void paired_report(struct tfm_scorer *const *sys, const char *const *name
     }
     for (int k = 0; k < nsys; k++) {
         fprintf(out, "%s%-*s  %s = %.2f", k ? "" : BASE,
-                width - (k ? 0 : (int)strlen(BASE)), names[k], r[0].name, res[k].score);
-        if (!isnan(res[k].mean))
-            fprintf(out, " (\u03bc = %.2f \u00b1 %.2f)", res[k].mean, res[k].ci);
+                width - (k ? 0 : (int)strlen(BASE)), names[k], r[0].name, res->score[k]);
+        if (!isnan(res->mean[k]))
+            fprintf(out, " (\u03bc = %.2f \u00b1 %.2f)", res->mean[k], res->ci[k]);
         if (k)
-            fprintf(out, " (p = %.4f)%s", res[k].p, res[k].p <= 0.05 ? "*" : "");
+            fprintf(out, " (p = %.4f)%s", res->p[k], res->p[k] <= 0.05 ? "*" : "");
         fputc('\n', out);
     }
     fprintf(out, "%s\n", r[0].sig);
@@ -156,49 +156,46 @@ int tfm_score_paired(struct tfm_scorer *const *sys, const char *const *names, in
     if (n == 0)
         return tfm_fail(err, "no sentence: nothing to resample");
     struct tfm_score_rows *r = calloc((size_t)nsys, sizeof *r);
-    struct paired_result *res = calloc((size_t)nsys, sizeof *res);
+    const float **rows = calloc((size_t)nsys, sizeof *rows);
+    double *v = malloc((size_t)nsys * 4 * sizeof *v);
     int64_t *base = NULL, *other = NULL;
-    int rc = r && res ? 0 : tfm_fail(err, "out of memory");
+    int rc = r && rows && v ? 0 : tfm_fail(err, "out of memory");
+    struct paired_results res = {v, v + nsys, v + 2 * nsys, v + 3 * nsys};
     for (int k = 0; k < nsys && rc == 0; k++) {
         if (!sys[k]->ops->paired)
             rc = tfm_fail(err, "this metric has no paired test");
         else
             rc = sys[k]->ops->paired(sys[k], &r[k], err);
+        if (rc == 0) {
+            rows[k] = r[k].rows;
+            res.score[k] = r[k].score;
+            res.p[k] = res.mean[k] = res.ci[k] = NAN;
+        }
     }
-    if (rc == 0 && test == TFM_PAIRED_AR) {
+    if (rc == 0 && test == TFM_PAIRED_BS) {
+        rc = tfm_paired_bs(rows, nsys, n, r[0].width, samples, seed, r[0].score_f32, r[0].ctx,
+                           res.score, res.p, res.mean, res.ci, err);
+    } else if (rc == 0) {
         base = malloc((size_t)n * (size_t)r[0].width * sizeof *base);
         other = malloc((size_t)n * (size_t)r[0].width * sizeof *other);
         if (!base || !other)
             rc = tfm_fail(err, "out of memory");
         else
             rows_i64(&r[0], n, base);
-    }
-    for (int k = 0; k < nsys && rc == 0; k++) {
-        res[k] = (struct paired_result){r[k].score, NAN, NAN, NAN};
-        if (k == 0)
-            continue;
-        if (test == TFM_PAIRED_BS) {
-            double conf[2], base_conf[2];
-            rc = tfm_paired_bs(r[0].rows, r[k].rows, n, r[0].width, samples, seed,
-                               r[0].score_f32, r[0].ctx, r[0].score, r[k].score, &res[k].p,
-                               conf, k == 1 ? base_conf : NULL, err);
-            if (rc == 0)
-                res[k].mean = conf[0], res[k].ci = conf[1];
-            if (rc == 0 && k == 1)  /* the baseline's resamples are the same for every system */
-                res[0].mean = base_conf[0], res[0].ci = base_conf[1];
-        } else {
+        for (int k = 1; k < nsys && rc == 0; k++) {
             rows_i64(&r[k], n, other);
             rc = tfm_paired_ar(base, other, n, r[0].width, samples, seed, r[0].score_i64,
-                               r[0].ctx, r[0].score, r[k].score, &res[k].p, err);
+                               r[0].ctx, res.score[0], res.score[k], &res.p[k], err);
         }
     }
     if (rc == 0) {
         tfm_score_signature_seeded(r[0].sig, sizeof r[0].sig,
                                    test == TFM_PAIRED_BS ? "bs" : "ar", samples, seed);
-        paired_report(sys, names, nsys, r, res);
+        paired_report(sys, names, nsys, r, &res);
     }
     free(r);
-    free(res);
+    free(rows);
+    free(v);
     free(base);
     free(other);
     return rc;

@@ -205,20 +205,24 @@ static void test_paired(void)
     }
     double base = ratio_i64(tb, NULL), sys = ratio_i64(ts, NULL);
     CHECK(base == 43.63636363636363 && sys == 32.72727272727273);
-    double p, conf[2], bconf[2];
+    double p, score[3] = {base, sys, sys}, ps[3], mean[3], ci[3];
+    const float *rows[3] = {bf, sf, sf};
     struct tfm_error err;
-    CHECK(tfm_paired_bs(bf, sf, N, 2, 200, 7, ratio_f32, NULL, base, sys, &p, conf, bconf,
-                        &err) == 0);
-    CHECK(p == 0.08955223880597014);
-    CHECK(conf[0] == 32.5081302972247 && conf[1] == 10.024470945061005);
-    CHECK(bconf[0] == 44.10102320136077 && bconf[1] == 11.380266075388025);
+    CHECK(tfm_paired_bs(rows, 2, N, 2, 200, 7, ratio_f32, NULL, score, ps, mean, ci, &err) == 0);
+    CHECK(isnan(ps[0]));
+    CHECK(ps[1] == 0.08955223880597014);
+    CHECK(mean[1] == 32.5081302972247 && ci[1] == 10.024470945061005);
+    CHECK(mean[0] == 44.10102320136077 && ci[0] == 11.380266075388025);
+    /* a third system (the second again) leaves the first's figures as they were */
+    CHECK(tfm_paired_bs(rows, 3, N, 2, 200, 7, ratio_f32, NULL, score, ps, mean, ci, &err) == 0);
+    CHECK(ps[1] == 0.08955223880597014 && ps[2] == ps[1]);
+    CHECK(mean[2] == mean[1] && ci[2] == ci[1] && mean[0] == 44.10102320136077);
     CHECK(tfm_paired_ar(bi, si, N, 2, 500, 7, ratio_i64, NULL, base, sys, &p, &err) == 0);
     CHECK(p == 0.14171656686626746);
     /* a system against itself: every shuffle is the same pair, no difference exceeds 0 */
     CHECK(tfm_paired_ar(bi, bi, N, 2, 500, 7, ratio_i64, NULL, base, base, &p, &err) == 0);
     CHECK(p == 1.0 / 501);
-    CHECK(tfm_paired_bs(bf, sf, N, 2, 1, 7, ratio_f32, NULL, base, sys, &p, conf, NULL,
-                        &err) == -1);
+    CHECK(tfm_paired_bs(rows, 2, N, 2, 1, 7, ratio_f32, NULL, score, ps, mean, ci, &err) == -1);
     CHECK(tfm_paired_ar(bi, si, 0, 2, 500, 7, ratio_i64, NULL, base, sys, &p, &err) == -1);
 }
 
